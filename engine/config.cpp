@@ -1,0 +1,116 @@
+#include "engine/config.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+
+
+namespace kvweld {
+
+std::string_view to_string(Family f) {
+    switch (f) {
+        case Family::llama: return "llama";
+        case Family::qwen3: return "qwen3";
+    }
+    return "?";
+}
+
+Family family_from_string(std::string_view s) {
+    if (s == "llama") return Family::llama;
+    if (s == "qwen3") return Family::qwen3;
+    throw Error(cat("unknown model family '", s, "': expected llama or qwen3"));
+}
+
+std::string_view to_string(Dtype d) {
+    switch (d) {
+        case Dtype::f32: return "f32";
+    }
+    return "?";
+}
+
+namespace {
+
+void require_positive(int value, const char* field, int limit = 1 << 20) {
+    require(value > 0 && value <= limit,
+            cat("ModelConfig.", field, " = ", value, ": must be in 1..", limit));
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+    require_positive(vocab, "vocab", 1 << 22);
+    require_positive(dim, "dim", 1 << 16);
+    require_positive(n_layers, "n_layers", 1024);
+    require_positive(n_heads, "n_heads", 1024);
+    require_positive(n_kv_heads, "n_kv_heads", 1024);
+    require_positive(head_dim, "head_dim", 4096);
+    require_positive(ffn_dim, "ffn_dim", 1 << 18);
+    require_positive(max_seq_len, "max_seq_len", 1 << 20);
+    require(n_heads % n_kv_heads == 0,
+            cat("ModelConfig.n_heads = ", n_heads, " is not a multiple of n_kv_heads = ",
+                n_kv_heads));
+    require(head_dim % 2 == 0,
+            cat("ModelConfig.head_dim = ", head_dim, " must be even (RoPE rotates pairs)"));
+    require(family != Family::llama || q_dim() == dim,
+            cat("ModelConfig.dim = ", dim, " must equal n_heads * head_dim = ", q_dim(),
+                " for llama"));
+    require(rope_theta > 0.0f, cat("ModelConfig.rope_theta = ", rope_theta, " must be > 0"));
+    require(norm_eps > 0.0f && norm_eps < 1.0f,
+            cat("ModelConfig.norm_eps = ", norm_eps, " must be in (0, 1)"));
+}
+
+std::string ModelConfig::describe() const {
+    return cat(to_string(family), " vocab=", vocab, " dim=", dim, " layers=", n_layers,
+               " heads=", n_heads, " kv_heads=", n_kv_heads, " head_dim=", head_dim,
+               " ffn=", ffn_dim, " max_seq_len=", max_seq_len);
+}
+
+ModelConfig tiny_config(Family family) {
+    ModelConfig c;
+    c.family = family;
+    c.vocab = 64;
+    c.dim = 32;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 8;
+    c.ffn_dim = 64;
+    c.max_seq_len = 256;
+    return c;
+}
+
+ModelConfig stories15m_config() {
+    ModelConfig c;
+    c.vocab = 32000;
+    c.dim = 288;
+    c.n_layers = 6;
+    c.n_heads = 6;
+    c.n_kv_heads = 6;
+    c.head_dim = 48;
+    c.ffn_dim = 768;
+    c.max_seq_len = 256;
+    return c;
+}
+
+ModelConfig config_110m() {
+    ModelConfig c;
+    c.vocab = 32000;
+    c.dim = 768;
+    c.n_layers = 12;
+    c.n_heads = 12;
+    c.n_kv_heads = 12;
+    c.head_dim = 64;
+    c.ffn_dim = 2048;
+    c.max_seq_len = 1024;
+    return c;
+}
+
+ModelConfig config_by_name(std::string_view name) {
+    if (name == "tiny") return tiny_config(Family::llama);
+    if (name == "tiny-qwen3") return tiny_config(Family::qwen3);
+    if (name == "stories15m") return stories15m_config();
+    if (name == "110m") return config_110m();
+    throw Error(cat("unknown config '", name,
+                    "': expected tiny, tiny-qwen3, stories15m or 110m"));
+}
+
+}  // namespace kvweld

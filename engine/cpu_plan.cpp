@@ -1,0 +1,190 @@
+#include "engine/cpu_plan.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/cpu_kernels.hpp"
+#include "engine/error.hpp"
+#include "engine/faults.hpp"
+
+#include <cmath>
+
+namespace kvweld {
+
+namespace {
+
+std::size_t append(std::vector<float>& dst, std::span<const float> src) {
+    const std::size_t at = dst.size();
+    dst.insert(dst.end(), src.begin(), src.end());
+    return at;
+}
+
+std::size_t sz(int v) { return static_cast<std::size_t>(v); }
+
+}  // namespace
+
+CpuPlan::CpuPlan(const Model& model, const KvCache& cache) : config_(model.config()) {
+    require_cache_fits(model, cache);
+    const ModelConfig& c = config_;
+    key_ = key_of(model, cache);
+    build_ops();
+    pack_weights(model);
+    build_rope_table();
+    for (int l = 0; l < c.n_layers; ++l) kv_.push_back(cache.layer(l));
+    x_.resize(sz(c.dim));
+    xb_.resize(sz(std::max(c.dim, c.q_dim())));
+    qkv_.resize(sz(c.q_dim() + 2 * c.kv_dim()));
+    att_.resize(sz(c.q_dim()));
+    proj_.resize(sz(c.dim));
+    h13_.resize(2 * sz(c.ffn_dim));
+    scores_.resize(sz(cache.geometry().max_seq_len));
+    logits_.resize(sz(c.vocab));
+}
+
+void CpuPlan::build_ops() {
+    ops_.push_back({OpKind::embed, -1});
+    for (int l = 0; l < config_.n_layers; ++l) {
+        ops_.push_back({OpKind::attn_norm, l});
+        ops_.push_back({OpKind::qkv, l});
+        if (config_.family == Family::qwen3) ops_.push_back({OpKind::qk_norm, l});
+        ops_.push_back({OpKind::rope, l});
+        ops_.push_back({OpKind::kv_write, l});
+        ops_.push_back({OpKind::attention, l});
+        ops_.push_back({OpKind::out_proj, l});
+        ops_.push_back({OpKind::residual, l});
+        ops_.push_back({OpKind::ffn_norm, l});
+        ops_.push_back({OpKind::gate_up, l});
+        ops_.push_back({OpKind::swiglu, l});
+        ops_.push_back({OpKind::down_proj, l});
+        ops_.push_back({OpKind::residual, l});
+    }
+    ops_.push_back({OpKind::final_norm, -1});
+    ops_.push_back({OpKind::classifier, -1});
+}
+
+// The plan bakes a private copy of the weights, with q/k/v and gate/up
+// fused so each is one matrix-vector product. A same-geometry model swap
+// therefore leaves the plan computing with the old weights: the key must
+// catch it.
+void CpuPlan::pack_weights(const Model& model) {
+    weights_.reserve(model.all_weights().size() + sz(config_.vocab) * sz(config_.dim));
+    for (int l = 0; l < config_.n_layers; ++l) {
+        const LayerWeights lw = model.layer(l);
+        LayerPack p{};
+        p.att_norm = append(weights_, lw.att_norm);
+        p.wqkv = append(weights_, lw.wq);
+        append(weights_, lw.wk);
+        append(weights_, lw.wv);
+        p.q_norm = append(weights_, lw.q_norm);
+        p.k_norm = append(weights_, lw.k_norm);
+        p.wo = append(weights_, lw.wo);
+        p.ffn_norm = append(weights_, lw.ffn_norm);
+        p.w13 = append(weights_, lw.w1);
+        append(weights_, lw.w3);
+        p.w2 = append(weights_, lw.w2);
+        layers_.push_back(p);
+    }
+    final_norm_ = append(weights_, model.final_norm());
+    classifier_ = append(weights_, model.classifier());
+    // The embedding rows are read from the classifier copy when shared.
+    embedding_ = model.shared_classifier() ? classifier_ : append(weights_, model.embedding());
+}
+
+void CpuPlan::build_rope_table() {
+    const int hd = config_.head_dim;
+    rope_.resize(sz(key_.max_seq_len) * sz(hd));
+    for (int pos = 0; pos < key_.max_seq_len; ++pos) {
+        for (int i = 0; i < hd; i += 2) {
+            const double freq = std::pow(static_cast<double>(config_.rope_theta), -double(i) / hd);
+            rope_[sz(pos) * sz(hd) + sz(i)] = static_cast<float>(std::cos(pos * freq));
+            rope_[sz(pos) * sz(hd) + sz(i) + 1] = static_cast<float>(std::sin(pos * freq));
+        }
+    }
+}
+
+void CpuPlan::rebind(std::span<const KvLayer> layers) {
+    require(layers.size() == kv_.size(),
+            cat("rebind: ", layers.size(), " layers offered, the plan has ", kv_.size()));
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        const KvLayer& layer = layers[l];
+        require(layer && layer->max_seq_len() == key_.max_seq_len &&
+                    layer->kv_dim() == config_.kv_dim() && layer->dtype() == key_.dtype,
+                cat("rebind: layer ", l, " is incompatible with the plan's [", key_.max_seq_len,
+                    " x ", config_.kv_dim(), "] ", to_string(key_.dtype), " buffers; nothing rebound"));
+    }
+    // The fault moves layer 0 only, leaving the rest welded to old buffers.
+    const std::size_t moved = fault_on(Fault::partial_rebind) ? 1 : layers.size();
+    for (std::size_t l = 0; l < moved; ++l) kv_[l] = layers[l];
+}
+
+std::vector<StorageSerial> CpuPlan::bound_serials() const {
+    std::vector<StorageSerial> out;
+    for (const KvLayer& l : kv_) out.push_back(l->serial());
+    return out;
+}
+
+std::span<const float> CpuPlan::run(const StepParams& step) {
+    if (first_run_) {
+        built_step_ = step;
+        first_run_ = false;
+    }
+    for (const Op& op : ops_) exec(op, step);
+    return logits_;
+}
+
+void CpuPlan::attention(int layer, int mask_len) {
+    const ModelConfig& c = config_;
+    const int hd = c.head_dim, kv_dim = c.kv_dim();
+    const KvStorage& kv = *kv_[sz(layer)];
+    for (int h = 0; h < c.n_heads; ++h) {
+        const int kvh = h / c.kv_group();
+        cpu::attend(&att_[sz(h * hd)], scores_.data(), &qkv_[sz(h * hd)], kv.key_row(0) + kvh * hd,
+                    kv.value_row(0) + kvh * hd, mask_len, hd, kv_dim);
+    }
+}
+
+void CpuPlan::exec(const Op& op, const StepParams& step) {
+    const ModelConfig& c = config_;
+    const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+    const LayerPack* p = op.layer >= 0 ? &layers_[sz(op.layer)] : nullptr;
+    switch (op.kind) {
+        case OpKind::embed:
+            std::copy_n(w(embedding_) + sz(step.token) * sz(c.dim), c.dim, x_.data());
+            break;
+        case OpKind::attn_norm: cpu::rmsnorm(xb_.data(), x_.data(), w(p->att_norm), c.dim, c.norm_eps); break;
+        case OpKind::qkv: cpu::matvec(qkv_.data(), w(p->wqkv), xb_.data(), q_dim + 2 * kv_dim, c.dim); break;
+        case OpKind::qk_norm:
+            for (int h = 0; h < c.n_heads; ++h)
+                cpu::rmsnorm(&qkv_[sz(h * hd)], &qkv_[sz(h * hd)], w(p->q_norm), hd, c.norm_eps);
+            for (int h = 0; h < c.n_kv_heads; ++h)
+                cpu::rmsnorm(&qkv_[sz(q_dim + h * hd)], &qkv_[sz(q_dim + h * hd)], w(p->k_norm), hd,
+                             c.norm_eps);
+            break;
+        case OpKind::rope: {
+            const float* row = &rope_[sz(step.pos) * sz(hd)];
+            cpu::rope(qkv_.data(), c.n_heads, hd, row);
+            cpu::rope(qkv_.data() + q_dim, c.n_kv_heads, hd, row);
+            break;
+        }
+        case OpKind::kv_write: {
+            // The fault writes every token at the offset the plan was built at.
+            const int at = fault_on(Fault::offset_not_rebound) ? built_step_.pos : step.pos;
+            KvStorage& kv = *kv_[sz(op.layer)];
+            std::copy_n(qkv_.data() + q_dim, kv_dim, kv.key_row(at));
+            std::copy_n(qkv_.data() + q_dim + kv_dim, kv_dim, kv.value_row(at));
+            break;
+        }
+        case OpKind::attention:
+            attention(op.layer,
+                      fault_on(Fault::mask_not_rebound) ? built_step_.mask_len : step.mask_len);
+            break;
+        case OpKind::out_proj: cpu::matvec(proj_.data(), w(p->wo), att_.data(), c.dim, q_dim); break;
+        case OpKind::residual: cpu::add(x_.data(), proj_.data(), c.dim); break;
+        case OpKind::ffn_norm: cpu::rmsnorm(xb_.data(), x_.data(), w(p->ffn_norm), c.dim, c.norm_eps); break;
+        case OpKind::gate_up: cpu::matvec(h13_.data(), w(p->w13), xb_.data(), 2 * c.ffn_dim, c.dim); break;
+        case OpKind::swiglu: cpu::swiglu(h13_.data(), h13_.data() + c.ffn_dim, c.ffn_dim); break;
+        case OpKind::down_proj: cpu::matvec(proj_.data(), w(p->w2), h13_.data(), c.dim, c.ffn_dim); break;
+        case OpKind::final_norm: cpu::rmsnorm(x_.data(), x_.data(), w(final_norm_), c.dim, c.norm_eps); break;
+        case OpKind::classifier: cpu::matvec(logits_.data(), w(classifier_), x_.data(), c.vocab, c.dim); break;
+    }
+}
+
+}  // namespace kvweld

@@ -1,0 +1,60 @@
+// The CPU backend's plan: an op list over plan-owned prepared weights
+// (q/k/v and gate/up fused into single matrices), scratch buffers, a RoPE
+// table, and the pinned KV storage it is welded to.
+#pragma once
+
+#include "engine/model.hpp"
+#include "engine/plan.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvweld {
+
+class CpuPlan final : public Plan {
+public:
+    CpuPlan(const Model& model, const KvCache& cache);
+
+    void rebind(std::span<const KvLayer> layers) override;
+    std::span<const float> run(const StepParams& step) override;
+    std::vector<StorageSerial> bound_serials() const override;
+
+    std::size_t op_count() const { return ops_.size(); }
+
+private:
+    enum class OpKind : std::uint8_t {
+        embed, attn_norm, qkv, qk_norm, rope, kv_write, attention, out_proj, residual,
+        ffn_norm, gate_up, swiglu, down_proj, final_norm, classifier,
+    };
+    struct Op {
+        OpKind kind;
+        int layer;
+    };
+    // Offsets of one layer's prepared tensors in weights_.
+    struct LayerPack {
+        std::size_t att_norm, wqkv, q_norm, k_norm, wo, ffn_norm, w13, w2;
+    };
+
+    void build_ops();
+    void pack_weights(const Model& model);
+    void build_rope_table();
+    void exec(const Op& op, const StepParams& step);
+    void attention(int layer, int mask_len);
+    const float* w(std::size_t offset) const { return weights_.data() + offset; }
+
+    ModelConfig config_;
+    std::vector<Op> ops_;
+    std::vector<float> weights_;
+    std::vector<LayerPack> layers_;
+    std::size_t final_norm_ = 0, classifier_ = 0, embedding_ = 0;
+    std::vector<float> rope_;  // [max_seq_len][head_dim]: cos, sin pairs
+    std::vector<KvLayer> kv_;  // the welded KV storage, pinned
+    // scratch
+    std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;
+    // per-token data as it was at build time (read only under faults)
+    StepParams built_step_;
+    bool first_run_ = true;
+};
+
+}  // namespace kvweld

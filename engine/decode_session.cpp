@@ -1,0 +1,129 @@
+#include "engine/decode_session.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/cpu_plan.hpp"
+#include "engine/error.hpp"
+
+namespace kvweld {
+
+std::string_view to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+
+Backend backend_from_string(std::string_view s) {
+    if (s == "cpu") return Backend::cpu;
+    if (s == "cuda") return Backend::cuda;
+    throw Error(cat("unknown backend '", s, "': expected cpu or cuda"));
+}
+
+std::string_view to_string(RebindPolicy p) {
+    return p == RebindPolicy::rebind ? "rebind" : "rebuild";
+}
+
+std::string_view to_string(BuildReason r) {
+    switch (r) {
+        case BuildReason::initial: return "initial";
+        case BuildReason::replan: return "replan";
+        case BuildReason::allocation_changed: return "allocation_changed";
+        case BuildReason::model_instance: return "model_instance";
+        case BuildReason::family: return "family";
+        case BuildReason::geometry: return "geometry";
+        case BuildReason::dtype: return "dtype";
+        case BuildReason::max_seq_len: return "max_seq_len";
+        case BuildReason::n_layers: return "n_layers";
+    }
+    return "?";
+}
+
+namespace {
+
+BuildReason build_reason(StaleReason r) {
+    switch (r) {
+        case StaleReason::model_instance: return BuildReason::model_instance;
+        case StaleReason::family: return BuildReason::family;
+        case StaleReason::geometry: return BuildReason::geometry;
+        case StaleReason::dtype: return BuildReason::dtype;
+        case StaleReason::max_seq_len: return BuildReason::max_seq_len;
+        case StaleReason::n_layers: return BuildReason::n_layers;
+    }
+    return BuildReason::geometry;
+}
+
+std::vector<KvLayer> layers_of(const KvCache& cache) {
+    std::vector<KvLayer> out;
+    for (int l = 0; l < cache.n_layers(); ++l) out.push_back(cache.layer(l));
+    return out;
+}
+
+}  // namespace
+
+DecodeSession::DecodeSession(SessionOptions options) : options_(options) {}
+DecodeSession::~DecodeSession() = default;
+DecodeSession::DecodeSession(DecodeSession&&) noexcept = default;
+DecodeSession& DecodeSession::operator=(DecodeSession&&) noexcept = default;
+
+void DecodeSession::validate_input(const Model& model, const KvCache& cache, int token) const {
+    const int vocab = model.config().vocab;
+    require(token >= 0 && token < vocab,
+            cat("token ", token, " out of range: vocab_size is ", vocab));
+    require_cache_fits(model, cache);
+    cache.require_room();
+}
+
+Validity DecodeSession::check(const Model& model, const KvCache& cache) const {
+    require(plan_ != nullptr, "check: the session holds no plan");
+    return kvweld::check(plan_->key(), key_of(model, cache));
+}
+
+std::vector<StorageSerial> DecodeSession::bound_serials() const {
+    return plan_ ? plan_->bound_serials() : std::vector<StorageSerial>{};
+}
+
+
+void DecodeSession::build(const Model& model, const KvCache& cache, BuildReason reason) {
+    // Drop the old plan first: it must never outlive a rebuild half-done.
+    plan_.reset();
+    plan_ = make_plan(options_.backend, model, cache);
+    ++counters_.builds;
+    ++counters_.builds_by_reason[static_cast<int>(reason)];
+}
+
+bool DecodeSession::try_rebind(const KvCache& cache) {
+    try {
+        plan_->rebind(layers_of(cache));
+    } catch (const Error&) {
+        return false;  // incompatible buffers: the caller rebuilds instead
+    }
+    PlanKey key = plan_->key();
+    key.alloc = cache.alloc_id();
+    plan_->set_key(key);
+    ++counters_.rebinds;
+    return true;
+}
+
+void DecodeSession::prepare(const Model& model, const KvCache& cache) {
+    if (!plan_) return build(model, cache, BuildReason::initial);
+    if (options_.replan_every_token) return build(model, cache, BuildReason::replan);
+    const Validity v = check(model, cache);
+    switch (v.kind) {
+        case Validity::Kind::valid: ++counters_.kept; return;
+        case Validity::Kind::allocation_changed:
+            if (options_.policy == RebindPolicy::rebind && try_rebind(cache)) return;
+            return build(model, cache, BuildReason::allocation_changed);
+        case Validity::Kind::stale: return build(model, cache, build_reason(v.reason));
+    }
+}
+
+std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache, int token) {
+    validate_input(model, cache, token);
+    prepare(model, cache);
+    const int pos = cache.cached_len();
+    const std::span<const float> logits = plan_->run(StepParams{token, pos, pos + 1});
+    cache.advance();
+    return logits;
+}
+
+std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache) {
+    if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache);
+    throw Error("CUDA backend unavailable: this build has no CUDA support");
+}
+
+}  // namespace kvweld

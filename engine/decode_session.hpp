@@ -1,0 +1,96 @@
+// DecodeSession: holds one plan and decides, on every decode, whether it
+// may be reused (Valid), moved onto new buffers (AllocationChanged), or must
+// be rebuilt (Stale). It counts every decision so a harness can compare the
+// engine's behaviour with what was justified.
+#pragma once
+
+#include "engine/kv_cache.hpp"
+#include "engine/model.hpp"
+#include "engine/plan.hpp"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace kvweld {
+
+enum class Backend : std::uint8_t { cpu, cuda };
+std::string_view to_string(Backend b);
+Backend backend_from_string(std::string_view s);  // throws Error naming s
+
+// What to do on AllocationChanged.
+enum class RebindPolicy : std::uint8_t { rebind, rebuild };
+std::string_view to_string(RebindPolicy p);
+
+struct SessionOptions {
+    RebindPolicy policy = RebindPolicy::rebind;
+    bool replan_every_token = false;  // for measurement only
+    Backend backend = Backend::cpu;
+};
+
+// Why a plan was built.
+enum class BuildReason : std::uint8_t {
+    initial,             // no plan held yet
+    replan,              // replan-every-token mode
+    allocation_changed,  // rebuild policy, or rebind refused
+    model_instance,
+    family,
+    geometry,
+    dtype,
+    max_seq_len,
+    n_layers,
+};
+inline constexpr int kBuildReasons = 9;
+std::string_view to_string(BuildReason r);
+
+struct SessionCounters {
+    std::uint64_t builds = 0;
+    std::uint64_t rebinds = 0;
+    std::uint64_t kept = 0;
+    std::array<std::uint64_t, kBuildReasons> builds_by_reason{};
+
+    std::uint64_t decodes() const { return builds + rebinds + kept; }
+    std::uint64_t by(BuildReason r) const { return builds_by_reason[static_cast<int>(r)]; }
+};
+
+class DecodeSession {
+public:
+    explicit DecodeSession(SessionOptions options = {});
+    ~DecodeSession();
+    DecodeSession(DecodeSession&&) noexcept;
+    DecodeSession& operator=(DecodeSession&&) noexcept;
+
+    // Decodes `token` at position cache.cached_len(), writes its K/V into
+    // the plan's bound storage, advances the cache, returns the logits
+    // (valid until the next call). Bad input throws Error and changes nothing.
+    std::span<const float> decode(const Model& model, KvCache& cache, int token);
+
+    // What the held plan would be judged as for (model, cache), without acting.
+    Validity check(const Model& model, const KvCache& cache) const;
+
+    bool has_plan() const { return plan_ != nullptr; }
+    const Plan* plan() const { return plan_.get(); }
+    void drop_plan() { plan_.reset(); }
+    const SessionCounters& counters() const { return counters_; }
+    const SessionOptions& options() const { return options_; }
+    // The storage serials the held plan is welded to (empty without a plan).
+    std::vector<StorageSerial> bound_serials() const;
+
+private:
+    void validate_input(const Model& model, const KvCache& cache, int token) const;
+    void prepare(const Model& model, const KvCache& cache);
+    void build(const Model& model, const KvCache& cache, BuildReason reason);
+    bool try_rebind(const KvCache& cache);
+
+    SessionOptions options_;
+    std::unique_ptr<Plan> plan_;
+    SessionCounters counters_;
+};
+
+// Builds a plan for the backend (the CUDA one throws Error when unavailable).
+std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache);
+
+}  // namespace kvweld

@@ -1,0 +1,95 @@
+#include "engine/faults.hpp"
+
+#include "engine/error.hpp"
+
+#include <array>
+
+namespace kvweld {
+
+namespace {
+
+using D = Detection;
+constexpr std::array kFaults = {
+    FaultInfo{Fault::geometry_only_key, "geometry_only_key", D::stale_decode,
+              "key omits model and allocation ids"},
+    FaultInfo{Fault::no_remint_on_clear, "no_remint_on_clear", D::stale_decode,
+              "clear() keeps the allocation id"},
+    FaultInfo{Fault::no_remint_on_set_layer, "no_remint_on_set_layer", D::stale_decode,
+              "set_layer() keeps the allocation id"},
+    FaultInfo{Fault::remint_on_truncate, "remint_on_truncate", D::spurious_invalidation,
+              "truncate_to() mints a new allocation id"},
+    FaultInfo{Fault::model_id_not_in_key, "model_id_not_in_key", D::stale_decode,
+              "model instance left out of the key"},
+    FaultInfo{Fault::weight_pointer_key, "weight_pointer_key", D::stale_decode,
+              "model keyed by its weight buffer's address (addresses recycled)"},
+    FaultInfo{Fault::partial_rebind, "partial_rebind", D::stale_decode,
+              "rebind moves only some layers"},
+    FaultInfo{Fault::offset_not_rebound, "offset_not_rebound", D::stale_decode,
+              "KV write offset kept from the build"},
+    FaultInfo{Fault::mask_not_rebound, "mask_not_rebound", D::stale_decode,
+              "attention length kept from the build"},
+    FaultInfo{Fault::spec_reject_off_by_one, "spec_reject_off_by_one", D::stale_decode,
+              "speculative reject truncates to base+m+1"},
+    FaultInfo{Fault::always_stale, "always_stale", D::spurious_invalidation,
+              "every check says Stale"},
+    FaultInfo{Fault::position_in_key, "position_in_key", D::spurious_invalidation,
+              "per-token position in the key"},
+};
+
+thread_local FaultSet tl_faults;
+
+}  // namespace
+
+FaultSet& detail::thread_faults() { return tl_faults; }
+
+std::span<const FaultInfo> all_faults() { return kFaults; }
+
+std::optional<Fault> fault_from_name(std::string_view name) {
+    for (const FaultInfo& f : kFaults)
+        if (f.name == name) return f.fault;
+    return std::nullopt;
+}
+
+std::string_view to_string(Fault f) {
+    for (const FaultInfo& info : kFaults)
+        if (info.fault == f) return info.name;
+    return "?";
+}
+
+std::string_view to_string(Detection d) {
+    switch (d) {
+        case Detection::stale_decode: return "stale decode";
+        case Detection::spurious_invalidation: return "spurious invalidation";
+        case Detection::missed_invalidation: return "missed invalidation";
+    }
+    return "?";
+}
+
+std::string fault_names() {
+    std::string out;
+    for (const FaultInfo& f : kFaults) {
+        if (!out.empty()) out += ", ";
+        out += f.name;
+    }
+    return out;
+}
+
+std::string FaultSet::describe() const {
+    std::string out;
+    for (const FaultInfo& f : kFaults) {
+        if (!has(f.fault)) continue;
+        if (!out.empty()) out += "+";
+        out += f.name;
+    }
+    return out.empty() ? "none" : out;
+}
+
+ScopedFaults::ScopedFaults(FaultSet faults) : saved_(tl_faults) {
+    require(kFaultsCompiled || faults.empty(),
+            "fault switches requested, but this build has no KVWELD_FAULTS (use a test build)");
+    tl_faults = faults;
+}
+
+ScopedFaults::~ScopedFaults() { tl_faults = saved_; }
+
+}  // namespace kvweld

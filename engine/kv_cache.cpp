@@ -1,0 +1,105 @@
+#include "engine/kv_cache.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engine/faults.hpp"
+
+namespace kvweld {
+
+KvGeometry KvGeometry::of(const ModelConfig& c) {
+    return KvGeometry{c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len, Dtype::f32};
+}
+
+KvStorage::KvStorage(int max_seq_len, int kv_dim, Dtype dtype)
+    : max_seq_len_(max_seq_len),
+      kv_dim_(kv_dim),
+      dtype_(dtype),
+      serial_(StorageSerial::mint()),
+      key_(static_cast<std::size_t>(max_seq_len) * kv_dim, 0.0f),
+      value_(static_cast<std::size_t>(max_seq_len) * kv_dim, 0.0f) {}
+
+std::shared_ptr<KvStorage> KvStorage::copy() const {
+    auto out = std::make_shared<KvStorage>(max_seq_len_, kv_dim_, dtype_);
+    out->key_ = key_;
+    out->value_ = value_;
+    return out;
+}
+
+KvCache KvCache::with_capacity(const ModelConfig& config) {
+    config.validate();
+    return KvCache(KvGeometry::of(config));
+}
+
+KvCache KvCache::with_capacity(const KvGeometry& g) {
+    require(g.n_layers > 0 && g.n_kv_heads > 0 && g.head_dim > 0 && g.max_seq_len > 0,
+            cat("KvGeometry: every dim must be positive (n_layers=", g.n_layers, " n_kv_heads=",
+                g.n_kv_heads, " head_dim=", g.head_dim, " max_seq_len=", g.max_seq_len, ")"));
+    return KvCache(g);
+}
+
+KvCache::KvCache(const KvGeometry& geometry) : geometry_(geometry) { clear(); }
+
+KvLayer KvCache::fresh_layer() const {
+    return std::make_shared<KvStorage>(geometry_.max_seq_len, geometry_.kv_dim(), geometry_.dtype);
+}
+
+void KvCache::clear() {
+    std::vector<KvLayer> fresh;
+    fresh.reserve(geometry_.n_layers);
+    for (int i = 0; i < geometry_.n_layers; ++i) fresh.push_back(fresh_layer());
+    layers_ = std::move(fresh);
+    cached_len_ = 0;
+    // The fault keeps the old id: a held plan then never notices the swap.
+    if (!alloc_id_ || !fault_on(Fault::no_remint_on_clear)) alloc_id_ = KvAllocId::mint();
+}
+
+void KvCache::require_layer_index(int i) const {
+    require(i >= 0 && i < geometry_.n_layers,
+            cat("layer index ", i, " out of range: the cache has ", geometry_.n_layers, " layers"));
+}
+
+void KvCache::set_layer(int i, KvLayer layer) {
+    require_layer_index(i);
+    require(layer != nullptr, cat("set_layer(", i, "): the layer is null"));
+    require(layer->max_seq_len() == geometry_.max_seq_len && layer->kv_dim() == geometry_.kv_dim(),
+            cat("set_layer(", i, "): layer shape [", layer->max_seq_len(), " x ", layer->kv_dim(),
+                "] does not match the cache's [", geometry_.max_seq_len, " x ", geometry_.kv_dim(),
+                "]"));
+    require(layer->dtype() == geometry_.dtype,
+            cat("set_layer(", i, "): layer dtype ", to_string(layer->dtype()),
+                " does not match the cache's ", to_string(geometry_.dtype)));
+    layers_[i] = std::move(layer);
+    if (!fault_on(Fault::no_remint_on_set_layer)) alloc_id_ = KvAllocId::mint();
+}
+
+void KvCache::truncate_to(int n) {
+    require(n >= 0 && n <= cached_len_,
+            cat("truncate_to(", n, "): must be in 0..cached_len = ", cached_len_));
+    cached_len_ = n;
+    // The fault re-mints: every speculative reject then forces a spurious rebuild.
+    if (fault_on(Fault::remint_on_truncate)) alloc_id_ = KvAllocId::mint();
+}
+
+void KvCache::require_room() const {
+    require(cached_len_ < geometry_.max_seq_len,
+            cat("cache full: position ", cached_len_, " >= max_seq_len ", geometry_.max_seq_len));
+}
+
+void KvCache::advance() {
+    require_room();
+    ++cached_len_;
+}
+
+const KvLayer& KvCache::layer(int i) const {
+    require_layer_index(i);
+    return layers_[i];
+}
+
+std::vector<StorageSerial> KvCache::storage_serials() const {
+    std::vector<StorageSerial> out;
+    out.reserve(layers_.size());
+    for (const KvLayer& l : layers_) out.push_back(l->serial());
+    return out;
+}
+
+}  // namespace kvweld

@@ -1,0 +1,97 @@
+// KvCache: per-layer K and V storage, the cached length, and the identity
+// of the allocation. Storage is held by shared_ptr so a plan can pin the
+// buffers it is welded to.
+//
+//   construct, clear(), set_layer()  => storage replaced => new KvAllocId
+//   truncate_to(n)                   => cached_len moves only => same id
+#pragma once
+
+#include "engine/config.hpp"
+#include "engine/ids.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace kvweld {
+
+struct KvGeometry {
+    int n_layers = 0;
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    int max_seq_len = 0;
+    Dtype dtype = Dtype::f32;
+
+    int kv_dim() const { return n_kv_heads * head_dim; }
+    static KvGeometry of(const ModelConfig& config);
+    friend bool operator==(const KvGeometry&, const KvGeometry&) = default;
+};
+
+// One layer's K and V: [max_seq_len][kv_dim] each, zeroed at birth, with a
+// never-recycled storage serial (the weld oracle's handle; never a pointer).
+class KvStorage {
+public:
+    KvStorage(int max_seq_len, int kv_dim, Dtype dtype = Dtype::f32);
+
+    int max_seq_len() const { return max_seq_len_; }
+    int kv_dim() const { return kv_dim_; }
+    Dtype dtype() const { return dtype_; }
+    StorageSerial serial() const { return serial_; }
+
+    float* key_row(int pos) { return key_.data() + static_cast<std::size_t>(pos) * kv_dim_; }
+    float* value_row(int pos) { return value_.data() + static_cast<std::size_t>(pos) * kv_dim_; }
+    const float* key_row(int pos) const { return key_.data() + static_cast<std::size_t>(pos) * kv_dim_; }
+    const float* value_row(int pos) const {
+        return value_.data() + static_cast<std::size_t>(pos) * kv_dim_;
+    }
+    // A new buffer with the same content and a new serial (swap-in / restore).
+    std::shared_ptr<KvStorage> copy() const;
+
+private:
+    int max_seq_len_;
+    int kv_dim_;
+    Dtype dtype_;
+    StorageSerial serial_;
+    std::vector<float> key_;
+    std::vector<float> value_;
+};
+
+using KvLayer = std::shared_ptr<KvStorage>;
+
+class KvCache {
+public:
+    static KvCache with_capacity(const ModelConfig& config);
+    static KvCache with_capacity(const KvGeometry& geometry);
+
+    const KvGeometry& geometry() const { return geometry_; }
+    int cached_len() const { return cached_len_; }
+    KvAllocId alloc_id() const { return alloc_id_; }
+    int n_layers() const { return geometry_.n_layers; }
+
+    // Replaces all storage with fresh zeroed storage; cached_len = 0; new id.
+    void clear();
+    // Replaces layer i's storage. Geometry and dtype must match, else Error
+    // and nothing changes. New id.
+    void set_layer(int i, KvLayer layer);
+    // n <= cached_len, else Error. Touches no storage; same id.
+    void truncate_to(int n);
+    // Records that the token at position cached_len has been written.
+    // Appending past capacity is an Error, never a wrap.
+    void advance();
+    // Throws the "cache full" Error when no position is left.
+    void require_room() const;
+
+    const KvLayer& layer(int i) const;
+    std::vector<StorageSerial> storage_serials() const;
+
+private:
+    explicit KvCache(const KvGeometry& geometry);
+    void require_layer_index(int i) const;
+    KvLayer fresh_layer() const;
+
+    KvGeometry geometry_;
+    std::vector<KvLayer> layers_;
+    int cached_len_ = 0;
+    KvAllocId alloc_id_;
+};
+
+}  // namespace kvweld

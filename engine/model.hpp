@@ -1,0 +1,82 @@
+// A model: config plus fp32 weights in one buffer, laid out in llama2.c's
+// checkpoint order. Every constructed or loaded model mints a new
+// ModelInstanceId; a model cannot be copied (a copy would share the id).
+#pragma once
+
+#include "engine/config.hpp"
+#include "engine/ids.hpp"
+
+#include <boost/container/pmr/memory_resource.hpp>
+#include <boost/container/pmr/vector.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace kvweld {
+
+namespace pmr = boost::container::pmr;
+
+struct LayerWeights {
+    std::span<const float> att_norm;  // [dim]
+    std::span<const float> wq;        // [q_dim][dim]
+    std::span<const float> wk;        // [kv_dim][dim]
+    std::span<const float> wv;        // [kv_dim][dim]
+    std::span<const float> wo;        // [dim][q_dim]
+    std::span<const float> q_norm;    // [head_dim], qwen3 only
+    std::span<const float> k_norm;    // [head_dim], qwen3 only
+    std::span<const float> ffn_norm;  // [dim]
+    std::span<const float> w1;        // [ffn][dim] gate
+    std::span<const float> w2;        // [dim][ffn] down
+    std::span<const float> w3;        // [ffn][dim] up
+};
+
+class Model {
+public:
+    // Deterministic weights from seed, scaled so activations stay finite
+    // over max_seq_len tokens. `resource` places the weight buffer (the
+    // weight_pointer_key fault uses a pool that recycles addresses).
+    static Model random(const ModelConfig& config, std::uint64_t seed,
+                        pmr::memory_resource* resource = nullptr);
+    // Zero weights of the right shape; the checkpoint reader fills them.
+    static Model zeros(const ModelConfig& config, bool shared_classifier,
+                       pmr::memory_resource* resource = nullptr);
+
+    Model(Model&&) = default;
+    Model& operator=(Model&&) = default;
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+
+    // Number of floats in the weight buffer of such a model.
+    static std::size_t weight_count(const ModelConfig& config, bool shared_classifier);
+
+    const ModelConfig& config() const { return config_; }
+    ModelInstanceId id() const { return id_; }
+    bool shared_classifier() const { return shared_classifier_; }
+
+    std::span<const float> embedding() const;   // [vocab][dim]
+    std::span<const float> final_norm() const;  // [dim]
+    std::span<const float> classifier() const;  // [vocab][dim]
+    LayerWeights layer(int l) const;
+
+    // The whole buffer, in checkpoint order (qwen3 norms after the classifier).
+    std::span<const float> all_weights() const { return {data_.data(), data_.size()}; }
+    std::span<float> all_weights_mut() { return {data_.data(), data_.size()}; }
+    // The buffer's address: an identity only the weight_pointer_key fault uses.
+    const void* weight_address() const { return data_.data(); }
+
+private:
+    struct Offsets;
+    Model(const ModelConfig& config, bool shared_classifier, pmr::memory_resource* resource);
+    std::span<const float> slice(std::size_t offset, std::size_t count) const;
+    static Offsets offsets_for(const ModelConfig& config, bool shared_classifier);
+    Offsets offsets() const;
+
+    ModelConfig config_;
+    bool shared_classifier_ = true;
+    ModelInstanceId id_;
+    pmr::vector<float> data_;
+};
+
+}  // namespace kvweld

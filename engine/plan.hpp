@@ -1,0 +1,44 @@
+// A held decode plan: the prepared artifact a DecodeSession keeps between
+// steps. It bakes its op structure and weights and is welded to the KV
+// storage it was built (or last rebound) against: it reads and writes those
+// buffers whatever cache it is handed later. Only per-token data is rebound
+// on every step.
+#pragma once
+
+#include "engine/ids.hpp"
+#include "engine/kv_cache.hpp"
+#include "engine/plan_key.hpp"
+
+#include <span>
+#include <vector>
+
+namespace kvweld {
+
+// Per-token data, rebound on every step.
+struct StepParams {
+    int token = 0;
+    int pos = 0;       // KV write offset and RoPE row
+    int mask_len = 0;  // attention length: pos + 1
+};
+
+class Plan {
+public:
+    virtual ~Plan() = default;
+
+    // Moves the plan onto other KV buffers of the same geometry, all or
+    // nothing: every layer is checked before any is changed; on Error the
+    // plan is untouched.
+    virtual void rebind(std::span<const KvLayer> layers) = 0;
+    // Runs one decode step; the logits stay valid until the next call.
+    virtual std::span<const float> run(const StepParams& step) = 0;
+    // The storage serials of the KV buffers the plan is bound to.
+    virtual std::vector<StorageSerial> bound_serials() const = 0;
+
+    const PlanKey& key() const { return key_; }
+    void set_key(const PlanKey& key) { key_ = key; }
+
+protected:
+    PlanKey key_;
+};
+
+}  // namespace kvweld

@@ -1,0 +1,103 @@
+#include "engine/plan_key.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engine/faults.hpp"
+#include "engine/kv_cache.hpp"
+#include "engine/model.hpp"
+
+namespace kvweld {
+
+std::string_view to_string(StaleReason r) {
+    switch (r) {
+        case StaleReason::model_instance: return "model_instance";
+        case StaleReason::family: return "family";
+        case StaleReason::geometry: return "geometry";
+        case StaleReason::dtype: return "dtype";
+        case StaleReason::max_seq_len: return "max_seq_len";
+        case StaleReason::n_layers: return "n_layers";
+    }
+    return "?";
+}
+
+std::string Validity::describe() const {
+    switch (kind) {
+        case Kind::valid: return "Valid";
+        case Kind::allocation_changed: return "AllocationChanged";
+        case Kind::stale: return cat("Stale{", to_string(reason), "}");
+    }
+    return "?";
+}
+
+void require_cache_fits(const Model& model, const KvCache& cache) {
+    const ModelConfig& c = model.config();
+    const KvGeometry& g = cache.geometry();
+    require(g.n_layers == c.n_layers,
+            cat("cache has ", g.n_layers, " layers but the model has ", c.n_layers));
+    require(g.kv_dim() == c.kv_dim(),
+            cat("cache KV width ", g.kv_dim(), " does not match the model's ", c.kv_dim()));
+    require(g.max_seq_len <= c.max_seq_len,
+            cat("cache capacity ", g.max_seq_len, " exceeds the model's max_seq_len ",
+                c.max_seq_len));
+}
+
+PlanKey key_of(const Model& model, const KvCache& cache) {
+    const ModelConfig& c = model.config();
+    PlanKey k;
+    k.family = c.family;
+    k.vocab = c.vocab;
+    k.dim = c.dim;
+    k.n_heads = c.n_heads;
+    k.n_kv_heads = c.n_kv_heads;
+    k.head_dim = c.head_dim;
+    k.ffn_dim = c.ffn_dim;
+    k.rope_theta = c.rope_theta;
+    k.norm_eps = c.norm_eps;
+    k.dtype = cache.geometry().dtype;
+    k.max_seq_len = cache.geometry().max_seq_len;
+    k.n_layers = c.n_layers;
+    k.model = model.id();
+    k.alloc = cache.alloc_id();
+    k.weight_address = model.weight_address();
+    k.position = cache.cached_len();
+    return k;
+}
+
+namespace {
+
+bool same_geometry(const PlanKey& a, const PlanKey& b) {
+    return a.vocab == b.vocab && a.dim == b.dim && a.n_heads == b.n_heads &&
+           a.n_kv_heads == b.n_kv_heads && a.head_dim == b.head_dim && a.ffn_dim == b.ffn_dim &&
+           a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps;
+}
+
+// Model identity as the faults see it: by id (correct), by weight address
+// (recycled addresses alias), or not at all.
+bool same_model(const PlanKey& held, const PlanKey& now) {
+    if (fault_on(Fault::geometry_only_key) || fault_on(Fault::model_id_not_in_key)) return true;
+    if (fault_on(Fault::weight_pointer_key)) return held.weight_address == now.weight_address;
+    return held.model == now.model;
+}
+
+bool same_allocation(const PlanKey& held, const PlanKey& now) {
+    if (fault_on(Fault::geometry_only_key)) return true;
+    return held.alloc == now.alloc;
+}
+
+}  // namespace
+
+Validity check(const PlanKey& held, const PlanKey& now) {
+    if (fault_on(Fault::always_stale)) return Validity::stale(StaleReason::model_instance);
+    if (held.family != now.family) return Validity::stale(StaleReason::family);
+    if (held.n_layers != now.n_layers) return Validity::stale(StaleReason::n_layers);
+    if (!same_geometry(held, now)) return Validity::stale(StaleReason::geometry);
+    if (fault_on(Fault::position_in_key) && held.position != now.position)
+        return Validity::stale(StaleReason::geometry);
+    if (held.dtype != now.dtype) return Validity::stale(StaleReason::dtype);
+    if (held.max_seq_len != now.max_seq_len) return Validity::stale(StaleReason::max_seq_len);
+    if (!same_model(held, now)) return Validity::stale(StaleReason::model_instance);
+    if (!same_allocation(held, now)) return Validity::allocation_changed();
+    return Validity::valid();
+}
+
+}  // namespace kvweld

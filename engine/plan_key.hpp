@@ -1,0 +1,67 @@
+// A plan's validity key and the check that compares a held key with the
+// (model, cache) pair it is handed now.
+//
+//   Valid              nothing differs: reuse the plan
+//   AllocationChanged  only the KV allocation differs: rebind or rebuild
+//   Stale{reason}      something the plan baked differs: rebuild
+#pragma once
+
+#include "engine/config.hpp"
+#include "engine/ids.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kvweld {
+
+class Model;
+class KvCache;
+
+enum class StaleReason : std::uint8_t {
+    model_instance,
+    family,
+    geometry,
+    dtype,
+    max_seq_len,
+    n_layers,
+};
+inline constexpr int kStaleReasons = 6;
+std::string_view to_string(StaleReason r);
+
+struct Validity {
+    enum class Kind : std::uint8_t { valid, allocation_changed, stale };
+    Kind kind = Kind::valid;
+    StaleReason reason = StaleReason::model_instance;  // meaningful when stale
+
+    static Validity valid() { return {}; }
+    static Validity allocation_changed() { return {Kind::allocation_changed, {}}; }
+    static Validity stale(StaleReason r) { return {Kind::stale, r}; }
+    std::string describe() const;
+    friend bool operator==(const Validity&, const Validity&) = default;
+};
+
+struct PlanKey {
+    Family family = Family::llama;
+    // Model geometry: everything the plan's op list and buffers are sized by.
+    int vocab = 0, dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
+    float rope_theta = 0.0f, norm_eps = 0.0f;
+    Dtype dtype = Dtype::f32;
+    int max_seq_len = 0;  // the cache's capacity
+    int n_layers = 0;
+    ModelInstanceId model;
+    KvAllocId alloc;
+    // Read only by fault switches: an address as model identity, and the
+    // per-token position that must never be part of a key.
+    const void* weight_address = nullptr;
+    int position = 0;
+};
+
+// Throws Error when the cache cannot serve the model at all (layer count,
+// KV width or capacity): that is a usage error, not a stale plan.
+void require_cache_fits(const Model& model, const KvCache& cache);
+
+PlanKey key_of(const Model& model, const KvCache& cache);
+Validity check(const PlanKey& held, const PlanKey& now);
+
+}  // namespace kvweld

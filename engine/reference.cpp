@@ -1,0 +1,127 @@
+#include "engine/reference.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+
+#include <cmath>
+#include <span>
+
+namespace kvweld {
+
+ReferenceKv::ReferenceKv(const ModelConfig& c)
+    : key(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
+      value(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())) {}
+
+namespace {
+
+// out[i] = sum_j w[i][j] * x[j]; w is [rows][cols] row-major.
+void matmul(float* out, const float* x, std::span<const float> w, int rows, int cols) {
+    for (int i = 0; i < rows; i++) {
+        double sum = 0.0;
+        for (int j = 0; j < cols; j++) sum += static_cast<double>(w[i * cols + j]) * x[j];
+        out[i] = static_cast<float>(sum);
+    }
+}
+
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
+    double ss = 0.0;
+    for (int j = 0; j < n; j++) ss += static_cast<double>(x[j]) * x[j];
+    const double scale = 1.0 / std::sqrt(ss / n + eps);
+    for (int j = 0; j < n; j++) out[j] = static_cast<float>(weight[j] * (scale * x[j]));
+}
+
+void softmax(float* x, int n) {
+    float max = x[0];
+    for (int i = 1; i < n; i++) max = std::max(max, x[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] = static_cast<float>(x[i] / sum);
+}
+
+// Rotates pairs (2i, 2i+1) of each head by pos * theta^(-2i/head_dim).
+void rope(float* vec, int n_heads, int head_dim, int pos, float theta) {
+    for (int h = 0; h < n_heads; h++) {
+        for (int i = 0; i < head_dim; i += 2) {
+            const double freq = 1.0 / std::pow(static_cast<double>(theta), double(i) / head_dim);
+            const double angle = pos * freq;
+            const double c = std::cos(angle), s = std::sin(angle);
+            float* p = vec + h * head_dim + i;
+            const double a = p[0], b = p[1];
+            p[0] = static_cast<float>(a * c - b * s);
+            p[1] = static_cast<float>(a * s + b * c);
+        }
+    }
+}
+
+}  // namespace
+
+std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos) {
+    const ModelConfig& c = model.config();
+    require(token >= 0 && token < c.vocab,
+            cat("reference: token ", token, " out of range: vocab_size is ", c.vocab));
+    require(pos >= 0 && pos < c.max_seq_len,
+            cat("reference: position ", pos, " out of range: max_seq_len is ", c.max_seq_len));
+    const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+
+    std::vector<float> x(model.embedding().begin() + token * dim,
+                         model.embedding().begin() + (token + 1) * dim);
+    std::vector<float> xb(std::max(dim, q_dim)), q(q_dim), att(pos + 1), out(dim);
+    std::vector<float> hb(c.ffn_dim), hb2(c.ffn_dim);
+
+    for (int l = 0; l < c.n_layers; l++) {
+        const LayerWeights w = model.layer(l);
+        float* k = kv.key[l].data() + pos * kv_dim;
+        float* v = kv.value[l].data() + pos * kv_dim;
+
+        // attention
+        rmsnorm(xb.data(), x.data(), w.att_norm.data(), dim, c.norm_eps);
+        matmul(q.data(), xb.data(), w.wq, q_dim, dim);
+        matmul(k, xb.data(), w.wk, kv_dim, dim);
+        matmul(v, xb.data(), w.wv, kv_dim, dim);
+        if (c.family == Family::qwen3) {
+            for (int h = 0; h < c.n_heads; h++)
+                rmsnorm(&q[h * hd], &q[h * hd], w.q_norm.data(), hd, c.norm_eps);
+            for (int h = 0; h < c.n_kv_heads; h++)
+                rmsnorm(&k[h * hd], &k[h * hd], w.k_norm.data(), hd, c.norm_eps);
+        }
+        rope(q.data(), c.n_heads, hd, pos, c.rope_theta);
+        rope(k, c.n_kv_heads, hd, pos, c.rope_theta);
+
+        for (int h = 0; h < c.n_heads; h++) {
+            const int kvh = h / c.kv_group();
+            for (int t = 0; t <= pos; t++) {
+                const float* kt = kv.key[l].data() + t * kv_dim + kvh * hd;
+                double score = 0.0;
+                for (int i = 0; i < hd; i++) score += static_cast<double>(q[h * hd + i]) * kt[i];
+                att[t] = static_cast<float>(score / std::sqrt(double(hd)));
+            }
+            softmax(att.data(), pos + 1);
+            for (int i = 0; i < hd; i++) {
+                double sum = 0.0;
+                for (int t = 0; t <= pos; t++)
+                    sum += static_cast<double>(att[t]) * kv.value[l][t * kv_dim + kvh * hd + i];
+                xb[h * hd + i] = static_cast<float>(sum);
+            }
+        }
+        matmul(out.data(), xb.data(), w.wo, dim, q_dim);
+        for (int i = 0; i < dim; i++) x[i] += out[i];
+
+        // feed-forward: w2(silu(w1 x) * w3 x)
+        rmsnorm(xb.data(), x.data(), w.ffn_norm.data(), dim, c.norm_eps);
+        matmul(hb.data(), xb.data(), w.w1, c.ffn_dim, dim);
+        matmul(hb2.data(), xb.data(), w.w3, c.ffn_dim, dim);
+        for (int i = 0; i < c.ffn_dim; i++) hb[i] = hb[i] / (1.0f + std::exp(-hb[i])) * hb2[i];
+        matmul(out.data(), hb.data(), w.w2, dim, c.ffn_dim);
+        for (int i = 0; i < dim; i++) x[i] += out[i];
+    }
+
+    rmsnorm(x.data(), x.data(), model.final_norm().data(), dim, c.norm_eps);
+    std::vector<float> logits(c.vocab);
+    matmul(logits.data(), x.data(), model.classifier(), c.vocab, dim);
+    return logits;
+}
+
+}  // namespace kvweld

@@ -1,0 +1,24 @@
+// The reference forward pass: the oracle every decode is judged against.
+// The simplest readable single-token forward over a caller-owned plain KV,
+// in the spirit of llama2.c's run.c. It shares no code with the plan's
+// kernels beyond the config and reads the model's weights directly.
+#pragma once
+
+#include "engine/model.hpp"
+
+#include <vector>
+
+namespace kvweld {
+
+// A plain KV: key[layer][pos * kv_dim + i], value likewise.
+struct ReferenceKv {
+    explicit ReferenceKv(const ModelConfig& config);
+    std::vector<std::vector<float>> key;
+    std::vector<std::vector<float>> value;
+};
+
+// Logits for `token` at position `pos`; writes this position's K and V into
+// kv. Positions 0..pos-1 of kv must already hold this request's history.
+std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos);
+
+}  // namespace kvweld

@@ -1,0 +1,105 @@
+// The held plan decodes exactly what the reference forward computes.
+#include "engine/checkpoint.hpp"
+#include "engine/decode_session.hpp"
+#include "test_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace kvweld {
+namespace {
+
+using testing::kCpuTolerance;
+using testing::max_abs_diff;
+using testing::Shadow;
+
+constexpr int kPositions = 220;
+
+// Decodes kPositions tokens with one held plan and compares every step's
+// logits with the reference. Returns the worst difference.
+float decode_against_reference(const Model& model) {
+    auto cache = KvCache::with_capacity(model.config());
+    DecodeSession session;
+    Shadow shadow(model);
+    float worst = 0.0f;
+    for (int token : testing::random_tokens(kPositions, model.config().vocab, 11)) {
+        const std::vector<float> expected = shadow.step(token);
+        const std::span<const float> got = session.decode(model, cache, token);
+        worst = std::max(worst, max_abs_diff(got, expected));
+    }
+    EXPECT_EQ(cache.cached_len(), kPositions);
+    EXPECT_EQ(session.counters().builds, 1u);
+    EXPECT_EQ(session.counters().kept, kPositions - 1u);
+    EXPECT_EQ(session.counters().rebinds, 0u);
+    return worst;
+}
+
+struct Variant {
+    const char* name;
+    Family family;
+    int n_kv_heads;
+};
+
+// Names the variant in test output instead of dumping its bytes.
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+class HeldPlanDecode : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(HeldPlanDecode, MatchesReferenceOverManyPositions) {
+    ModelConfig cfg = tiny_config(GetParam().family);
+    cfg.n_kv_heads = GetParam().n_kv_heads;
+    const Model model = Model::random(cfg, 42);
+    const float worst = decode_against_reference(model);
+    EXPECT_LE(worst, kCpuTolerance);
+    RecordProperty("max_abs_diff", std::to_string(worst));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HeldPlanDecode,
+                         ::testing::Values(Variant{"llama_gqa", Family::llama, 2},
+                                           Variant{"llama_mha", Family::llama, 4},
+                                           Variant{"qwen3_gqa", Family::qwen3, 1},
+                                           Variant{"qwen3_mha", Family::qwen3, 4}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(HeldPlanDecode, Qwen3WithQDimOtherThanDim) {
+    ModelConfig cfg = tiny_config(Family::qwen3);
+    cfg.dim = 24;
+    EXPECT_LE(decode_against_reference(Model::random(cfg, 5)), kCpuTolerance);
+}
+
+TEST(HeldPlanDecode, LoadedLlama2cCheckpointMatchesReference) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "kvweld_decode_ckpt.bin").string();
+    save_llama2c(Model::random(tiny_config(), 99), path);
+    const Model loaded = load_llama2c(path);
+    std::filesystem::remove(path);
+    EXPECT_LE(decode_against_reference(loaded), kCpuTolerance);
+}
+
+TEST(HeldPlanDecode, SharedClassifierCheckpointMatchesReference) {
+    Model m = Model::zeros(tiny_config(), /*shared_classifier=*/true);
+    Rng rng(4);
+    for (float& w : m.all_weights_mut()) w = rng.symmetric(0.4f);
+    const Model loaded = parse_llama2c(serialize_llama2c(m));
+    EXPECT_LE(decode_against_reference(loaded), kCpuTolerance);
+}
+
+TEST(HeldPlanDecode, ReplanEveryTokenBuildsEachStepAndAgrees) {
+    const Model model = Model::random(tiny_config(), 8);
+    auto held_cache = KvCache::with_capacity(model.config());
+    auto replan_cache = KvCache::with_capacity(model.config());
+    DecodeSession held;
+    DecodeSession replan({.replan_every_token = true});
+    for (int token : testing::random_tokens(30, model.config().vocab, 2)) {
+        const std::span<const float> a = held.decode(model, held_cache, token);
+        const std::vector<float> a_copy(a.begin(), a.end());
+        EXPECT_EQ(max_abs_diff(a_copy, replan.decode(model, replan_cache, token)), 0.0f);
+    }
+    EXPECT_EQ(replan.counters().builds, 30u);
+    EXPECT_EQ(replan.counters().by(BuildReason::replan), 29u);
+    EXPECT_EQ(held.counters().builds, 1u);
+}
+
+}  // namespace
+}  // namespace kvweld

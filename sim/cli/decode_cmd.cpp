@@ -1,0 +1,74 @@
+// `kvweld decode`: decode N tokens with one held plan and print tokens/s and
+// the session counters.
+#include "sim/cli/commands.hpp"
+
+#include "engine/checkpoint.hpp"
+#include "engine/decode_session.hpp"
+#include "engine/rng.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace kvweld::cli {
+
+namespace {
+
+struct DecodeArgs {
+    std::string model = "random";
+    std::string config = "stories15m";
+    int tokens = 200;
+    std::uint64_t seed = 1;
+    std::string backend = "cpu";
+    bool replan = false;
+};
+
+Model load_model(const DecodeArgs& a) {
+    if (a.model == "random") return Model::random(config_by_name(a.config), a.seed);
+    return load_llama2c(a.model);
+}
+
+int run_decode(const DecodeArgs& a) {
+    const Model model = load_model(a);
+    const ModelConfig& c = model.config();
+    require(a.tokens >= 1 && a.tokens <= c.max_seq_len,
+            cat("--tokens ", a.tokens, " out of range: must be in 1..max_seq_len = ", c.max_seq_len));
+    std::printf("model: %s (%s)\n", a.model.c_str(), c.describe().c_str());
+    auto cache = KvCache::with_capacity(c);
+    DecodeSession session({.replan_every_token = a.replan, .backend = backend_from_string(a.backend)});
+    int token = 1 % c.vocab;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < a.tokens; ++i) {
+        const std::span<const float> logits = session.decode(model, cache, token);
+        token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const SessionCounters& k = session.counters();
+    std::printf("decoded %d tokens in %.3f s: %.1f tokens/s (%s, %s)\n", a.tokens, secs,
+                a.tokens / secs, a.backend.c_str(), a.replan ? "replan every token" : "held plan");
+    std::printf("counters: builds=%llu rebinds=%llu kept=%llu\n",
+                static_cast<unsigned long long>(k.builds), static_cast<unsigned long long>(k.rebinds),
+                static_cast<unsigned long long>(k.kept));
+    for (int r = 0; r < kBuildReasons; ++r)
+        if (k.builds_by_reason[r])
+            std::printf("  builds[%s]=%llu\n", std::string(to_string(BuildReason(r))).c_str(),
+                        static_cast<unsigned long long>(k.builds_by_reason[r]));
+    return 0;
+}
+
+}  // namespace
+
+void add_decode_command(CLI::App& app, std::function<int()>& action) {
+    auto args = std::make_shared<DecodeArgs>();
+    CLI::App* cmd = app.add_subcommand("decode", "Decode N tokens with one held plan; print tokens/s and counters");
+    cmd->add_option("--model", args->model, "'random' or a llama2.c checkpoint path")->capture_default_str();
+    cmd->add_option("--config", args->config, "config for --model random: tiny, tiny-qwen3, stories15m, 110m")
+        ->capture_default_str();
+    cmd->add_option("--tokens", args->tokens, "tokens to decode (greedy)")->capture_default_str();
+    cmd->add_option("--seed", args->seed, "weight seed for --model random")->capture_default_str();
+    cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
+    cmd->add_flag("--replan", args->replan, "rebuild the plan every token (measurement only)");
+    cmd->callback([args, &action] { action = [args] { return run_decode(*args); }; });
+}
+
+}  // namespace kvweld::cli
