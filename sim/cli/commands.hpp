@@ -7,10 +7,31 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/faults.hpp"
+#include "sim/sim_config.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace kvweld::cli {
 
 void add_decode_command(CLI::App& app, std::function<int()>& action);
+void add_sim_commands(CLI::App& app, std::function<int()>& action);
+void add_swarm_command(CLI::App& app, std::function<int()>& action);
+
+// Options every simulating command shares.
+struct RunOptions {
+    int steps = 300;
+    std::string model;
+    std::string backend = "cpu";
+    std::vector<std::string> faults;
+};
+void add_run_options(CLI::App* cmd, RunOptions& options);
+sim::DrawOptions draw_options(const RunOptions& options);  // throws Error on a bad name
+FaultSet parse_faults(const std::vector<std::string>& names);
+void write_json(const std::string& path, const nlohmann::json& j);
 
 }  // namespace kvweld::cli

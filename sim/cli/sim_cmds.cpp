@@ -1,0 +1,140 @@
+// `kvweld sim`, `replay` and `shrink`: one run, its replay, its minimization.
+#include "sim/cli/commands.hpp"
+
+#include "sim/report.hpp"
+#include "sim/shrink.hpp"
+#include "sim/trace.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+namespace kvweld::cli {
+
+using namespace kvweld::sim;
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+    std::ofstream out(path, std::ios::trunc);
+    require(out.good(), cat("--json ", path, ": cannot open for writing"));
+    out << j.dump(2) << "\n";
+}
+
+FaultSet parse_faults(const std::vector<std::string>& names) {
+    FaultSet set;
+    for (const std::string& name : names) {
+        const auto f = fault_from_name(name);
+        require(f.has_value(), cat("unknown fault '", name, "': known faults are ", fault_names()));
+        set.add(*f);
+    }
+    require(set.empty() || kFaultsCompiled,
+            "--fault needs a build with fault switches (KVWELD_FAULTS); this one has none");
+    return set;
+}
+
+void add_run_options(CLI::App* cmd, RunOptions& o) {
+    cmd->add_option("--steps", o.steps, "ops per run")->capture_default_str()->check(CLI::Range(1, 1000000));
+    cmd->add_option("--model", o.model,
+                    "model dims: tiny, tiny-mha, tiny-qwen3, small, stories15m (default: drawn per seed)");
+    cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
+    cmd->add_option("--fault", o.faults, cat("turn a fault switch on (repeatable): ", fault_names()));
+}
+
+DrawOptions draw_options(const RunOptions& o) {
+    return DrawOptions{o.model, backend_from_string(o.backend), parse_faults(o.faults)};
+}
+
+namespace {
+
+void print(const std::string& s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+}
+
+int finish(const RunResult& r, const std::string& json) {
+    print(report_body(r));
+    if (!json.empty()) write_json(json, json_report(r));
+    return exit_code(r.verdict);
+}
+
+struct SimArgs {
+    RunOptions run;
+    std::uint64_t seed = 0;
+    std::string trace, json;
+    bool no_oracles = false;
+    bool timing = false;
+};
+
+int run_sim(const SimArgs& a) {
+    const SimConfig config = draw_config(a.seed, draw_options(a.run));
+    const RunResult header_only{config, a.run.steps, {}, {}, Verdict::pass, std::nullopt};
+    print(report_header(header_only));
+    const OracleSwitches oracles = a.no_oracles ? OracleSwitches{false, false, false} : OracleSwitches{};
+    const auto start = std::chrono::steady_clock::now();
+    const RunResult r = run_generated(config, a.run.steps, oracles);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (a.timing)
+        std::fprintf(stderr, "timing: %llu decodes in %.3f s = %.0f decodes/s (oracles %s)\n",
+                     static_cast<unsigned long long>(r.stats.decodes), secs, r.stats.decodes / secs,
+                     a.no_oracles ? "off" : "on");
+    if (!a.trace.empty()) write_trace(a.trace, config, a.run.steps, r.ops);
+    return finish(r, a.json);
+}
+
+int run_replay(const std::string& path, const std::string& json) {
+    const Trace t = read_trace(path);
+    const RunResult r = run_ops(t.config, t.ops, t.steps);
+    print(report_header(r));
+    return finish(r, json);
+}
+
+int run_shrink(const std::string& path, const std::string& out) {
+    const Trace t = read_trace(path);
+    const RunResult original = run_ops(t.config, t.ops, t.steps);
+    require(original.verdict != Verdict::pass, cat("shrink: ", path, " passes; there is nothing to shrink"));
+    std::printf("shrink: %s fails with %s after %zu ops; minimizing...\n", path.c_str(),
+                std::string(to_string(original.verdict)).c_str(), original.ops.size());
+    std::fflush(stdout);
+    const ShrinkResult s = shrink(t.config, original.ops, t.steps, original.verdict);
+    write_trace(out, t.config, t.steps, s.ops);
+    std::printf("shrink: %zu ops -> %zu ops in %d runs, still %s\n", original.ops.size(), s.ops.size(), s.runs,
+                std::string(to_string(s.result.verdict)).c_str());
+    if (s.result.failure)
+        std::printf("  %s oracle at op %zu (%s): %s\n", std::string(to_string(s.result.failure->oracle)).c_str(),
+                    s.result.failure->op_index, s.result.failure->op.c_str(), s.result.failure->detail.c_str());
+    std::printf("reproduce: kvweld replay %s\n", out.c_str());
+    return 0;
+}
+
+}  // namespace
+
+void add_sim_commands(CLI::App& app, std::function<int()>& action) {
+    auto sim = std::make_shared<SimArgs>();
+    CLI::App* cmd = app.add_subcommand("sim", "One simulated run: seed and config first, verdict last. "
+                                              "Exit 0 pass, 3 stale decode, 4 spurious invalidation, "
+                                              "5 missed invalidation, 6 engine error, 2 bad input");
+    cmd->add_option("--seed", sim->seed, "the one seed that decides the run")->required();
+    add_run_options(cmd, sim->run);
+    cmd->add_option("--trace", sim->trace, "write the run's trace (JSON Lines) here");
+    cmd->add_option("--json", sim->json, "write the report as JSON here");
+    cmd->add_flag("--no-oracles", sim->no_oracles, "run unchecked (measures the harness overhead)");
+    cmd->add_flag("--timing", sim->timing, "print decodes per second to stderr");
+    cmd->callback([sim, &action] { action = [sim] { return run_sim(*sim); }; });
+
+    auto replay = std::make_shared<std::pair<std::string, std::string>>();
+    CLI::App* rcmd = app.add_subcommand("replay", "Re-run a trace; prints the same report byte for byte");
+    rcmd->add_option("TRACE", replay->first, "trace file written by sim --trace or shrink")->required();
+    rcmd->add_option("--json", replay->second, "write the report as JSON here");
+    rcmd->callback([replay, &action] { action = [replay] { return run_replay(replay->first, replay->second); }; });
+
+    auto shrink_args = std::make_shared<std::pair<std::string, std::string>>();
+    CLI::App* scmd = app.add_subcommand("shrink", "Minimize a failing trace, keeping its failure class");
+    scmd->add_option("TRACE", shrink_args->first, "a failing trace")->required();
+    scmd->add_option("-o,--output", shrink_args->second, "where to write the minimized trace")->required();
+    scmd->callback([shrink_args, &action] {
+        action = [shrink_args] { return run_shrink(shrink_args->first, shrink_args->second); };
+    });
+}
+
+}  // namespace kvweld::cli

@@ -1,0 +1,126 @@
+#include "sim/ops.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+
+namespace kvweld::sim {
+
+namespace {
+constexpr std::array<std::string_view, kOpKinds> kNames = {
+    "admit", "decode", "spec", "retire", "clear", "set_layer", "truncate", "reload", "migrate"};
+}
+
+std::string_view to_string(OpKind k) { return kNames[static_cast<int>(k)]; }
+
+OpKind op_kind_from_string(std::string_view s) {
+    for (int i = 0; i < kOpKinds; ++i)
+        if (kNames[i] == s) return static_cast<OpKind>(i);
+    throw Error(cat("unknown op '", s, "'"));
+}
+
+void to_json(nlohmann::json& j, const Op& op) {
+    j = nlohmann::json::object();
+    j["op"] = to_string(op.kind);
+    switch (op.kind) {
+        case OpKind::admit:
+            j["pick"] = op.pick;
+            j["prompt"] = op.tokens;
+            j["fresh"] = op.fresh;
+            j["accept"] = op.accept;
+            j["max_new"] = op.max_new;
+            j["seed"] = op.seed;
+            break;
+        case OpKind::decode: j["pick"] = op.pick; j["seed"] = op.seed; break;
+        case OpKind::spec:
+            j["pick"] = op.pick;
+            j["drafts"] = op.tokens;
+            j["m"] = op.m;
+            j["seed"] = op.seed;
+            break;
+        case OpKind::retire:
+        case OpKind::clear: j["pick"] = op.pick; break;
+        case OpKind::set_layer: j["pick"] = op.pick; j["layer"] = op.layer; break;
+        case OpKind::truncate: j["pick"] = op.pick; j["length"] = op.length; break;
+        case OpKind::reload: j["same_weights"] = op.same_weights; j["seed"] = op.seed; break;
+        case OpKind::migrate: j["pick"] = op.pick; j["to"] = op.pick2; break;
+    }
+}
+
+namespace {
+
+// Reads a required field of the given type, or throws naming it.
+template <class T>
+T field(const nlohmann::json& j, const char* name) {
+    if (!j.contains(name)) throw Error(cat("missing field '", name, "'"));
+    try {
+        return j.at(name).get<T>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error(cat("field '", name, "' has the wrong type: ", j.at(name).dump()));
+    }
+}
+
+std::vector<int> tokens_field(const nlohmann::json& j, const char* name) {
+    auto tokens = field<std::vector<int>>(j, name);
+    for (int t : tokens) require(t >= 0, cat("field '", name, "' holds a negative token ", t));
+    return tokens;
+}
+
+}  // namespace
+
+Op op_from_json(const nlohmann::json& j) {
+    require(j.is_object(), "an op must be a JSON object");
+    Op op;
+    op.kind = op_kind_from_string(field<std::string>(j, "op"));
+    switch (op.kind) {
+        case OpKind::admit:
+            op.pick = field<std::uint32_t>(j, "pick");
+            op.tokens = tokens_field(j, "prompt");
+            require(!op.tokens.empty(), "field 'prompt' is empty: a request needs a prompt");
+            op.fresh = field<bool>(j, "fresh");
+            op.accept = field<float>(j, "accept");
+            require(op.accept >= 0.0f && op.accept <= 1.0f,
+                    cat("field 'accept' = ", op.accept, ": must be in [0, 1]"));
+            op.max_new = field<int>(j, "max_new");
+            require(op.max_new >= 0, cat("field 'max_new' = ", op.max_new, ": must be >= 0"));
+            op.seed = field<std::uint64_t>(j, "seed");
+            break;
+        case OpKind::decode:
+            op.pick = field<std::uint32_t>(j, "pick");
+            op.seed = field<std::uint64_t>(j, "seed");
+            break;
+        case OpKind::spec:
+            op.pick = field<std::uint32_t>(j, "pick");
+            op.tokens = tokens_field(j, "drafts");
+            op.m = field<int>(j, "m");
+            require(op.m >= 0 && op.m <= static_cast<int>(op.tokens.size()),
+                    cat("field 'm' = ", op.m, ": must be in 0..", op.tokens.size(), " (drafts)"));
+            op.seed = field<std::uint64_t>(j, "seed");
+            break;
+        case OpKind::retire:
+        case OpKind::clear: op.pick = field<std::uint32_t>(j, "pick"); break;
+        case OpKind::set_layer:
+            op.pick = field<std::uint32_t>(j, "pick");
+            op.layer = field<int>(j, "layer");
+            require(op.layer >= 0, cat("field 'layer' = ", op.layer, ": must be >= 0"));
+            break;
+        case OpKind::truncate:
+            op.pick = field<std::uint32_t>(j, "pick");
+            op.length = field<std::uint32_t>(j, "length");
+            break;
+        case OpKind::reload:
+            op.same_weights = field<bool>(j, "same_weights");
+            op.seed = field<std::uint64_t>(j, "seed");
+            break;
+        case OpKind::migrate:
+            op.pick = field<std::uint32_t>(j, "pick");
+            op.pick2 = field<std::uint32_t>(j, "to");
+            break;
+    }
+    return op;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,95 @@
+#include "sim/report.hpp"
+
+#include "engine/cat.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace kvweld::sim {
+
+namespace {
+
+std::string fixed(double v, int digits) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+    return buf;
+}
+
+std::string sci(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2e", v);
+    return buf;
+}
+
+}  // namespace
+
+std::string report_header(const RunResult& r) {
+    return cat("kvweld sim: seed ", r.config.seed, ", ", r.steps, " steps\n", r.config.describe(), "\n");
+}
+
+std::string report_body(const RunResult& r) {
+    const RunStats& s = r.stats;
+    std::string out = cat(
+        "ops: ", s.ops_run, " run, ", s.ops_skipped, " skipped; requests ", s.requests, "; decodes ",
+        s.decodes, "\n",
+        "plans (engine):    kept ", s.kept, ", rebound ", s.rebound, ", rebuilt ", s.rebuilt, "\n",
+        "plans (justified): kept ", s.justified_kept, ", rebind ", s.justified_rebinds, ", build ",
+        s.justified_builds, "\n",
+        "spurious ", s.spurious, ", missed ", s.missed, "; reuse ratio ", fixed(s.reuse_ratio(), 4),
+        " (ideal ", fixed(s.ideal_ratio(), 4), ")\n",
+        "data oracle: max logit error ", sci(s.max_logit_error), " (tolerance 1.00e-04); ",
+        s.change_decodes, " decodes after a storage/model change, ", s.indistinguishable,
+        " of them indistinguishable by data alone\n");
+    if (r.failure) {
+        const Failure& f = *r.failure;
+        out += cat("failure at op ", f.op_index, " (", f.op, "), ", to_string(f.oracle),
+                   " oracle: ", f.detail, "\n");
+    }
+    out += cat("verdict: ", r.verdict == Verdict::pass ? "PASS" : "FAIL ", 
+               r.verdict == Verdict::pass ? "" : to_string(r.verdict), "\n");
+    return out;
+}
+
+nlohmann::json json_report(const RunResult& r) {
+    const RunStats& s = r.stats;
+    nlohmann::json j = {
+        {"seed", r.config.seed},
+        {"steps", r.steps},
+        {"config", r.config},
+        {"ops_run", s.ops_run},
+        {"ops_skipped", s.ops_skipped},
+        {"requests", s.requests},
+        {"decodes", s.decodes},
+        {"kept", s.kept},
+        {"rebound", s.rebound},
+        {"rebuilt", s.rebuilt},
+        {"justified", {{"kept", s.justified_kept}, {"rebind", s.justified_rebinds}, {"build", s.justified_builds}}},
+        {"spurious", s.spurious},
+        {"missed", s.missed},
+        {"reuse_ratio", s.reuse_ratio()},
+        {"ideal_ratio", s.ideal_ratio()},
+        {"change_decodes", s.change_decodes},
+        {"indistinguishable", s.indistinguishable},
+        {"max_logit_error", s.max_logit_error},
+        {"verdict", to_string(r.verdict)},
+        {"exit_code", exit_code(r.verdict)},
+    };
+    if (r.failure)
+        j["failure"] = {{"op_index", r.failure->op_index},
+                        {"op", r.failure->op},
+                        {"oracle", to_string(r.failure->oracle)},
+                        {"detail", r.failure->detail}};
+    return j;
+}
+
+std::string reproduce_command(const SimConfig& c, int steps, const std::string& model_option) {
+    std::string cmd = cat("kvweld sim --seed ", c.seed, " --steps ", steps);
+    if (!model_option.empty()) cmd += cat(" --model ", model_option);
+    if (c.backend != Backend::cpu) cmd += cat(" --backend ", to_string(c.backend));
+    for (const FaultInfo& f : all_faults())
+        if (c.faults.has(f.fault)) cmd += cat(" --fault ", f.name);
+    return cmd;
+}
+
+}  // namespace kvweld::sim

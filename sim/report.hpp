@@ -1,0 +1,22 @@
+// A run's report, as text (seed and configuration first, verdict last) and
+// as JSON. Built from the config, ops and stats alone: no ids, pointers or
+// times, so a replay reproduces it byte for byte.
+#pragma once
+
+#include "sim/run.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+
+namespace kvweld::sim {
+
+std::string report_header(const RunResult& r);  // seed and configuration
+std::string report_body(const RunResult& r);    // counts, ratios and the verdict
+inline std::string text_report(const RunResult& r) { return report_header(r) + report_body(r); }
+nlohmann::json json_report(const RunResult& r);
+
+// The one command that reproduces a seed's run.
+std::string reproduce_command(const SimConfig& c, int steps, const std::string& model_option);
+
+}  // namespace kvweld::sim

@@ -1,0 +1,211 @@
+#include "sim/sim_config.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engine/rng.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+
+namespace kvweld::sim {
+
+std::string_view to_string(CachePolicy p) {
+    switch (p) {
+        case CachePolicy::fresh: return "fresh";
+        case CachePolicy::recycle: return "recycle";
+        case CachePolicy::mixed: return "mixed";
+    }
+    return "?";
+}
+
+namespace {
+
+CachePolicy cache_policy_from_string(std::string_view s) {
+    for (CachePolicy p : {CachePolicy::fresh, CachePolicy::recycle, CachePolicy::mixed})
+        if (to_string(p) == s) return p;
+    throw Error(cat("unknown cache policy '", s, "': expected fresh, recycle or mixed"));
+}
+
+RebindPolicy rebind_policy_from_string(std::string_view s) {
+    if (s == "rebind") return RebindPolicy::rebind;
+    if (s == "rebuild") return RebindPolicy::rebuild;
+    throw Error(cat("unknown rebind policy '", s, "': expected rebind or rebuild"));
+}
+
+constexpr std::array<std::string_view, 4> kSwarmModels = {"tiny", "tiny-mha", "tiny-qwen3",
+                                                          "small"};
+
+// The swarm's model dims; "tiny-mha" and "small" exist only here.
+ModelConfig sim_model(std::string_view name) {
+    if (name == "tiny-mha") {
+        ModelConfig c = tiny_config();
+        c.n_kv_heads = c.n_heads;
+        return c;
+    }
+    if (name == "small") {
+        ModelConfig c = tiny_config();
+        c.vocab = 96;
+        c.dim = 48;
+        c.n_layers = 3;
+        c.n_heads = 6;
+        c.n_kv_heads = 3;
+        c.ffn_dim = 96;
+        c.max_seq_len = 128;
+        return c;
+    }
+    return config_by_name(name);
+}
+
+}  // namespace
+
+std::span<const std::string_view> swarm_model_names() { return kSwarmModels; }
+
+SimConfig draw_config(std::uint64_t seed, const DrawOptions& options) {
+    Rng rng(seed);
+    SimConfig c;
+    c.seed = seed;
+    // A random subset of op kinds, each weighted 1..100. admit and decode are
+    // always on: without them no decode would ever be checked.
+    for (int k = 0; k < kOpKinds; ++k) c.weights[k] = rng.chance(0.6) ? int(rng.range(1, 100)) : 0;
+    for (OpKind k : {OpKind::admit, OpKind::decode})
+        if (c.weights[int(k)] == 0) c.weights[int(k)] = int(rng.range(1, 100));
+    c.slots = int(rng.range(1, 16));
+    c.cache_policy = static_cast<CachePolicy>(rng.below(3));
+    c.rebind_policy = rng.chance(0.5) ? RebindPolicy::rebind : RebindPolicy::rebuild;
+    c.retire_keeps_cache = rng.chance(0.7);
+    c.sampled = rng.chance(0.5);
+    // Always drawn, then overridden: naming the drawn model reproduces the
+    // same config, so a reproduce command may always say --model.
+    c.model_name = std::string(kSwarmModels[rng.below(kSwarmModels.size())]);
+    if (!options.model.empty()) c.model_name = options.model;
+    c.model = sim_model(c.model_name);
+    c.weights_seed = rng.next();
+    c.max_prompt = int(rng.range(1, 24));
+    c.max_new = int(rng.range(0, 48));
+    c.spec_k = int(rng.range(1, 8));
+    c.accept_mean = static_cast<float>(rng.unit());
+    c.same_weights_chance = static_cast<float>(rng.unit());
+    c.backend = options.backend;
+    c.faults = options.faults;
+    return c;
+}
+
+std::string SimConfig::describe() const {
+    std::string ops;
+    for (int k = 0; k < kOpKinds; ++k)
+        if (weights[k]) ops += cat(ops.empty() ? "" : " ", to_string(OpKind(k)), "=", weights[k]);
+    return cat("  ops: ", ops, "\n",
+               "  slots=", slots, " cache=", to_string(cache_policy), " on_alloc_change=",
+               to_string(rebind_policy), " retire_keeps_cache=", retire_keeps_cache ? "yes" : "no",
+               " tokens=", sampled ? "sampled" : "greedy", "\n",
+               "  model: ", model_name, " (", model.describe(), ")\n",
+               "  prompt=1..", max_prompt, " new=0..", max_new, " spec_k=", spec_k,
+               " accept_mean=", accept_mean, " reload_same_weights=", same_weights_chance, "\n",
+               "  backend=", to_string(backend), " faults=", faults.describe());
+}
+
+void to_json(nlohmann::json& j, const SimConfig& c) {
+    nlohmann::json weights = nlohmann::json::object();
+    for (int k = 0; k < kOpKinds; ++k) weights[std::string(to_string(OpKind(k)))] = c.weights[k];
+    std::vector<std::string> faults;
+    for (const FaultInfo& f : all_faults())
+        if (c.faults.has(f.fault)) faults.emplace_back(f.name);
+    j = {{"seed", c.seed},
+         {"weights", weights},
+         {"slots", c.slots},
+         {"cache_policy", to_string(c.cache_policy)},
+         {"rebind_policy", to_string(c.rebind_policy)},
+         {"retire_keeps_cache", c.retire_keeps_cache},
+         {"sampled", c.sampled},
+         {"model", {{"name", c.model_name},
+                    {"family", to_string(c.model.family)},
+                    {"vocab", c.model.vocab},
+                    {"dim", c.model.dim},
+                    {"n_layers", c.model.n_layers},
+                    {"n_heads", c.model.n_heads},
+                    {"n_kv_heads", c.model.n_kv_heads},
+                    {"head_dim", c.model.head_dim},
+                    {"ffn_dim", c.model.ffn_dim},
+                    {"max_seq_len", c.model.max_seq_len},
+                    {"rope_theta", c.model.rope_theta},
+                    {"norm_eps", c.model.norm_eps},
+                    {"weights_seed", c.weights_seed}}},
+         {"max_prompt", c.max_prompt},
+         {"max_new", c.max_new},
+         {"spec_k", c.spec_k},
+         {"accept_mean", c.accept_mean},
+         {"same_weights_chance", c.same_weights_chance},
+         {"backend", to_string(c.backend)},
+         {"faults", faults}};
+}
+
+namespace {
+
+template <class T>
+T get(const nlohmann::json& j, const char* name) {
+    if (!j.is_object() || !j.contains(name)) throw Error(cat("missing field '", name, "'"));
+    try {
+        return j.at(name).get<T>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error(cat("field '", name, "' has the wrong type: ", j.at(name).dump()));
+    }
+}
+
+int get_in(const nlohmann::json& j, const char* name, int lo, int hi) {
+    const int v = get<int>(j, name);
+    require(v >= lo && v <= hi, cat("field '", name, "' = ", v, ": must be in ", lo, "..", hi));
+    return v;
+}
+
+ModelConfig model_from_json(const nlohmann::json& m) {
+    ModelConfig c;
+    c.family = family_from_string(get<std::string>(m, "family"));
+    c.vocab = get<int>(m, "vocab");
+    c.dim = get<int>(m, "dim");
+    c.n_layers = get<int>(m, "n_layers");
+    c.n_heads = get<int>(m, "n_heads");
+    c.n_kv_heads = get<int>(m, "n_kv_heads");
+    c.head_dim = get<int>(m, "head_dim");
+    c.ffn_dim = get<int>(m, "ffn_dim");
+    c.max_seq_len = get<int>(m, "max_seq_len");
+    c.rope_theta = get<float>(m, "rope_theta");
+    c.norm_eps = get<float>(m, "norm_eps");
+    c.validate();
+    return c;
+}
+
+}  // namespace
+
+SimConfig config_from_json(const nlohmann::json& j) {
+    SimConfig c;
+    c.seed = get<std::uint64_t>(j, "seed");
+    const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
+    for (int k = 0; k < kOpKinds; ++k)
+        c.weights[k] = get_in(w, std::string(to_string(OpKind(k))).c_str(), 0, 100);
+    require(c.weights[int(OpKind::admit)] > 0 && c.weights[int(OpKind::decode)] > 0,
+            "weights: admit and decode must be enabled");
+    c.slots = get_in(j, "slots", 1, 16);
+    c.cache_policy = cache_policy_from_string(get<std::string>(j, "cache_policy"));
+    c.rebind_policy = rebind_policy_from_string(get<std::string>(j, "rebind_policy"));
+    c.retire_keeps_cache = get<bool>(j, "retire_keeps_cache");
+    c.sampled = get<bool>(j, "sampled");
+    const nlohmann::json& m = j.contains("model") ? j.at("model") : nlohmann::json();
+    c.model_name = get<std::string>(m, "name");
+    c.model = model_from_json(m);
+    c.weights_seed = get<std::uint64_t>(m, "weights_seed");
+    c.max_prompt = get_in(j, "max_prompt", 1, 4096);
+    c.max_new = get_in(j, "max_new", 0, 1 << 20);
+    c.spec_k = get_in(j, "spec_k", 1, 64);
+    c.accept_mean = get<float>(j, "accept_mean");
+    c.same_weights_chance = get<float>(j, "same_weights_chance");
+    c.backend = backend_from_string(get<std::string>(j, "backend"));
+    for (const std::string& name : get<std::vector<std::string>>(j, "faults")) {
+        const auto f = fault_from_name(name);
+        require(f.has_value(), cat("unknown fault '", name, "': known faults are ", fault_names()));
+        c.faults.add(*f);
+    }
+    return c;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,62 @@
+// One run's configuration. Swarm testing: the seed decides which op kinds
+// are enabled and how often, how many slots, which policies, which model,
+// how long prompts and outputs are, and how speculative decoding behaves.
+#pragma once
+
+#include "engine/config.hpp"
+#include "engine/decode_session.hpp"
+#include "engine/faults.hpp"
+#include "sim/ops.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace kvweld::sim {
+
+// How admit gets its cache: a new allocation, the slot's own cache rewound
+// with truncate_to(0), or either, drawn per request.
+enum class CachePolicy : std::uint8_t { fresh, recycle, mixed };
+std::string_view to_string(CachePolicy p);
+
+struct SimConfig {
+    std::uint64_t seed = 0;
+    std::array<int, kOpKinds> weights{};  // 0 = disabled, else 1..100
+    int slots = 1;                        // 1..16
+    CachePolicy cache_policy = CachePolicy::fresh;
+    RebindPolicy rebind_policy = RebindPolicy::rebind;
+    bool retire_keeps_cache = true;
+    bool sampled = false;  // sample from the logits, else greedy
+    std::string model_name = "tiny";
+    ModelConfig model;
+    std::uint64_t weights_seed = 1;
+    int max_prompt = 8;     // prompts are 1..max_prompt tokens
+    int max_new = 32;       // output budgets are 0..max_new tokens
+    int spec_k = 4;         // speculative: k decodes (1 pending + k-1 drafts)
+    float accept_mean = 0.5f;
+    float same_weights_chance = 0.5f;  // on reload
+    Backend backend = Backend::cpu;
+    FaultSet faults;
+
+    std::string describe() const;  // one line per group, no ids or pointers
+};
+
+// The models a swarm draws from: small enough that a seed runs in
+// milliseconds, with GQA, MHA, qwen3, and more than one layer (a partial
+// rebind needs a second layer to be seen).
+std::span<const std::string_view> swarm_model_names();
+
+struct DrawOptions {
+    std::string model;  // "" = drawn per seed; else a config name
+    Backend backend = Backend::cpu;
+    FaultSet faults;
+};
+
+SimConfig draw_config(std::uint64_t seed, const DrawOptions& options = {});
+
+void to_json(nlohmann::json& j, const SimConfig& c);
+SimConfig config_from_json(const nlohmann::json& j);  // strict; throws Error naming the field
+
+}  // namespace kvweld::sim

@@ -1,0 +1,89 @@
+#include "sim/swarm.hpp"
+
+#include "engine/cat.hpp"
+#include "sim/report.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+namespace kvweld::sim {
+
+SwarmResult run_swarm(const SwarmOptions& o, const std::function<void(std::size_t, std::size_t)>& progress) {
+    const std::size_t n = static_cast<std::size_t>(o.last - o.first) + 1;
+    SwarmResult out;
+    out.seeds.resize(n);
+    std::atomic<std::size_t> next{0};
+    std::mutex mutex;
+    std::size_t done = 0, failures = 0;
+
+    auto worker = [&] {
+        for (std::size_t i; (i = next.fetch_add(1)) < n;) {
+            const RunResult r = run_generated(draw_config(o.first + i, o.draw), o.steps, o.oracles);
+            out.seeds[i] = SeedResult{r.config, r.stats, r.verdict, r.failure};
+            const std::lock_guard lock(mutex);
+            ++done;
+            failures += r.verdict != Verdict::pass;
+            if (progress) progress(done, failures);
+        }
+    };
+    std::vector<std::thread> threads;
+    const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(n)));
+    for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
+    for (std::thread& t : threads) t.join();
+
+    for (const SeedResult& s : out.seeds) {
+        out.total.add(s.stats);
+        out.failures += s.verdict != Verdict::pass;
+    }
+    return out;
+}
+
+namespace {
+
+std::string row(const char* label, const std::string& value) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "  %-34s %s\n", label, value.c_str());
+    return buf;
+}
+
+std::string ratio(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4f", v);
+    return buf;
+}
+
+}  // namespace
+
+std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
+    const RunStats& t = r.total;
+    std::string out = cat("swarm: seeds ", o.first, "..", o.last, ", ", o.steps, " steps each\n");
+    out += row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
+    out += row("decodes", cat(t.decodes));
+    out += row("kept / rebound / rebuilt", cat(t.kept, " / ", t.rebound, " / ", t.rebuilt));
+    out += row("justified kept / rebind / build",
+               cat(t.justified_kept, " / ", t.justified_rebinds, " / ", t.justified_builds));
+    out += row("spurious", cat(t.spurious));
+    out += row("missed", cat(t.missed));
+    std::size_t stale = 0;
+    for (const SeedResult& s : r.seeds) stale += s.verdict == Verdict::stale_decode;
+    out += row("stale decodes (seeds)", cat(stale));
+    out += row("reuse ratio (ideal)", cat(ratio(t.reuse_ratio()), " (", ratio(t.ideal_ratio()), ")"));
+    out += row("change decodes / blind to data", cat(t.change_decodes, " / ", t.indistinguishable));
+    char err[32];
+    std::snprintf(err, sizeof err, "%.2e", t.max_logit_error);
+    out += row("max logit error", err);
+    for (const SeedResult& s : r.seeds) {
+        if (s.verdict == Verdict::pass) continue;
+        out += cat("FAIL seed ", s.config.seed, ": ", to_string(s.verdict));
+        if (s.failure)
+            out += cat(" at op ", s.failure->op_index, " (", s.failure->op, ", ", to_string(s.failure->oracle),
+                       " oracle): ", s.failure->detail);
+        out += cat("\n  reproduce: ", reproduce_command(s.config, o.steps, o.draw.model), "\n");
+    }
+    out += r.failures == 0 ? "swarm verdict: PASS\n" : cat("swarm verdict: FAIL (", r.failures, " seeds)\n");
+    return out;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,37 @@
+// How a run ended, and which oracle said so. Each failure class has its own
+// process exit code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kvweld::sim {
+
+enum class Verdict : std::uint8_t {
+    pass,
+    stale_decode,           // data or weld oracle
+    spurious_invalidation,  // the engine prepared a plan no change justified
+    missed_invalidation,    // a justified rebuild/rebind did not happen, output still right
+    engine_error,           // the engine refused a valid op
+};
+
+enum class Oracle : std::uint8_t { data, weld, accounting, engine };
+
+std::string_view to_string(Verdict v);
+std::string_view to_string(Oracle o);
+Verdict verdict_from_string(std::string_view s);  // throws Error naming s
+
+// 0 pass; 3 stale decode; 4 spurious; 5 missed; 6 engine error. (1 is a
+// swarm with failures, 2 a usage or input error.)
+int exit_code(Verdict v);
+
+struct Failure {
+    std::size_t op_index = 0;
+    std::string op;  // its kind
+    Oracle oracle = Oracle::data;
+    std::string detail;
+};
+
+}  // namespace kvweld::sim
