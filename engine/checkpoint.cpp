@@ -22,8 +22,8 @@ struct Header {
 
 Header parse_header(std::span<const std::byte> bytes, const std::string& origin) {
     require(bytes.size() >= kHeaderBytes,
-            cat("checkpoint ", origin, ": file is ", bytes.size(),
-                " bytes, shorter than the 28-byte header"));
+            "checkpoint ", origin, ": file is ", bytes.size(),
+                " bytes, shorter than the 28-byte header");
     std::int32_t h[7];
     std::memcpy(h, bytes.data(), kHeaderBytes);
     Header out;
@@ -36,12 +36,12 @@ Header parse_header(std::span<const std::byte> bytes, const std::string& origin)
     c.n_kv_heads = h[4];
     out.shared_classifier = h[5] > 0;
     // -INT32_MIN overflows: reject it before negating.
-    require(h[5] != INT32_MIN, cat("checkpoint ", origin, ": header vocab_size ", h[5], " is invalid"));
+    require(h[5] != INT32_MIN, "checkpoint ", origin, ": header vocab_size ", h[5], " is invalid");
     c.vocab = h[5] < 0 ? -h[5] : h[5];
     c.max_seq_len = h[6];
     require(c.n_heads > 0 && c.dim > 0 && c.dim % c.n_heads == 0,
-            cat("checkpoint ", origin, ": header dim ", c.dim, " is not a positive multiple of n_heads ",
-                c.n_heads));
+            "checkpoint ", origin, ": header dim ", c.dim, " is not a positive multiple of n_heads ",
+                c.n_heads);
     c.head_dim = c.dim / c.n_heads;
     try {
         c.validate();
@@ -70,10 +70,10 @@ Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin)
     const std::size_t expected =
         kHeaderBytes + (weights + rope_table_floats(c)) * sizeof(float);
     require(bytes.size() == expected,
-            cat("checkpoint ", origin, ": file is ", bytes.size(), " bytes but its header (",
+            "checkpoint ", origin, ": file is ", bytes.size(), " bytes but its header (",
                 c.describe(), header.shared_classifier ? ", shared" : ", unshared",
                 " classifier) needs exactly ", expected, " bytes (",
-                bytes.size() < expected ? "truncated" : "oversized", ")"));
+                bytes.size() < expected ? "truncated" : "oversized", ")");
 
     Model model = Model::zeros(c, header.shared_classifier);
     std::span<float> dst = model.all_weights_mut();
@@ -84,24 +84,24 @@ Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin)
 
     for (std::size_t i = 0; i < dst.size(); ++i) {
         require(std::isfinite(dst[i]),
-                cat("checkpoint ", origin, ": weight ", i, " of ", dst.size(), " is not finite (",
-                    dst[i], ")"));
+                "checkpoint ", origin, ": weight ", i, " of ", dst.size(), " is not finite (",
+                    dst[i], ")");
     }
     return model;
 }
 
 Model load_llama2c(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
-    require(in.good(), cat("checkpoint ", path, ": cannot open the file"));
+    require(in.good(), "checkpoint ", path, ": cannot open the file");
     std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    require(!in.bad(), cat("checkpoint ", path, ": read error"));
+    require(!in.bad(), "checkpoint ", path, ": read error");
     return parse_llama2c(std::as_bytes(std::span<const char>(raw)), path);
 }
 
 std::vector<std::byte> serialize_llama2c(const Model& model) {
     const ModelConfig& c = model.config();
     require(c.family == Family::llama,
-            cat("llama2.c checkpoints hold llama-family models only, not ", to_string(c.family)));
+            "llama2.c checkpoints hold llama-family models only, not ", to_string(c.family));
     require(c.q_dim() == c.dim, "llama2.c checkpoints need dim == n_heads * head_dim");
     const std::int32_t vocab = model.shared_classifier() ? c.vocab : -c.vocab;
     const std::int32_t h[7] = {c.dim, c.ffn_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab,
@@ -125,9 +125,9 @@ std::vector<std::byte> serialize_llama2c(const Model& model) {
 void save_llama2c(const Model& model, const std::string& path) {
     const std::vector<std::byte> bytes = serialize_llama2c(model);
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    require(out.good(), cat("checkpoint ", path, ": cannot open for writing"));
+    require(out.good(), "checkpoint ", path, ": cannot open for writing");
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    require(out.good(), cat("checkpoint ", path, ": write failed"));
+    require(out.good(), "checkpoint ", path, ": write failed");
 }
 
 }  // namespace kvweld

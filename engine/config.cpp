@@ -31,7 +31,7 @@ namespace {
 
 void require_positive(int value, const char* field, int limit = 1 << 20) {
     require(value > 0 && value <= limit,
-            cat("ModelConfig.", field, " = ", value, ": must be in 1..", limit));
+            "ModelConfig.", field, " = ", value, ": must be in 1..", limit);
 }
 
 }  // namespace
@@ -46,16 +46,16 @@ void ModelConfig::validate() const {
     require_positive(ffn_dim, "ffn_dim", 1 << 18);
     require_positive(max_seq_len, "max_seq_len", 1 << 20);
     require(n_heads % n_kv_heads == 0,
-            cat("ModelConfig.n_heads = ", n_heads, " is not a multiple of n_kv_heads = ",
-                n_kv_heads));
+            "ModelConfig.n_heads = ", n_heads, " is not a multiple of n_kv_heads = ",
+                n_kv_heads);
     require(head_dim % 2 == 0,
-            cat("ModelConfig.head_dim = ", head_dim, " must be even (RoPE rotates pairs)"));
+            "ModelConfig.head_dim = ", head_dim, " must be even (RoPE rotates pairs)");
     require(family != Family::llama || q_dim() == dim,
-            cat("ModelConfig.dim = ", dim, " must equal n_heads * head_dim = ", q_dim(),
-                " for llama"));
-    require(rope_theta > 0.0f, cat("ModelConfig.rope_theta = ", rope_theta, " must be > 0"));
+            "ModelConfig.dim = ", dim, " must equal n_heads * head_dim = ", q_dim(),
+                " for llama");
+    require(rope_theta > 0.0f, "ModelConfig.rope_theta = ", rope_theta, " must be > 0");
     require(norm_eps > 0.0f && norm_eps < 1.0f,
-            cat("ModelConfig.norm_eps = ", norm_eps, " must be in (0, 1)"));
+            "ModelConfig.norm_eps = ", norm_eps, " must be in (0, 1)");
 }
 
 std::string ModelConfig::describe() const {

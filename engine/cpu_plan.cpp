@@ -102,13 +102,13 @@ void CpuPlan::build_rope_table() {
 
 void CpuPlan::rebind(std::span<const KvLayer> layers) {
     require(layers.size() == kv_.size(),
-            cat("rebind: ", layers.size(), " layers offered, the plan has ", kv_.size()));
+            "rebind: ", layers.size(), " layers offered, the plan has ", kv_.size());
     for (std::size_t l = 0; l < layers.size(); ++l) {
         const KvLayer& layer = layers[l];
         require(layer && layer->max_seq_len() == key_.max_seq_len &&
                     layer->kv_dim() == config_.kv_dim() && layer->dtype() == key_.dtype,
-                cat("rebind: layer ", l, " is incompatible with the plan's [", key_.max_seq_len,
-                    " x ", config_.kv_dim(), "] ", to_string(key_.dtype), " buffers; nothing rebound"));
+                "rebind: layer ", l, " is incompatible with the plan's [", key_.max_seq_len,
+                    " x ", config_.kv_dim(), "] ", to_string(key_.dtype), " buffers; nothing rebound");
     }
     // The fault moves layer 0 only, leaving the rest welded to old buffers.
     const std::size_t moved = fault_on(Fault::partial_rebind) ? 1 : layers.size();

@@ -63,7 +63,7 @@ DecodeSession& DecodeSession::operator=(DecodeSession&&) noexcept = default;
 void DecodeSession::validate_input(const Model& model, const KvCache& cache, int token) const {
     const int vocab = model.config().vocab;
     require(token >= 0 && token < vocab,
-            cat("token ", token, " out of range: vocab_size is ", vocab));
+            "token ", token, " out of range: vocab_size is ", vocab);
     require_cache_fits(model, cache);
     cache.require_room();
 }

@@ -2,6 +2,8 @@
 // limit it broke, e.g. "token 40000 out of range: vocab_size is 32000".
 #pragma once
 
+#include "engine/cat.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -12,9 +14,12 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// Throws Error(what) unless cond holds. For argument checks on public API.
-inline void require(bool cond, const std::string& what) {
-    if (!cond) throw Error(what);
+// Throws Error(cat(message...)) unless cond holds. The message is only
+// built on failure: checks sit on the decode path.
+template <class... Parts>
+void require(bool cond, const Parts&... message) {
+    if (!cond) [[unlikely]]
+        throw Error(cat(message...));
 }
 
 }  // namespace kvweld

@@ -32,8 +32,8 @@ KvCache KvCache::with_capacity(const ModelConfig& config) {
 
 KvCache KvCache::with_capacity(const KvGeometry& g) {
     require(g.n_layers > 0 && g.n_kv_heads > 0 && g.head_dim > 0 && g.max_seq_len > 0,
-            cat("KvGeometry: every dim must be positive (n_layers=", g.n_layers, " n_kv_heads=",
-                g.n_kv_heads, " head_dim=", g.head_dim, " max_seq_len=", g.max_seq_len, ")"));
+            "KvGeometry: every dim must be positive (n_layers=", g.n_layers, " n_kv_heads=",
+                g.n_kv_heads, " head_dim=", g.head_dim, " max_seq_len=", g.max_seq_len, ")");
     return KvCache(g);
 }
 
@@ -55,26 +55,26 @@ void KvCache::clear() {
 
 void KvCache::require_layer_index(int i) const {
     require(i >= 0 && i < geometry_.n_layers,
-            cat("layer index ", i, " out of range: the cache has ", geometry_.n_layers, " layers"));
+            "layer index ", i, " out of range: the cache has ", geometry_.n_layers, " layers");
 }
 
 void KvCache::set_layer(int i, KvLayer layer) {
     require_layer_index(i);
-    require(layer != nullptr, cat("set_layer(", i, "): the layer is null"));
+    require(layer != nullptr, "set_layer(", i, "): the layer is null");
     require(layer->max_seq_len() == geometry_.max_seq_len && layer->kv_dim() == geometry_.kv_dim(),
-            cat("set_layer(", i, "): layer shape [", layer->max_seq_len(), " x ", layer->kv_dim(),
+            "set_layer(", i, "): layer shape [", layer->max_seq_len(), " x ", layer->kv_dim(),
                 "] does not match the cache's [", geometry_.max_seq_len, " x ", geometry_.kv_dim(),
-                "]"));
+                "]");
     require(layer->dtype() == geometry_.dtype,
-            cat("set_layer(", i, "): layer dtype ", to_string(layer->dtype()),
-                " does not match the cache's ", to_string(geometry_.dtype)));
+            "set_layer(", i, "): layer dtype ", to_string(layer->dtype()),
+                " does not match the cache's ", to_string(geometry_.dtype));
     layers_[i] = std::move(layer);
     if (!fault_on(Fault::no_remint_on_set_layer)) alloc_id_ = KvAllocId::mint();
 }
 
 void KvCache::truncate_to(int n) {
     require(n >= 0 && n <= cached_len_,
-            cat("truncate_to(", n, "): must be in 0..cached_len = ", cached_len_));
+            "truncate_to(", n, "): must be in 0..cached_len = ", cached_len_);
     cached_len_ = n;
     // The fault re-mints: every speculative reject then forces a spurious rebuild.
     if (fault_on(Fault::remint_on_truncate)) alloc_id_ = KvAllocId::mint();
@@ -82,7 +82,7 @@ void KvCache::truncate_to(int n) {
 
 void KvCache::require_room() const {
     require(cached_len_ < geometry_.max_seq_len,
-            cat("cache full: position ", cached_len_, " >= max_seq_len ", geometry_.max_seq_len));
+            "cache full: position ", cached_len_, " >= max_seq_len ", geometry_.max_seq_len);
 }
 
 void KvCache::advance() {

@@ -33,12 +33,12 @@ void require_cache_fits(const Model& model, const KvCache& cache) {
     const ModelConfig& c = model.config();
     const KvGeometry& g = cache.geometry();
     require(g.n_layers == c.n_layers,
-            cat("cache has ", g.n_layers, " layers but the model has ", c.n_layers));
+            "cache has ", g.n_layers, " layers but the model has ", c.n_layers);
     require(g.kv_dim() == c.kv_dim(),
-            cat("cache KV width ", g.kv_dim(), " does not match the model's ", c.kv_dim()));
+            "cache KV width ", g.kv_dim(), " does not match the model's ", c.kv_dim());
     require(g.max_seq_len <= c.max_seq_len,
-            cat("cache capacity ", g.max_seq_len, " exceeds the model's max_seq_len ",
-                c.max_seq_len));
+            "cache capacity ", g.max_seq_len, " exceeds the model's max_seq_len ",
+                c.max_seq_len);
 }
 
 PlanKey key_of(const Model& model, const KvCache& cache) {

@@ -14,17 +14,23 @@ ReferenceKv::ReferenceKv(const ModelConfig& c)
 
 namespace {
 
+// Sums are taken in double, so the oracle is the more exact side; the simd
+// pragma only lets the compiler vectorize the (reordered) double sum.
+
 // out[i] = sum_j w[i][j] * x[j]; w is [rows][cols] row-major.
 void matmul(float* out, const float* x, std::span<const float> w, int rows, int cols) {
     for (int i = 0; i < rows; i++) {
+        const float* row = w.data() + static_cast<std::size_t>(i) * cols;
         double sum = 0.0;
-        for (int j = 0; j < cols; j++) sum += static_cast<double>(w[i * cols + j]) * x[j];
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < cols; j++) sum += static_cast<double>(row[j]) * x[j];
         out[i] = static_cast<float>(sum);
     }
 }
 
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
     double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
     for (int j = 0; j < n; j++) ss += static_cast<double>(x[j]) * x[j];
     const double scale = 1.0 / std::sqrt(ss / n + eps);
     for (int j = 0; j < n; j++) out[j] = static_cast<float>(weight[j] * (scale * x[j]));
@@ -61,9 +67,9 @@ void rope(float* vec, int n_heads, int head_dim, int pos, float theta) {
 std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos) {
     const ModelConfig& c = model.config();
     require(token >= 0 && token < c.vocab,
-            cat("reference: token ", token, " out of range: vocab_size is ", c.vocab));
+            "reference: token ", token, " out of range: vocab_size is ", c.vocab);
     require(pos >= 0 && pos < c.max_seq_len,
-            cat("reference: position ", pos, " out of range: max_seq_len is ", c.max_seq_len));
+            "reference: position ", pos, " out of range: max_seq_len is ", c.max_seq_len);
     const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
 
     std::vector<float> x(model.embedding().begin() + token * dim,
@@ -95,6 +101,7 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
             for (int t = 0; t <= pos; t++) {
                 const float* kt = kv.key[l].data() + t * kv_dim + kvh * hd;
                 double score = 0.0;
+#pragma omp simd reduction(+ : score)
                 for (int i = 0; i < hd; i++) score += static_cast<double>(q[h * hd + i]) * kt[i];
                 att[t] = static_cast<float>(score / std::sqrt(double(hd)));
             }

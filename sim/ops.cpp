@@ -65,7 +65,7 @@ T field(const nlohmann::json& j, const char* name) {
 
 std::vector<int> tokens_field(const nlohmann::json& j, const char* name) {
     auto tokens = field<std::vector<int>>(j, name);
-    for (int t : tokens) require(t >= 0, cat("field '", name, "' holds a negative token ", t));
+    for (int t : tokens) require(t >= 0, "field '", name, "' holds a negative token ", t);
     return tokens;
 }
 
@@ -83,9 +83,9 @@ Op op_from_json(const nlohmann::json& j) {
             op.fresh = field<bool>(j, "fresh");
             op.accept = field<float>(j, "accept");
             require(op.accept >= 0.0f && op.accept <= 1.0f,
-                    cat("field 'accept' = ", op.accept, ": must be in [0, 1]"));
+                    "field 'accept' = ", op.accept, ": must be in [0, 1]");
             op.max_new = field<int>(j, "max_new");
-            require(op.max_new >= 0, cat("field 'max_new' = ", op.max_new, ": must be >= 0"));
+            require(op.max_new >= 0, "field 'max_new' = ", op.max_new, ": must be >= 0");
             op.seed = field<std::uint64_t>(j, "seed");
             break;
         case OpKind::decode:
@@ -97,7 +97,7 @@ Op op_from_json(const nlohmann::json& j) {
             op.tokens = tokens_field(j, "drafts");
             op.m = field<int>(j, "m");
             require(op.m >= 0 && op.m <= static_cast<int>(op.tokens.size()),
-                    cat("field 'm' = ", op.m, ": must be in 0..", op.tokens.size(), " (drafts)"));
+                    "field 'm' = ", op.m, ": must be in 0..", op.tokens.size(), " (drafts)");
             op.seed = field<std::uint64_t>(j, "seed");
             break;
         case OpKind::retire:
@@ -105,7 +105,7 @@ Op op_from_json(const nlohmann::json& j) {
         case OpKind::set_layer:
             op.pick = field<std::uint32_t>(j, "pick");
             op.layer = field<int>(j, "layer");
-            require(op.layer >= 0, cat("field 'layer' = ", op.layer, ": must be >= 0"));
+            require(op.layer >= 0, "field 'layer' = ", op.layer, ": must be >= 0");
             break;
         case OpKind::truncate:
             op.pick = field<std::uint32_t>(j, "pick");

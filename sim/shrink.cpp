@@ -108,7 +108,7 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
                     int max_runs) {
     require(target != Verdict::pass, "shrink: the trace passes; there is nothing to shrink");
     Shrinker s(config, steps, target, max_runs);
-    require(s.try_keep(ops), cat("shrink: the trace does not fail with ", to_string(target)));
+    require(s.try_keep(ops), "shrink: the trace does not fail with ", to_string(target));
     s.ddmin();
     s.simplify_arguments();
     s.ddmin();

@@ -154,7 +154,7 @@ T get(const nlohmann::json& j, const char* name) {
 
 int get_in(const nlohmann::json& j, const char* name, int lo, int hi) {
     const int v = get<int>(j, name);
-    require(v >= lo && v <= hi, cat("field '", name, "' = ", v, ": must be in ", lo, "..", hi));
+    require(v >= lo && v <= hi, "field '", name, "' = ", v, ": must be in ", lo, "..", hi);
     return v;
 }
 
@@ -202,7 +202,7 @@ SimConfig config_from_json(const nlohmann::json& j) {
     c.backend = backend_from_string(get<std::string>(j, "backend"));
     for (const std::string& name : get<std::vector<std::string>>(j, "faults")) {
         const auto f = fault_from_name(name);
-        require(f.has_value(), cat("unknown fault '", name, "': known faults are ", fault_names()));
+        require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
         c.faults.add(*f);
     }
     return c;

@@ -23,9 +23,9 @@ std::string trace_text(const SimConfig& config, int steps, const std::vector<Op>
 
 void write_trace(const std::string& path, const SimConfig& config, int steps, const std::vector<Op>& ops) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    require(out.good(), cat("trace ", path, ": cannot open for writing"));
+    require(out.good(), "trace ", path, ": cannot open for writing");
     out << trace_text(config, steps, ops);
-    require(out.good(), cat("trace ", path, ": write failed"));
+    require(out.good(), "trace ", path, ": write failed");
 }
 
 namespace {
@@ -36,12 +36,12 @@ Trace parse_header(const nlohmann::json& h) {
     require(h.contains("version") && h.at("version").is_number_integer(), "header has no integer 'version'");
     const int version = h.at("version").get<int>();
     require(version == kTraceVersion,
-            cat("trace version ", version, " is not supported (this build reads version ", kTraceVersion, ")"));
+            "trace version ", version, " is not supported (this build reads version ", kTraceVersion, ")");
     require(h.contains("steps") && h.at("steps").is_number_integer(), "header has no integer 'steps'");
     require(h.contains("config"), "header has no 'config'");
     Trace t;
     t.steps = h.at("steps").get<int>();
-    require(t.steps >= 0, cat("header 'steps' = ", t.steps, ": must be >= 0"));
+    require(t.steps >= 0, "header 'steps' = ", t.steps, ": must be >= 0");
     t.config = config_from_json(h.at("config"));
     return t;
 }
@@ -70,16 +70,16 @@ Trace parse_trace(const std::string& text, const std::string& origin) {
             throw Error(cat("trace ", origin, " line ", number, ": ", e.what()));
         }
     }
-    require(number >= 1, cat("trace ", origin, " line 1: the trace is empty (no header)"));
+    require(number >= 1, "trace ", origin, " line 1: the trace is empty (no header)");
     require(trace.ops.size() <= static_cast<std::size_t>(trace.steps),
-            cat("trace ", origin, ": ", trace.ops.size(), " ops but the header says ", trace.steps,
-                " steps"));
+            "trace ", origin, ": ", trace.ops.size(), " ops but the header says ", trace.steps,
+                " steps");
     return trace;
 }
 
 Trace read_trace(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
-    require(in.good(), cat("trace ", path, ": cannot open the file"));
+    require(in.good(), "trace ", path, ": cannot open the file");
     std::ostringstream text;
     text << in.rdbuf();
     return parse_trace(text.str(), path);

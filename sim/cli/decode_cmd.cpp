@@ -32,7 +32,7 @@ int run_decode(const DecodeArgs& a) {
     const Model model = load_model(a);
     const ModelConfig& c = model.config();
     require(a.tokens >= 1 && a.tokens <= c.max_seq_len,
-            cat("--tokens ", a.tokens, " out of range: must be in 1..max_seq_len = ", c.max_seq_len));
+            "--tokens ", a.tokens, " out of range: must be in 1..max_seq_len = ", c.max_seq_len);
     std::printf("model: %s (%s)\n", a.model.c_str(), c.describe().c_str());
     auto cache = KvCache::with_capacity(c);
     DecodeSession session({.replan_every_token = a.replan, .backend = backend_from_string(a.backend)});

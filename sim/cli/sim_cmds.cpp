@@ -17,7 +17,7 @@ using namespace kvweld::sim;
 
 void write_json(const std::string& path, const nlohmann::json& j) {
     std::ofstream out(path, std::ios::trunc);
-    require(out.good(), cat("--json ", path, ": cannot open for writing"));
+    require(out.good(), "--json ", path, ": cannot open for writing");
     out << j.dump(2) << "\n";
 }
 
@@ -25,7 +25,7 @@ FaultSet parse_faults(const std::vector<std::string>& names) {
     FaultSet set;
     for (const std::string& name : names) {
         const auto f = fault_from_name(name);
-        require(f.has_value(), cat("unknown fault '", name, "': known faults are ", fault_names()));
+        require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
         set.add(*f);
     }
     require(set.empty() || kFaultsCompiled,
@@ -92,7 +92,7 @@ int run_replay(const std::string& path, const std::string& json) {
 int run_shrink(const std::string& path, const std::string& out) {
     const Trace t = read_trace(path);
     const RunResult original = run_ops(t.config, t.ops, t.steps);
-    require(original.verdict != Verdict::pass, cat("shrink: ", path, " passes; there is nothing to shrink"));
+    require(original.verdict != Verdict::pass, "shrink: ", path, " passes; there is nothing to shrink");
     std::printf("shrink: %s fails with %s after %zu ops; minimizing...\n", path.c_str(),
                 std::string(to_string(original.verdict)).c_str(), original.ops.size());
     std::fflush(stdout);

@@ -26,14 +26,14 @@ struct SwarmArgs {
 
 std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s) {
     const auto dots = s.find("..");
-    require(dots != std::string::npos, cat("--seeds '", s, "': expected A..B, e.g. 0..299"));
+    require(dots != std::string::npos, "--seeds '", s, "': expected A..B, e.g. 0..299");
     try {
         std::size_t used_a = 0, used_b = 0;
         const std::string a = s.substr(0, dots), b = s.substr(dots + 2);
         const std::uint64_t first = std::stoull(a, &used_a), last = std::stoull(b, &used_b);
         require(used_a == a.size() && used_b == b.size() && a[0] != '-' && b[0] != '-', "");
-        require(first <= last, cat("--seeds '", s, "': the first seed ", first, " is after the last ", last));
-        require(last - first < 100'000'000, cat("--seeds '", s, "': at most 100000000 seeds per swarm"));
+        require(first <= last, "--seeds '", s, "': the first seed ", first, " is after the last ", last);
+        require(last - first < 100'000'000, "--seeds '", s, "': at most 100000000 seeds per swarm");
         return {first, last};
     } catch (const std::logic_error&) {
         throw Error(cat("--seeds '", s, "': expected A..B with unsigned integers, e.g. 0..299"));

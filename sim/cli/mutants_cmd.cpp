@@ -1,0 +1,65 @@
+// `kvweld mutants`: the kill matrix.
+#include "sim/cli/commands.hpp"
+
+#include "sim/mutants.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <thread>
+
+namespace kvweld::cli {
+
+using namespace kvweld::sim;
+
+namespace {
+
+struct MutantsArgs {
+    std::uint64_t seeds = 100;
+    int steps = 300;
+    int jobs = 0;
+    std::string model, backend = "cpu", json;
+    std::vector<std::string> faults;
+};
+
+int run_mutants_cmd(const MutantsArgs& a) {
+    require(kFaultsCompiled, "mutants needs a build with fault switches (KVWELD_FAULTS); this one has none");
+    MutantsOptions o;
+    o.seeds = a.seeds;
+    o.steps = a.steps;
+    o.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    o.model = a.model;
+    o.backend = backend_from_string(a.backend);
+    for (const std::string& name : a.faults) {
+        const auto f = fault_from_name(name);
+        require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
+        o.only.push_back(*f);
+    }
+    const MutantsResult r = run_mutants(o, [](const std::string& line) {
+        std::fprintf(stderr, "[mutants] %s\n", line.c_str());
+    });
+    const std::string table = mutants_table(r, o);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    if (!a.json.empty()) write_json(a.json, mutants_json(r, o));
+    return r.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+void add_mutants_command(CLI::App& app, std::function<int()>& action) {
+    auto args = std::make_shared<MutantsArgs>();
+    CLI::App* cmd = app.add_subcommand(
+        "mutants", "Kill matrix: the clean engine must pass, and each fault switch alone must be caught "
+                   "by its expected failure class. Exit 0 all killed, 1 otherwise");
+    cmd->add_option("--seeds", args->seeds, "swarm budget per fault: seeds 0..N-1")
+        ->capture_default_str()->check(CLI::Range(1, 1000000));
+    cmd->add_option("--steps", args->steps, "ops per seed")->capture_default_str()->check(CLI::Range(1, 1000000));
+    cmd->add_option("--jobs", args->jobs, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--model", args->model, "model dims (default: drawn per seed)");
+    cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
+    cmd->add_option("--fault", args->faults, "only these faults (repeatable; default: all)");
+    cmd->add_option("--json", args->json, "write the matrix as JSON here");
+    cmd->callback([args, &action] { action = [args] { return run_mutants_cmd(*args); }; });
+}
+
+}  // namespace kvweld::cli
