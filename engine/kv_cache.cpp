@@ -30,10 +30,20 @@ KvCache KvCache::with_capacity(const ModelConfig& config) {
     return KvCache(KvGeometry::of(config));
 }
 
+namespace {
+
+void require_dim(int value, const char* name, int limit) {
+    require(value > 0 && value <= limit, "KvGeometry.", name, " = ", value, ": must be in 1..", limit);
+}
+
+}  // namespace
+
 KvCache KvCache::with_capacity(const KvGeometry& g) {
-    require(g.n_layers > 0 && g.n_kv_heads > 0 && g.head_dim > 0 && g.max_seq_len > 0,
-            "KvGeometry: every dim must be positive (n_layers=", g.n_layers, " n_kv_heads=",
-                g.n_kv_heads, " head_dim=", g.head_dim, " max_seq_len=", g.max_seq_len, ")");
+    // The same limits as ModelConfig::validate(): no cache can serve more.
+    require_dim(g.n_layers, "n_layers", 1024);
+    require_dim(g.n_kv_heads, "n_kv_heads", 1024);
+    require_dim(g.head_dim, "head_dim", 4096);
+    require_dim(g.max_seq_len, "max_seq_len", 1 << 20);
     return KvCache(g);
 }
 

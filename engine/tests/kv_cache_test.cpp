@@ -61,6 +61,18 @@ TEST(KvCache, CopyHasSameContentNewSerial) {
     EXPECT_NE(copy->serial(), cache.layer(0)->serial());
 }
 
+TEST(KvCache, ImpossibleGeometryIsRefusedBeforeAllocating) {
+    KvGeometry g = KvGeometry::of(tiny_config());
+    g.max_seq_len = (1 << 20) + 1;
+    expect_error([&] { KvCache::with_capacity(g); }, {"max_seq_len", "1048577", "1048576"});
+    g = KvGeometry::of(tiny_config());
+    g.n_layers = 0;
+    expect_error([&] { KvCache::with_capacity(g); }, {"n_layers", "0"});
+    g = KvGeometry::of(tiny_config());
+    g.head_dim = -2;
+    expect_error([&] { KvCache::with_capacity(g); }, {"head_dim", "-2"});
+}
+
 TEST(KvCache, AppendPastCapacityIsAnError) {
     KvGeometry g = KvGeometry::of(tiny_config());
     g.max_seq_len = 3;
