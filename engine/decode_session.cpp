@@ -123,7 +123,7 @@ std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache,
 
 std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache) {
     if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache);
-    throw Error("CUDA backend unavailable: this build has no CUDA support");
+    return make_cuda_plan(model, cache);
 }
 
 }  // namespace kvweld

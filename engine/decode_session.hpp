@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -92,5 +93,8 @@ private:
 
 // Builds a plan for the backend (the CUDA one throws Error when unavailable).
 std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache);
+std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache);
+// Whether the CUDA backend can run here; `why` gets the reason when not.
+bool cuda_backend_available(std::string* why = nullptr);
 
 }  // namespace kvweld

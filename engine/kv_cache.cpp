@@ -22,6 +22,7 @@ std::shared_ptr<KvStorage> KvStorage::copy() const {
     auto out = std::make_shared<KvStorage>(max_seq_len_, kv_dim_, dtype_);
     out->key_ = key_;
     out->value_ = value_;
+    if (device_) out->device_ = device_->clone();
     return out;
 }
 

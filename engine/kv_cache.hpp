@@ -26,6 +26,20 @@ struct KvGeometry {
     friend bool operator==(const KvGeometry&, const KvGeometry&) = default;
 };
 
+class KvStorage;
+
+// A copy of one KvStorage kept on a device by a backend (CUDA). Created
+// from the host content at the storage's first device bind; from then on
+// the device copy is the one plans read and write. Dies with the storage.
+class DeviceMirror {
+public:
+    virtual ~DeviceMirror() = default;
+    // A new device buffer with the same content (for KvStorage::copy()).
+    virtual std::unique_ptr<DeviceMirror> clone() const = 0;
+    // Copies the device content back into host rows [0, rows).
+    virtual void download(KvStorage& host, int rows) const = 0;
+};
+
 // One layer's K and V: [max_seq_len][kv_dim] each, zeroed at birth, with a
 // never-recycled storage serial (the weld oracle's handle; never a pointer).
 class KvStorage {
@@ -46,6 +60,10 @@ public:
     // A new buffer with the same content and a new serial (swap-in / restore).
     std::shared_ptr<KvStorage> copy() const;
 
+    // The backend's device copy, if any (see DeviceMirror).
+    DeviceMirror* device() const { return device_.get(); }
+    void set_device(std::unique_ptr<DeviceMirror> mirror) { device_ = std::move(mirror); }
+
 private:
     int max_seq_len_;
     int kv_dim_;
@@ -53,6 +71,7 @@ private:
     StorageSerial serial_;
     std::vector<float> key_;
     std::vector<float> value_;
+    std::unique_ptr<DeviceMirror> device_;
 };
 
 using KvLayer = std::shared_ptr<KvStorage>;

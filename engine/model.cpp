@@ -69,11 +69,12 @@ Model Model::random(const ModelConfig& config, std::uint64_t seed,
     Model m(config, /*shared_classifier=*/false, resource);
     const Offsets o = m.offsets();
     Rng rng(seed);
+    float* w = m.data_.data();
     auto fill = [&](std::size_t from, std::size_t to, float scale) {
-        for (std::size_t i = from; i < to; ++i) m.data_[i] = rng.symmetric(scale);
+        for (std::size_t i = from; i < to; ++i) w[i] = rng.symmetric(scale);
     };
     auto fill_norm = [&](std::size_t from, std::size_t to) {
-        for (std::size_t i = from; i < to; ++i) m.data_[i] = 1.0f + rng.symmetric(0.2f);
+        for (std::size_t i = from; i < to; ++i) w[i] = 1.0f + rng.symmetric(0.2f);
     };
     // Uniform(-a, a) has variance a^2/3: a = sqrt(3/fan_in) keeps unit gain.
     auto gain = [](int fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };

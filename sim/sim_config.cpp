@@ -36,8 +36,18 @@ RebindPolicy rebind_policy_from_string(std::string_view s) {
 constexpr std::array<std::string_view, 4> kSwarmModels = {"tiny", "tiny-mha", "tiny-qwen3",
                                                           "small"};
 
-// The swarm's model dims; "tiny-mha" and "small" exist only here.
+// The swarm's model dims; "tiny-mha", "small" and "micro" exist only here.
 ModelConfig sim_model(std::string_view name) {
+    if (name == "micro") {  // the fuzzers' model: a decode in microseconds
+        ModelConfig c = tiny_config();
+        c.vocab = 16;
+        c.dim = 16;
+        c.n_heads = 2;
+        c.n_kv_heads = 1;
+        c.ffn_dim = 32;
+        c.max_seq_len = 32;
+        return c;
+    }
     if (name == "tiny-mha") {
         ModelConfig c = tiny_config();
         c.n_kv_heads = c.n_heads;

@@ -36,13 +36,16 @@ FaultSet parse_faults(const std::vector<std::string>& names) {
 void add_run_options(CLI::App* cmd, RunOptions& o) {
     cmd->add_option("--steps", o.steps, "ops per run")->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--model", o.model,
-                    "model dims: tiny, tiny-mha, tiny-qwen3, small, stories15m (default: drawn per seed)");
+                    "model dims: tiny, tiny-mha, tiny-qwen3, small, micro, stories15m, 110m (default: drawn per seed)");
     cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
     cmd->add_option("--fault", o.faults, cat("turn a fault switch on (repeatable): ", fault_names()));
 }
 
 DrawOptions draw_options(const RunOptions& o) {
-    return DrawOptions{o.model, backend_from_string(o.backend), parse_faults(o.faults)};
+    const Backend backend = backend_from_string(o.backend);
+    std::string why;
+    require(backend != Backend::cuda || cuda_backend_available(&why), "CUDA backend unavailable: ", why);
+    return DrawOptions{o.model, backend, parse_faults(o.faults)};
 }
 
 namespace {

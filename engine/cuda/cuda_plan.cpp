@@ -1,0 +1,241 @@
+#include "engine/cuda/cuda_plan.hpp"
+
+#include "engine/cuda/device_kv.hpp"
+#include "engine/faults.hpp"
+
+#include <cmath>
+
+namespace kvweld::cuda {
+
+namespace {
+
+std::size_t sz(int v) { return static_cast<std::size_t>(v); }
+
+// The RoPE table, computed exactly as the CPU plan computes it.
+std::vector<float> rope_table(const ModelConfig& c, int rows) {
+    std::vector<float> t(sz(rows) * sz(c.head_dim));
+    for (int pos = 0; pos < rows; ++pos)
+        for (int i = 0; i < c.head_dim; i += 2) {
+            const double freq = std::pow(static_cast<double>(c.rope_theta), -double(i) / c.head_dim);
+            t[sz(pos) * sz(c.head_dim) + sz(i)] = static_cast<float>(std::cos(pos * freq));
+            t[sz(pos) * sz(c.head_dim) + sz(i) + 1] = static_cast<float>(std::sin(pos * freq));
+        }
+    return t;
+}
+
+template <class T>
+T* pinned(std::size_t count) {
+    void* p = nullptr;
+    KVWELD_CUDA_CHECK(cudaMallocHost(&p, count * sizeof(T)));
+    return static_cast<T*>(p);
+}
+
+}  // namespace
+
+CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode)
+    : config_(model.config()), mode_(mode) {
+    require_cache_fits(model, cache);
+    require_device();
+    key_ = key_of(model, cache);
+    built_pos_ = cache.cached_len();
+    weights_ = DeviceModel::of(model);
+    for (int l = 0; l < config_.n_layers; ++l) {
+        kv_.push_back(cache.layer(l));
+        bound_.push_back(device_kv(kv_.back()));
+    }
+    allocate();
+    KVWELD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (mode_ == Mode::graph) capture();
+}
+
+CudaPlan::~CudaPlan() {
+    // The executable graph goes first: it holds raw pointers into every
+    // buffer below, and must never outlive them.
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+CudaPlan::Bound CudaPlan::device_kv(const KvLayer& layer) const {
+    DeviceKv& d = DeviceKv::of(*layer);
+    return {d.key(), d.value()};
+}
+
+void CudaPlan::allocate() {
+    const ModelConfig& c = config_;
+    const int rows = key_.max_seq_len;
+    x_ = DeviceBuffer<float>(sz(c.dim));
+    xb_ = DeviceBuffer<float>(sz(std::max(c.dim, c.q_dim())));
+    qkv_ = DeviceBuffer<float>(sz(c.q_dim() + 2 * c.kv_dim()));
+    att_ = DeviceBuffer<float>(sz(c.q_dim()));
+    proj_ = DeviceBuffer<float>(sz(c.dim));
+    h13_ = DeviceBuffer<float>(2 * sz(c.ffn_dim));
+    scores_ = DeviceBuffer<float>(sz(c.n_heads) * sz(rows));
+    logits_ = DeviceBuffer<float>(sz(c.vocab));
+    const std::vector<float> table = rope_table(c, rows);
+    rope_ = DeviceBuffer<float>(table.size());
+    rope_.upload(table.data(), table.size());
+    step_ = DeviceBuffer<StepData>(1);
+    host_step_.reset(pinned<StepData>(1));
+    host_logits_.reset(pinned<float>(sz(c.vocab)));
+}
+
+// The decode step as kernel launches, in the CPU plan's op order. Only
+// pointers and sizes are arguments; per-token data is read from step_.
+void CudaPlan::record(cudaStream_t s) {
+    const ModelConfig& c = config_;
+    const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
+    const StepData* step = step_.get();
+    float *x = x_.get(), *xb = xb_.get(), *qkv = qkv_.get(), *h13 = h13_.get();
+    const int fixed_pos = fault_on(Fault::offset_not_rebound) ? built_pos_ : -1;
+    const int fixed_len = fault_on(Fault::mask_not_rebound) ? built_pos_ + 1 : 0;
+
+    KVWELD_CUDA_CHECK(launch_embed({weights_->embedding(), x, step, c.dim}, s));
+    for (int l = 0; l < c.n_layers; ++l) {
+        const DeviceLayer& w = weights_->layer(l);
+        const Bound kv = bound_[sz(l)];
+        KVWELD_CUDA_CHECK(launch_rmsnorm({x, w.att_norm, xb, c.dim, 1, c.norm_eps}, s));
+        KVWELD_CUDA_CHECK(launch_matvec({w.wqkv, xb, qkv, q_dim + 2 * kv_dim, c.dim}, s));
+        if (c.family == Family::qwen3) {
+            KVWELD_CUDA_CHECK(launch_rmsnorm({qkv, w.q_norm, qkv, c.head_dim, c.n_heads, c.norm_eps}, s));
+            KVWELD_CUDA_CHECK(launch_rmsnorm({qkv + q_dim, w.k_norm, qkv + q_dim, c.head_dim, c.n_kv_heads, c.norm_eps}, s));
+        }
+        KVWELD_CUDA_CHECK(launch_rope({qkv, rope_.get(), step, c.n_heads, c.head_dim}, s));
+        KVWELD_CUDA_CHECK(launch_rope({qkv + q_dim, rope_.get(), step, c.n_kv_heads, c.head_dim}, s));
+        KVWELD_CUDA_CHECK(launch_kv_write({qkv + q_dim, qkv + q_dim + kv_dim, kv.k, kv.v, step, kv_dim, fixed_pos, l}, s));
+        KVWELD_CUDA_CHECK(launch_attention({qkv, kv.k, kv.v, att_.get(), scores_.get(), step, c.n_heads, c.kv_group(),
+                                            c.head_dim, kv_dim, key_.max_seq_len, fixed_len, l}, s));
+        KVWELD_CUDA_CHECK(launch_matvec({w.wo, att_.get(), proj_.get(), c.dim, q_dim}, s));
+        KVWELD_CUDA_CHECK(launch_add({x, proj_.get(), c.dim}, s));
+        KVWELD_CUDA_CHECK(launch_rmsnorm({x, w.ffn_norm, xb, c.dim, 1, c.norm_eps}, s));
+        KVWELD_CUDA_CHECK(launch_matvec({w.w13, xb, h13, 2 * c.ffn_dim, c.dim}, s));
+        KVWELD_CUDA_CHECK(launch_swiglu({h13, h13 + c.ffn_dim, c.ffn_dim}, s));
+        KVWELD_CUDA_CHECK(launch_matvec({w.w2, h13, proj_.get(), c.dim, c.ffn_dim}, s));
+        KVWELD_CUDA_CHECK(launch_add({x, proj_.get(), c.dim}, s));
+    }
+    KVWELD_CUDA_CHECK(launch_rmsnorm({x, weights_->final_norm(), x, c.dim, 1, c.norm_eps}, s));
+    KVWELD_CUDA_CHECK(launch_matvec({weights_->classifier(), x, logits_.get(), c.vocab, c.dim}, s));
+}
+
+void CudaPlan::capture() {
+    KVWELD_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+        record(stream_);
+    } catch (...) {
+        cudaGraph_t partial = nullptr;
+        cudaStreamEndCapture(stream_, &partial);  // leave the stream usable
+        if (partial) cudaGraphDestroy(partial);
+        throw;
+    }
+    KVWELD_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    find_kv_nodes();
+    KVWELD_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+}
+
+// Finds the nodes whose parameters bake KV pointers: kv_write and
+// attention, one of each per layer, recognized by their kernel function.
+void CudaPlan::find_kv_nodes() {
+    KVWELD_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &node_count_));
+    std::vector<cudaGraphNode_t> nodes(node_count_);
+    KVWELD_CUDA_CHECK(cudaGraphGetNodes(graph_, nodes.data(), &node_count_));
+    for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type;
+        KVWELD_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+        if (type != cudaGraphNodeTypeKernel) continue;
+        cudaKernelNodeParams p{};
+        KVWELD_CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &p));
+        KvNode kn{node, 0, false, {}, {}};
+        if (p.func == kv_write_kernel()) {
+            kn.write = *static_cast<const KvWriteArgs*>(p.kernelParams[0]);
+            kn.layer = kn.write.layer;
+        } else if (p.func == attention_kernel()) {
+            kn.attention = true;
+            kn.attend = *static_cast<const AttentionArgs*>(p.kernelParams[0]);
+            kn.layer = kn.attend.layer;
+        } else {
+            continue;
+        }
+        kv_nodes_.push_back(kn);
+    }
+    require(kv_nodes_.size() == 2 * sz(config_.n_layers), "CUDA graph capture: found ", kv_nodes_.size(),
+            " KV nodes, expected 2 per layer (", 2 * config_.n_layers, ")");
+}
+
+void CudaPlan::set_node_kv(const KvNode& n, Bound kv) {
+    KvWriteArgs write = n.write;
+    AttentionArgs attend = n.attend;
+    void* args[1];
+    if (n.attention) {
+        attend.k_cache = kv.k;
+        attend.v_cache = kv.v;
+        args[0] = &attend;
+    } else {
+        write.k_cache = kv.k;
+        write.v_cache = kv.v;
+        args[0] = &write;
+    }
+    cudaKernelNodeParams p{};
+    KVWELD_CUDA_CHECK(cudaGraphKernelNodeGetParams(n.node, &p));  // grid, block, function
+    p.kernelParams = args;
+    p.extra = nullptr;
+    KVWELD_CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec_, n.node, &p));
+}
+
+void CudaPlan::rebind(std::span<const KvLayer> layers) {
+    require(layers.size() == kv_.size(), "rebind: ", layers.size(), " layers offered, the plan has ", kv_.size());
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        const KvLayer& layer = layers[l];
+        require(layer && layer->max_seq_len() == key_.max_seq_len && layer->kv_dim() == config_.kv_dim() &&
+                    layer->dtype() == key_.dtype,
+                "rebind: layer ", l, " is incompatible with the plan's [", key_.max_seq_len, " x ",
+                config_.kv_dim(), "] ", to_string(key_.dtype), " buffers; nothing rebound");
+    }
+    std::vector<Bound> next;
+    for (const KvLayer& layer : layers) next.push_back(device_kv(layer));  // may allocate; plan untouched
+    // The fault moves layer 0 only, leaving the rest welded to old buffers.
+    const std::size_t moved = fault_on(Fault::partial_rebind) ? 1 : layers.size();
+    std::size_t done = 0;
+    try {
+        for (; done < kv_nodes_.size(); ++done) {
+            const KvNode& n = kv_nodes_[done];
+            if (sz(n.layer) < moved) set_node_kv(n, next[sz(n.layer)]);
+        }
+    } catch (...) {
+        for (std::size_t i = 0; i < done; ++i) {  // all or nothing: put back what moved
+            const KvNode& n = kv_nodes_[i];
+            if (sz(n.layer) < moved) cudaGetLastError(), set_node_kv(n, bound_[sz(n.layer)]);
+        }
+        throw;
+    }
+    for (KvNode& n : kv_nodes_) {
+        if (sz(n.layer) >= moved) continue;
+        const Bound b = next[sz(n.layer)];
+        n.write.k_cache = b.k, n.write.v_cache = b.v;
+        n.attend.k_cache = b.k, n.attend.v_cache = b.v;
+    }
+    for (std::size_t l = 0; l < moved; ++l) {
+        kv_[l] = layers[l];
+        bound_[l] = next[l];
+    }
+}
+
+std::vector<StorageSerial> CudaPlan::bound_serials() const {
+    std::vector<StorageSerial> out;
+    for (const KvLayer& l : kv_) out.push_back(l->serial());
+    return out;
+}
+
+std::span<const float> CudaPlan::run(const StepParams& step) {
+    *host_step_ = StepData{step.token, step.pos, step.mask_len};
+    KVWELD_CUDA_CHECK(cudaMemcpyAsync(step_.get(), host_step_.get(), sizeof(StepData), cudaMemcpyHostToDevice, stream_));
+    if (mode_ == Mode::graph)
+        KVWELD_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+    else
+        record(stream_);
+    KVWELD_CUDA_CHECK(cudaMemcpyAsync(host_logits_.get(), logits_.get(), sz(config_.vocab) * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream_));
+    KVWELD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {host_logits_.get(), sz(config_.vocab)};
+}
+
+}  // namespace kvweld::cuda

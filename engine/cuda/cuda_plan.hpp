@@ -1,0 +1,80 @@
+// The CUDA backend's plan: the whole decode step captured once as a CUDA
+// graph, with the weight, scratch and KV pointers baked into its kernel
+// nodes. Per-token data is copied into a fixed device StepData before each
+// launch. Rebind rewrites the KV pointers of the kv_write and attention
+// nodes in the executable graph (cudaGraphExecKernelNodeSetParams), all or
+// nothing; anything else that changes means a new plan (re-capture).
+#pragma once
+
+#include "engine/cuda/device_buffer.hpp"
+#include "engine/cuda/device_model.hpp"
+#include "engine/cuda/kernels.cuh"
+#include "engine/plan.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+namespace kvweld::cuda {
+
+class CudaPlan final : public Plan {
+public:
+    enum class Mode {
+        graph,   // the held plan: one graph launch per token
+        stream,  // the same kernels launched one by one (measurement only)
+    };
+    CudaPlan(const Model& model, const KvCache& cache, Mode mode = Mode::graph);
+    ~CudaPlan() override;
+    CudaPlan(const CudaPlan&) = delete;
+    CudaPlan& operator=(const CudaPlan&) = delete;
+
+    void rebind(std::span<const KvLayer> layers) override;
+    std::span<const float> run(const StepParams& step) override;
+    std::vector<StorageSerial> bound_serials() const override;
+
+    std::size_t graph_nodes() const { return node_count_; }
+
+private:
+    struct Bound {
+        float* k;
+        float* v;
+    };
+    // A captured node that bakes a layer's KV pointers.
+    struct KvNode {
+        cudaGraphNode_t node;
+        int layer;
+        bool attention;
+        KvWriteArgs write;
+        AttentionArgs attend;
+    };
+    struct PinnedDeleter {
+        void operator()(void* p) const { cudaFreeHost(p); }
+    };
+
+    void allocate();
+    void record(cudaStream_t stream);  // queues the whole forward
+    void capture();
+    void find_kv_nodes();
+    void set_node_kv(const KvNode& node, Bound kv);  // throws naming the call
+    Bound device_kv(const KvLayer& layer) const;
+
+    ModelConfig config_;
+    Mode mode_;
+    int built_pos_ = 0;
+    std::shared_ptr<const DeviceModel> weights_;  // pinned: the graph reads them
+    std::vector<KvLayer> kv_;                     // pinned: the graph writes them
+    std::vector<Bound> bound_;
+    DeviceBuffer<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_, rope_;
+    DeviceBuffer<StepData> step_;
+    std::unique_ptr<StepData, PinnedDeleter> host_step_;
+    std::unique_ptr<float, PinnedDeleter> host_logits_;
+    std::vector<KvNode> kv_nodes_;
+    std::size_t node_count_ = 0;
+    // Destroyed first (see the destructor): a graph never outlives its buffers.
+    cudaStream_t stream_ = nullptr;
+    cudaGraph_t graph_ = nullptr;
+    cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace kvweld::cuda

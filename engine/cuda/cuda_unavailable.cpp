@@ -1,0 +1,16 @@
+// Built when nvcc was not found: the CUDA backend exists only as an error.
+#include "engine/decode_session.hpp"
+#include "engine/error.hpp"
+
+namespace kvweld {
+
+std::unique_ptr<Plan> make_cuda_plan(const Model&, const KvCache&) {
+    throw Error("CUDA backend unavailable: this build has no CUDA support (nvcc was not found at configure time)");
+}
+
+bool cuda_backend_available(std::string* why) {
+    if (why) *why = "this build has no CUDA support (nvcc was not found at configure time)";
+    return false;
+}
+
+}  // namespace kvweld

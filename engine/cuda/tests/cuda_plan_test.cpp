@@ -1,0 +1,178 @@
+// The CUDA plan against the reference forward, and the plan contract on
+// CUDA, both halves: truncate keeps the graph; clear / set_layer rebind it
+// by rewriting node parameters; a model swap re-captures.
+#include "cuda_test_util.hpp"
+#include "engine/cuda/cuda_plan.hpp"
+#include "engine/faults.hpp"
+#include "engine/reference.hpp"
+#include "engine/rng.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvweld::cuda {
+namespace {
+
+constexpr double kTolerance = 1e-4;  // max |logit - ref| / max(1, max |ref|)
+
+double error(std::span<const float> got, const std::vector<float>& want) {
+    double worst = 0.0, scale = 1.0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+        scale = std::max(scale, std::fabs(double(want[i])));
+    }
+    return worst / scale;
+}
+
+std::vector<int> tokens(int n, int vocab, std::uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int> out(n);
+    for (int& t : out) t = int(rng.below(vocab));
+    return out;
+}
+
+struct CudaRequest {
+    explicit CudaRequest(const Model& m)
+        : model(&m), cache(KvCache::with_capacity(m.config())), session({.backend = Backend::cuda}), shadow(m.config()) {}
+    double step(int token) {
+        const std::vector<float> want = reference_forward(*model, shadow, token, cache.cached_len());
+        return error(session.decode(*model, cache, token), want);
+    }
+    double steps(int n, std::uint64_t seed) {
+        double worst = 0.0;
+        for (int t : tokens(n, model->config().vocab, seed)) worst = std::max(worst, step(t));
+        return worst;
+    }
+    const Model* model;
+    KvCache cache;
+    DecodeSession session;
+    ReferenceKv shadow;
+};
+
+TEST(CudaPlan, HeldGraphMatchesReference) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    for (Family f : {Family::llama, Family::qwen3}) {
+        const Model model = Model::random(tiny_config(f), 3);
+        CudaRequest r(model);
+        EXPECT_LE(r.steps(200, 1), kTolerance) << to_string(f);
+        EXPECT_EQ(r.session.counters().builds, 1u);
+        EXPECT_EQ(r.session.counters().kept, 199u);
+    }
+}
+
+TEST(CudaPlan, GraphAndPlainStreamLaunchesAgree) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const Model model = Model::random(tiny_config(), 4);
+    auto a = KvCache::with_capacity(model.config()), b = KvCache::with_capacity(model.config());
+    CudaPlan graph(model, a, CudaPlan::Mode::graph), stream(model, b, CudaPlan::Mode::stream);
+    EXPECT_GT(graph.graph_nodes(), 10u);
+    for (int pos = 0; pos < 20; ++pos) {
+        const StepParams s{pos % 64, pos, pos + 1};
+        const std::span<const float> from_graph = graph.run(s);
+        const std::vector<float> x(from_graph.begin(), from_graph.end());
+        const std::span<const float> y = stream.run(s);
+        ASSERT_TRUE(std::equal(x.begin(), x.end(), y.begin()));
+    }
+}
+
+TEST(CudaPlan, TruncateKeepsTheGraph) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const Model model = Model::random(tiny_config(), 5);
+    CudaRequest r(model);
+    r.steps(10, 2);
+    const KvAllocId id = r.cache.alloc_id();
+    r.cache.truncate_to(3);
+    EXPECT_EQ(r.cache.alloc_id(), id);
+    EXPECT_LE(r.steps(5, 3), kTolerance);
+    EXPECT_EQ(r.session.counters().builds, 1u);
+    EXPECT_EQ(r.session.counters().rebinds, 0u);
+}
+
+TEST(CudaPlan, ClearAndSetLayerRebindTheGraph) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const Model model = Model::random(tiny_config(), 6);
+    CudaRequest r(model);
+    r.steps(8, 4);
+    r.cache.set_layer(1, r.cache.layer(1)->copy());  // device content cloned
+    EXPECT_NE(r.session.bound_serials(), r.cache.storage_serials());
+    EXPECT_LE(r.steps(4, 5), kTolerance);
+    EXPECT_EQ(r.session.counters().rebinds, 1u);
+    EXPECT_EQ(r.session.bound_serials(), r.cache.storage_serials());
+    r.cache.clear();
+    r.shadow = ReferenceKv(model.config());
+    EXPECT_LE(r.steps(6, 6), kTolerance);
+    EXPECT_EQ(r.session.counters().rebinds, 2u);
+    EXPECT_EQ(r.session.counters().builds, 1u);
+}
+
+TEST(CudaPlan, ModelSwapRecaptures) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const Model a = Model::random(tiny_config(), 7), b = Model::random(tiny_config(), 8);
+    CudaRequest r(a);
+    r.steps(4, 7);
+    EXPECT_EQ(r.session.check(b, r.cache), Validity::stale(StaleReason::model_instance));
+    r.model = &b;
+    EXPECT_LE(r.steps(4, 8), kTolerance);
+    EXPECT_EQ(r.session.counters().builds, 2u);
+}
+
+TEST(CudaPlan, IncompatibleRebindChangesNothing) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const Model model = Model::random(tiny_config(), 9);
+    auto cache = KvCache::with_capacity(model.config());
+    CudaPlan plan(model, cache);
+    const auto serials = plan.bound_serials();
+    auto fresh = KvCache::with_capacity(model.config());
+    std::vector<KvLayer> layers = {fresh.layer(0), std::make_shared<KvStorage>(256, 4)};
+    EXPECT_THROW(plan.rebind(layers), Error);
+    EXPECT_EQ(plan.bound_serials(), serials);
+}
+
+TEST(CudaPlan, SlotReuseWithoutTheKeyCheckDecodesStaleKv) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
+    const Model model = Model::random(tiny_config(), 10);
+    auto run = [&](FaultSet faults) {
+        ScopedFaults scoped(faults);
+        DecodeSession held({.backend = Backend::cuda});
+        {
+            auto a = KvCache::with_capacity(model.config());
+            for (int t : tokens(30, 64, 11)) held.decode(model, a, t);
+        }
+        auto b = KvCache::with_capacity(model.config());
+        ReferenceKv shadow(model.config());
+        DecodeSession prefill({.backend = Backend::cuda});
+        for (int t : tokens(20, 64, 12)) {
+            reference_forward(model, shadow, t, b.cached_len());
+            prefill.decode(model, b, t);
+        }
+        double worst = 0.0;
+        for (int t : tokens(5, 64, 13)) {
+            const std::vector<float> want = reference_forward(model, shadow, t, b.cached_len());
+            worst = std::max(worst, error(held.decode(model, b, t), want));
+        }
+        return worst;
+    };
+    EXPECT_LE(run({}), kTolerance);
+    FaultSet bypass;
+    bypass.add(Fault::geometry_only_key);
+    EXPECT_GT(run(bypass), 100 * kTolerance);
+}
+
+TEST(CudaPlan, UnavailableBackendErrorIsClear) {
+    std::string why;
+    if (cuda_backend_available(&why)) GTEST_SKIP() << "a CUDA device is present";
+    const Model model = Model::random(tiny_config(), 1);
+    auto cache = KvCache::with_capacity(model.config());
+    DecodeSession s({.backend = Backend::cuda});
+    try {
+        s.decode(model, cache, 1);
+        ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("CUDA backend unavailable"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(cache.cached_len(), 0);
+}
+
+}  // namespace
+}  // namespace kvweld::cuda

@@ -1,0 +1,153 @@
+// Every CUDA kernel against its CPU reference (engine/cpu_kernels), on
+// random inputs. Tolerances are fp32 relative 1e-5 unless a reduction order
+// differs over many terms.
+#include "cuda_test_util.hpp"
+#include "engine/cpu_kernels.hpp"
+#include "engine/cuda/device_buffer.hpp"
+#include "engine/cuda/kernels.cuh"
+#include "engine/rng.hpp"
+
+#include <cmath>
+#include <vector>
+
+namespace kvweld::cuda {
+namespace {
+
+std::vector<float> random_vec(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+    Rng rng(seed);
+    std::vector<float> v(n);
+    for (float& x : v) x = rng.symmetric(scale);
+    return v;
+}
+
+DeviceBuffer<float> to_device(const std::vector<float>& v) {
+    DeviceBuffer<float> d(v.size());
+    d.upload(v.data(), v.size());
+    return d;
+}
+
+std::vector<float> to_host(const DeviceBuffer<float>& d) {
+    std::vector<float> v(d.size());
+    d.download(v.data(), v.size());
+    return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
+}
+
+DeviceBuffer<StepData> step_on_device(StepData s) {
+    DeviceBuffer<StepData> d(1);
+    d.upload(&s, 1);
+    return d;
+}
+
+void sync() { KVWELD_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+TEST(CudaKernels, Embed) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const auto table = random_vec(10 * 24, 1);
+    auto d_table = to_device(table);
+    DeviceBuffer<float> x(24);
+    auto step = step_on_device({7, 0, 1});
+    KVWELD_CUDA_CHECK(launch_embed({d_table.get(), x.get(), step.get(), 24}, nullptr));
+    sync();
+    expect_close(to_host(x), std::vector<float>(table.begin() + 7 * 24, table.begin() + 8 * 24), 0);
+}
+
+TEST(CudaKernels, RmsNormGroupsAndInPlace) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int n = 48, groups = 3;
+    const auto x = random_vec(n * groups, 2), w = random_vec(n, 3);
+    std::vector<float> want(x.size());
+    for (int g = 0; g < groups; ++g) cpu::rmsnorm(&want[g * n], &x[g * n], w.data(), n, 1e-5f);
+    auto d_x = to_device(x), d_w = to_device(w);
+    KVWELD_CUDA_CHECK(launch_rmsnorm({d_x.get(), d_w.get(), d_x.get(), n, groups, 1e-5f}, nullptr));
+    sync();
+    expect_close(to_host(d_x), want, 1e-5);
+}
+
+TEST(CudaKernels, MatvecAlignedAndUnaligned) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    for (int cols : {288, 37}) {
+        const int rows = 67;
+        const auto w = random_vec(std::size_t(rows) * cols, 4), x = random_vec(cols, 5);
+        std::vector<float> want(rows);
+        cpu::matvec(want.data(), w.data(), x.data(), rows, cols);
+        auto d_w = to_device(w), d_x = to_device(x);
+        DeviceBuffer<float> out(rows);
+        KVWELD_CUDA_CHECK(launch_matvec({d_w.get(), d_x.get(), out.get(), rows, cols}, nullptr));
+        sync();
+        expect_close(to_host(out), want, 1e-4);
+    }
+}
+
+TEST(CudaKernels, RopeReadsItsRowFromStepData) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int heads = 3, hd = 8, rows = 5;
+    const auto v = random_vec(heads * hd, 6), table = random_vec(rows * hd, 7);
+    std::vector<float> want = v;
+    cpu::rope(want.data(), heads, hd, &table[3 * hd]);
+    auto d_v = to_device(v), d_t = to_device(table);
+    auto step = step_on_device({0, 3, 4});
+    KVWELD_CUDA_CHECK(launch_rope({d_v.get(), d_t.get(), step.get(), heads, hd}, nullptr));
+    sync();
+    expect_close(to_host(d_v), want, 1e-6);
+}
+
+TEST(CudaKernels, KvWriteAtTheReboundOffset) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int kv_dim = 16, rows = 6;
+    const auto k = random_vec(kv_dim, 8), v = random_vec(kv_dim, 9);
+    auto d_k = to_device(k), d_v = to_device(v);
+    DeviceBuffer<float> kc(rows * kv_dim), vc(rows * kv_dim);
+    KVWELD_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size() * sizeof(float)));
+    KVWELD_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size() * sizeof(float)));
+    auto step = step_on_device({0, 4, 5});
+    KVWELD_CUDA_CHECK(launch_kv_write({d_k.get(), d_v.get(), kc.get(), vc.get(), step.get(), kv_dim, -1, 0}, nullptr));
+    sync();
+    const auto kh = to_host(kc), vh = to_host(vc);
+    for (int i = 0; i < kv_dim; ++i) {
+        EXPECT_EQ(kh[4 * kv_dim + i], k[i]);
+        EXPECT_EQ(vh[4 * kv_dim + i], v[i]);
+        EXPECT_EQ(kh[3 * kv_dim + i], 0.0f);  // other rows untouched
+    }
+}
+
+TEST(CudaKernels, AttentionGqaOverTheMaskLength) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int heads = 4, kv_heads = 2, hd = 8, rows = 40, len = 33, kv_dim = kv_heads * hd;
+    const auto q = random_vec(heads * hd, 10), kc = random_vec(rows * kv_dim, 11), vc = random_vec(rows * kv_dim, 12);
+    std::vector<float> want(heads * hd), scores(rows);
+    for (int h = 0; h < heads; ++h) {
+        const int kvh = h / (heads / kv_heads);
+        cpu::attend(&want[h * hd], scores.data(), &q[h * hd], &kc[kvh * hd], &vc[kvh * hd], len, hd, kv_dim);
+    }
+    auto d_q = to_device(q), d_k = to_device(kc), d_v = to_device(vc);
+    DeviceBuffer<float> out(heads * hd), d_scores(heads * rows);
+    auto step = step_on_device({0, len - 1, len});
+    KVWELD_CUDA_CHECK(launch_attention({d_q.get(), d_k.get(), d_v.get(), out.get(), d_scores.get(), step.get(), heads,
+                                        heads / kv_heads, hd, kv_dim, rows, 0, 0}, nullptr));
+    sync();
+    expect_close(to_host(out), want, 1e-5);
+}
+
+TEST(CudaKernels, SwigluAndAdd) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int n = 300;
+    const auto g = random_vec(n, 13, 3.0f), u = random_vec(n, 14);
+    std::vector<float> want = g;
+    cpu::swiglu(want.data(), u.data(), n);
+    auto d_g = to_device(g), d_u = to_device(u);
+    KVWELD_CUDA_CHECK(launch_swiglu({d_g.get(), d_u.get(), n}, nullptr));
+    std::vector<float> sum = want;
+    cpu::add(sum.data(), u.data(), n);
+    KVWELD_CUDA_CHECK(launch_add({d_g.get(), d_u.get(), n}, nullptr));
+    sync();
+    expect_close(to_host(d_g), sum, 1e-5);
+}
+
+}  // namespace
+}  // namespace kvweld::cuda
