@@ -55,7 +55,12 @@ bool Simulator::storage_indistinguishable(const Slot& slot, int pos) const {
     const KvCache& cache = slot.cache->cache;
     for (int l = 0; l < cache.n_layers(); ++l) {
         const KvLayer& old = slot.plan.storage[static_cast<std::size_t>(l)];
-        if (old != cache.layer(l) && !rows_equal(*old, *cache.layer(l), pos)) return false;
+        const KvLayer& now = cache.layer(l);
+        if (old == now) continue;
+        // On a device backend the device copy is current; bring it back first.
+        for (const KvLayer& s : {old, now})
+            if (s->device()) s->device()->download(*s, pos);
+        if (!rows_equal(*old, *now, pos)) return false;
     }
     return true;
 }
