@@ -1,41 +1,66 @@
-// Held-plan decode against replan-every-token, tokens/s, one thread.
+// Decode throughput, one thread: held plan, rebind every token, and replan
+// every token; tiny and stories15M dims; CPU always, CUDA when a device is
+// present (skipped otherwise). tokens/s is a counter.
 #include "engine/decode_session.hpp"
 
 #include <benchmark/benchmark.h>
 
+#include <string>
+
 namespace kvweld {
 namespace {
 
-// Decodes a full max_seq_len sequence per iteration batch, restarting the
-// cache when full, so every position's attention cost is represented.
-void decode_loop(benchmark::State& state, const ModelConfig& config, SessionOptions opts) {
+enum class Mode { held, rebind, replan };
+
+// Decodes positions 0..max_seq_len-1 over and over. In rebind mode two
+// same-shape caches alternate, so every token is an AllocationChanged.
+void decode_loop(benchmark::State& state, const ModelConfig& config, Backend backend, Mode mode) {
+    std::string why;
+    if (backend == Backend::cuda && !cuda_backend_available(&why)) {
+        state.SkipWithError(("no CUDA device: " + why).c_str());
+        return;
+    }
     const Model model = Model::random(config, 1);
-    auto cache = KvCache::with_capacity(config);
-    DecodeSession session(opts);
+    KvCache caches[2] = {KvCache::with_capacity(config), KvCache::with_capacity(config)};
+    DecodeSession session({.replan_every_token = mode == Mode::replan, .backend = backend});
     int token = 1;
+    std::uint64_t i = 0;
     for (auto _ : state) {
+        KvCache& cache = caches[mode == Mode::rebind ? i++ % 2 : 0];
         if (cache.cached_len() == config.max_seq_len) cache.truncate_to(0);
         const std::span<const float> logits = session.decode(model, cache, token);
         benchmark::DoNotOptimize(logits.data());
         token = (token * 31 + 7) % config.vocab;
     }
-    state.counters["tokens_per_s"] =
-        benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["rebinds"] = double(session.counters().rebinds);
+    state.counters["builds"] = double(session.counters().builds);
 }
 
-void BM_Held_Tiny(benchmark::State& s) { decode_loop(s, tiny_config(), {}); }
-void BM_Replan_Tiny(benchmark::State& s) { decode_loop(s, tiny_config(), {.replan_every_token = true}); }
-void BM_Held_Stories15M(benchmark::State& s) { decode_loop(s, stories15m_config(), {}); }
-void BM_Replan_Stories15M(benchmark::State& s) {
-    decode_loop(s, stories15m_config(), {.replan_every_token = true});
+void register_all() {
+    struct Dims {
+        const char* name;
+        ModelConfig config;
+        double min_time;
+    };
+    for (const Dims& d : {Dims{"tiny", tiny_config(), 0.2}, Dims{"stories15m", stories15m_config(), 1.0}})
+        for (Backend b : {Backend::cpu, Backend::cuda})
+            for (auto [mode, mode_name] : {std::pair{Mode::held, "held"}, std::pair{Mode::rebind, "rebind"},
+                                           std::pair{Mode::replan, "replan"}}) {
+                const std::string name = std::string("decode/") + std::string(to_string(b)) + "/" + d.name + "/" + mode_name;
+                benchmark::RegisterBenchmark(name.c_str(), [cfg = d.config, b, mode](benchmark::State& s) {
+                    decode_loop(s, cfg, b, mode);
+                })->Unit(benchmark::kMicrosecond)->MinTime(d.min_time);
+            }
 }
-
-BENCHMARK(BM_Held_Tiny)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Replan_Tiny)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Held_Stories15M)->Unit(benchmark::kMillisecond)->MinTime(1.0);
-BENCHMARK(BM_Replan_Stories15M)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 }  // namespace
 }  // namespace kvweld
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    kvweld::register_all();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
     kvweld::cli::add_sim_commands(app, action);
     kvweld::cli::add_swarm_command(app, action);
     kvweld::cli::add_mutants_command(app, action);
+    kvweld::cli::add_traffic_command(app, action);
     kvweld::cli::add_decode_command(app, action);
     try {
         app.parse(argc, argv);

@@ -1,0 +1,206 @@
+// `kvweld traffic`: the reuse-ratio study. Runs each serving policy over the
+// same seeded traffic, all oracles on, and prints reuse against the ideal.
+#include "sim/cli/commands.hpp"
+
+#include "sim/report.hpp"
+#include "sim/traffic.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+namespace kvweld::cli {
+
+using namespace kvweld::sim;
+
+namespace {
+
+struct TrafficArgs {
+    TrafficParams params;
+    std::string csv, plot, json;
+    bool sweep = false;
+};
+
+double prep_share(const RunStats& s, const OpCosts& c) {
+    const double prep = double(s.rebuilt) * c.build + double(s.rebound) * c.rebind;
+    const double total = double(s.decodes) * c.decode + prep;
+    return total > 0 ? prep / total : 0.0;
+}
+
+// One row per policy: the figures the study is about.
+struct Row {
+    std::string sweep;
+    double arrival, accept;
+    PolicyResult result;
+    double share;
+};
+
+std::vector<Row> run_policies(const TrafficParams& p, const OpCosts& costs, const std::string& sweep) {
+    std::vector<Row> rows;
+    for (const Policy& policy : study_policies()) {
+        PolicyResult r = run_traffic(p, policy);
+        const double share = prep_share(r.run.stats, costs);
+        rows.push_back({sweep, p.arrival_rate, p.accept, std::move(r), share});
+    }
+    return rows;
+}
+
+bool row_ok(const Row& r) {
+    return r.result.run.verdict == Verdict::pass && r.result.run.stats.kept == r.result.run.stats.justified_kept;
+}
+
+void print_table(const std::vector<Row>& rows) {
+    std::printf("%-14s %8s %8s %8s %8s %7s %7s %10s  %s\n", "policy", "decodes", "kept", "rebound", "rebuilt", "reuse",
+                "ideal", "prep/dec", "verdict");
+    for (const Row& r : rows) {
+        const RunStats& s = r.result.run.stats;
+        std::printf("%-14s %8llu %8llu %8llu %8llu %7.4f %7.4f %9.2f%%  %s\n", r.result.policy.name.c_str(),
+                    (unsigned long long)s.decodes, (unsigned long long)s.kept, (unsigned long long)s.rebound,
+                    (unsigned long long)s.rebuilt, s.reuse_ratio(), s.ideal_ratio(), 100.0 * r.share,
+                    r.result.run.verdict == Verdict::pass
+                        ? (row_ok(r) ? "pass" : "FAIL reuse != ideal")
+                        : cat("FAIL ", to_string(r.result.run.verdict), ": ", r.result.run.failure->detail).c_str());
+    }
+}
+
+void write_csv(const std::string& path, const std::vector<Row>& rows) {
+    std::ofstream out(path, std::ios::trunc);
+    require(out.good(), "--csv ", path, ": cannot open for writing");
+    out << "sweep,policy,arrival_rate,accept,decodes,kept,rebound,rebuilt,reuse_ratio,ideal_ratio,prep_share\n";
+    for (const Row& r : rows) {
+        const RunStats& s = r.result.run.stats;
+        out << r.sweep << ',' << r.result.policy.name << ',' << r.arrival << ',' << r.accept << ',' << s.decodes << ','
+            << s.kept << ',' << s.rebound << ',' << s.rebuilt << ',' << s.reuse_ratio() << ',' << s.ideal_ratio() << ','
+            << r.share << '\n';
+    }
+}
+
+// Four panels: reuse ratio (solid) and its ideal (dashed), and the plan-
+// preparation share of decode time, each against acceptance rate and
+// against arrival rate. The data sits in the script as named blocks.
+void write_plot(const std::string& png, const std::vector<Row>& rows) {
+    const std::string script = png + ".gp";
+    std::ofstream gp(script, std::ios::trunc);
+    require(gp.good(), "--plot ", png, ": cannot write ", script);
+    const std::vector<Policy> policies = study_policies();
+    auto block = [](const std::string& sweep, std::size_t policy) { return cat("$", sweep, policy); };
+    for (const char* sweep : {"accept", "arrival"})
+        for (std::size_t i = 0; i < policies.size(); ++i) {
+            gp << block(sweep, i) << " << EOD\n";
+            for (const Row& r : rows)
+                if (r.sweep == sweep && r.result.policy.name == policies[i].name)
+                    gp << (r.sweep == "accept" ? r.accept : r.arrival) << ' ' << r.result.run.stats.reuse_ratio() << ' '
+                       << r.result.run.stats.ideal_ratio() << ' ' << 100.0 * r.share << '\n';
+            gp << "EOD\n";
+        }
+    gp << "set terminal pngcairo size 1200,900 noenhanced\n"
+       << "set output '" << png << "'\n"
+       << "set key bottom right\nset grid\n"
+       << "set multiplot layout 2,2 title 'kvweld: plan reuse per serving policy (same traffic per point, all oracles on)'\n";
+    for (const char* what : {"reuse", "prep"})
+        for (const char* sweep : {"accept", "arrival"}) {
+            const bool reuse = std::string(what) == "reuse";
+            gp << "set xlabel '" << (std::string(sweep) == "accept" ? "draft acceptance rate" : "arrival rate (requests / tick)")
+               << "'\nset ylabel '" << (reuse ? "reuse ratio (kept / decodes); dashed: ideal" : "plan preparation, % of decode time")
+               << "'\nplot ";
+            for (std::size_t i = 0; i < policies.size(); ++i) {
+                gp << (i ? ", " : "") << block(sweep, i) << " using 1:" << (reuse ? 2 : 4)
+                   << " with linespoints lw 2 lc " << i + 1 << " title '" << policies[i].name << "'";
+                if (reuse) gp << ", " << block(sweep, i) << " using 1:3 with lines dt 2 lc " << i + 1 << " notitle";
+            }
+            gp << "\n";
+        }
+    gp << "unset multiplot\n";
+    gp.close();
+    const int rc = std::system(cat("gnuplot '", script, "'").c_str());
+    require(rc == 0, "gnuplot failed on ", script, " (exit ", rc, "); is gnuplot installed? (scripts/setup)");
+}
+
+int run_traffic_cmd(const TrafficArgs& a) {
+    const TrafficParams& p = a.params;
+    std::printf("traffic: seed %llu, %d ticks, %d slots, model %s, arrivals %.3g/tick, prompt mean %d, output mean %d,\n"
+                "         spec k=%d accept %.2f, preempt %.3g, offload %.3g, reload %.3g per tick\n",
+                (unsigned long long)p.seed, p.ticks, p.slots, p.model.c_str(), p.arrival_rate, p.prompt_mean,
+                p.output_mean, p.spec_k, p.accept, p.preempt_rate, p.offload_rate, p.reload_rate);
+    const OpCosts costs =
+        measure_op_costs(draw_config(p.seed, {.model = p.model, .backend = Backend::cpu, .faults = {}}).model);
+    std::printf("measured costs on this machine: build %.1f us, rebind %.2f us, kept decode %.1f us\n",
+                costs.build * 1e6, costs.rebind * 1e6, costs.decode * 1e6);
+    std::vector<Row> rows = run_policies(p, costs, "base");
+    print_table(rows);
+    bool ok = std::all_of(rows.begin(), rows.end(), row_ok);
+
+    if (a.sweep) {
+        std::vector<Row> sweep;
+        for (double acc : {0.0, 0.2, 0.4, 0.6, 0.8, 1.0}) {
+            TrafficParams q = p;
+            q.accept = acc;
+            for (Row& r : run_policies(q, costs, "accept")) sweep.push_back(std::move(r));
+        }
+        for (double rate : {0.1, 0.25, 0.5, 1.0, 2.0}) {
+            TrafficParams q = p;
+            q.arrival_rate = rate;
+            for (Row& r : run_policies(q, costs, "arrival")) sweep.push_back(std::move(r));
+        }
+        ok = ok && std::all_of(sweep.begin(), sweep.end(), row_ok);
+        std::printf("sweep: %zu runs (acceptance 0..1 and arrival rate 0.1..2, every policy): %s\n", sweep.size(),
+                    ok ? "every reuse ratio equals its ideal, no oracle failed" : "FAILURES, see the CSV");
+        rows.insert(rows.end(), std::make_move_iterator(sweep.begin()), std::make_move_iterator(sweep.end()));
+    }
+    if (!a.csv.empty()) write_csv(a.csv, rows);
+    if (!a.plot.empty()) {
+        require(a.sweep, "--plot needs --sweep (it plots the sweep)");
+        write_plot(a.plot, rows);
+        std::printf("plot: %s\n", a.plot.c_str());
+    }
+    if (!a.json.empty()) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const Row& r : rows) {
+            nlohmann::json e = json_report(r.result.run);
+            e["policy"] = r.result.policy.name;
+            e["sweep"] = r.sweep;
+            e["arrival_rate"] = r.arrival;
+            e["accept"] = r.accept;
+            e["prep_share"] = r.share;
+            j.push_back(e);
+        }
+        write_json(a.json, {{"costs_us", {{"build", costs.build * 1e6}, {"rebind", costs.rebind * 1e6},
+                                          {"decode", costs.decode * 1e6}}},
+                            {"ok", ok},
+                            {"runs", j}});
+    }
+    std::printf("traffic verdict: %s\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_traffic_command(CLI::App& app, std::function<int()>& action) {
+    auto a = std::make_shared<TrafficArgs>();
+    TrafficParams& p = a->params;
+    CLI::App* cmd = app.add_subcommand("traffic", "Reuse-ratio study: each policy (fresh+rebuild, fresh+rebind, recycle) "
+                                                  "over the same seeded traffic, all oracles on. Exit 0 when every "
+                                                  "reuse ratio equals its ideal and no oracle failed, else 1");
+    cmd->add_option("--seed", p.seed, "traffic seed")->capture_default_str();
+    cmd->add_option("--ticks", p.ticks, "simulated ticks")->capture_default_str()->check(CLI::Range(1, 1000000));
+    cmd->add_option("--slots", p.slots, "server slots")->capture_default_str()->check(CLI::Range(1, 16));
+    cmd->add_option("--model", p.model, "model dims: tiny, tiny-mha, tiny-qwen3, small, micro")->capture_default_str();
+    cmd->add_option("--arrival-rate", p.arrival_rate, "Poisson arrivals per tick")->capture_default_str()->check(CLI::Range(0.0, 16.0));
+    cmd->add_option("--prompt-mean", p.prompt_mean, "prompt length mean (uniform 1..2*mean-1)")->capture_default_str()->check(CLI::Range(1, 100));
+    cmd->add_option("--output-mean", p.output_mean, "output length mean (geometric)")->capture_default_str()->check(CLI::Range(1, 1000));
+    cmd->add_option("--spec-k", p.spec_k, "speculative k (1 = off)")->capture_default_str()->check(CLI::Range(1, 16));
+    cmd->add_option("--accept", p.accept, "draft acceptance probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--preempt-rate", p.preempt_rate, "clear() per active request per tick")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--offload-rate", p.offload_rate, "set_layer() restore per active request per tick")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--reload-rate", p.reload_rate, "model reloads per tick")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--reload-new-weights", p.reload_new_weights, "share of reloads with new weights")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    cmd->add_flag("--sweep", a->sweep, "also sweep acceptance rate (0..1) and arrival rate (0.1..2)");
+    cmd->add_option("--csv", a->csv, "write every run as CSV here");
+    cmd->add_option("--plot", a->plot, "draw reuse ratio and preparation share against acceptance and arrival rate (PNG; needs --sweep)");
+    cmd->add_option("--json", a->json, "write every run's report as JSON here");
+    cmd->callback([a, &action] { action = [a] { return run_traffic_cmd(*a); }; });
+}
+
+}  // namespace kvweld::cli
