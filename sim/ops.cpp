@@ -3,6 +3,8 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 
+#include "sim/json_field.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -52,19 +54,8 @@ void to_json(nlohmann::json& j, const Op& op) {
 
 namespace {
 
-// Reads a required field of the given type, or throws naming it.
-template <class T>
-T field(const nlohmann::json& j, const char* name) {
-    if (!j.contains(name)) throw Error(cat("missing field '", name, "'"));
-    try {
-        return j.at(name).get<T>();
-    } catch (const nlohmann::json::exception&) {
-        throw Error(cat("field '", name, "' has the wrong type: ", j.at(name).dump()));
-    }
-}
-
 std::vector<int> tokens_field(const nlohmann::json& j, const char* name) {
-    auto tokens = field<std::vector<int>>(j, name);
+    auto tokens = json_field<std::vector<int>>(j, name);
     for (int t : tokens) require(t >= 0, "field '", name, "' holds a negative token ", t);
     return tokens;
 }
@@ -74,50 +65,50 @@ std::vector<int> tokens_field(const nlohmann::json& j, const char* name) {
 Op op_from_json(const nlohmann::json& j) {
     require(j.is_object(), "an op must be a JSON object");
     Op op;
-    op.kind = op_kind_from_string(field<std::string>(j, "op"));
+    op.kind = op_kind_from_string(json_field<std::string>(j, "op"));
     switch (op.kind) {
         case OpKind::admit:
-            op.pick = field<std::uint32_t>(j, "pick");
+            op.pick = json_field<std::uint32_t>(j, "pick");
             op.tokens = tokens_field(j, "prompt");
             require(!op.tokens.empty(), "field 'prompt' is empty: a request needs a prompt");
-            op.fresh = field<bool>(j, "fresh");
-            op.accept = field<float>(j, "accept");
+            op.fresh = json_field<bool>(j, "fresh");
+            op.accept = json_field<float>(j, "accept");
             require(op.accept >= 0.0f && op.accept <= 1.0f,
                     "field 'accept' = ", op.accept, ": must be in [0, 1]");
-            op.max_new = field<int>(j, "max_new");
+            op.max_new = json_field<int>(j, "max_new");
             require(op.max_new >= 0, "field 'max_new' = ", op.max_new, ": must be >= 0");
-            op.seed = field<std::uint64_t>(j, "seed");
+            op.seed = json_field<std::uint64_t>(j, "seed");
             break;
         case OpKind::decode:
-            op.pick = field<std::uint32_t>(j, "pick");
-            op.seed = field<std::uint64_t>(j, "seed");
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.seed = json_field<std::uint64_t>(j, "seed");
             break;
         case OpKind::spec:
-            op.pick = field<std::uint32_t>(j, "pick");
+            op.pick = json_field<std::uint32_t>(j, "pick");
             op.tokens = tokens_field(j, "drafts");
-            op.m = field<int>(j, "m");
+            op.m = json_field<int>(j, "m");
             require(op.m >= 0 && op.m <= static_cast<int>(op.tokens.size()),
                     "field 'm' = ", op.m, ": must be in 0..", op.tokens.size(), " (drafts)");
-            op.seed = field<std::uint64_t>(j, "seed");
+            op.seed = json_field<std::uint64_t>(j, "seed");
             break;
         case OpKind::retire:
-        case OpKind::clear: op.pick = field<std::uint32_t>(j, "pick"); break;
+        case OpKind::clear: op.pick = json_field<std::uint32_t>(j, "pick"); break;
         case OpKind::set_layer:
-            op.pick = field<std::uint32_t>(j, "pick");
-            op.layer = field<int>(j, "layer");
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.layer = json_field<int>(j, "layer");
             require(op.layer >= 0, "field 'layer' = ", op.layer, ": must be >= 0");
             break;
         case OpKind::truncate:
-            op.pick = field<std::uint32_t>(j, "pick");
-            op.length = field<std::uint32_t>(j, "length");
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.length = json_field<std::uint32_t>(j, "length");
             break;
         case OpKind::reload:
-            op.same_weights = field<bool>(j, "same_weights");
-            op.seed = field<std::uint64_t>(j, "seed");
+            op.same_weights = json_field<bool>(j, "same_weights");
+            op.seed = json_field<std::uint64_t>(j, "seed");
             break;
         case OpKind::migrate:
-            op.pick = field<std::uint32_t>(j, "pick");
-            op.pick2 = field<std::uint32_t>(j, "to");
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.pick2 = json_field<std::uint32_t>(j, "to");
             break;
     }
     return op;

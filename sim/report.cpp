@@ -8,8 +8,6 @@
 
 namespace kvweld::sim {
 
-namespace {
-
 std::string fixed(double v, int digits) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -21,8 +19,6 @@ std::string sci(double v) {
     std::snprintf(buf, sizeof buf, "%.2e", v);
     return buf;
 }
-
-}  // namespace
 
 std::string report_header(const RunResult& r) {
     return cat("kvweld sim: seed ", r.config.seed, ", ", r.steps, " steps\n", r.config.describe(), "\n");

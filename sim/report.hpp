@@ -16,6 +16,10 @@ std::string report_body(const RunResult& r);    // counts, ratios and the verdic
 inline std::string text_report(const RunResult& r) { return report_header(r) + report_body(r); }
 nlohmann::json json_report(const RunResult& r);
 
+// Fixed-point and scientific numbers, formatted the same on every run.
+std::string fixed(double v, int digits);
+std::string sci(double v);
+
 // The one command that reproduces a seed's run.
 std::string reproduce_command(const SimConfig& c, int steps, const std::string& model_option);
 

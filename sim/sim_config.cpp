@@ -2,7 +2,10 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "engine/model.hpp"
 #include "engine/rng.hpp"
+
+#include "sim/json_field.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -152,36 +155,30 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
 
 namespace {
 
-template <class T>
-T get(const nlohmann::json& j, const char* name) {
-    if (!j.is_object() || !j.contains(name)) throw Error(cat("missing field '", name, "'"));
-    try {
-        return j.at(name).get<T>();
-    } catch (const nlohmann::json::exception&) {
-        throw Error(cat("field '", name, "' has the wrong type: ", j.at(name).dump()));
-    }
-}
-
 int get_in(const nlohmann::json& j, const char* name, int lo, int hi) {
-    const int v = get<int>(j, name);
+    const int v = json_field<int>(j, name);
     require(v >= lo && v <= hi, "field '", name, "' = ", v, ": must be in ", lo, "..", hi);
     return v;
 }
 
 ModelConfig model_from_json(const nlohmann::json& m) {
     ModelConfig c;
-    c.family = family_from_string(get<std::string>(m, "family"));
-    c.vocab = get<int>(m, "vocab");
-    c.dim = get<int>(m, "dim");
-    c.n_layers = get<int>(m, "n_layers");
-    c.n_heads = get<int>(m, "n_heads");
-    c.n_kv_heads = get<int>(m, "n_kv_heads");
-    c.head_dim = get<int>(m, "head_dim");
-    c.ffn_dim = get<int>(m, "ffn_dim");
-    c.max_seq_len = get<int>(m, "max_seq_len");
-    c.rope_theta = get<float>(m, "rope_theta");
-    c.norm_eps = get<float>(m, "norm_eps");
+    c.family = family_from_string(json_field<std::string>(m, "family"));
+    c.vocab = json_field<int>(m, "vocab");
+    c.dim = json_field<int>(m, "dim");
+    c.n_layers = json_field<int>(m, "n_layers");
+    c.n_heads = json_field<int>(m, "n_heads");
+    c.n_kv_heads = json_field<int>(m, "n_kv_heads");
+    c.head_dim = json_field<int>(m, "head_dim");
+    c.ffn_dim = json_field<int>(m, "ffn_dim");
+    c.max_seq_len = json_field<int>(m, "max_seq_len");
+    c.rope_theta = json_field<float>(m, "rope_theta");
+    c.norm_eps = json_field<float>(m, "norm_eps");
     c.validate();
+    // A trace is input: refuse a model no simulation here could hold.
+    const std::size_t limit = std::size_t{1} << 28;
+    const std::size_t floats = Model::weight_count(c, false);
+    require(floats <= limit, "model of ", floats, " weights is too large to simulate (limit ", limit, ")");
     return c;
 }
 
@@ -189,28 +186,28 @@ ModelConfig model_from_json(const nlohmann::json& m) {
 
 SimConfig config_from_json(const nlohmann::json& j) {
     SimConfig c;
-    c.seed = get<std::uint64_t>(j, "seed");
+    c.seed = json_field<std::uint64_t>(j, "seed");
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
     for (int k = 0; k < kOpKinds; ++k)
         c.weights[k] = get_in(w, std::string(to_string(OpKind(k))).c_str(), 0, 100);
     require(c.weights[int(OpKind::admit)] > 0 && c.weights[int(OpKind::decode)] > 0,
             "weights: admit and decode must be enabled");
     c.slots = get_in(j, "slots", 1, 16);
-    c.cache_policy = cache_policy_from_string(get<std::string>(j, "cache_policy"));
-    c.rebind_policy = rebind_policy_from_string(get<std::string>(j, "rebind_policy"));
-    c.retire_keeps_cache = get<bool>(j, "retire_keeps_cache");
-    c.sampled = get<bool>(j, "sampled");
+    c.cache_policy = cache_policy_from_string(json_field<std::string>(j, "cache_policy"));
+    c.rebind_policy = rebind_policy_from_string(json_field<std::string>(j, "rebind_policy"));
+    c.retire_keeps_cache = json_field<bool>(j, "retire_keeps_cache");
+    c.sampled = json_field<bool>(j, "sampled");
     const nlohmann::json& m = j.contains("model") ? j.at("model") : nlohmann::json();
-    c.model_name = get<std::string>(m, "name");
+    c.model_name = json_field<std::string>(m, "name");
     c.model = model_from_json(m);
-    c.weights_seed = get<std::uint64_t>(m, "weights_seed");
+    c.weights_seed = json_field<std::uint64_t>(m, "weights_seed");
     c.max_prompt = get_in(j, "max_prompt", 1, 4096);
     c.max_new = get_in(j, "max_new", 0, 1 << 20);
     c.spec_k = get_in(j, "spec_k", 1, 64);
-    c.accept_mean = get<float>(j, "accept_mean");
-    c.same_weights_chance = get<float>(j, "same_weights_chance");
-    c.backend = backend_from_string(get<std::string>(j, "backend"));
-    for (const std::string& name : get<std::vector<std::string>>(j, "faults")) {
+    c.accept_mean = json_field<float>(j, "accept_mean");
+    c.same_weights_chance = json_field<float>(j, "same_weights_chance");
+    c.backend = backend_from_string(json_field<std::string>(j, "backend"));
+    for (const std::string& name : json_field<std::vector<std::string>>(j, "faults")) {
         const auto f = fault_from_name(name);
         require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
         c.faults.add(*f);

@@ -48,12 +48,6 @@ std::string row(const char* label, const std::string& value) {
     return buf;
 }
 
-std::string ratio(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4f", v);
-    return buf;
-}
-
 }  // namespace
 
 std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
@@ -69,11 +63,9 @@ std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
     std::size_t stale = 0;
     for (const SeedResult& s : r.seeds) stale += s.verdict == Verdict::stale_decode;
     out += row("stale decodes (seeds)", cat(stale));
-    out += row("reuse ratio (ideal)", cat(ratio(t.reuse_ratio()), " (", ratio(t.ideal_ratio()), ")"));
+    out += row("reuse ratio (ideal)", cat(fixed(t.reuse_ratio(), 4), " (", fixed(t.ideal_ratio(), 4), ")"));
     out += row("change decodes / blind to data", cat(t.change_decodes, " / ", t.indistinguishable));
-    char err[32];
-    std::snprintf(err, sizeof err, "%.2e", t.max_logit_error);
-    out += row("max logit error", err);
+    out += row("max logit error", sci(t.max_logit_error));
     for (const SeedResult& s : r.seeds) {
         if (s.verdict == Verdict::pass) continue;
         out += cat("FAIL seed ", s.config.seed, ": ", to_string(s.verdict));

@@ -1,0 +1,21 @@
+// Strict reads of JSON fields for traces: a missing or mistyped field
+// throws kvweld::Error naming it.
+#pragma once
+
+#include "engine/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace kvweld::sim {
+
+template <class T>
+T json_field(const nlohmann::json& j, const char* name) {
+    if (!j.is_object() || !j.contains(name)) throw Error(cat("missing field '", name, "'"));
+    try {
+        return j.at(name).get<T>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error(cat("field '", name, "' has the wrong type: ", j.at(name).dump()));
+    }
+}
+
+}  // namespace kvweld::sim
