@@ -11,19 +11,8 @@ ModelConfig prop_config() {
     return c;
 }
 
-namespace {
-
-boost::container::pmr::pool_options pool_options() {
-    boost::container::pmr::pool_options o;
-    o.largest_required_pool_block = std::size_t{16} << 20;
-    return o;
-}
-
-}  // namespace
-
 ContractSut::ContractSut()
-    : pool(pool_options()),
-      config(prop_config()),
+    : config(prop_config()),
       model(Model::random(config, weights_seed, &pool)),
       cache(KvCache::with_capacity(config)),
       shadow(config) {

@@ -6,7 +6,7 @@
 #include "engine/decode_session.hpp"
 #include "engine/reference.hpp"
 
-#include <boost/container/pmr/unsynchronized_pool_resource.hpp>
+#include "engine/recycling_resource.hpp"
 
 #include <rapidcheck.h>
 #include <rapidcheck/state.h>
@@ -36,7 +36,7 @@ struct ContractSut {
     void reload(bool same_weights);
     void remember_id();  // asserts the cache's id was never seen before
 
-    boost::container::pmr::unsynchronized_pool_resource pool;  // recycles weight addresses
+    RecyclingResource pool;  // recycles weight addresses on purpose
     ModelConfig config;
     std::uint64_t weights_seed = 1;
     std::optional<Model> model;

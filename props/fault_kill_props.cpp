@@ -10,6 +10,17 @@
 namespace kvweld::props {
 namespace {
 
+}  // namespace
+}  // namespace kvweld::props
+
+// Names the fault in test output instead of dumping its byte (found by ADL).
+namespace kvweld {
+void PrintTo(Fault f, std::ostream* os) { *os << to_string(f); }
+}  // namespace kvweld
+
+namespace kvweld::props {
+namespace {
+
 class PropertiesUnderFault : public ::testing::TestWithParam<Fault> {};
 
 TEST_P(PropertiesUnderFault, FindACounterexample) {

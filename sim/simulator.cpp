@@ -15,16 +15,10 @@ namespace {
 // Thrown by fail() to unwind out of the op that violated an oracle.
 struct Stop {};
 
-boost::container::pmr::pool_options weight_pool_options() {
-    boost::container::pmr::pool_options o;
-    o.largest_required_pool_block = std::size_t{64} << 20;  // pool every model size we simulate
-    return o;
-}
-
 }  // namespace
 
 Simulator::Simulator(const SimConfig& config, OracleSwitches oracles)
-    : config_(config), oracles_(oracles), pool_(weight_pool_options()) {
+    : config_(config), oracles_(oracles) {
     config_.model.validate();
     weights_seed_ = config_.weights_seed;
     model_.emplace(Model::random(config_.model, weights_seed_, &pool_));
@@ -213,7 +207,7 @@ void Simulator::truncate(const Op& op, int s) {
 }
 
 void Simulator::reload(const Op& op) {
-    // Destroy first, so a pooled allocator may hand the new model the old address.
+    // Destroy first, so the recycling resource hands the new model the old address.
     model_.reset();
     const std::uint64_t seed = op.same_weights ? weights_seed_ : op.seed;
     if (seed != weights_seed_) ++weights_generation_;

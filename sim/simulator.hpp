@@ -11,7 +11,7 @@
 #include "sim/stats.hpp"
 #include "sim/verdict.hpp"
 
-#include <boost/container/pmr/unsynchronized_pool_resource.hpp>
+#include "engine/recycling_resource.hpp"
 
 #include <memory>
 #include <optional>
@@ -107,7 +107,7 @@ private:
 
     SimConfig config_;
     OracleSwitches oracles_;
-    boost::container::pmr::unsynchronized_pool_resource pool_;  // recycles weight addresses
+    RecyclingResource pool_;  // recycles weight addresses on purpose
     std::optional<Model> model_;
     std::uint64_t model_generation_ = 1;
     std::uint64_t weights_generation_ = 1;
