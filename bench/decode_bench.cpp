@@ -5,7 +5,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
+#include <vector>
 
 namespace kvweld {
 namespace {
@@ -37,7 +40,34 @@ void decode_loop(benchmark::State& state, const ModelConfig& config, Backend bac
     state.counters["builds"] = double(session.counters().builds);
 }
 
+// The gated ratio: held-plan over replan-every-token throughput, measured
+// in adjacent blocks so machine noise moves both alike; median of blocks.
+void held_over_replan(benchmark::State& state, const ModelConfig& config, int block) {
+    using Clock = std::chrono::steady_clock;
+    const Model model = Model::random(config, 1);
+    KvCache held_cache = KvCache::with_capacity(config), replan_cache = KvCache::with_capacity(config);
+    DecodeSession held, replan({.replan_every_token = true});
+    auto seconds = [&](DecodeSession& s, KvCache& c) {
+        const auto start = Clock::now();
+        for (int i = 0; i < block; ++i) {
+            if (c.cached_len() == config.max_seq_len) c.truncate_to(0);
+            benchmark::DoNotOptimize(s.decode(model, c, 1 + i % 7).data());
+        }
+        return std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    std::vector<double> ratios;
+    for (auto _ : state) ratios.push_back(seconds(replan, replan_cache) / seconds(held, held_cache));
+    std::sort(ratios.begin(), ratios.end());
+    state.counters["ratio"] = ratios[ratios.size() / 2];
+}
+
 void register_all() {
+    benchmark::RegisterBenchmark("decode/cpu/tiny/held_over_replan", [](benchmark::State& s) {
+        held_over_replan(s, tiny_config(), 200);
+    })->Unit(benchmark::kMillisecond)->Iterations(15);
+    benchmark::RegisterBenchmark("decode/cpu/stories15m/held_over_replan", [](benchmark::State& s) {
+        held_over_replan(s, stories15m_config(), 3);
+    })->Unit(benchmark::kMillisecond)->Iterations(7);
     struct Dims {
         const char* name;
         ModelConfig config;

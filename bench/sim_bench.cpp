@@ -5,6 +5,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
 namespace kvweld::sim {
 namespace {
 
@@ -19,6 +23,23 @@ void sim_loop(benchmark::State& state, OracleSwitches oracles) {
     state.counters["decodes_per_s"] = benchmark::Counter(double(decodes), benchmark::Counter::kIsRate);
 }
 
+// The gated ratio: checked over unchecked throughput, measured as adjacent
+// pairs (the same ops run both ways back to back) so that a noisy machine
+// moves both halves alike; the counter is the median over the pairs.
+void BM_CheckedOverUnchecked(benchmark::State& state) {
+    using Clock = std::chrono::steady_clock;
+    const SimConfig config = draw_config(1, {.model = "tiny", .backend = Backend::cpu, .faults = {}});
+    auto seconds = [&](OracleSwitches o) {
+        const auto start = Clock::now();
+        benchmark::DoNotOptimize(run_generated(config, 400, o).stats.decodes);
+        return std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    std::vector<double> ratios;
+    for (auto _ : state) ratios.push_back(seconds({false, false, false}) / seconds({true, true, true}));
+    std::sort(ratios.begin(), ratios.end());
+    state.counters["ratio"] = ratios[ratios.size() / 2];
+}
+
 void BM_Unchecked(benchmark::State& s) { sim_loop(s, {false, false, false}); }
 void BM_Checked(benchmark::State& s) { sim_loop(s, {true, true, true}); }
 void BM_DataOracleOnly(benchmark::State& s) { sim_loop(s, {true, false, false}); }
@@ -29,6 +50,7 @@ BENCHMARK(BM_Unchecked)->Name("sim/unchecked")->Unit(benchmark::kMillisecond)->M
 BENCHMARK(BM_Checked)->Name("sim/checked")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_DataOracleOnly)->Name("sim/data_oracle_only")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_WeldOracleOnly)->Name("sim/weld_oracle_only")->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_CheckedOverUnchecked)->Name("sim/checked_over_unchecked")->Unit(benchmark::kMillisecond)->Iterations(15);
 BENCHMARK(BM_AccountingOracleOnly)->Name("sim/accounting_oracle_only")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 }  // namespace

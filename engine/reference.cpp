@@ -14,17 +14,17 @@ ReferenceKv::ReferenceKv(const ModelConfig& c)
 
 namespace {
 
-// Sums are taken in double, so the oracle is the more exact side; the simd
-// pragma only lets the compiler vectorize the (reordered) double sum.
-
-// out[i] = sum_j w[i][j] * x[j]; w is [rows][cols] row-major.
+// out[i] = sum_j w[i][j] * x[j]; w is [rows][cols] row-major. Summed in
+// float as run.c does; the simd pragma lets the compiler vectorize (and so
+// reorder) the sum: a different order from the plan's kernels, checked to
+// agree within the tolerance. Norms and softmax below sum in double.
 void matmul(float* out, const float* x, std::span<const float> w, int rows, int cols) {
     for (int i = 0; i < rows; i++) {
         const float* row = w.data() + static_cast<std::size_t>(i) * cols;
-        double sum = 0.0;
+        float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < cols; j++) sum += static_cast<double>(row[j]) * x[j];
-        out[i] = static_cast<float>(sum);
+        for (int j = 0; j < cols; j++) sum += row[j] * x[j];
+        out[i] = sum;
     }
 }
 
