@@ -65,7 +65,7 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
     const int s = slots[op.pick % slots.size()];
     try {
         switch (op.kind) {
-            case OpKind::admit: admit(op, s, 0); break;
+            case OpKind::admit: admit(op, s); break;
             case OpKind::decode: decode_op(op, s); break;
             case OpKind::spec: spec(op, s); break;
             case OpKind::retire: retire(s); break;
@@ -111,7 +111,7 @@ TrackedCache Simulator::new_cache() {
 
 // ---- ops -------------------------------------------------------------------
 
-void Simulator::admit(const Op& op, int s, int) {
+void Simulator::admit(const Op& op, int s) {
     Slot& slot = slots_[s];
     const bool recycle = !op.fresh && slot.cache.has_value();
     if (recycle) {

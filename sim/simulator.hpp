@@ -80,7 +80,7 @@ public:
 
 private:
     // ops
-    void admit(const Op& op, int s, int free_index);
+    void admit(const Op& op, int s);
     void decode_op(const Op& op, int s);
     void spec(const Op& op, int s);
     void retire(int s);

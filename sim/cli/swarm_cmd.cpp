@@ -6,7 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <chrono>
+#include <optional>
+#include <string_view>
 #include <cstdio>
 #include <thread>
 #include <unistd.h>
@@ -24,23 +27,21 @@ struct SwarmArgs {
     std::string json;
 };
 
+std::optional<std::uint64_t> parse_u64(std::string_view text) {
+    std::uint64_t value = 0;
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || err != std::errc() || end != text.data() + text.size()) return std::nullopt;
+    return value;
+}
+
 std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s) {
     const auto dots = s.find("..");
-    require(dots != std::string::npos, "--seeds '", s, "': expected A..B, e.g. 0..299");
-    try {
-        std::size_t used_a = 0, used_b = 0;
-        const std::string a = s.substr(0, dots), b = s.substr(dots + 2);
-        const std::uint64_t first = std::stoull(a, &used_a), last = std::stoull(b, &used_b);
-        require(used_a == a.size() && used_b == b.size() && a[0] != '-' && b[0] != '-', "");
-        require(first <= last, "--seeds '", s, "': the first seed ", first, " is after the last ", last);
-        require(last - first < 100'000'000, "--seeds '", s, "': at most 100000000 seeds per swarm");
-        return {first, last};
-    } catch (const std::logic_error&) {
-        throw Error(cat("--seeds '", s, "': expected A..B with unsigned integers, e.g. 0..299"));
-    } catch (const Error& e) {
-        if (std::string(e.what()).empty()) throw Error(cat("--seeds '", s, "': expected A..B, e.g. 0..299"));
-        throw;
-    }
+    const auto first = dots == std::string::npos ? std::nullopt : parse_u64(std::string_view(s).substr(0, dots));
+    const auto last = dots == std::string::npos ? std::nullopt : parse_u64(std::string_view(s).substr(dots + 2));
+    require(first && last, "--seeds '", s, "': expected A..B with unsigned integers, e.g. 0..299");
+    require(*first <= *last, "--seeds '", s, "': the first seed ", *first, " is after the last ", *last);
+    require(*last - *first < 100'000'000, "--seeds '", s, "': at most 100000000 seeds per swarm");
+    return {*first, *last};
 }
 
 int run_swarm_cmd(const SwarmArgs& a) {
