@@ -79,7 +79,8 @@ std::vector<StorageSerial> DecodeSession::bound_serials() const {
 
 
 void DecodeSession::build(const Model& model, const KvCache& cache, BuildReason reason) {
-    // Drop the old plan first: it must never outlive a rebuild half-done.
+    // Drop the old plan first, so its buffers (device memory on CUDA) are
+    // free for the new one; a plan that must be rebuilt is of no use anyway.
     plan_.reset();
     plan_ = make_plan(options_.backend, model, cache);
     ++counters_.builds;
