@@ -11,12 +11,6 @@ namespace kvweld {
 
 namespace {
 
-std::size_t append(std::vector<float>& dst, std::span<const float> src) {
-    const std::size_t at = dst.size();
-    dst.insert(dst.end(), src.begin(), src.end());
-    return at;
-}
-
 std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
 }  // namespace
@@ -26,8 +20,8 @@ CpuPlan::CpuPlan(const Model& model, const KvCache& cache) : config_(model.confi
     const ModelConfig& c = config_;
     key_ = key_of(model, cache);
     build_ops();
-    pack_weights(model);
-    build_rope_table();
+    weights_ = pack_weights(model);
+    rope_ = rope_table(c, key_.max_seq_len);
     for (int l = 0; l < c.n_layers; ++l) kv_.push_back(cache.layer(l));
     x_.resize(sz(c.dim));
     xb_.resize(sz(std::max(c.dim, c.q_dim())));
@@ -60,56 +54,8 @@ void CpuPlan::build_ops() {
     ops_.push_back({OpKind::classifier, -1});
 }
 
-// The plan bakes a private copy of the weights, with q/k/v and gate/up
-// fused so each is one matrix-vector product. A same-geometry model swap
-// therefore leaves the plan computing with the old weights: the key must
-// catch it.
-void CpuPlan::pack_weights(const Model& model) {
-    weights_.reserve(model.all_weights().size() + sz(config_.vocab) * sz(config_.dim));
-    for (int l = 0; l < config_.n_layers; ++l) {
-        const LayerWeights lw = model.layer(l);
-        LayerPack p{};
-        p.att_norm = append(weights_, lw.att_norm);
-        p.wqkv = append(weights_, lw.wq);
-        append(weights_, lw.wk);
-        append(weights_, lw.wv);
-        p.q_norm = append(weights_, lw.q_norm);
-        p.k_norm = append(weights_, lw.k_norm);
-        p.wo = append(weights_, lw.wo);
-        p.ffn_norm = append(weights_, lw.ffn_norm);
-        p.w13 = append(weights_, lw.w1);
-        append(weights_, lw.w3);
-        p.w2 = append(weights_, lw.w2);
-        layers_.push_back(p);
-    }
-    final_norm_ = append(weights_, model.final_norm());
-    classifier_ = append(weights_, model.classifier());
-    // The embedding rows are read from the classifier copy when shared.
-    embedding_ = model.shared_classifier() ? classifier_ : append(weights_, model.embedding());
-}
-
-void CpuPlan::build_rope_table() {
-    const int hd = config_.head_dim;
-    rope_.resize(sz(key_.max_seq_len) * sz(hd));
-    for (int pos = 0; pos < key_.max_seq_len; ++pos) {
-        for (int i = 0; i < hd; i += 2) {
-            const double freq = std::pow(static_cast<double>(config_.rope_theta), -double(i) / hd);
-            rope_[sz(pos) * sz(hd) + sz(i)] = static_cast<float>(std::cos(pos * freq));
-            rope_[sz(pos) * sz(hd) + sz(i) + 1] = static_cast<float>(std::sin(pos * freq));
-        }
-    }
-}
-
 void CpuPlan::rebind(std::span<const KvLayer> layers) {
-    require(layers.size() == kv_.size(),
-            "rebind: ", layers.size(), " layers offered, the plan has ", kv_.size());
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-        const KvLayer& layer = layers[l];
-        require(layer && layer->max_seq_len() == key_.max_seq_len &&
-                    layer->kv_dim() == config_.kv_dim() && layer->dtype() == key_.dtype,
-                "rebind: layer ", l, " is incompatible with the plan's [", key_.max_seq_len,
-                    " x ", config_.kv_dim(), "] ", to_string(key_.dtype), " buffers; nothing rebound");
-    }
+    require_rebind_compatible(layers, key_, config_.kv_dim());
     // The fault moves layer 0 only, leaving the rest welded to old buffers.
     const std::size_t moved = fault_on(Fault::partial_rebind) ? 1 : layers.size();
     for (std::size_t l = 0; l < moved; ++l) kv_[l] = layers[l];
@@ -144,10 +90,10 @@ void CpuPlan::attention(int layer, int mask_len) {
 void CpuPlan::exec(const Op& op, const StepParams& step) {
     const ModelConfig& c = config_;
     const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
-    const LayerPack* p = op.layer >= 0 ? &layers_[sz(op.layer)] : nullptr;
+    const PackedWeights::Layer* p = op.layer >= 0 ? &weights_.layers[sz(op.layer)] : nullptr;
     switch (op.kind) {
         case OpKind::embed:
-            std::copy_n(w(embedding_) + sz(step.token) * sz(c.dim), c.dim, x_.data());
+            std::copy_n(w(weights_.embedding) + sz(step.token) * sz(c.dim), c.dim, x_.data());
             break;
         case OpKind::attn_norm: cpu::rmsnorm(xb_.data(), x_.data(), w(p->att_norm), c.dim, c.norm_eps); break;
         case OpKind::qkv: cpu::matvec(qkv_.data(), w(p->wqkv), xb_.data(), q_dim + 2 * kv_dim, c.dim); break;
@@ -182,8 +128,8 @@ void CpuPlan::exec(const Op& op, const StepParams& step) {
         case OpKind::gate_up: cpu::matvec(h13_.data(), w(p->w13), xb_.data(), 2 * c.ffn_dim, c.dim); break;
         case OpKind::swiglu: cpu::swiglu(h13_.data(), h13_.data() + c.ffn_dim, c.ffn_dim); break;
         case OpKind::down_proj: cpu::matvec(proj_.data(), w(p->w2), h13_.data(), c.dim, c.ffn_dim); break;
-        case OpKind::final_norm: cpu::rmsnorm(x_.data(), x_.data(), w(final_norm_), c.dim, c.norm_eps); break;
-        case OpKind::classifier: cpu::matvec(logits_.data(), w(classifier_), x_.data(), c.vocab, c.dim); break;
+        case OpKind::final_norm: cpu::rmsnorm(x_.data(), x_.data(), w(weights_.final_norm), c.dim, c.norm_eps); break;
+        case OpKind::classifier: cpu::matvec(logits_.data(), w(weights_.classifier), x_.data(), c.vocab, c.dim); break;
     }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/model.hpp"
+#include "engine/packed_weights.hpp"
 #include "engine/plan.hpp"
 
 #include <cstddef>
@@ -31,23 +32,14 @@ private:
         OpKind kind;
         int layer;
     };
-    // Offsets of one layer's prepared tensors in weights_.
-    struct LayerPack {
-        std::size_t att_norm, wqkv, q_norm, k_norm, wo, ffn_norm, w13, w2;
-    };
-
     void build_ops();
-    void pack_weights(const Model& model);
-    void build_rope_table();
     void exec(const Op& op, const StepParams& step);
     void attention(int layer, int mask_len);
-    const float* w(std::size_t offset) const { return weights_.data() + offset; }
+    const float* w(std::size_t offset) const { return weights_.data.data() + offset; }
 
     ModelConfig config_;
     std::vector<Op> ops_;
-    std::vector<float> weights_;
-    std::vector<LayerPack> layers_;
-    std::size_t final_norm_ = 0, classifier_ = 0, embedding_ = 0;
+    PackedWeights weights_;    // the plan's own copy: a model swap must be caught by the key
     std::vector<float> rope_;  // [max_seq_len][head_dim]: cos, sin pairs
     std::vector<KvLayer> kv_;  // the welded KV storage, pinned
     // scratch

@@ -21,6 +21,10 @@ struct StepParams {
     int mask_len = 0;  // attention length: pos + 1
 };
 
+// Throws Error unless every layer fits a plan with this key and KV width;
+// backends call it before changing anything (rebind is all or nothing).
+void require_rebind_compatible(std::span<const KvLayer> layers, const PlanKey& key, int kv_dim);
+
 class Plan {
 public:
     virtual ~Plan() = default;

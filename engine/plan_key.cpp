@@ -5,6 +5,7 @@
 #include "engine/faults.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/model.hpp"
+#include "engine/plan.hpp"
 
 namespace kvweld {
 
@@ -39,6 +40,18 @@ void require_cache_fits(const Model& model, const KvCache& cache) {
     require(g.max_seq_len <= c.max_seq_len,
             "cache capacity ", g.max_seq_len, " exceeds the model's max_seq_len ",
                 c.max_seq_len);
+}
+
+void require_rebind_compatible(std::span<const KvLayer> layers, const PlanKey& key, int kv_dim) {
+    require(layers.size() == static_cast<std::size_t>(key.n_layers), "rebind: ", layers.size(),
+            " layers offered, the plan has ", key.n_layers);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        const KvLayer& layer = layers[l];
+        require(layer && layer->max_seq_len() == key.max_seq_len && layer->kv_dim() == kv_dim &&
+                    layer->dtype() == key.dtype,
+                "rebind: layer ", l, " is incompatible with the plan's [", key.max_seq_len, " x ", kv_dim, "] ",
+                to_string(key.dtype), " buffers; nothing rebound");
+    }
 }
 
 PlanKey key_of(const Model& model, const KvCache& cache) {

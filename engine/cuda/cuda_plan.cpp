@@ -2,26 +2,14 @@
 
 #include "engine/cuda/device_kv.hpp"
 #include "engine/faults.hpp"
+#include "engine/packed_weights.hpp"
 
-#include <cmath>
 
 namespace kvweld::cuda {
 
 namespace {
 
 std::size_t sz(int v) { return static_cast<std::size_t>(v); }
-
-// The RoPE table, computed exactly as the CPU plan computes it.
-std::vector<float> rope_table(const ModelConfig& c, int rows) {
-    std::vector<float> t(sz(rows) * sz(c.head_dim));
-    for (int pos = 0; pos < rows; ++pos)
-        for (int i = 0; i < c.head_dim; i += 2) {
-            const double freq = std::pow(static_cast<double>(c.rope_theta), -double(i) / c.head_dim);
-            t[sz(pos) * sz(c.head_dim) + sz(i)] = static_cast<float>(std::cos(pos * freq));
-            t[sz(pos) * sz(c.head_dim) + sz(i) + 1] = static_cast<float>(std::sin(pos * freq));
-        }
-    return t;
-}
 
 template <class T>
 T* pinned(std::size_t count) {
@@ -182,14 +170,7 @@ void CudaPlan::set_node_kv(const KvNode& n, Bound kv) {
 }
 
 void CudaPlan::rebind(std::span<const KvLayer> layers) {
-    require(layers.size() == kv_.size(), "rebind: ", layers.size(), " layers offered, the plan has ", kv_.size());
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-        const KvLayer& layer = layers[l];
-        require(layer && layer->max_seq_len() == key_.max_seq_len && layer->kv_dim() == config_.kv_dim() &&
-                    layer->dtype() == key_.dtype,
-                "rebind: layer ", l, " is incompatible with the plan's [", key_.max_seq_len, " x ",
-                config_.kv_dim(), "] ", to_string(key_.dtype), " buffers; nothing rebound");
-    }
+    require_rebind_compatible(layers, key_, config_.kv_dim());
     std::vector<Bound> next;
     for (const KvLayer& layer : layers) next.push_back(device_kv(layer));  // may allocate; plan untouched
     // The fault moves layer 0 only, leaving the rest welded to old buffers.

@@ -1,5 +1,5 @@
-// A model's weights on the device, packed as the CPU plan packs them (q/k/v
-// and gate/up fused), each tensor 16-byte aligned. Tied to the host model's
+// A model's weights on the device, packed exactly as the CPU plan packs them
+// (engine/packed_weights.hpp). Tied to the host model's
 // ModelInstanceId: a registry hands every plan of the same model the same
 // upload, and a reload (new id) gets a new one. Plans pin what they bake.
 #pragma once

@@ -1,0 +1,57 @@
+#include "engine/packed_weights.hpp"
+
+#include <cmath>
+
+namespace kvweld {
+
+namespace {
+
+// Appends tensors back to back, the first at a 4-float boundary; returns
+// the first one's offset.
+template <class... Spans>
+std::size_t append(std::vector<float>& dst, const Spans&... parts) {
+    dst.resize((dst.size() + 3) / 4 * 4, 0.0f);
+    const std::size_t at = dst.size();
+    (dst.insert(dst.end(), parts.begin(), parts.end()), ...);
+    return at;
+}
+
+}  // namespace
+
+PackedWeights pack_weights(const Model& model) {
+    PackedWeights p;
+    const ModelConfig& c = model.config();
+    p.data.reserve(model.all_weights().size() + 64 * static_cast<std::size_t>(c.n_layers + 2));
+    for (int l = 0; l < c.n_layers; ++l) {
+        const LayerWeights w = model.layer(l);
+        PackedWeights::Layer o{};
+        o.att_norm = append(p.data, w.att_norm);
+        o.wqkv = append(p.data, w.wq, w.wk, w.wv);
+        o.q_norm = append(p.data, w.q_norm);
+        o.k_norm = append(p.data, w.k_norm);
+        o.wo = append(p.data, w.wo);
+        o.ffn_norm = append(p.data, w.ffn_norm);
+        o.w13 = append(p.data, w.w1, w.w3);
+        o.w2 = append(p.data, w.w2);
+        p.layers.push_back(o);
+    }
+    p.final_norm = append(p.data, model.final_norm());
+    p.classifier = append(p.data, model.classifier());
+    // The embedding rows are read from the classifier copy when they are shared.
+    p.embedding = model.shared_classifier() ? p.classifier : append(p.data, model.embedding());
+    return p;
+}
+
+std::vector<float> rope_table(const ModelConfig& c, int rows) {
+    const auto hd = static_cast<std::size_t>(c.head_dim);
+    std::vector<float> t(static_cast<std::size_t>(rows) * hd);
+    for (int pos = 0; pos < rows; ++pos)
+        for (std::size_t i = 0; i < hd; i += 2) {
+            const double freq = std::pow(static_cast<double>(c.rope_theta), -double(i) / double(hd));
+            t[static_cast<std::size_t>(pos) * hd + i] = static_cast<float>(std::cos(pos * freq));
+            t[static_cast<std::size_t>(pos) * hd + i + 1] = static_cast<float>(std::sin(pos * freq));
+        }
+    return t;
+}
+
+}  // namespace kvweld

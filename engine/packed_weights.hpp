@@ -1,0 +1,28 @@
+// The weights a plan bakes, packed for a fast decode step: q/k/v fused into
+// one [q+2kv][dim] matrix and gate/up into one [2ffn][dim] matrix, every
+// tensor starting at a 16-byte boundary. Both backends use this layout (the
+// CUDA one uploads it as is). Also the RoPE table both backends read.
+#pragma once
+
+#include "engine/model.hpp"
+
+#include <cstddef>
+#include <vector>
+
+namespace kvweld {
+
+struct PackedWeights {
+    struct Layer {
+        std::size_t att_norm, wqkv, q_norm, k_norm, wo, ffn_norm, w13, w2;  // offsets into data
+    };
+    std::vector<float> data;
+    std::vector<Layer> layers;
+    std::size_t embedding = 0, final_norm = 0, classifier = 0;
+};
+
+PackedWeights pack_weights(const Model& model);
+
+// [rows][head_dim]: for each position, (cos, sin) of pos * theta^(-i/head_dim) per pair i.
+std::vector<float> rope_table(const ModelConfig& config, int rows);
+
+}  // namespace kvweld
