@@ -52,7 +52,7 @@ std::string row(const char* label, const std::string& value) {
 
 std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
     const RunStats& t = r.total;
-    std::string out = cat("swarm: seeds ", o.first, "..", o.last, ", ", o.steps, " steps each\n");
+    std::string out = cat("results over seeds ", o.first, "..", o.last, ":\n");
     out += row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
     out += row("decodes", cat(t.decodes));
     out += row("kept / rebound / rebuilt", cat(t.kept, " / ", t.rebound, " / ", t.rebuilt));
