@@ -4,6 +4,7 @@
 
 #include <boost/container/pmr/global_resource.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvweld {
@@ -50,7 +51,10 @@ Model::Model(const ModelConfig& config, bool shared_classifier, pmr::memory_reso
       id_(ModelInstanceId::mint()),
       data_(resource ? resource : pmr::get_default_resource()) {
     config_.validate();
-    data_.resize(offsets().end, 0.0f);
+    // default_init then one fill: a pmr vector's element-wise construction
+    // is slow in instrumented (fuzz) builds, and models are built per input.
+    data_.resize(offsets().end, boost::container::default_init);
+    std::fill(data_.data(), data_.data() + data_.size(), 0.0f);
 }
 
 std::size_t Model::weight_count(const ModelConfig& config, bool shared_classifier) {
