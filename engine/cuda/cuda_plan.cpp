@@ -182,21 +182,34 @@ void CudaPlan::rebind(std::span<const KvLayer> layers) {
             if (sz(n.layer) < moved) set_node_kv(n, next[sz(n.layer)]);
         }
     } catch (...) {
-        for (std::size_t i = 0; i < done; ++i) {  // all or nothing: put back what moved
-            const KvNode& n = kv_nodes_[i];
-            if (sz(n.layer) < moved) cudaGetLastError(), set_node_kv(n, bound_[sz(n.layer)]);
-        }
+        restore_nodes(done, moved);  // all or nothing: put back what moved
         throw;
     }
     for (KvNode& n : kv_nodes_) {
         if (sz(n.layer) >= moved) continue;
         const Bound b = next[sz(n.layer)];
-        n.write.k_cache = b.k, n.write.v_cache = b.v;
-        n.attend.k_cache = b.k, n.attend.v_cache = b.v;
+        n.write.k_cache = b.k;
+        n.write.v_cache = b.v;
+        n.attend.k_cache = b.k;
+        n.attend.v_cache = b.v;
     }
     for (std::size_t l = 0; l < moved; ++l) {
         kv_[l] = layers[l];
         bound_[l] = next[l];
+    }
+}
+
+// Best effort after a failed rebind: the first `count` nodes go back to the
+// buffers they were bound to. The original error is the one reported.
+void CudaPlan::restore_nodes(std::size_t count, std::size_t moved) noexcept {
+    cudaGetLastError();  // clear the error that stopped the rebind
+    for (std::size_t i = 0; i < count; ++i) {
+        const KvNode& n = kv_nodes_[i];
+        if (sz(n.layer) >= moved) continue;
+        try {
+            set_node_kv(n, bound_[sz(n.layer)]);
+        } catch (const Error&) {
+        }
     }
 }
 

@@ -57,6 +57,7 @@ private:
     void capture();
     void find_kv_nodes();
     void set_node_kv(const KvNode& node, Bound kv);  // throws naming the call
+    void restore_nodes(std::size_t count, std::size_t moved) noexcept;
     Bound device_kv(const KvLayer& layer) const;
 
     ModelConfig config_;
