@@ -68,10 +68,6 @@ std::vector<StorageSerial> CpuPlan::bound_serials() const {
 }
 
 std::span<const float> CpuPlan::run(const StepParams& step) {
-    if (first_run_) {
-        built_step_ = step;
-        first_run_ = false;
-    }
     for (const Op& op : ops_) exec(op, step);
     return logits_;
 }
@@ -112,7 +108,7 @@ void CpuPlan::exec(const Op& op, const StepParams& step) {
         }
         case OpKind::kv_write: {
             // The fault writes every token at the offset the plan was built at.
-            const int at = fault_on(Fault::offset_not_rebound) ? built_step_.pos : step.pos;
+            const int at = fault_on(Fault::offset_not_rebound) ? key_.position : step.pos;
             KvStorage& kv = *kv_[sz(op.layer)];
             std::copy_n(qkv_.data() + q_dim, kv_dim, kv.key_row(at));
             std::copy_n(qkv_.data() + q_dim + kv_dim, kv_dim, kv.value_row(at));
@@ -120,7 +116,7 @@ void CpuPlan::exec(const Op& op, const StepParams& step) {
         }
         case OpKind::attention:
             attention(op.layer,
-                      fault_on(Fault::mask_not_rebound) ? built_step_.mask_len : step.mask_len);
+                      fault_on(Fault::mask_not_rebound) ? key_.position + 1 : step.mask_len);
             break;
         case OpKind::out_proj: cpu::matvec(proj_.data(), w(p->wo), att_.data(), c.dim, q_dim); break;
         case OpKind::residual: cpu::add(x_.data(), proj_.data(), c.dim); break;

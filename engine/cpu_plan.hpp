@@ -44,9 +44,6 @@ private:
     std::vector<KvLayer> kv_;  // the welded KV storage, pinned
     // scratch
     std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;
-    // per-token data as it was at build time (read only under faults)
-    StepParams built_step_;
-    bool first_run_ = true;
 };
 
 }  // namespace kvweld

@@ -52,7 +52,8 @@ struct PlanKey {
     ModelInstanceId model;
     KvAllocId alloc;
     // Read only by fault switches: an address as model identity, and the
-    // per-token position that must never be part of a key.
+    // per-token position that must never be part of a key (the position at
+    // build time, which the *_not_rebound faults keep using).
     const void* weight_address = nullptr;
     int position = 0;
 };

@@ -25,7 +25,6 @@ CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode)
     require_cache_fits(model, cache);
     require_device();
     key_ = key_of(model, cache);
-    built_pos_ = cache.cached_len();
     weights_ = DeviceModel::of(model);
     for (int l = 0; l < config_.n_layers; ++l) {
         kv_.push_back(cache.layer(l));
@@ -75,8 +74,8 @@ void CudaPlan::record(cudaStream_t s) {
     const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
     const StepData* step = step_.get();
     float *x = x_.get(), *xb = xb_.get(), *qkv = qkv_.get(), *h13 = h13_.get();
-    const int fixed_pos = fault_on(Fault::offset_not_rebound) ? built_pos_ : -1;
-    const int fixed_len = fault_on(Fault::mask_not_rebound) ? built_pos_ + 1 : 0;
+    const int fixed_pos = fault_on(Fault::offset_not_rebound) ? key_.position : -1;
+    const int fixed_len = fault_on(Fault::mask_not_rebound) ? key_.position + 1 : 0;
 
     KVWELD_CUDA_CHECK(launch_embed({weights_->embedding(), x, step, c.dim}, s));
     for (int l = 0; l < c.n_layers; ++l) {

@@ -62,7 +62,6 @@ private:
 
     ModelConfig config_;
     Mode mode_;
-    int built_pos_ = 0;
     std::shared_ptr<const DeviceModel> weights_;  // pinned: the graph reads them
     std::vector<KvLayer> kv_;                     // pinned: the graph writes them
     std::vector<Bound> bound_;
