@@ -3,6 +3,7 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 
@@ -63,6 +64,16 @@ void rope(float* vec, int n_heads, int head_dim, int pos, float theta) {
 }
 
 }  // namespace
+
+double logit_error(std::span<const float> got, std::span<const float> want) {
+    require(got.size() == want.size(), "logit_error: ", got.size(), " logits against ", want.size());
+    double worst = 0.0, scale = 1.0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+        scale = std::max(scale, std::fabs(double(want[i])));
+    }
+    return worst / scale;
+}
 
 std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos) {
     const ModelConfig& c = model.config();

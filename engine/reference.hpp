@@ -6,6 +6,7 @@
 
 #include "engine/model.hpp"
 
+#include <span>
 #include <vector>
 
 namespace kvweld {
@@ -20,5 +21,9 @@ struct ReferenceKv {
 // Logits for `token` at position `pos`; writes this position's K and V into
 // kv. Positions 0..pos-1 of kv must already hold this request's history.
 std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos);
+
+// The data oracle's metric: max |got - want| / max(1, max |want|). For
+// logits of order 1 it is an absolute difference; for larger ones, relative.
+double logit_error(std::span<const float> got, std::span<const float> want);
 
 }  // namespace kvweld

@@ -14,18 +14,9 @@ namespace kvweld::sim {
 
 namespace {
 
-// Data oracle tolerance: max |logit - reference| / max(1, max |reference|).
-// For logits of order 1 (all simulated models) this is an absolute 1e-4.
+// Data oracle tolerance on logit_error() (engine/reference.hpp). For logits
+// of order 1 (all simulated models) this is an absolute 1e-4.
 constexpr double kLogitTolerance = 1e-4;
-
-double logit_error(std::span<const float> got, const std::vector<float>& want) {
-    double worst = 0.0, scale = 1.0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-        worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
-        scale = std::max(scale, std::fabs(double(want[i])));
-    }
-    return worst / scale;
-}
 
 bool rows_equal(const KvStorage& a, const KvStorage& b, int rows) {
     const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(a.kv_dim());

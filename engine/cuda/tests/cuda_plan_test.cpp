@@ -15,14 +15,7 @@ namespace {
 
 constexpr double kTolerance = 1e-4;  // max |logit - ref| / max(1, max |ref|)
 
-double error(std::span<const float> got, const std::vector<float>& want) {
-    double worst = 0.0, scale = 1.0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-        worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-        scale = std::max(scale, std::fabs(double(want[i])));
-    }
-    return worst / scale;
-}
+double error(std::span<const float> got, const std::vector<float>& want) { return logit_error(got, want); }
 
 std::vector<int> tokens(int n, int vocab, std::uint64_t seed) {
     Rng rng(seed);
