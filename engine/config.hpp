@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <span>
 #include <string_view>
+#include <vector>
 
 namespace kvweld {
 
@@ -42,10 +44,23 @@ struct ModelConfig {
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
-// Named configurations used by tests, tools and benchmarks.
-ModelConfig tiny_config(Family family = Family::llama);
-ModelConfig stories15m_config();  // llama2.c's stories15M dims
-ModelConfig config_110m();        // ~110M parameters: dim 768, 12 layers
-ModelConfig config_by_name(std::string_view name);  // "tiny", "tiny-qwen3", "stories15m", "110m"
+// Named configurations: one table (engine/presets.cpp) for the engine, the
+// simulator and every command line.
+struct ModelPreset {
+    std::string_view name;
+    ModelConfig config;
+    bool in_swarm;             // drawn by the swarm when no model is named
+    std::string_view purpose;  // for help texts
+};
+std::span<const ModelPreset> model_presets();
+std::string preset_names();  // "tiny, tiny-mha, ..." for help texts and errors
+ModelConfig config_by_name(std::string_view name);  // throws Error naming the known names
+// The swarm's models: small enough that a seed runs in milliseconds, with
+// GQA, MHA, qwen3, and more than one layer.
+std::vector<std::string_view> swarm_model_names();
+
+ModelConfig tiny_config(Family family = Family::llama);  // "tiny" or "tiny-qwen3"
+ModelConfig stories15m_config();                         // "stories15m"
+ModelConfig config_110m();                               // "110m"
 
 }  // namespace kvweld

@@ -77,6 +77,8 @@ public:
     void drop_plan() { plan_.reset(); }
     const SessionCounters& counters() const { return counters_; }
     const SessionOptions& options() const { return options_; }
+    // The held plan's identity (0 without a plan): new on every build only.
+    PlanSerial plan_serial() const { return plan_ ? plan_->serial() : PlanSerial{}; }
     // The storage serials the held plan is welded to (empty without a plan).
     std::vector<StorageSerial> bound_serials() const;
 

@@ -35,6 +35,10 @@ using ModelInstanceId = Id<ModelInstanceTag>;
 using KvAllocId = Id<KvAllocTag>;
 // Minted once per layer storage buffer; the weld oracle compares these.
 using StorageSerial = Id<StorageSerialTag>;
+// Minted once per built plan; a rebind or a kept plan keeps it. The
+// simulator cross-checks the session's counters against it.
+struct PlanSerialTag;
+using PlanSerial = Id<PlanSerialTag>;
 
 }  // namespace kvweld
 

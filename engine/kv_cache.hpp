@@ -36,8 +36,11 @@ public:
     virtual ~DeviceMirror() = default;
     // A new device buffer with the same content (for KvStorage::copy()).
     virtual std::unique_ptr<DeviceMirror> clone() const = 0;
-    // Copies the device content back into host rows [0, rows).
-    virtual void download(KvStorage& host, int rows) const = 0;
+    // Copies the device content of rows [first, first + count) back into
+    // the same host rows.
+    virtual void download(KvStorage& host, int first, int count) const = 0;
+    // Copies host rows [first, first + count) to the device copy.
+    virtual void upload(const KvStorage& host, int first, int count) = 0;
 };
 
 // One layer's K and V: [max_seq_len][kv_dim] each, zeroed at birth, with a

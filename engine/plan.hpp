@@ -40,9 +40,13 @@ public:
 
     const PlanKey& key() const { return key_; }
     void set_key(const PlanKey& key) { key_ = key; }
+    PlanSerial serial() const { return serial_; }
 
 protected:
     PlanKey key_;
+
+private:
+    PlanSerial serial_ = PlanSerial::mint();
 };
 
 }  // namespace kvweld

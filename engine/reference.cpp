@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 
 namespace kvweld {
@@ -69,7 +70,10 @@ double logit_error(std::span<const float> got, std::span<const float> want) {
     require(got.size() == want.size(), "logit_error: ", got.size(), " logits against ", want.size());
     double worst = 0.0, scale = 1.0;
     for (std::size_t i = 0; i < want.size(); ++i) {
-        worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+        const double d = std::fabs(double(got[i]) - double(want[i]));
+        // A NaN would be dropped by std::max: a non-finite value is the worst error.
+        if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
+        worst = std::max(worst, d);
         scale = std::max(scale, std::fabs(double(want[i])));
     }
     return worst / scale;

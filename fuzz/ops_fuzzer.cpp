@@ -33,6 +33,7 @@ Op next_op(FuzzedDataProvider& in, const SimConfig& c) {
             op.fresh = in.ConsumeBool();
             op.accept = in.ConsumeProbability<float>();
             op.max_new = in.ConsumeIntegralInRange(0, 8);
+            op.pick2 = in.ConsumeIntegral<std::uint8_t>();
             op.seed = in.ConsumeIntegral<std::uint8_t>();
             break;
         case OpKind::decode: op.seed = in.ConsumeIntegral<std::uint8_t>(); break;

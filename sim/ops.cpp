@@ -34,6 +34,7 @@ void to_json(nlohmann::json& j, const Op& op) {
             j["fresh"] = op.fresh;
             j["accept"] = op.accept;
             j["max_new"] = op.max_new;
+            j["capacity"] = op.pick2;
             j["seed"] = op.seed;
             break;
         case OpKind::decode: j["pick"] = op.pick; j["seed"] = op.seed; break;
@@ -77,6 +78,7 @@ Op op_from_json(const nlohmann::json& j) {
                     "field 'accept' = ", op.accept, ": must be in [0, 1]");
             op.max_new = json_field<int>(j, "max_new");
             require(op.max_new >= 0, "field 'max_new' = ", op.max_new, ": must be >= 0");
+            op.pick2 = json_field<std::uint32_t>(j, "capacity");
             op.seed = json_field<std::uint64_t>(j, "seed");
             break;
         case OpKind::decode:

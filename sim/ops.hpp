@@ -30,7 +30,7 @@ OpKind op_kind_from_string(std::string_view s);  // throws Error naming s
 struct Op {
     OpKind kind = OpKind::decode;
     std::uint32_t pick = 0;    // which eligible slot (mod their count)
-    std::uint32_t pick2 = 0;   // migrate: which free slot
+    std::uint32_t pick2 = 0;   // migrate: which free slot; admit: which cache capacity
     std::vector<int> tokens;   // admit: prompt; spec: the k-1 draft tokens
     bool fresh = true;         // admit: new cache, or truncate_to(0) on the slot's own
     float accept = 0.0f;       // admit: the request's draft acceptance rate

@@ -20,6 +20,23 @@ std::string sci(double v) {
     return buf;
 }
 
+namespace {
+
+std::string blindness_line(const RunStats& s) {
+    return cat(s.change_decodes, " decodes after a storage/model change; ", s.data_blind,
+               " blind to the data oracle; ", s.independent_blind,
+               " blind to data and kv (every oracle that reads no engine report), ",
+               s.blind_same_weights_reload, " of them after a same-weights reload");
+}
+
+std::string oracles_line(const OracleSwitches& o) {
+    auto on = [](bool b) { return b ? "on" : "OFF"; };
+    return cat("oracles: data ", on(o.data), ", kv ", on(o.kv), ", weld ", on(o.weld), ", accounting ",
+               on(o.accounting));
+}
+
+}  // namespace
+
 std::string report_header(const RunResult& r) {
     return cat("kvweld sim: seed ", r.config.seed, ", ", r.steps, " steps\n", r.config.describe(), "\n");
 }
@@ -27,6 +44,7 @@ std::string report_header(const RunResult& r) {
 std::string report_body(const RunResult& r) {
     const RunStats& s = r.stats;
     std::string out = cat(
+        oracles_line(r.oracles), "\n",
         "ops: ", s.ops_run, " run, ", s.ops_skipped, " skipped; requests ", s.requests, "; decodes ",
         s.decodes, "\n",
         "plans (engine):    kept ", s.kept, ", rebound ", s.rebound, ", rebuilt ", s.rebuilt, "\n",
@@ -34,9 +52,9 @@ std::string report_body(const RunResult& r) {
         s.justified_builds, "\n",
         "spurious ", s.spurious, ", missed ", s.missed, "; reuse ratio ", fixed(s.reuse_ratio(), 4),
         " (ideal ", fixed(s.ideal_ratio(), 4), ")\n",
-        "data oracle: max logit error ", sci(s.max_logit_error), " (tolerance 1.00e-04); ",
-        s.change_decodes, " decodes after a storage/model change, ", s.indistinguishable,
-        " of them indistinguishable by data alone\n");
+        "data oracle: max logit error ", sci(s.max_logit_error), "; kv oracle: max K/V error ",
+        sci(s.max_kv_error), " (tolerance 1.00e-04)\n",
+        "blind spots: ", blindness_line(s), "\n");
     if (r.failure) {
         const Failure& f = *r.failure;
         out += cat("failure at op ", f.op_index, " (", f.op, "), ", to_string(f.oracle),
@@ -66,8 +84,13 @@ nlohmann::json json_report(const RunResult& r) {
         {"reuse_ratio", s.reuse_ratio()},
         {"ideal_ratio", s.ideal_ratio()},
         {"change_decodes", s.change_decodes},
-        {"indistinguishable", s.indistinguishable},
+        {"data_blind", s.data_blind},
+        {"independent_blind", s.independent_blind},
+        {"blind_same_weights_reload", s.blind_same_weights_reload},
         {"max_logit_error", s.max_logit_error},
+        {"max_kv_error", s.max_kv_error},
+        {"oracles", {{"data", r.oracles.data}, {"kv", r.oracles.kv}, {"weld", r.oracles.weld},
+                     {"accounting", r.oracles.accounting}}},
         {"verdict", to_string(r.verdict)},
         {"exit_code", exit_code(r.verdict)},
     };

@@ -57,6 +57,7 @@ Op draw_op(const Simulator& sim, Rng& rng) {
                        (c.cache_policy == CachePolicy::mixed && rng.chance(0.5));
             op.accept = std::clamp(c.accept_mean + rng.symmetric(0.25f), 0.0f, 1.0f);
             op.max_new = static_cast<int>(rng.range(0, c.max_new));
+            op.pick2 = draw32(rng);
             break;
         case OpKind::spec: {
             op.tokens = draw_tokens(rng, c.spec_k - 1, c.model.vocab);
@@ -78,7 +79,7 @@ RunResult run_generated(const SimConfig& config, int steps, OracleSwitches oracl
     ScopedFaults faults(config.faults);
     Simulator sim(config, oracles);
     Rng rng(config.seed ^ kOpStream);
-    RunResult result{config, steps, {}, {}, Verdict::pass, std::nullopt};
+    RunResult result{config, steps, oracles, {}, {}, Verdict::pass, std::nullopt};
     for (int i = 0; i < steps; ++i) {
         result.ops.push_back(draw_op(sim, rng));
         if (!sim.apply(result.ops.back(), static_cast<std::size_t>(i))) break;
@@ -93,7 +94,7 @@ RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps
                   OracleSwitches oracles) {
     ScopedFaults faults(config.faults);
     Simulator sim(config, oracles);
-    RunResult result{config, steps, {}, {}, Verdict::pass, std::nullopt};
+    RunResult result{config, steps, oracles, {}, {}, Verdict::pass, std::nullopt};
     for (std::size_t i = 0; i < ops.size(); ++i) {
         result.ops.push_back(ops[i]);
         if (!sim.apply(ops[i], i)) break;

@@ -16,6 +16,7 @@ namespace kvweld::sim {
 struct RunResult {
     SimConfig config;
     int steps = 0;         // ops asked for
+    OracleSwitches oracles;
     std::vector<Op> ops;   // ops run, the failing one last
     RunStats stats;
     Verdict verdict = Verdict::pass;

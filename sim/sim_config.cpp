@@ -36,43 +36,7 @@ RebindPolicy rebind_policy_from_string(std::string_view s) {
     throw Error(cat("unknown rebind policy '", s, "': expected rebind or rebuild"));
 }
 
-constexpr std::array<std::string_view, 4> kSwarmModels = {"tiny", "tiny-mha", "tiny-qwen3",
-                                                          "small"};
-
-// The swarm's model dims; "tiny-mha", "small" and "micro" exist only here.
-ModelConfig sim_model(std::string_view name) {
-    if (name == "micro") {  // the fuzzers' model: a decode in microseconds
-        ModelConfig c = tiny_config();
-        c.vocab = 16;
-        c.dim = 16;
-        c.n_heads = 2;
-        c.n_kv_heads = 1;
-        c.ffn_dim = 32;
-        c.max_seq_len = 32;
-        return c;
-    }
-    if (name == "tiny-mha") {
-        ModelConfig c = tiny_config();
-        c.n_kv_heads = c.n_heads;
-        return c;
-    }
-    if (name == "small") {
-        ModelConfig c = tiny_config();
-        c.vocab = 96;
-        c.dim = 48;
-        c.n_layers = 3;
-        c.n_heads = 6;
-        c.n_kv_heads = 3;
-        c.ffn_dim = 96;
-        c.max_seq_len = 128;
-        return c;
-    }
-    return config_by_name(name);
-}
-
 }  // namespace
-
-std::span<const std::string_view> swarm_model_names() { return kSwarmModels; }
 
 SimConfig draw_config(std::uint64_t seed, const DrawOptions& options) {
     Rng rng(seed);
@@ -90,9 +54,10 @@ SimConfig draw_config(std::uint64_t seed, const DrawOptions& options) {
     c.sampled = rng.chance(0.5);
     // Always drawn, then overridden: naming the drawn model reproduces the
     // same config, so a reproduce command may always say --model.
-    c.model_name = std::string(kSwarmModels[rng.below(kSwarmModels.size())]);
+    const std::vector<std::string_view> models = swarm_model_names();
+    c.model_name = std::string(models[rng.below(models.size())]);
     if (!options.model.empty()) c.model_name = options.model;
-    c.model = sim_model(c.model_name);
+    c.model = config_by_name(c.model_name);
     c.weights_seed = rng.next();
     c.max_prompt = int(rng.range(1, 24));
     c.max_new = int(rng.range(0, 48));
@@ -101,8 +66,23 @@ SimConfig draw_config(std::uint64_t seed, const DrawOptions& options) {
     c.same_weights_chance = static_cast<float>(rng.unit());
     c.backend = options.backend;
     c.faults = options.faults;
+    // Drawn last, so every field above is what it was before capacities existed.
+    const int n_capacities = int(rng.range(1, 3));
+    for (int i = 0; i < n_capacities; ++i)
+        c.capacities.push_back(rng.chance(0.5) ? c.model.max_seq_len
+                                               : int(rng.range(c.max_prompt + 1, c.model.max_seq_len)));
     return c;
 }
+
+namespace {
+
+std::string capacities_text(const std::vector<int>& capacities) {
+    std::string out;
+    for (int c : capacities) out += cat(out.empty() ? "" : " ", c);
+    return out;
+}
+
+}  // namespace
 
 std::string SimConfig::describe() const {
     std::string ops;
@@ -113,6 +93,7 @@ std::string SimConfig::describe() const {
                to_string(rebind_policy), " retire_keeps_cache=", retire_keeps_cache ? "yes" : "no",
                " tokens=", sampled ? "sampled" : "greedy", "\n",
                "  model: ", model_name, " (", model.describe(), ")\n",
+               "  cache capacities: ", capacities_text(capacities), "\n",
                "  prompt=1..", max_prompt, " new=0..", max_new, " spec_k=", spec_k,
                " accept_mean=", accept_mean, " reload_same_weights=", same_weights_chance, "\n",
                "  backend=", to_string(backend), " faults=", faults.describe());
@@ -144,6 +125,7 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
                     {"rope_theta", c.model.rope_theta},
                     {"norm_eps", c.model.norm_eps},
                     {"weights_seed", c.weights_seed}}},
+         {"cache_capacities", c.capacities},
          {"max_prompt", c.max_prompt},
          {"max_new", c.max_new},
          {"spec_k", c.spec_k},
@@ -202,6 +184,13 @@ SimConfig config_from_json(const nlohmann::json& j) {
     c.model = model_from_json(m);
     c.weights_seed = json_field<std::uint64_t>(m, "weights_seed");
     c.max_prompt = get_in(j, "max_prompt", 1, 4096);
+    c.capacities = json_field<std::vector<int>>(j, "cache_capacities");
+    require(!c.capacities.empty() && c.capacities.size() <= 16, "field 'cache_capacities' holds ",
+            c.capacities.size(), " values: must hold 1..16");
+    for (int cap : c.capacities)
+        require(cap > c.max_prompt && cap <= c.model.max_seq_len, "field 'cache_capacities' holds ", cap,
+                ": each must be in ", c.max_prompt + 1, "..", c.model.max_seq_len,
+                " (max_prompt + 1 .. the model's max_seq_len)");
     c.max_new = get_in(j, "max_new", 0, 1 << 20);
     c.spec_k = get_in(j, "spec_k", 1, 64);
     c.accept_mean = json_field<float>(j, "accept_mean");

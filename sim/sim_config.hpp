@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvweld::sim {
 
@@ -31,6 +32,10 @@ struct SimConfig {
     bool sampled = false;  // sample from the logits, else greedy
     std::string model_name = "tiny";
     ModelConfig model;
+    // The capacities (max_seq_len) a fresh cache may have, each in
+    // max_prompt+1..model.max_seq_len; an admit picks one. Caches smaller
+    // than the model exercise the key's capacity and refused rebinds.
+    std::vector<int> capacities;
     std::uint64_t weights_seed = 1;
     int max_prompt = 8;     // prompts are 1..max_prompt tokens
     int max_new = 32;       // output budgets are 0..max_new tokens
@@ -42,11 +47,6 @@ struct SimConfig {
 
     std::string describe() const;  // one line per group, no ids or pointers
 };
-
-// The models a swarm draws from: small enough that a seed runs in
-// milliseconds, with GQA, MHA, qwen3, and more than one layer (a partial
-// rebind needs a second layer to be seen).
-std::span<const std::string_view> swarm_model_names();
 
 struct DrawOptions {
     std::string model;  // "" = drawn per seed; else a config name

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace kvweld::sim {
 
@@ -43,10 +44,9 @@ std::vector<int> Simulator::eligible(OpKind kind, int room) const {
         const Slot& s = slots_[i];
         if (!s.request) continue;
         const std::size_t len = s.request->history.size();
+        const auto capacity = static_cast<std::size_t>(s.cache->cache.geometry().max_seq_len);
         const bool wants_tokens = kind == OpKind::decode || kind == OpKind::spec;
-        if (wants_tokens && (len >= s.request->max_len ||
-                             len + static_cast<std::size_t>(room) >
-                                 static_cast<std::size_t>(config_.model.max_seq_len)))
+        if (wants_tokens && (len >= s.request->max_len || len + static_cast<std::size_t>(room) > capacity))
             continue;
         out.push_back(i);
     }
@@ -89,6 +89,7 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
         return false;
     }
     ++stats_.ops_run;
+    for (int i = 0; i < config_.slots; ++i) check_invariants(i);
     return true;
 }
 
@@ -98,15 +99,27 @@ void Simulator::fail(Verdict v, Oracle o, std::string detail) {
     throw Stop{};
 }
 
-void Simulator::track_storage(TrackedCache& c) {
+// After the simulator replaced all of a cache's storage (construct, clear):
+// the ledger accepts the cache's report only if it is all new storage.
+void Simulator::record_replaced_storage(TrackedCache& c) {
+    std::vector<KvLayer> layers;
+    for (int l = 0; l < c.cache.n_layers(); ++l) layers.push_back(c.cache.layer(l));
+    if (const auto violation = ledger_.accept(layers)) fail(Verdict::engine_error, Oracle::ledger, *violation);
     c.generation = ++cache_generations_;
-    c.storage = c.cache.storage_serials();
+    c.ledger.storage = std::move(layers);
 }
 
-TrackedCache Simulator::new_cache() {
-    TrackedCache c{KvCache::with_capacity(config_.model), 0, {}};
-    track_storage(c);
+TrackedCache Simulator::new_cache(int capacity) {
+    KvGeometry g = KvGeometry::of(config_.model);
+    g.max_seq_len = capacity;
+    TrackedCache c{KvCache::with_capacity(g), 0, {}};
+    record_replaced_storage(c);
     return c;
+}
+
+// A fresh cache's capacity: one of the seed's capacities, chosen by the op.
+int Simulator::capacity_for(const Op& op) const {
+    return config_.capacities[op.pick2 % config_.capacities.size()];
 }
 
 // ---- ops -------------------------------------------------------------------
@@ -115,10 +128,12 @@ void Simulator::admit(const Op& op, int s) {
     Slot& slot = slots_[s];
     const bool recycle = !op.fresh && slot.cache.has_value();
     if (recycle) {
+        const int len = slot.cache->cache.cached_len();
         slot.cache->cache.truncate_to(0);  // same allocation: the plan stays valid
+        poison_dead_rows(*slot.cache, 0, len);
     } else {
         slot.cache.reset();
-        slot.cache = new_cache();
+        slot.cache = new_cache(capacity_for(op));
     }
     Request r;
     r.accept = op.accept;
@@ -128,6 +143,10 @@ void Simulator::admit(const Op& op, int s) {
     ++stats_.requests;
     std::vector<int> prompt = op.tokens;
     for (int& t : prompt) t %= config_.model.vocab;
+    // A prompt that does not fit the cache is cut, as a server would; a
+    // generated one always fits (capacities exceed max_prompt).
+    const auto room = static_cast<std::size_t>(slot.cache->cache.geometry().max_seq_len - 1);
+    if (prompt.size() > room) prompt.resize(room);
     Rng chooser(op.seed);
     prefill(s, prompt, chooser);
 }
@@ -162,7 +181,9 @@ void Simulator::spec(const Op& op, int s) {
     int to = keep;
     // The scheduler fault keeps one rejected draft's K/V in the cache.
     if (fault_on(Fault::spec_reject_off_by_one) && op.m < k - 1) to = keep + 1;
+    const int len = slot.cache->cache.cached_len();
     slot.cache->cache.truncate_to(to);
+    poison_dead_rows(*slot.cache, to, len);
     r.history.resize(static_cast<std::size_t>(keep));
     r.pending = checked_decode(s, chosen[op.m], chooser);
 }
@@ -177,7 +198,7 @@ void Simulator::retire(int s) {
 void Simulator::clear(int s) {
     Slot& slot = slots_[s];
     slot.cache->cache.clear();
-    track_storage(*slot.cache);
+    record_replaced_storage(*slot.cache);
     Request& r = *slot.request;
     const std::vector<int> history = std::move(r.history);
     const int pending = r.pending;
@@ -187,14 +208,64 @@ void Simulator::clear(int s) {
     r.pending = pending;
 }
 
+namespace {
+
+constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+// A swapped-in layer as a real server restores it: the valid rows [0, rows)
+// of `from`, and nothing meaningful after them. The rows past the end are
+// NaN, so a plan that fails to write a row here leaves a NaN that the KV
+// content oracle cannot mistake for the right row (a plain copy would keep
+// rows a truncate left behind, identical to what the next decode writes).
+KvLayer swapped_in_copy(KvStorage& from, int rows) {
+    if (from.device()) from.device()->download(from, 0, rows);  // the device copy is current
+    auto out = std::make_shared<KvStorage>(from.max_seq_len(), from.kv_dim(), from.dtype());
+    for (int pos = 0; pos < from.max_seq_len(); ++pos) {
+        const bool valid = pos < rows;
+        for (int i = 0; i < from.kv_dim(); ++i) {
+            out->key_row(pos)[i] = valid ? from.key_row(pos)[i] : kPoison;
+            out->value_row(pos)[i] = valid ? from.value_row(pos)[i] : kPoison;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+// Rows [from, to) of the ledger's storage are dead after a truncate: the
+// contract lets no plan read them before it writes them again. The harness
+// fills them with NaN (as ASan poisons freed memory), so that a decode that
+// fails to write its row cannot pass for one that wrote the same bytes a
+// truncated-away decode left there. Invariant: every row at or past
+// cached_len is zero (fresh) or NaN.
+void Simulator::poison_dead_rows(TrackedCache& c, int from, int to) {
+    if (from >= to) return;
+    for (const KvLayer& layer : c.ledger.storage) {
+        for (int pos = from; pos < to; ++pos) {
+            std::fill_n(layer->key_row(pos), layer->kv_dim(), kPoison);
+            std::fill_n(layer->value_row(pos), layer->kv_dim(), kPoison);
+        }
+        if (layer->device()) layer->device()->upload(*layer, from, to - from);
+    }
+}
+
 void Simulator::set_layer(const Op& op, int s) {
     TrackedCache& c = *slots_[s].cache;
     const int l = op.layer % config_.model.n_layers;
-    KvLayer copy = c.cache.layer(l)->copy();
-    const StorageSerial serial = copy->serial();
+    KvLayer copy = swapped_in_copy(*c.ledger.storage[static_cast<std::size_t>(l)], c.cache.cached_len());
+    if (const auto violation = ledger_.accept({copy})) fail(Verdict::engine_error, Oracle::ledger, *violation);
+    std::vector<KvLayer> expected = c.ledger.storage;
+    expected[static_cast<std::size_t>(l)] = copy;
     c.cache.set_layer(l, std::move(copy));
+    // The cache must now report exactly the ledger's storage: the new layer
+    // at l, every other layer untouched.
+    for (int i = 0; i < c.cache.n_layers(); ++i)
+        if (c.cache.layer(i) != expected[static_cast<std::size_t>(i)])
+            fail(Verdict::engine_error, Oracle::ledger,
+                 cat("after set_layer(", l, ") the cache reports storage serial ", c.cache.layer(i)->serial().get(),
+                     " in layer ", i, " where the ledger holds ", expected[static_cast<std::size_t>(i)]->serial().get()));
     c.generation = ++cache_generations_;
-    c.storage[static_cast<std::size_t>(l)] = serial;
+    c.ledger.storage = std::move(expected);
 }
 
 void Simulator::truncate(const Op& op, int s) {
@@ -203,7 +274,9 @@ void Simulator::truncate(const Op& op, int s) {
     const std::size_t n = op.length % (r.history.size() + 1);
     if (n < r.history.size()) r.pending = r.history[n];
     r.history.resize(n);
+    const int len = slot.cache->cache.cached_len();
     slot.cache->cache.truncate_to(static_cast<int>(n));
+    poison_dead_rows(*slot.cache, static_cast<int>(n), len);
 }
 
 void Simulator::reload(const Op& op) {

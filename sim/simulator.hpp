@@ -1,11 +1,13 @@
 // The simulated server: a pool of slots, each holding a KvCache and a
 // DecodeSession, driven one op at a time. Every decode passes through the
-// oracles (data, weld, accounting); the first violation stops the run.
+// oracles (data, kv content, weld, accounting); the first violation stops
+// the run. What each oracle trusts is said in oracles.cpp.
 #pragma once
 
 #include "engine/decode_session.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
+#include "sim/ledger.hpp"
 #include "sim/ops.hpp"
 #include "sim/sim_config.hpp"
 #include "sim/stats.hpp"
@@ -15,23 +17,26 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 namespace kvweld::sim {
 
 struct OracleSwitches {
     bool data = true;
+    bool kv = true;
     bool weld = true;
     bool accounting = true;
+    static OracleSwitches none() { return {false, false, false, false}; }
 };
 
 // A cache plus what the simulator's own op log says about it: its storage
 // generation (the simulator's counter, never the engine's KvAllocId) and
-// the storage serials it holds.
+// the storage the ledger (sim/ledger.hpp) says it holds.
 struct TrackedCache {
     KvCache cache;
     std::uint64_t generation = 0;
-    std::vector<StorageSerial> storage;
+    LedgerEntry ledger;
 };
 
 struct Request {
@@ -49,6 +54,7 @@ struct PlanModel {
     std::uint64_t model_generation = 0;
     std::uint64_t weights_generation = 0;
     std::uint64_t cache_generation = 0;
+    int capacity = 0;              // the cache's max_seq_len: a rebind cannot change it
     std::vector<KvLayer> storage;  // pinned, to measure what a stale plan would read
 };
 
@@ -94,20 +100,30 @@ private:
     // One checked decode: feeds `token` to slot s and runs every oracle.
     // Returns the chosen next token; throws Stop on a violation.
     int checked_decode(int s, int token, Rng& chooser);
-    void check_data(int s, int token, std::span<const float> logits);
+    void check_data(int s, int token, std::span<const float> logits, std::span<const float> want);
+    void check_kv(int s, int pos);
     void check_weld(int s);
+    void check_plan_identity(int s, const SessionCounters& before, PlanSerial before_serial);
     void check_accounting(int s, const SessionCounters& before, bool justified_build,
                           bool justified_rebind);
+    void check_invariants(int s) const;
     bool storage_indistinguishable(const Slot& slot, int pos) const;
+    struct Blindness;
+    Blindness blindness_before(const Slot& slot, int pos, bool model_changed, bool cache_changed) const;
+    void count_blindness(const Blindness& b, const Request& r, int pos);
     void update_plan_model(Slot& slot);
     int choose(std::span<const float> logits, Rng& chooser) const;
     void fail(Verdict v, Oracle o, std::string detail);
-    TrackedCache new_cache();
-    void track_storage(TrackedCache& c);
+    TrackedCache new_cache(int capacity);
+    void record_replaced_storage(TrackedCache& c);
+    void poison_dead_rows(TrackedCache& c, int from, int to);
+    int capacity_for(const Op& op) const;
 
     SimConfig config_;
     OracleSwitches oracles_;
     RecyclingResource pool_;  // recycles weight addresses on purpose
+    StorageLedger ledger_;
+    std::set<PlanSerial> plan_serials_;  // every plan identity this run has seen
     std::optional<Model> model_;
     std::uint64_t model_generation_ = 1;
     std::uint64_t weights_generation_ = 1;

@@ -21,11 +21,19 @@ struct RunStats {
     std::uint64_t justified_builds = 0;
     std::uint64_t spurious = 0;  // plan preparations no change justified
     std::uint64_t missed = 0;    // justified preparations that did not happen
-    // the data oracle's blind spots: decodes right after a storage or model
-    // change where a stale plan would have produced the very same logits
+    // Blind spots: decodes right after a storage or model change (the plan
+    // was prepared before it) where a plan that missed the change would give
+    // the very same logits (data_blind), and also leave the right K/V rows
+    // in the storage the cache holds (independent_blind: no oracle that
+    // reads data could see it). Of those, how many follow a reload of
+    // identical weights with the cache untouched, where a missed plan is
+    // exactly right and only the accounting oracle can call it missed.
     std::uint64_t change_decodes = 0;
-    std::uint64_t indistinguishable = 0;
+    std::uint64_t data_blind = 0;
+    std::uint64_t independent_blind = 0;
+    std::uint64_t blind_same_weights_reload = 0;
     double max_logit_error = 0.0;
+    double max_kv_error = 0.0;
 
     double reuse_ratio() const { return decodes ? double(kept) / double(decodes) : 0.0; }
     double ideal_ratio() const { return decodes ? double(justified_kept) / double(decodes) : 0.0; }
@@ -44,8 +52,11 @@ struct RunStats {
         spurious += o.spurious;
         missed += o.missed;
         change_decodes += o.change_decodes;
-        indistinguishable += o.indistinguishable;
+        data_blind += o.data_blind;
+        independent_blind += o.independent_blind;
+        blind_same_weights_reload += o.blind_same_weights_reload;
         if (o.max_logit_error > max_logit_error) max_logit_error = o.max_logit_error;
+        if (o.max_kv_error > max_kv_error) max_kv_error = o.max_kv_error;
     }
 };
 

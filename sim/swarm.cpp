@@ -64,8 +64,11 @@ std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
     for (const SeedResult& s : r.seeds) stale += s.verdict == Verdict::stale_decode;
     out += row("stale decodes (seeds)", cat(stale));
     out += row("reuse ratio (ideal)", cat(fixed(t.reuse_ratio(), 4), " (", fixed(t.ideal_ratio(), 4), ")"));
-    out += row("change decodes / blind to data", cat(t.change_decodes, " / ", t.indistinguishable));
-    out += row("max logit error", sci(t.max_logit_error));
+    out += row("change decodes", cat(t.change_decodes));
+    out += row("  blind to data", cat(t.data_blind));
+    out += row("  blind to data and kv", cat(t.independent_blind, " (", t.blind_same_weights_reload,
+                                              " after a same-weights reload)"));
+    out += row("max logit / K/V error", cat(sci(t.max_logit_error), " / ", sci(t.max_kv_error)));
     for (const SeedResult& s : r.seeds) {
         if (s.verdict == Verdict::pass) continue;
         out += cat("FAIL seed ", s.config.seed, ": ", to_string(s.verdict));

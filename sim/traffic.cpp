@@ -39,6 +39,7 @@ SimConfig traffic_config(const TrafficParams& t, const Policy& policy) {
     c.retire_keeps_cache = true;
     c.sampled = false;
     c.spec_k = t.spec_k;
+    c.capacities = {c.model.max_seq_len};  // one capacity: the study measures policies, not sizes
     for (int& w : c.weights) w = 1;  // informational only: the traffic decides the ops
     return c;
 }
@@ -52,7 +53,7 @@ public:
 
     RunResult run() {
         for (int tick = 0; tick < t_.ticks && !failed_; ++tick) step_tick();
-        return RunResult{config_, static_cast<int>(ops_.size()), ops_, sim_.stats(), sim_.verdict(), sim_.failure()};
+        return RunResult{config_, static_cast<int>(ops_.size()), OracleSwitches{}, ops_, sim_.stats(), sim_.verdict(), sim_.failure()};
     }
 
 private:

@@ -26,6 +26,8 @@ Verdict verdict_from_string(std::string_view s) {
 std::string_view to_string(Oracle o) {
     switch (o) {
         case Oracle::data: return "data";
+        case Oracle::kv: return "kv";
+        case Oracle::ledger: return "ledger";
         case Oracle::weld: return "weld";
         case Oracle::accounting: return "accounting";
         case Oracle::engine: return "engine";

@@ -17,7 +17,9 @@ enum class Verdict : std::uint8_t {
     engine_error,           // the engine refused a valid op
 };
 
-enum class Oracle : std::uint8_t { data, weld, accounting, engine };
+// engine: the engine refused a valid op; ledger: a cache broke the storage
+// contract (sim/ledger.hpp); the rest are the per-decode oracles.
+enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine };
 
 std::string_view to_string(Verdict v);
 std::string_view to_string(Oracle o);

@@ -22,10 +22,18 @@ std::unique_ptr<DeviceMirror> DeviceKv::clone() const {
     return out;
 }
 
-void DeviceKv::download(KvStorage& host, int rows) const {
-    const std::size_t floats = static_cast<std::size_t>(rows) * host.kv_dim();
-    key_.download(host.key_row(0), floats);
-    value_.download(host.value_row(0), floats);
+void DeviceKv::download(KvStorage& host, int first, int count) const {
+    const std::size_t floats = static_cast<std::size_t>(count) * host.kv_dim();
+    const std::size_t offset = static_cast<std::size_t>(first) * host.kv_dim();
+    key_.download(host.key_row(first), floats, offset);
+    value_.download(host.value_row(first), floats, offset);
+}
+
+void DeviceKv::upload(const KvStorage& host, int first, int count) {
+    const std::size_t floats = static_cast<std::size_t>(count) * host.kv_dim();
+    const std::size_t offset = static_cast<std::size_t>(first) * host.kv_dim();
+    key_.upload(host.key_row(first), floats, offset);
+    value_.upload(host.value_row(first), floats, offset);
 }
 
 }  // namespace kvweld::cuda

@@ -15,7 +15,8 @@ public:
     static DeviceKv& of(KvStorage& storage);
 
     std::unique_ptr<DeviceMirror> clone() const override;
-    void download(KvStorage& host, int rows) const override;
+    void download(KvStorage& host, int first, int count) const override;
+    void upload(const KvStorage& host, int first, int count) override;
 
     float* key() const { return key_.get(); }
     float* value() const { return value_.get(); }

@@ -62,7 +62,7 @@ void add_decode_command(CLI::App& app, std::function<int()>& action) {
     auto args = std::make_shared<DecodeArgs>();
     CLI::App* cmd = app.add_subcommand("decode", "Decode N tokens with one held plan; print tokens/s and counters");
     cmd->add_option("--model", args->model, "'random' or a llama2.c checkpoint path")->capture_default_str();
-    cmd->add_option("--config", args->config, "config for --model random: tiny, tiny-qwen3, stories15m, 110m")
+    cmd->add_option("--config", args->config, kvweld::cat("config for --model random: ", kvweld::preset_names()))
         ->capture_default_str();
     cmd->add_option("--tokens", args->tokens, "tokens to decode (greedy)")->capture_default_str();
     cmd->add_option("--seed", args->seed, "weight seed for --model random")->capture_default_str();

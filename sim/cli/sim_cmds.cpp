@@ -36,7 +36,7 @@ FaultSet parse_faults(const std::vector<std::string>& names) {
 void add_run_options(CLI::App* cmd, RunOptions& o) {
     cmd->add_option("--steps", o.steps, "ops per run")->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--model", o.model,
-                    "model dims: tiny, tiny-mha, tiny-qwen3, small, micro, stories15m, 110m (default: drawn per seed)");
+                    kvweld::cat("model dims: ", kvweld::preset_names(), " (default: drawn per seed)"));
     cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
     cmd->add_option("--fault", o.faults, cat("turn a fault switch on (repeatable): ", fault_names()));
 }
@@ -71,9 +71,9 @@ struct SimArgs {
 
 int run_sim(const SimArgs& a) {
     const SimConfig config = draw_config(a.seed, draw_options(a.run));
-    const RunResult header_only{config, a.run.steps, {}, {}, Verdict::pass, std::nullopt};
+    const RunResult header_only{config, a.run.steps, {}, {}, {}, Verdict::pass, std::nullopt};
     print(report_header(header_only));
-    const OracleSwitches oracles = a.no_oracles ? OracleSwitches{false, false, false} : OracleSwitches{};
+    const OracleSwitches oracles = a.no_oracles ? OracleSwitches::none() : OracleSwitches{};
     const auto start = std::chrono::steady_clock::now();
     const RunResult r = run_generated(config, a.run.steps, oracles);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -72,7 +72,7 @@ int run_swarm_cmd(const SwarmArgs& a) {
     if (!a.json.empty()) {
         nlohmann::json seeds = nlohmann::json::array();
         for (const SeedResult& s : r.seeds) {
-            RunResult rr{s.config, o.steps, {}, s.stats, s.verdict, s.failure};
+            RunResult rr{s.config, o.steps, o.oracles, {}, s.stats, s.verdict, s.failure};
             seeds.push_back(json_report(rr));
         }
         write_json(a.json, {{"first", o.first}, {"last", o.last}, {"steps", o.steps},

@@ -186,7 +186,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--seed", p.seed, "traffic seed")->capture_default_str();
     cmd->add_option("--ticks", p.ticks, "simulated ticks")->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--slots", p.slots, "server slots")->capture_default_str()->check(CLI::Range(1, 16));
-    cmd->add_option("--model", p.model, "model dims: tiny, tiny-mha, tiny-qwen3, small, micro")->capture_default_str();
+    cmd->add_option("--model", p.model, kvweld::cat("model dims: ", kvweld::preset_names()))->capture_default_str();
     cmd->add_option("--arrival-rate", p.arrival_rate, "Poisson arrivals per tick")->capture_default_str()->check(CLI::Range(0.0, 16.0));
     cmd->add_option("--prompt-mean", p.prompt_mean, "prompt length mean (uniform 1..2*mean-1)")->capture_default_str()->check(CLI::Range(1, 100));
     cmd->add_option("--output-mean", p.output_mean, "output length mean (geometric)")->capture_default_str()->check(CLI::Range(1, 1000));

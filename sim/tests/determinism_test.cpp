@@ -31,7 +31,7 @@ TEST(Determinism, DifferentSeedsDiffer) {
 std::string per_seed(const SwarmResult& r) {
     std::string out;
     for (const SeedResult& s : r.seeds)
-        out += json_report(RunResult{s.config, 120, {}, s.stats, s.verdict, s.failure}).dump() + "\n";
+        out += json_report(RunResult{s.config, 120, {}, {}, s.stats, s.verdict, s.failure}).dump() + "\n";
     return out;
 }
 

@@ -31,7 +31,7 @@ TEST(Swarm, CorrectEnginePassesEverySeed) {
     EXPECT_GT(t.kept, t.decodes / 2);
     EXPECT_GT(t.rebound, 100u);
     EXPECT_GT(t.rebuilt, 100u);
-    EXPECT_GT(t.change_decodes, t.indistinguishable);  // some changes were visible to the data oracle
+    EXPECT_GT(t.change_decodes, t.data_blind);  // some changes were visible to the data oracle
     std::printf("%s", swarm_table(r, o).c_str());
 }
 
