@@ -3,6 +3,7 @@
 #include "engine/cat.hpp"
 #include "engine/cpu_plan.hpp"
 #include "engine/error.hpp"
+#include "engine/faults.hpp"
 
 namespace kvweld {
 
@@ -83,6 +84,11 @@ void DecodeSession::build(const Model& model, const KvCache& cache, BuildReason 
     // free for the new one; a plan that must be rebuilt is of no use anyway.
     plan_.reset();
     plan_ = make_plan(options_.backend, model, cache);
+    // The fault's counters report reuse that did not happen.
+    if (fault_on(Fault::build_counted_as_kept) && reason != BuildReason::initial) {
+        ++counters_.kept;
+        return;
+    }
     ++counters_.builds;
     ++counters_.builds_by_reason[static_cast<int>(reason)];
 }

@@ -1,5 +1,6 @@
 #include "engine/faults.hpp"
 
+#include "engine/cat.hpp"
 #include "engine/error.hpp"
 
 #include <array>
@@ -9,31 +10,41 @@ namespace kvweld {
 namespace {
 
 using D = Detection;
+// A fault that ignores the model's identity is a stale decode when the
+// weights changed and a missed invalidation when they did not.
+constexpr Detections kStaleOrMissed{D::stale_decode, D::missed_invalidation};
 constexpr std::array kFaults = {
-    FaultInfo{Fault::geometry_only_key, "geometry_only_key", D::stale_decode,
+    FaultInfo{Fault::geometry_only_key, "geometry_only_key", kStaleOrMissed,
               "key omits model and allocation ids"},
-    FaultInfo{Fault::no_remint_on_clear, "no_remint_on_clear", D::stale_decode,
+    FaultInfo{Fault::no_remint_on_clear, "no_remint_on_clear", {D::stale_decode},
               "clear() keeps the allocation id"},
-    FaultInfo{Fault::no_remint_on_set_layer, "no_remint_on_set_layer", D::stale_decode,
+    FaultInfo{Fault::no_remint_on_set_layer, "no_remint_on_set_layer", {D::stale_decode},
               "set_layer() keeps the allocation id"},
-    FaultInfo{Fault::remint_on_truncate, "remint_on_truncate", D::spurious_invalidation,
+    FaultInfo{Fault::remint_on_truncate, "remint_on_truncate", {D::spurious_invalidation},
               "truncate_to() mints a new allocation id"},
-    FaultInfo{Fault::model_id_not_in_key, "model_id_not_in_key", D::stale_decode,
+    FaultInfo{Fault::model_id_not_in_key, "model_id_not_in_key", kStaleOrMissed,
               "model instance left out of the key"},
-    FaultInfo{Fault::weight_pointer_key, "weight_pointer_key", D::stale_decode,
+    FaultInfo{Fault::weight_pointer_key, "weight_pointer_key", kStaleOrMissed,
               "model keyed by its weight buffer's address (addresses recycled)"},
-    FaultInfo{Fault::partial_rebind, "partial_rebind", D::stale_decode,
+    FaultInfo{Fault::partial_rebind, "partial_rebind", {D::stale_decode},
               "rebind moves only some layers"},
-    FaultInfo{Fault::offset_not_rebound, "offset_not_rebound", D::stale_decode,
+    FaultInfo{Fault::offset_not_rebound, "offset_not_rebound", {D::stale_decode},
               "KV write offset kept from the build"},
-    FaultInfo{Fault::mask_not_rebound, "mask_not_rebound", D::stale_decode,
+    FaultInfo{Fault::mask_not_rebound, "mask_not_rebound", {D::stale_decode},
               "attention length kept from the build"},
-    FaultInfo{Fault::spec_reject_off_by_one, "spec_reject_off_by_one", D::stale_decode,
+    FaultInfo{Fault::spec_reject_off_by_one, "spec_reject_off_by_one", {D::stale_decode},
               "speculative reject truncates to base+m+1"},
-    FaultInfo{Fault::always_stale, "always_stale", D::spurious_invalidation,
+    FaultInfo{Fault::always_stale, "always_stale", {D::spurious_invalidation},
               "every check says Stale"},
-    FaultInfo{Fault::position_in_key, "position_in_key", D::spurious_invalidation,
+    FaultInfo{Fault::position_in_key, "position_in_key", {D::spurious_invalidation},
               "per-token position in the key"},
+    // Different weights give a different digest (a correct rebuild); the
+    // same weights keep the plan, which is then exactly right: only the
+    // accounting oracle can see it, as a missed invalidation.
+    FaultInfo{Fault::model_key_by_content, "model_key_by_content", {D::missed_invalidation},
+              "model identity by a digest of its weights (a same-weights reload keeps the plan)"},
+    FaultInfo{Fault::build_counted_as_kept, "build_counted_as_kept", {D::engine_error},
+              "the session counts a rebuild as a kept plan (a reuse counter that lies)"},
 };
 
 thread_local FaultSet tl_faults;
@@ -58,11 +69,20 @@ std::string_view to_string(Fault f) {
 
 std::string_view to_string(Detection d) {
     switch (d) {
-        case Detection::stale_decode: return "stale decode";
-        case Detection::spurious_invalidation: return "spurious invalidation";
-        case Detection::missed_invalidation: return "missed invalidation";
+        case Detection::stale_decode: return "stale_decode";
+        case Detection::spurious_invalidation: return "spurious_invalidation";
+        case Detection::missed_invalidation: return "missed_invalidation";
+        case Detection::engine_error: return "engine_error";
     }
     return "?";
+}
+
+std::string Detections::describe() const {
+    std::string out;
+    for (Detection d : {Detection::stale_decode, Detection::spurious_invalidation, Detection::missed_invalidation,
+                        Detection::engine_error})
+        if (has(d)) out += cat(out.empty() ? "" : "|", to_string(d));
+    return out;
 }
 
 std::string fault_names() {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,22 +29,42 @@ enum class Fault : std::uint8_t {
     spec_reject_off_by_one,  // speculative reject truncates to base+m+1
     always_stale,            // every check says Stale
     position_in_key,         // per-token data in the key
+    model_key_by_content,    // model identity by a digest of the weights
+    build_counted_as_kept,   // the session counts a rebuild as a kept plan
 };
 
-// How the harness is expected to notice each fault.
-enum class Detection : std::uint8_t { stale_decode, spurious_invalidation, missed_invalidation };
+// How the harness may notice a fault. engine_error: the engine's reports
+// contradict each other (a counter that lies).
+enum class Detection : std::uint8_t { stale_decode, spurious_invalidation, missed_invalidation, engine_error };
+
+// The classes a fault may legitimately show as: some faults are a stale
+// decode on one seed and a missed invalidation on another (a reload of the
+// same weights makes a stale plan exactly right).
+class Detections {
+public:
+    constexpr Detections() = default;
+    constexpr Detections(std::initializer_list<Detection> ds) {
+        for (Detection d : ds) bits_ |= bit(d);
+    }
+    constexpr bool has(Detection d) const { return (bits_ & bit(d)) != 0; }
+    std::string describe() const;  // "stale decode | missed invalidation"
+
+private:
+    static constexpr std::uint8_t bit(Detection d) { return std::uint8_t(1u << unsigned(d)); }
+    std::uint8_t bits_ = 0;
+};
 
 struct FaultInfo {
     Fault fault;
     std::string_view name;
-    Detection expected;
+    Detections expected;
     std::string_view bug;
 };
 
 std::span<const FaultInfo> all_faults();
 std::optional<Fault> fault_from_name(std::string_view name);
 std::string_view to_string(Fault f);
-std::string_view to_string(Detection d);
+std::string_view to_string(Detection d);  // the Verdict's name for the same class
 std::string fault_names();  // "a, b, c" for help texts and errors
 
 class FaultSet {

@@ -54,6 +54,18 @@ void require_rebind_compatible(std::span<const KvLayer> layers, const PlanKey& k
     }
 }
 
+namespace {
+
+// FNV-1a over the weights' bytes: slow, and only ever run under the fault.
+std::uint64_t weight_digest(const Model& model) {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    const auto weights = std::as_bytes(model.all_weights());
+    for (std::byte b : weights) h = (h ^ std::to_integer<std::uint64_t>(b)) * 0x100000001b3ULL;
+    return h;
+}
+
+}  // namespace
+
 PlanKey key_of(const Model& model, const KvCache& cache) {
     const ModelConfig& c = model.config();
     PlanKey k;
@@ -73,6 +85,7 @@ PlanKey key_of(const Model& model, const KvCache& cache) {
     k.alloc = cache.alloc_id();
     k.weight_address = model.weight_address();
     k.position = cache.cached_len();
+    if (fault_on(Fault::model_key_by_content)) k.weight_digest = weight_digest(model);
     return k;
 }
 
@@ -89,6 +102,7 @@ bool same_geometry(const PlanKey& a, const PlanKey& b) {
 bool same_model(const PlanKey& held, const PlanKey& now) {
     if (fault_on(Fault::geometry_only_key) || fault_on(Fault::model_id_not_in_key)) return true;
     if (fault_on(Fault::weight_pointer_key)) return held.weight_address == now.weight_address;
+    if (fault_on(Fault::model_key_by_content)) return held.weight_digest == now.weight_digest;
     return held.model == now.model;
 }
 

@@ -51,11 +51,12 @@ struct PlanKey {
     int n_layers = 0;
     ModelInstanceId model;
     KvAllocId alloc;
-    // Read only by fault switches: an address as model identity, and the
+    // Read only by fault switches: an address or a digest as model identity, and the
     // per-token position that must never be part of a key (the position at
     // build time, which the *_not_rebound faults keep using).
     const void* weight_address = nullptr;
     int position = 0;
+    std::uint64_t weight_digest = 0;  // computed only under model_key_by_content
 };
 
 // Throws Error when the cache cannot serve the model at all (layer count,

@@ -9,19 +9,17 @@
 
 namespace kvweld::sim {
 
-bool matches(Detection expected, Verdict got) {
-    switch (expected) {
-        case Detection::stale_decode: return got == Verdict::stale_decode;
-        case Detection::spurious_invalidation: return got == Verdict::spurious_invalidation;
-        case Detection::missed_invalidation: return got == Verdict::missed_invalidation;
-    }
+bool matches(const Detections& expected, Verdict got) {
+    for (Detection d : {Detection::stale_decode, Detection::spurious_invalidation, Detection::missed_invalidation,
+                        Detection::engine_error})
+        if (expected.has(d) && to_string(d) == to_string(got)) return true;
     return false;
 }
 
 bool MutantsResult::ok() const {
     if (clean.failures != 0) return false;
     for (const MutantRow& r : rows)
-        if (!r.killed || !r.class_matches) return false;
+        if (!r.killed || !r.classes_match()) return false;
     return true;
 }
 
@@ -37,28 +35,37 @@ SwarmOptions swarm_options(const MutantsOptions& o, std::uint64_t first, std::ui
     return s;
 }
 
-// Runs seeds in order, a batch at a time, until one fails or the budget is
-// spent. The first failing seed is the same whatever the number of jobs.
+// Runs every seed of the budget with the fault on and tallies how each
+// ended. The first failing seed is the same whatever the number of jobs.
 MutantRow hunt(const FaultInfo& fault, const MutantsOptions& o) {
     MutantRow row;
     row.fault = fault;
-    const std::uint64_t batch = static_cast<std::uint64_t>(std::max(1, o.jobs)) * 4;
-    for (std::uint64_t first = 0; first < o.seeds && !row.killed; first += batch) {
-        SwarmOptions s = swarm_options(o, first, std::min(o.seeds, first + batch) - 1);
-        s.draw.faults.add(fault.fault);
-        const SwarmResult r = run_swarm(s);
-        for (const SeedResult& seed : r.seeds) {
-            if (seed.verdict == Verdict::pass) continue;
-            row.killed = true;
-            row.first_seed = seed.config.seed;
-            row.seeds_to_kill = seed.config.seed + 1;
-            row.verdict = seed.verdict;
-            row.failure = seed.failure;
-            row.class_matches = matches(fault.expected, seed.verdict);
-            break;
-        }
+    SwarmOptions s = swarm_options(o, 0, o.seeds - 1);
+    s.draw.faults.add(fault.fault);
+    const SwarmResult r = run_swarm(s);
+    for (const SeedResult& seed : r.seeds) {
+        ++row.by_verdict[static_cast<std::size_t>(seed.verdict)];
+        if (seed.verdict == Verdict::pass) continue;
+        if (!matches(fault.expected, seed.verdict) && !row.outside_seed) row.outside_seed = seed.config.seed;
+        if (row.killed) continue;
+        row.killed = true;
+        row.first_seed = seed.config.seed;
+        row.seeds_to_kill = seed.config.seed + 1;
+        row.verdict = seed.verdict;
+        row.failure = seed.failure;
     }
     return row;
+}
+
+// "stale_decode 68, missed_invalidation 49, pass 83"
+std::string distribution(const MutantRow& m) {
+    std::string out;
+    for (int v = 1; v <= kVerdicts; ++v) {
+        const auto verdict = static_cast<Verdict>(v % kVerdicts);  // failures first, pass last
+        const std::uint64_t n = m.by_verdict[static_cast<std::size_t>(verdict)];
+        if (n) out += cat(out.empty() ? "" : ", ", to_string(verdict), " ", n);
+    }
+    return out;
 }
 
 }  // namespace
@@ -80,28 +87,30 @@ MutantsResult run_mutants(const MutantsOptions& o, const std::function<void(cons
 std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
     std::string out = cat("kill matrix: ", o.seeds, " seeds x ", o.steps, " steps per fault, backend ",
                           to_string(o.backend), "\n");
-    char line[256];
-    std::snprintf(line, sizeof line, "%-24s %-9s %-11s %-22s %-22s %s\n", "fault", "result", "oracle",
-                  "caught as", "expected", "seeds-to-kill");
-    out += line;
-    std::snprintf(line, sizeof line, "%-24s %-9s %-11s %-22s %-22s %s\n", "(clean engine)",
-                  r.clean.failures == 0 ? "pass" : "FAILED", "-", "-", "pass",
-                  cat(r.clean.failures, " failing seeds").c_str());
-    out += line;
-    for (const MutantRow& m : r.rows) {
-        const std::string oracle = m.failure ? std::string(to_string(m.failure->oracle)) : "-";
-        const std::string caught = m.killed ? std::string(to_string(m.verdict)) : "-";
-        const std::string expected = cat(to_string(m.fault.expected), m.killed && !m.class_matches ? " MISMATCH" : "");
-        std::snprintf(line, sizeof line, "%-24s %-9s %-11s %-22s %-22s %s\n", std::string(m.fault.name).c_str(),
-                      m.killed ? "killed" : "SURVIVED", oracle.c_str(), caught.c_str(), expected.c_str(),
-                      m.killed ? cat(m.seeds_to_kill).c_str() : cat("> ", o.seeds).c_str());
+    char line[512];
+    auto add = [&](const std::string& fault, const char* result, const std::string& oracle, const std::string& expected,
+                   const std::string& kill, const std::string& dist) {
+        std::snprintf(line, sizeof line, "%-24s %-9s %-11s %-40s %-8s %s\n", fault.c_str(), result, oracle.c_str(),
+                      expected.c_str(), kill.c_str(), dist.c_str());
         out += line;
-    }
+    };
+    add("fault", "result", "oracle", "expected classes", "to kill", "outcomes over the seeds");
+    add("(clean engine)", r.clean.failures == 0 ? "pass" : "FAILED", "-", "pass", "-",
+        cat("pass ", r.clean.seeds.size() - r.clean.failures, r.clean.failures ? cat(", FAILED ", r.clean.failures) : ""));
     for (const MutantRow& m : r.rows) {
-        if (!m.killed) continue;
-        SimConfig c = draw_config(m.first_seed, DrawOptions{o.model, o.backend, {}});
-        c.faults.add(m.fault.fault);
-        out += cat("  ", m.fault.name, ": ", reproduce_command(c, o.steps, o.model.empty() ? c.model_name : o.model), "\n");
+        const char* result = !m.killed ? "SURVIVED" : m.classes_match() ? "killed" : "MISMATCH";
+        add(std::string(m.fault.name), result, m.failure ? std::string(to_string(m.failure->oracle)) : "-",
+            m.fault.expected.describe(), m.killed ? cat(m.seeds_to_kill) : cat("> ", o.seeds), distribution(m));
+    }
+    auto repro = [&](const FaultInfo& f, std::uint64_t seed) {
+        SimConfig c = draw_config(seed, DrawOptions{o.model, o.backend, {}});
+        c.faults.add(f.fault);
+        return reproduce_command(c, o.steps, o.model.empty() ? c.model_name : o.model);
+    };
+    for (const MutantRow& m : r.rows) {
+        if (m.killed) out += cat("  ", m.fault.name, ": ", repro(m.fault, m.first_seed), "\n");
+        if (m.outside_seed)
+            out += cat("  ", m.fault.name, " failed outside its classes: ", repro(m.fault, *m.outside_seed), "\n");
     }
     for (const SeedResult& s : r.clean.seeds)
         if (s.verdict != Verdict::pass)
@@ -113,10 +122,15 @@ std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
 nlohmann::json mutants_json(const MutantsResult& r, const MutantsOptions& o) {
     nlohmann::json rows = nlohmann::json::array();
     for (const MutantRow& m : r.rows) {
+        nlohmann::json outcomes = nlohmann::json::object();
+        for (int v = 0; v < kVerdicts; ++v)
+            if (m.by_verdict[static_cast<std::size_t>(v)])
+                outcomes[std::string(to_string(static_cast<Verdict>(v)))] = m.by_verdict[static_cast<std::size_t>(v)];
         nlohmann::json j = {{"fault", m.fault.name},
                             {"killed", m.killed},
-                            {"expected", to_string(m.fault.expected)},
-                            {"class_matches", m.class_matches}};
+                            {"expected", m.fault.expected.describe()},
+                            {"classes_match", m.classes_match()},
+                            {"outcomes", outcomes}};
         if (m.killed) {
             j["seeds_to_kill"] = m.seeds_to_kill;
             j["first_seed"] = m.first_seed;

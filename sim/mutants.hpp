@@ -1,12 +1,16 @@
 // The kill matrix: the clean engine must pass a fixed swarm budget, and
-// each fault switch alone must be caught within it, by the expected class
-// of failure. A fault added to the engine's table joins automatically.
+// each fault switch alone must be caught within it. Every seed of the
+// budget runs for every fault, and every failing seed must fail in one of
+// the fault's expected classes (a set: see Detections), so a fault cannot
+// pass by being caught once by luck. A fault added to the engine's table
+// joins automatically.
 #pragma once
 
 #include "sim/swarm.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -17,9 +21,11 @@ struct MutantRow {
     bool killed = false;
     std::uint64_t seeds_to_kill = 0;  // 1 + index of the first failing seed
     std::uint64_t first_seed = 0;
-    Verdict verdict = Verdict::pass;
+    Verdict verdict = Verdict::pass;   // the first failing seed's
     std::optional<Failure> failure;
-    bool class_matches = false;
+    std::array<std::uint64_t, kVerdicts> by_verdict{};  // seeds per verdict, pass included
+    std::optional<std::uint64_t> outside_seed;         // the first seed that failed outside the set
+    bool classes_match() const { return !outside_seed.has_value(); }
 };
 
 struct MutantsResult {
@@ -37,7 +43,7 @@ struct MutantsOptions {
     std::vector<Fault> only;  // empty = every fault
 };
 
-bool matches(Detection expected, Verdict got);
+bool matches(const Detections& expected, Verdict got);
 
 MutantsResult run_mutants(const MutantsOptions& options,
                           const std::function<void(const std::string&)>& progress = {});

@@ -14,8 +14,9 @@ enum class Verdict : std::uint8_t {
     stale_decode,           // data or weld oracle
     spurious_invalidation,  // the engine prepared a plan no change justified
     missed_invalidation,    // a justified rebuild/rebind did not happen, output still right
-    engine_error,           // the engine refused a valid op
+    engine_error,           // the engine refused a valid op, or its reports contradict each other
 };
+inline constexpr int kVerdicts = 5;
 
 // engine: the engine refused a valid op; ledger: a cache broke the storage
 // contract (sim/ledger.hpp); the rest are the per-decode oracles.
