@@ -10,8 +10,27 @@ KvGeometry KvGeometry::of(const ModelConfig& c) {
     return KvGeometry{c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len, Dtype::f32};
 }
 
+std::size_t KvGeometry::bytes() const {
+    return std::size_t{2} * sizeof(float) * static_cast<std::size_t>(n_layers) *
+           static_cast<std::size_t>(max_seq_len) * static_cast<std::size_t>(kv_dim());
+}
+
+namespace {
+
+// Checked before the storage's vectors are built: a refused size allocates nothing.
+int checked_rows(int max_seq_len, int kv_dim) {
+    require(max_seq_len > 0 && kv_dim > 0, "KvStorage [", max_seq_len, " x ", kv_dim, "]: dims must be positive");
+    const std::size_t bytes = std::size_t{2} * sizeof(float) * static_cast<std::size_t>(max_seq_len) *
+                              static_cast<std::size_t>(kv_dim);
+    require(bytes <= kMaxCacheBytes, "KvStorage [", max_seq_len, " x ", kv_dim, "] needs ", bytes,
+            " bytes: the limit is ", kMaxCacheBytes);
+    return max_seq_len;
+}
+
+}  // namespace
+
 KvStorage::KvStorage(int max_seq_len, int kv_dim, Dtype dtype)
-    : max_seq_len_(max_seq_len),
+    : max_seq_len_(checked_rows(max_seq_len, kv_dim)),
       kv_dim_(kv_dim),
       dtype_(dtype),
       serial_(StorageSerial::mint()),
@@ -28,7 +47,7 @@ std::shared_ptr<KvStorage> KvStorage::copy() const {
 
 KvCache KvCache::with_capacity(const ModelConfig& config) {
     config.validate();
-    return KvCache(KvGeometry::of(config));
+    return with_capacity(KvGeometry::of(config));
 }
 
 namespace {
@@ -45,6 +64,9 @@ KvCache KvCache::with_capacity(const KvGeometry& g) {
     require_dim(g.n_kv_heads, "n_kv_heads", 1024);
     require_dim(g.head_dim, "head_dim", 4096);
     require_dim(g.max_seq_len, "max_seq_len", 1 << 20);
+    // Each dimension may be in range while their product is not.
+    require(g.bytes() <= kMaxCacheBytes, "KV cache of ", g.n_layers, " layers x ", g.max_seq_len, " positions x ",
+            g.kv_dim(), " floats (K and V) needs ", g.bytes(), " bytes: the limit is ", kMaxCacheBytes);
     return KvCache(g);
 }
 

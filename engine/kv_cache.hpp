@@ -14,6 +14,10 @@
 
 namespace kvweld {
 
+// No KV cache may hold more than this (4 GiB of K and V over all layers);
+// one layer's storage is bounded by the same figure.
+inline constexpr std::size_t kMaxCacheBytes = std::size_t{4} << 30;
+
 struct KvGeometry {
     int n_layers = 0;
     int n_kv_heads = 0;
@@ -22,6 +26,7 @@ struct KvGeometry {
     Dtype dtype = Dtype::f32;
 
     int kv_dim() const { return n_kv_heads * head_dim; }
+    std::size_t bytes() const;  // K and V over all layers
     static KvGeometry of(const ModelConfig& config);
     friend bool operator==(const KvGeometry&, const KvGeometry&) = default;
 };
@@ -45,6 +50,7 @@ public:
 
 // One layer's K and V: [max_seq_len][kv_dim] each, zeroed at birth, with a
 // never-recycled storage serial (the weld oracle's handle; never a pointer).
+// Non-positive dims or more than kMaxCacheBytes are an Error.
 class KvStorage {
 public:
     KvStorage(int max_seq_len, int kv_dim, Dtype dtype = Dtype::f32);

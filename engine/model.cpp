@@ -1,5 +1,6 @@
 #include "engine/model.hpp"
 
+#include "engine/error.hpp"
 #include "engine/rng.hpp"
 
 #include <boost/container/pmr/global_resource.hpp>
@@ -51,6 +52,9 @@ Model::Model(const ModelConfig& config, bool shared_classifier, pmr::memory_reso
       id_(ModelInstanceId::mint()),
       data_(resource ? resource : pmr::get_default_resource()) {
     config_.validate();
+    const std::size_t bytes = offsets().end * sizeof(float);
+    require(bytes <= kMaxModelBytes, "model of ", offsets().end, " weights (", bytes, " bytes) exceeds the limit of ",
+            kMaxModelBytes, " bytes: ", config_.describe());
     // default_init then one fill: a pmr vector's element-wise construction
     // is slow in instrumented (fuzz) builds, and models are built per input.
     data_.resize(offsets().end, boost::container::default_init);

@@ -32,6 +32,10 @@ struct LayerWeights {
     std::span<const float> w3;        // [ffn][dim] up
 };
 
+// No model kvweld builds may hold more fp32 weights than this (4 GiB): a
+// config past it is an Error before anything is allocated.
+inline constexpr std::size_t kMaxModelBytes = std::size_t{4} << 30;
+
 class Model {
 public:
     // Deterministic weights from seed, scaled so activations stay finite

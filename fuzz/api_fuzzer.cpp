@@ -63,10 +63,16 @@ IdRule call(FuzzedDataProvider& in, const Model& model, KvCache& cache, DecodeSe
         }
         case 5: session.check(model, cache); return IdRule::any;
         default: {
-            KvGeometry g{small_int(in), small_int(in), small_int(in), small_int(in), Dtype::f32};
-            if (in.ConsumeBool()) g.max_seq_len = in.ConsumeIntegral<int>();  // must be refused, not allocated
-            if (g.max_seq_len > 64) g.n_layers = g.n_kv_heads = g.head_dim = 0;
+            // Each dim small or anywhere in int: every size past the limit
+            // must be refused before anything is allocated; of the rest,
+            // only small ones are built (a fuzz input must stay fast).
+            auto dim = [&] { return in.ConsumeBool() ? small_int(in) : in.ConsumeIntegral<int>(); };
+            const KvGeometry g{dim(), dim(), dim(), dim(), Dtype::f32};
+            const bool positive = g.n_layers > 0 && g.n_kv_heads > 0 && g.head_dim > 0 && g.max_seq_len > 0;
+            const double bytes = 8.0 * g.n_layers * g.n_kv_heads * g.head_dim * g.max_seq_len;
+            if (positive && bytes <= double(kMaxCacheBytes) && bytes > 1 << 20) return IdRule::any;
             KvCache::with_capacity(g);
+            if (!(positive && bytes <= double(kMaxCacheBytes))) die("an impossible or oversized cache was accepted");
             return IdRule::any;
         }
     }

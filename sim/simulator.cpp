@@ -16,11 +16,27 @@ namespace {
 // Thrown by fail() to unwind out of the op that violated an oracle.
 struct Stop {};
 
+// What a run may hold at once: a cache and a reference shadow per slot.
+constexpr std::size_t kMaxSimKvBytes = std::size_t{4} << 30;
+
+void require_simulable(const SimConfig& c) {
+    c.model.validate();
+    require(!c.capacities.empty(), "the config has no cache capacities");
+    for (int cap : c.capacities)
+        require(cap > 0 && cap <= c.model.max_seq_len, "cache capacity ", cap, " is outside 1..max_seq_len = ",
+                c.model.max_seq_len);
+    const std::size_t per_slot = 2 * KvGeometry::of(c.model).bytes();
+    const std::size_t total = per_slot * static_cast<std::size_t>(c.slots);
+    require(per_slot / 2 <= kMaxCacheBytes && total <= kMaxSimKvBytes, "this run could hold ", total,
+            " bytes of KV (", c.slots, " slots x (cache + reference shadow) of ", per_slot / 2,
+            " bytes each): the limit is ", kMaxSimKvBytes, "; model ", c.model.describe());
+}
+
 }  // namespace
 
 Simulator::Simulator(const SimConfig& config, OracleSwitches oracles)
     : config_(config), oracles_(oracles) {
-    config_.model.validate();
+    require_simulable(config_);
     weights_seed_ = config_.weights_seed;
     model_.emplace(Model::random(config_.model, weights_seed_, &pool_));
     for (int i = 0; i < config_.slots; ++i)

@@ -13,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,10 @@ void add_run_options(CLI::App* cmd, RunOptions& options);
 sim::DrawOptions draw_options(const RunOptions& options);  // throws Error on a bad name
 FaultSet parse_faults(const std::vector<std::string>& names);
 void write_json(const std::string& path, const nlohmann::json& j);
+
+// A decimal unsigned integer and nothing else ("-3" is not 2^64 - 3).
+std::optional<std::uint64_t> parse_u64(std::string_view text);
+// For a seed option: refuses anything parse_u64 refuses, naming the text.
+CLI::Validator seed_validator();
 
 }  // namespace kvweld::cli

@@ -65,7 +65,7 @@ void add_decode_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--config", args->config, kvweld::cat("config for --model random: ", kvweld::preset_names()))
         ->capture_default_str();
     cmd->add_option("--tokens", args->tokens, "tokens to decode (greedy)")->capture_default_str();
-    cmd->add_option("--seed", args->seed, "weight seed for --model random")->capture_default_str();
+    cmd->add_option("--seed", args->seed, "weight seed for --model random")->capture_default_str()->check(seed_validator());
     cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
     cmd->add_flag("--replan", args->replan, "rebuild the plan every token (measurement only)");
     cmd->callback([args, &action] { action = [args] { return run_decode(*args); }; });

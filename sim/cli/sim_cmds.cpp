@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +20,22 @@ void write_json(const std::string& path, const nlohmann::json& j) {
     std::ofstream out(path, std::ios::trunc);
     require(out.good(), "--json ", path, ": cannot open for writing");
     out << j.dump(2) << "\n";
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view text) {
+    std::uint64_t value = 0;
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || err != std::errc() || end != text.data() + text.size()) return std::nullopt;
+    return value;
+}
+
+CLI::Validator seed_validator() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            if (parse_u64(text)) return {};
+            return cat("seed '", text, "': expected an unsigned integer in 0..18446744073709551615");
+        },
+        "SEED");
 }
 
 FaultSet parse_faults(const std::vector<std::string>& names) {
@@ -117,7 +134,7 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     CLI::App* cmd = app.add_subcommand("sim", "One simulated run: seed and config first, verdict last. "
                                               "Exit 0 pass, 3 stale decode, 4 spurious invalidation, "
                                               "5 missed invalidation, 6 engine error, 2 bad input");
-    cmd->add_option("--seed", sim->seed, "the one seed that decides the run")->required();
+    cmd->add_option("--seed", sim->seed, "the one seed that decides the run")->required()->check(seed_validator());
     add_run_options(cmd, sim->run);
     cmd->add_option("--trace", sim->trace, "write the run's trace (JSON Lines) here");
     cmd->add_option("--json", sim->json, "write the report as JSON here");

@@ -27,13 +27,6 @@ struct SwarmArgs {
     std::string json;
 };
 
-std::optional<std::uint64_t> parse_u64(std::string_view text) {
-    std::uint64_t value = 0;
-    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || err != std::errc() || end != text.data() + text.size()) return std::nullopt;
-    return value;
-}
-
 std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s) {
     const auto dots = s.find("..");
     const auto first = dots == std::string::npos ? std::nullopt : parse_u64(std::string_view(s).substr(0, dots));

@@ -183,7 +183,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     CLI::App* cmd = app.add_subcommand("traffic", "Reuse-ratio study: each policy (fresh+rebuild, fresh+rebind, recycle) "
                                                   "over the same seeded traffic, all oracles on. Exit 0 when every "
                                                   "reuse ratio equals its ideal and no oracle failed, else 1");
-    cmd->add_option("--seed", p.seed, "traffic seed")->capture_default_str();
+    cmd->add_option("--seed", p.seed, "traffic seed")->capture_default_str()->check(seed_validator());
     cmd->add_option("--ticks", p.ticks, "simulated ticks")->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--slots", p.slots, "server slots")->capture_default_str()->check(CLI::Range(1, 16));
     cmd->add_option("--model", p.model, kvweld::cat("model dims: ", kvweld::preset_names()))->capture_default_str();
