@@ -10,7 +10,6 @@ namespace kvweld {
 namespace {
 
 using testing::kCpuTolerance;
-using testing::max_abs_diff;
 using testing::Shadow;
 
 // One request: a model, its cache, a session and the reference shadow.
@@ -19,9 +18,9 @@ struct Request {
         : model(&m), cache(KvCache::with_capacity(m.config())), session(opts), shadow(m) {}
 
     // Decodes one token and returns the logits' distance from the reference.
-    float step(int token) {
+    double step(int token) {
         const std::vector<float> expected = shadow.step(token);
-        return max_abs_diff(session.decode(*model, cache, token), expected);
+        return logit_error(session.decode(*model, cache, token), expected);
     }
     void steps(int n, std::uint64_t seed = 1) {
         for (int t : testing::random_tokens(n, model->config().vocab, seed))

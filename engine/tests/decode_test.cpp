@@ -11,22 +11,21 @@ namespace kvweld {
 namespace {
 
 using testing::kCpuTolerance;
-using testing::max_abs_diff;
 using testing::Shadow;
 
 constexpr int kPositions = 220;
 
 // Decodes kPositions tokens with one held plan and compares every step's
 // logits with the reference. Returns the worst difference.
-float decode_against_reference(const Model& model) {
+double decode_against_reference(const Model& model) {
     auto cache = KvCache::with_capacity(model.config());
     DecodeSession session;
     Shadow shadow(model);
-    float worst = 0.0f;
+    double worst = 0.0;
     for (int token : testing::random_tokens(kPositions, model.config().vocab, 11)) {
         const std::vector<float> expected = shadow.step(token);
         const std::span<const float> got = session.decode(model, cache, token);
-        worst = std::max(worst, max_abs_diff(got, expected));
+        worst = std::max(worst, logit_error(got, expected));
     }
     EXPECT_EQ(cache.cached_len(), kPositions);
     EXPECT_EQ(session.counters().builds, 1u);
@@ -50,7 +49,7 @@ TEST_P(HeldPlanDecode, MatchesReferenceOverManyPositions) {
     ModelConfig cfg = tiny_config(GetParam().family);
     cfg.n_kv_heads = GetParam().n_kv_heads;
     const Model model = Model::random(cfg, 42);
-    const float worst = decode_against_reference(model);
+    const double worst = decode_against_reference(model);
     EXPECT_LE(worst, kCpuTolerance);
     RecordProperty("max_abs_diff", std::to_string(worst));
 }
@@ -94,7 +93,7 @@ TEST(HeldPlanDecode, ReplanEveryTokenBuildsEachStepAndAgrees) {
     for (int token : testing::random_tokens(30, model.config().vocab, 2)) {
         const std::span<const float> a = held.decode(model, held_cache, token);
         const std::vector<float> a_copy(a.begin(), a.end());
-        EXPECT_EQ(max_abs_diff(a_copy, replan.decode(model, replan_cache, token)), 0.0f);
+        EXPECT_EQ(logit_error(a_copy, replan.decode(model, replan_cache, token)), 0.0);
     }
     EXPECT_EQ(replan.counters().builds, 30u);
     EXPECT_EQ(replan.counters().by(BuildReason::replan), 29u);

@@ -12,11 +12,10 @@ namespace kvweld {
 namespace {
 
 using testing::kCpuTolerance;
-using testing::max_abs_diff;
 using testing::Shadow;
 
 // Returns the worst logit distance from the reference over B's decodes.
-float decode_b_after_a(const Model& model, FaultSet faults) {
+double decode_b_after_a(const Model& model, FaultSet faults) {
     ScopedFaults scoped(faults);
     const int vocab = model.config().vocab;
     DecodeSession held;
@@ -32,10 +31,10 @@ float decode_b_after_a(const Model& model, FaultSet faults) {
         shadow_b.step(t);
         prefill.decode(model, cache_b, t);
     }
-    float worst = 0.0f;
+    double worst = 0.0;
     for (int t : testing::random_tokens(10, vocab, 300)) {
         const std::vector<float> expected = shadow_b.step(t);
-        worst = std::max(worst, max_abs_diff(held.decode(model, cache_b, t), expected));
+        worst = std::max(worst, logit_error(held.decode(model, cache_b, t), expected));
     }
     return worst;
 }
@@ -50,7 +49,7 @@ TEST(SlotReuse, WithTheKeyCheckBypassedBDecodesOverAsKv) {
     const Model model = Model::random(tiny_config(), 77);
     FaultSet bypass;
     bypass.add(Fault::geometry_only_key);
-    const float separation = decode_b_after_a(model, bypass);
+    const double separation = decode_b_after_a(model, bypass);
     RecordProperty("stale_separation", std::to_string(separation));
     std::printf("stale decode separation: max |logit - reference| = %.4g (tolerance %.0e)\n",
                 separation, kCpuTolerance);
