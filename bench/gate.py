@@ -4,20 +4,33 @@
 Only ratios gate (machines differ; a ratio measured in one run on one machine does not):
   held/replan  decode speedup (tokens/s), tiny and stories15M dims, CPU
   checked/unchecked  simulator throughput (decodes/s)
-A ratio regresses when it falls below baseline * (1 - threshold).
+A ratio regresses when it falls below baseline * (1 - threshold). A ratio
+that is missing, not a positive finite number, or whose benchmark reported
+an error (a failing simulation is not a throughput) fails the gate, in the
+baseline as in the run. --only restricts the gate to some ratios (the quick
+gate runs a subset of the benchmarks).
 Absolute figures are printed beside them, never gated.
 """
 import argparse
 import json
+import math
 import re
 import sys
+
+GATED = ("held/replan tiny", "held/replan stories15m", "checked/unchecked sim")
+
+
+ERRORS = {}  # benchmark name -> its error message
 
 
 def medians(path, counter):
     """name -> median of `counter` from a Google Benchmark JSON file."""
     out = {}
     for b in json.load(open(path))["benchmarks"]:
-        if b.get("aggregate_name", "median") != "median" or b.get("error_occurred"):
+        if b.get("error_occurred"):
+            ERRORS[b.get("run_name", b["name"])] = b.get("error_message", "error")
+            continue
+        if b.get("aggregate_name", "median") != "median":
             continue
         name = re.sub(r"/(min_time|iterations):.*$", "", b.get("run_name", b["name"]))
         if counter in b:
@@ -43,6 +56,10 @@ def ratios(decode_json, sim_json):
     return r, absolute
 
 
+def usable(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("decode_json")
@@ -50,21 +67,37 @@ def main():
     p.add_argument("--baseline", default="bench/baseline.json")
     p.add_argument("--threshold", type=float, default=0.30, help="allowed fractional drop of a ratio (default 0.30)")
     p.add_argument("--update", action="store_true", help="write the current ratios as the new baseline")
+    p.add_argument("--only", default=",".join(GATED), help="comma-separated ratios to gate (default: all)")
     a = p.parse_args()
+    gated = [g for g in a.only.split(",") if g]
+    unknown = [g for g in gated if g not in GATED]
+    if unknown or not gated:
+        print(f"bench-gate: --only {a.only!r}: expected some of {', '.join(GATED)}")
+        return 2
 
     now, absolute = ratios(a.decode_json, a.sim_json)
+    for name, message in sorted(ERRORS.items()):
+        print(f"benchmark {name} reported an error: {message}")
+    bad = [g for g in gated if not usable(now.get(g))]
     if a.update:
+        if bad or ERRORS:
+            print(f"bench-gate: not writing a baseline: no usable value for {', '.join(bad) or 'an errored benchmark'}")
+            return 1
         json.dump({"ratios": now, "absolute_at_baseline": absolute, "threshold": a.threshold},
                   open(a.baseline, "w"), indent=2, sort_keys=True)
         print(f"bench-gate: baseline written to {a.baseline}")
         return 0
-    base = json.load(open(a.baseline))
-    failed = False
+    base = json.load(open(a.baseline)).get("ratios") or {}
+    failed = bool(ERRORS)
     print(f"{'ratio':28} {'baseline':>10} {'now':>10} {'change':>8}  verdict")
-    for name, b in sorted(base["ratios"].items()):
-        n = now.get(name)
-        if n is None:
-            print(f"{name:28} {b:10.3f} {'missing':>10} {'':>8}  FAIL (benchmark did not run)")
+    for name in gated:
+        b, n = base.get(name), now.get(name)
+        if not usable(b):
+            print(f"{name:28} {str(b):>10} {'':>10} {'':>8}  FAIL (no usable baseline value)")
+            failed = True
+            continue
+        if not usable(n):
+            print(f"{name:28} {b:10.3f} {str(n):>10} {'':>8}  FAIL (benchmark did not run or gave no usable value)")
             failed = True
             continue
         ok = n >= b * (1 - a.threshold)

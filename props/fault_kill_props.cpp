@@ -24,6 +24,8 @@ struct Expected {
     std::vector<Prop> props;  // the shrunk counterexample breaks one of these
 };
 
+void PrintTo(const Expected& e, std::ostream* os) { *os << to_string(e.fault); }
+
 // Which properties each fault breaks first, depending on the sequence
 // RapidCheck shrinks to (a Check or a Decode right after the change).
 const std::vector<Expected>& expected_kills() {
