@@ -1,5 +1,6 @@
 #include "engine/decode_session.hpp"
 
+#include "engine/assert.hpp"
 #include "engine/cat.hpp"
 #include "engine/cpu_plan.hpp"
 #include "engine/error.hpp"
@@ -84,6 +85,9 @@ void DecodeSession::build(const Model& model, const KvCache& cache, BuildReason 
     // free for the new one; a plan that must be rebuilt is of no use anyway.
     plan_.reset();
     plan_ = make_plan(options_.backend, model, cache);
+    KVWELD_ASSERT(plan_->key().model == model.id() && plan_->key().alloc == cache.alloc_id());
+    KVWELD_ASSERT(plan_->key().max_seq_len == cache.geometry().max_seq_len &&
+                  plan_->key().n_layers == cache.n_layers());
     // The fault's counters report reuse that did not happen.
     if (fault_on(Fault::build_counted_as_kept) && reason != BuildReason::initial) {
         ++counters_.kept;
@@ -102,6 +106,9 @@ bool DecodeSession::try_rebind(const KvCache& cache) {
     PlanKey key = plan_->key();
     key.alloc = cache.alloc_id();
     plan_->set_key(key);
+    // A rebind moves the allocation only: everything baked stays as built.
+    KVWELD_ASSERT(plan_->key().max_seq_len == cache.geometry().max_seq_len &&
+                  plan_->key().n_layers == cache.n_layers() && plan_->key().alloc == cache.alloc_id());
     ++counters_.rebinds;
     return true;
 }

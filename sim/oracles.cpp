@@ -148,6 +148,8 @@ int Simulator::checked_decode(int s, int token, Rng& chooser) {
         !plan.exists || model_changed ||
         (cache_changed && (config_.rebind_policy == RebindPolicy::rebuild || capacity_changed));
     const bool justified_rebind = !justified_build && cache_changed;
+    stats_.capacity_rebuilds += plan.exists && !model_changed && cache_changed && capacity_changed &&
+                                config_.rebind_policy == RebindPolicy::rebind;
     const bool reference_on = oracles_.data || oracles_.kv;
     const Blindness blindness = reference_on ? blindness_before(slot, pos, model_changed, cache_changed) : Blindness{};
 

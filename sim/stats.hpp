@@ -19,6 +19,7 @@ struct RunStats {
     std::uint64_t justified_kept = 0;
     std::uint64_t justified_rebinds = 0;
     std::uint64_t justified_builds = 0;
+    std::uint64_t capacity_rebuilds = 0;  // of those: a rebind the capacity rules out (rebind policy)
     std::uint64_t spurious = 0;  // plan preparations no change justified
     std::uint64_t missed = 0;    // justified preparations that did not happen
     // Blind spots: decodes right after a storage or model change (the plan
@@ -49,6 +50,7 @@ struct RunStats {
         justified_kept += o.justified_kept;
         justified_rebinds += o.justified_rebinds;
         justified_builds += o.justified_builds;
+        capacity_rebuilds += o.capacity_rebuilds;
         spurious += o.spurious;
         missed += o.missed;
         change_decodes += o.change_decodes;

@@ -58,6 +58,7 @@ std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
     out += row("kept / rebound / rebuilt", cat(t.kept, " / ", t.rebound, " / ", t.rebuilt));
     out += row("justified kept / rebind / build",
                cat(t.justified_kept, " / ", t.justified_rebinds, " / ", t.justified_builds));
+    out += row("  builds a capacity change forced", cat(t.capacity_rebuilds));
     out += row("spurious", cat(t.spurious));
     out += row("missed", cat(t.missed));
     std::size_t stale = 0;

@@ -11,7 +11,7 @@
 
 namespace kvweld::sim {
 
-inline constexpr int kTraceVersion = 1;
+inline constexpr int kTraceVersion = 2;  // 2: cache capacities (config) and the admit op's capacity pick
 
 struct Trace {
     SimConfig config;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace kvweld {
 namespace {
 
@@ -68,6 +70,22 @@ TEST_F(Errors, FullCache) {
     expect_error([&] { s.decode(model, small, 5); }, {"cache full", "position 4", "max_seq_len 4"});
     EXPECT_EQ(small.cached_len(), 4);
     EXPECT_EQ(s.counters().decodes(), 4u);
+}
+
+TEST_F(Errors, ModelTooLargeIsRefusedBeforeAllocating) {
+    ModelConfig c = tiny_config();
+    c.vocab = 1 << 22;
+    c.dim = 1 << 12;
+    c.n_heads = 1 << 9;
+    c.n_kv_heads = 1 << 9;
+    expect_error([&] { Model::random(c, 1); }, {"weights", "bytes", "limit"});
+}
+
+TEST_F(Errors, NonFiniteLogitsAreTheWorstError) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> want = {1.0f, 2.0f}, got = {1.0f, nan};
+    EXPECT_FALSE(logit_error(got, want) <= 1e-4);  // a NaN must never pass the oracle
+    EXPECT_EQ(logit_error(want, want), 0.0);
 }
 
 TEST_F(Errors, CheckWithoutPlan) {

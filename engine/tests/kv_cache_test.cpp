@@ -73,6 +73,16 @@ TEST(KvCache, ImpossibleGeometryIsRefusedBeforeAllocating) {
     expect_error([&] { KvCache::with_capacity(g); }, {"head_dim", "-2"});
 }
 
+// Every dimension in range, their product not: refused by size, naming it.
+TEST(KvCache, OversizedProductIsRefusedBeforeAllocating) {
+    const KvGeometry g{1024, 1024, 4096, 1 << 20, Dtype::f32};  // 2^52 floats per K or V
+    expect_error([&] { KvCache::with_capacity(g); }, {"bytes", "limit", "1048576"});
+    expect_error([] { KvStorage(1 << 20, 1 << 16); }, {"KvStorage", "bytes", "limit"});
+    expect_error([] { KvStorage(0, 8); }, {"KvStorage", "positive"});
+    // The other half: a cache just under the limit's scale is still fine to describe.
+    EXPECT_LE(KvGeometry::of(config_by_name("110m")).bytes(), kMaxCacheBytes);
+}
+
 TEST(KvCache, AppendPastCapacityIsAnError) {
     KvGeometry g = KvGeometry::of(tiny_config());
     g.max_seq_len = 3;

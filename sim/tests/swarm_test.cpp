@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace kvweld::sim {
 namespace {
 
@@ -32,7 +34,35 @@ TEST(Swarm, CorrectEnginePassesEverySeed) {
     EXPECT_GT(t.rebound, 100u);
     EXPECT_GT(t.rebuilt, 100u);
     EXPECT_GT(t.change_decodes, t.data_blind);  // some changes were visible to the data oracle
+    EXPECT_GT(t.capacity_rebuilds, 0u);         // a rebind refused for capacity, then a rebuild
+    // Every change a data-reading oracle cannot see is a same-weights reload,
+    // where a plan that missed it is exactly right.
+    EXPECT_EQ(t.independent_blind, t.blind_same_weights_reload);
+    EXPECT_LE(t.max_kv_error, 1e-4);
     std::printf("%s", swarm_table(r, o).c_str());
+}
+
+// The default swarm draws both families, GQA and MHA, several layer
+// counts, and caches smaller than the model as well as full-size ones.
+TEST(Swarm, DrawsEveryKindOfModelAndCache) {
+    bool llama = false, qwen3 = false, gqa = false, mha = false, small_cache = false, full_cache = false;
+    std::set<int> layers;
+    for (std::uint64_t seed = 0; seed < 100; ++seed) {
+        const SimConfig c = draw_config(seed);
+        llama |= c.model.family == Family::llama;
+        qwen3 |= c.model.family == Family::qwen3;
+        gqa |= c.model.n_kv_heads < c.model.n_heads;
+        mha |= c.model.n_kv_heads == c.model.n_heads;
+        layers.insert(c.model.n_layers);
+        for (int cap : c.capacities) {
+            EXPECT_GT(cap, c.max_prompt);
+            EXPECT_LE(cap, c.model.max_seq_len);
+            small_cache |= cap < c.model.max_seq_len;
+            full_cache |= cap == c.model.max_seq_len;
+        }
+    }
+    EXPECT_TRUE(llama && qwen3 && gqa && mha && small_cache && full_cache);
+    EXPECT_GE(layers.size(), 2u);
 }
 
 }  // namespace

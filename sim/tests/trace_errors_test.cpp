@@ -62,8 +62,8 @@ TEST(TraceErrors, CorruptJsonNamesTheLine) {
 
 TEST(TraceErrors, WrongVersion) {
     std::string text = good_trace();
-    replace_all(text, "\"version\":1", "\"version\":2");
-    expect_trace_error(text, {"line 1", "version 2", "version 1"});
+    replace_all(text, "\"version\":2", "\"version\":3");
+    expect_trace_error(text, {"line 1", "version 3", "version 2"});
 }
 
 TEST(TraceErrors, UnknownOpAndBadFields) {
