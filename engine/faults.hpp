@@ -1,5 +1,5 @@
 // Fault switches: named, off-by-default re-creations of real bug classes,
-// so the harness can be seen to catch them (see DESIGN.md). They exist only
+// so the harness can be seen to catch them (docs/DESIGN.md has the table). They exist only
 // in builds with KVWELD_FAULTS; elsewhere fault_on() is constant false and
 // the faulty branches compile away.
 //
