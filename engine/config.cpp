@@ -1,31 +1,20 @@
 #include "engine/config.hpp"
 
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/error.hpp"
 
 
 namespace kvweld {
 
-std::string_view to_string(Family f) {
-    switch (f) {
-        case Family::llama: return "llama";
-        case Family::qwen3: return "qwen3";
-    }
-    return "?";
-}
+namespace {
+constexpr NameTable<Family, 2> kFamilies{{{Family::llama, "llama"}, {Family::qwen3, "qwen3"}}};
+constexpr NameTable<Dtype, 1> kDtypes{{{Dtype::f32, "f32"}}};
+}  // namespace
 
-Family family_from_string(std::string_view s) {
-    if (s == "llama") return Family::llama;
-    if (s == "qwen3") return Family::qwen3;
-    throw Error(cat("unknown model family '", s, "': expected llama or qwen3"));
-}
-
-std::string_view to_string(Dtype d) {
-    switch (d) {
-        case Dtype::f32: return "f32";
-    }
-    return "?";
-}
+std::string_view to_string(Family f) { return name_in(kFamilies, f); }
+Family family_from_string(std::string_view s) { return parse_in(kFamilies, s, "model family"); }
+std::string_view to_string(Dtype d) { return name_in(kDtypes, d); }
 
 namespace {
 

@@ -2,38 +2,35 @@
 
 #include "engine/assert.hpp"
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/cpu_plan.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 
 namespace kvweld {
 
-std::string_view to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+namespace {
+constexpr NameTable<Backend, 2> kBackends{{{Backend::cpu, "cpu"}, {Backend::cuda, "cuda"}}};
+constexpr NameTable<RebindPolicy, 2> kRebindPolicies{
+    {{RebindPolicy::rebind, "rebind"}, {RebindPolicy::rebuild, "rebuild"}}};
+constexpr NameTable<BuildReason, kBuildReasons> kBuildReasonNames{{
+    {BuildReason::initial, "initial"},
+    {BuildReason::replan, "replan"},
+    {BuildReason::allocation_changed, "allocation_changed"},
+    {BuildReason::model_instance, "model_instance"},
+    {BuildReason::family, "family"},
+    {BuildReason::geometry, "geometry"},
+    {BuildReason::dtype, "dtype"},
+    {BuildReason::max_seq_len, "max_seq_len"},
+    {BuildReason::n_layers, "n_layers"},
+}};
+}  // namespace
 
-Backend backend_from_string(std::string_view s) {
-    if (s == "cpu") return Backend::cpu;
-    if (s == "cuda") return Backend::cuda;
-    throw Error(cat("unknown backend '", s, "': expected cpu or cuda"));
-}
-
-std::string_view to_string(RebindPolicy p) {
-    return p == RebindPolicy::rebind ? "rebind" : "rebuild";
-}
-
-std::string_view to_string(BuildReason r) {
-    switch (r) {
-        case BuildReason::initial: return "initial";
-        case BuildReason::replan: return "replan";
-        case BuildReason::allocation_changed: return "allocation_changed";
-        case BuildReason::model_instance: return "model_instance";
-        case BuildReason::family: return "family";
-        case BuildReason::geometry: return "geometry";
-        case BuildReason::dtype: return "dtype";
-        case BuildReason::max_seq_len: return "max_seq_len";
-        case BuildReason::n_layers: return "n_layers";
-    }
-    return "?";
-}
+std::string_view to_string(Backend b) { return name_in(kBackends, b); }
+Backend backend_from_string(std::string_view s) { return parse_in(kBackends, s, "backend"); }
+std::string_view to_string(RebindPolicy p) { return name_in(kRebindPolicies, p); }
+RebindPolicy rebind_policy_from_string(std::string_view s) { return parse_in(kRebindPolicies, s, "rebind policy"); }
+std::string_view to_string(BuildReason r) { return name_in(kBuildReasonNames, r); }
 
 namespace {
 

@@ -25,6 +25,7 @@ Backend backend_from_string(std::string_view s);  // throws Error naming s
 // What to do on AllocationChanged.
 enum class RebindPolicy : std::uint8_t { rebind, rebuild };
 std::string_view to_string(RebindPolicy p);
+RebindPolicy rebind_policy_from_string(std::string_view s);  // throws Error naming s
 
 struct SessionOptions {
     RebindPolicy policy = RebindPolicy::rebind;

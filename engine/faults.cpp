@@ -1,6 +1,7 @@
 #include "engine/faults.hpp"
 
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/error.hpp"
 
 #include <array>
@@ -47,6 +48,14 @@ constexpr std::array kFaults = {
               "the session counts a rebuild as a kept plan (a reuse counter that lies)"},
 };
 
+// The verdict names (sim/verdict.cpp) of the same classes.
+constexpr NameTable<Detection, 4> kDetections{{
+    {Detection::stale_decode, "stale_decode"},
+    {Detection::spurious_invalidation, "spurious_invalidation"},
+    {Detection::missed_invalidation, "missed_invalidation"},
+    {Detection::engine_error, "engine_error"},
+}};
+
 thread_local FaultSet tl_faults;
 
 }  // namespace
@@ -67,22 +76,19 @@ std::string_view to_string(Fault f) {
     return "?";
 }
 
-std::string_view to_string(Detection d) {
-    switch (d) {
-        case Detection::stale_decode: return "stale_decode";
-        case Detection::spurious_invalidation: return "spurious_invalidation";
-        case Detection::missed_invalidation: return "missed_invalidation";
-        case Detection::engine_error: return "engine_error";
-    }
-    return "?";
-}
+std::string_view to_string(Detection d) { return name_in(kDetections, d); }
 
 std::string Detections::describe() const {
     std::string out;
-    for (Detection d : {Detection::stale_decode, Detection::spurious_invalidation, Detection::missed_invalidation,
-                        Detection::engine_error})
-        if (has(d)) out += cat(out.empty() ? "" : "|", to_string(d));
+    for (const EnumName<Detection>& d : kDetections)
+        if (has(d.value)) out += cat(out.empty() ? "" : "|", d.name);
     return out;
+}
+
+std::span<const Detection> all_detections() {
+    static constexpr std::array kAll = {Detection::stale_decode, Detection::spurious_invalidation,
+                                        Detection::missed_invalidation, Detection::engine_error};
+    return kAll;
 }
 
 std::string fault_names() {

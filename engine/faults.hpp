@@ -65,6 +65,7 @@ std::span<const FaultInfo> all_faults();
 std::optional<Fault> fault_from_name(std::string_view name);
 std::string_view to_string(Fault f);
 std::string_view to_string(Detection d);  // the Verdict's name for the same class
+std::span<const Detection> all_detections();
 std::string fault_names();  // "a, b, c" for help texts and errors
 
 class FaultSet {

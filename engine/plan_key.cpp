@@ -1,6 +1,7 @@
 #include "engine/plan_key.hpp"
 
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 #include "engine/kv_cache.hpp"
@@ -9,17 +10,18 @@
 
 namespace kvweld {
 
-std::string_view to_string(StaleReason r) {
-    switch (r) {
-        case StaleReason::model_instance: return "model_instance";
-        case StaleReason::family: return "family";
-        case StaleReason::geometry: return "geometry";
-        case StaleReason::dtype: return "dtype";
-        case StaleReason::max_seq_len: return "max_seq_len";
-        case StaleReason::n_layers: return "n_layers";
-    }
-    return "?";
-}
+namespace {
+constexpr NameTable<StaleReason, kStaleReasons> kStaleReasonNames{{
+    {StaleReason::model_instance, "model_instance"},
+    {StaleReason::family, "family"},
+    {StaleReason::geometry, "geometry"},
+    {StaleReason::dtype, "dtype"},
+    {StaleReason::max_seq_len, "max_seq_len"},
+    {StaleReason::n_layers, "n_layers"},
+}};
+}  // namespace
+
+std::string_view to_string(StaleReason r) { return name_in(kStaleReasonNames, r); }
 
 std::string Validity::describe() const {
     switch (kind) {

@@ -1,5 +1,7 @@
 #include "props/contract_model.hpp"
 
+#include "engine/enum_names.hpp"
+
 
 namespace kvweld::props {
 
@@ -9,20 +11,21 @@ ModelConfig prop_config() {
     return c;
 }
 
-std::string_view to_string(Prop p) {
-    switch (p) {
-        case Prop::data: return "data";
-        case Prop::weld: return "weld";
-        case Prop::accounting: return "accounting";
-        case Prop::validity: return "validity";
-        case Prop::ids: return "ids";
-    }
-    return "?";
-}
+namespace {
+constexpr NameTable<Prop, 5> kProps{{
+    {Prop::data, "data"},
+    {Prop::weld, "weld"},
+    {Prop::accounting, "accounting"},
+    {Prop::validity, "validity"},
+    {Prop::ids, "ids"},
+}};
+}  // namespace
+
+std::string_view to_string(Prop p) { return name_in(kProps, p); }
 
 std::optional<Prop> prop_of_failure(std::string_view message) {
-    for (Prop p : {Prop::data, Prop::weld, Prop::accounting, Prop::validity, Prop::ids})
-        if (message.find(std::string("[") + std::string(to_string(p)) + "]") != std::string_view::npos) return p;
+    for (const EnumName<Prop>& p : kProps)
+        if (message.find(std::string("[") + std::string(p.name) + "]") != std::string_view::npos) return p.value;
     return std::nullopt;
 }
 

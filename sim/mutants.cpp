@@ -10,8 +10,7 @@
 namespace kvweld::sim {
 
 bool matches(const Detections& expected, Verdict got) {
-    for (Detection d : {Detection::stale_decode, Detection::spurious_invalidation, Detection::missed_invalidation,
-                        Detection::engine_error})
+    for (Detection d : all_detections())
         if (expected.has(d) && to_string(d) == to_string(got)) return true;
     return false;
 }

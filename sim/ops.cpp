@@ -1,6 +1,7 @@
 #include "sim/ops.hpp"
 
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/error.hpp"
 
 #include "sim/json_field.hpp"
@@ -12,17 +13,21 @@
 namespace kvweld::sim {
 
 namespace {
-constexpr std::array<std::string_view, kOpKinds> kNames = {
-    "admit", "decode", "spec", "retire", "clear", "set_layer", "truncate", "reload", "migrate"};
-}
+constexpr NameTable<OpKind, kOpKinds> kOpNames{{
+    {OpKind::admit, "admit"},
+    {OpKind::decode, "decode"},
+    {OpKind::spec, "spec"},
+    {OpKind::retire, "retire"},
+    {OpKind::clear, "clear"},
+    {OpKind::set_layer, "set_layer"},
+    {OpKind::truncate, "truncate"},
+    {OpKind::reload, "reload"},
+    {OpKind::migrate, "migrate"},
+}};
+}  // namespace
 
-std::string_view to_string(OpKind k) { return kNames[static_cast<int>(k)]; }
-
-OpKind op_kind_from_string(std::string_view s) {
-    for (int i = 0; i < kOpKinds; ++i)
-        if (kNames[i] == s) return static_cast<OpKind>(i);
-    throw Error(cat("unknown op '", s, "'"));
-}
+std::string_view to_string(OpKind k) { return name_in(kOpNames, k); }
+OpKind op_kind_from_string(std::string_view s) { return parse_in(kOpNames, s, "op"); }
 
 void to_json(nlohmann::json& j, const Op& op) {
     j = nlohmann::json::object();

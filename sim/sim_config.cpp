@@ -1,6 +1,7 @@
 #include "sim/sim_config.hpp"
 
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/error.hpp"
 #include "engine/model.hpp"
 #include "engine/rng.hpp"
@@ -13,28 +14,12 @@
 
 namespace kvweld::sim {
 
-std::string_view to_string(CachePolicy p) {
-    switch (p) {
-        case CachePolicy::fresh: return "fresh";
-        case CachePolicy::recycle: return "recycle";
-        case CachePolicy::mixed: return "mixed";
-    }
-    return "?";
-}
-
 namespace {
 
-CachePolicy cache_policy_from_string(std::string_view s) {
-    for (CachePolicy p : {CachePolicy::fresh, CachePolicy::recycle, CachePolicy::mixed})
-        if (to_string(p) == s) return p;
-    throw Error(cat("unknown cache policy '", s, "': expected fresh, recycle or mixed"));
-}
+constexpr NameTable<CachePolicy, 3> kCachePolicies{
+    {{CachePolicy::fresh, "fresh"}, {CachePolicy::recycle, "recycle"}, {CachePolicy::mixed, "mixed"}}};
 
-RebindPolicy rebind_policy_from_string(std::string_view s) {
-    if (s == "rebind") return RebindPolicy::rebind;
-    if (s == "rebuild") return RebindPolicy::rebuild;
-    throw Error(cat("unknown rebind policy '", s, "': expected rebind or rebuild"));
-}
+CachePolicy cache_policy_from_string(std::string_view s) { return parse_in(kCachePolicies, s, "cache policy"); }
 
 }  // namespace
 
@@ -83,6 +68,8 @@ std::string capacities_text(const std::vector<int>& capacities) {
 }
 
 }  // namespace
+
+std::string_view to_string(CachePolicy p) { return name_in(kCachePolicies, p); }
 
 std::string SimConfig::describe() const {
     std::string ops;

@@ -1,39 +1,32 @@
 #include "sim/verdict.hpp"
 
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/error.hpp"
 
 namespace kvweld::sim {
 
-std::string_view to_string(Verdict v) {
-    switch (v) {
-        case Verdict::pass: return "pass";
-        case Verdict::stale_decode: return "stale_decode";
-        case Verdict::spurious_invalidation: return "spurious_invalidation";
-        case Verdict::missed_invalidation: return "missed_invalidation";
-        case Verdict::engine_error: return "engine_error";
-    }
-    return "?";
-}
+namespace {
+constexpr NameTable<Verdict, kVerdicts> kVerdictNames{{
+    {Verdict::pass, "pass"},
+    {Verdict::stale_decode, "stale_decode"},
+    {Verdict::spurious_invalidation, "spurious_invalidation"},
+    {Verdict::missed_invalidation, "missed_invalidation"},
+    {Verdict::engine_error, "engine_error"},
+}};
+constexpr NameTable<Oracle, 6> kOracleNames{{
+    {Oracle::data, "data"},
+    {Oracle::kv, "kv"},
+    {Oracle::weld, "weld"},
+    {Oracle::accounting, "accounting"},
+    {Oracle::ledger, "ledger"},
+    {Oracle::engine, "engine"},
+}};
+}  // namespace
 
-Verdict verdict_from_string(std::string_view s) {
-    for (Verdict v : {Verdict::pass, Verdict::stale_decode, Verdict::spurious_invalidation,
-                      Verdict::missed_invalidation, Verdict::engine_error})
-        if (to_string(v) == s) return v;
-    throw Error(cat("unknown verdict '", s, "'"));
-}
-
-std::string_view to_string(Oracle o) {
-    switch (o) {
-        case Oracle::data: return "data";
-        case Oracle::kv: return "kv";
-        case Oracle::ledger: return "ledger";
-        case Oracle::weld: return "weld";
-        case Oracle::accounting: return "accounting";
-        case Oracle::engine: return "engine";
-    }
-    return "?";
-}
+std::string_view to_string(Verdict v) { return name_in(kVerdictNames, v); }
+Verdict verdict_from_string(std::string_view s) { return parse_in(kVerdictNames, s, "verdict"); }
+std::string_view to_string(Oracle o) { return name_in(kOracleNames, o); }
 
 int exit_code(Verdict v) {
     switch (v) {
