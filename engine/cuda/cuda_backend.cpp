@@ -21,6 +21,17 @@ bool device_available(std::string* why) {
     return true;
 }
 
+std::unique_lock<std::recursive_mutex> device_lock() {
+    static std::recursive_mutex mutex;
+    return std::unique_lock(mutex);
+}
+
+void copy_and_wait(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+    const auto lock = device_lock();
+    KVWELD_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+    KVWELD_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void require_device() {
     std::string why;
     if (!device_available(&why)) throw Error(cat("CUDA backend unavailable: ", why));

@@ -13,6 +13,7 @@ std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
 template <class T>
 T* pinned(std::size_t count) {
+    const auto lock = device_lock();
     void* p = nullptr;
     KVWELD_CUDA_CHECK(cudaMallocHost(&p, count * sizeof(T)));
     return static_cast<T*>(p);
@@ -22,6 +23,7 @@ T* pinned(std::size_t count) {
 
 CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode)
     : config_(model.config()), mode_(mode) {
+    const auto lock = device_lock();
     require_cache_fits(model, cache);
     require_device();
     key_ = key_of(model, cache);
@@ -31,16 +33,19 @@ CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode)
         bound_.push_back(device_kv(kv_.back()));
     }
     allocate();
-    KVWELD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaStream_t stream = nullptr;
+    KVWELD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    stream_.reset(stream);
     if (mode_ == Mode::graph) capture();
 }
 
 CudaPlan::~CudaPlan() {
-    // The executable graph goes first: it holds raw pointers into every
-    // buffer below, and must never outlive them.
-    if (exec_) cudaGraphExecDestroy(exec_);
-    if (graph_) cudaGraphDestroy(graph_);
-    if (stream_) cudaStreamDestroy(stream_);
+    // The handles (exec, graph, stream) are destroyed first, before any
+    // buffer they point into; the device lock covers their destruction.
+    const auto lock = device_lock();
+    exec_.reset();
+    graph_.reset();
+    stream_.reset();
 }
 
 CudaPlan::Bound CudaPlan::device_kv(const KvLayer& layer) const {
@@ -105,26 +110,46 @@ void CudaPlan::record(cudaStream_t s) {
 }
 
 void CudaPlan::capture() {
-    KVWELD_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    KVWELD_CUDA_CHECK(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal));
     try {
-        record(stream_);
+        record(stream_.get());
     } catch (...) {
         cudaGraph_t partial = nullptr;
-        cudaStreamEndCapture(stream_, &partial);  // leave the stream usable
-        if (partial) cudaGraphDestroy(partial);
+        cudaStreamEndCapture(stream_.get(), &partial);  // leave the stream usable
+        GraphHandle drop(partial);
+        cudaGetLastError();  // the failed capture must not fail this thread's next call
         throw;
     }
-    KVWELD_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_.get(), &graph);
+    graph_.reset(graph);
+    if (ended != cudaSuccess) cudaGetLastError();  // clear it, then report it
+    check(ended, "cudaStreamEndCapture(stream_, &graph)");
     find_kv_nodes();
-    KVWELD_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    cudaGraphExec_t exec = nullptr;
+    KVWELD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph_.get(), 0));
+    exec_.reset(exec);
+}
+
+void CudaPlan::recapture() {
+    const auto lock = device_lock();
+    exec_.reset();
+    graph_.reset();
+    kv_nodes_.clear();
+    capture();
+}
+
+void CudaPlan::fail_node_update(std::optional<std::size_t> k) {
+    require(kFaultsCompiled, "fail_node_update needs a KVWELD_FAULTS build");
+    failing_update_ = k ? std::optional(node_updates_ + *k) : std::nullopt;
 }
 
 // Finds the nodes whose parameters bake KV pointers: kv_write and
 // attention, one of each per layer, recognized by their kernel function.
 void CudaPlan::find_kv_nodes() {
-    KVWELD_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &node_count_));
+    KVWELD_CUDA_CHECK(cudaGraphGetNodes(graph_.get(), nullptr, &node_count_));
     std::vector<cudaGraphNode_t> nodes(node_count_);
-    KVWELD_CUDA_CHECK(cudaGraphGetNodes(graph_, nodes.data(), &node_count_));
+    KVWELD_CUDA_CHECK(cudaGraphGetNodes(graph_.get(), nodes.data(), &node_count_));
     for (cudaGraphNode_t node : nodes) {
         cudaGraphNodeType type;
         KVWELD_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
@@ -165,10 +190,14 @@ void CudaPlan::set_node_kv(const KvNode& n, Bound kv) {
     KVWELD_CUDA_CHECK(cudaGraphKernelNodeGetParams(n.node, &p));  // grid, block, function
     p.kernelParams = args;
     p.extra = nullptr;
-    KVWELD_CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec_, n.node, &p));
+    const std::size_t update = node_updates_++;
+    if (kFaultsCompiled && failing_update_ == update)
+        throw Error(cat("cudaGraphExecKernelNodeSetParams: injected failure of node update ", update));
+    KVWELD_CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec_.get(), n.node, &p));
 }
 
 void CudaPlan::rebind(std::span<const KvLayer> layers) {
+    const auto lock = device_lock();
     require_rebind_compatible(layers, key_, config_.kv_dim());
     std::vector<Bound> next;
     for (const KvLayer& layer : layers) next.push_back(device_kv(layer));  // may allocate; plan untouched
@@ -219,15 +248,17 @@ std::vector<StorageSerial> CudaPlan::bound_serials() const {
 }
 
 std::span<const float> CudaPlan::run(const StepParams& step) {
+    const auto lock = device_lock();
+    cudaStream_t s = stream_.get();
     *host_step_ = StepData{step.token, step.pos, step.mask_len};
-    KVWELD_CUDA_CHECK(cudaMemcpyAsync(step_.get(), host_step_.get(), sizeof(StepData), cudaMemcpyHostToDevice, stream_));
+    KVWELD_CUDA_CHECK(cudaMemcpyAsync(step_.get(), host_step_.get(), sizeof(StepData), cudaMemcpyHostToDevice, s));
     if (mode_ == Mode::graph)
-        KVWELD_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+        KVWELD_CUDA_CHECK(cudaGraphLaunch(exec_.get(), s));
     else
-        record(stream_);
+        record(s);
     KVWELD_CUDA_CHECK(cudaMemcpyAsync(host_logits_.get(), logits_.get(), sz(config_.vocab) * sizeof(float),
-                                      cudaMemcpyDeviceToHost, stream_));
-    KVWELD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                                      cudaMemcpyDeviceToHost, s));
+    KVWELD_CUDA_CHECK(cudaStreamSynchronize(s));
     return {host_logits_.get(), sz(config_.vocab)};
 }
 

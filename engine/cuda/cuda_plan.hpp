@@ -14,9 +14,25 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace kvweld::cuda {
+
+// Owning CUDA handles (the handle types are pointers to opaque structs).
+struct StreamDeleter {
+    void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+struct GraphDeleter {
+    void operator()(cudaGraph_t g) const { cudaGraphDestroy(g); }
+};
+struct GraphExecDeleter {
+    void operator()(cudaGraphExec_t e) const { cudaGraphExecDestroy(e); }
+};
+using StreamHandle = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+using GraphHandle = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
+using GraphExecHandle = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
 
 class CudaPlan final : public Plan {
 public:
@@ -34,6 +50,12 @@ public:
     std::vector<StorageSerial> bound_serials() const override;
 
     std::size_t graph_nodes() const { return node_count_; }
+    // Measurement: drops the graph and captures and instantiates it again
+    // (what a plan without rebind would do on every allocation change).
+    void recapture();
+    // Test builds only (KVWELD_FAULTS): the k-th node parameter update from
+    // now on fails, so a rebind's rollback runs; nullopt turns it off.
+    void fail_node_update(std::optional<std::size_t> k);
 
 private:
     struct Bound {
@@ -49,7 +71,10 @@ private:
         AttentionArgs attend;
     };
     struct PinnedDeleter {
-        void operator()(void* p) const { cudaFreeHost(p); }
+        void operator()(void* p) const {
+            const auto lock = device_lock();
+            cudaFreeHost(p);
+        }
     };
 
     void allocate();
@@ -71,10 +96,14 @@ private:
     std::unique_ptr<float, PinnedDeleter> host_logits_;
     std::vector<KvNode> kv_nodes_;
     std::size_t node_count_ = 0;
-    // Destroyed first (see the destructor): a graph never outlives its buffers.
-    cudaStream_t stream_ = nullptr;
-    cudaGraph_t graph_ = nullptr;
-    cudaGraphExec_t exec_ = nullptr;
+    std::size_t node_updates_ = 0;                   // counts set_node_kv calls
+    std::optional<std::size_t> failing_update_;      // test builds: this update fails
+    // Each handle owns itself, so a constructor that throws half-way frees
+    // what it made. Declared last, destroyed first (exec, graph, stream):
+    // a graph never outlives the buffers its nodes point into.
+    StreamHandle stream_;
+    GraphHandle graph_;
+    GraphExecHandle exec_;
 };
 
 }  // namespace kvweld::cuda

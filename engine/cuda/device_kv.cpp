@@ -5,6 +5,7 @@ namespace kvweld::cuda {
 DeviceKv::DeviceKv(std::size_t floats) : key_(floats), value_(floats) {}
 
 DeviceKv& DeviceKv::of(KvStorage& storage) {
+    const auto lock = device_lock();
     if (auto* mirror = dynamic_cast<DeviceKv*>(storage.device())) return *mirror;
     const std::size_t floats = static_cast<std::size_t>(storage.max_seq_len()) * storage.kv_dim();
     auto mirror = std::make_unique<DeviceKv>(floats);
@@ -17,8 +18,8 @@ DeviceKv& DeviceKv::of(KvStorage& storage) {
 
 std::unique_ptr<DeviceMirror> DeviceKv::clone() const {
     auto out = std::make_unique<DeviceKv>(key_.size());
-    KVWELD_CUDA_CHECK(cudaMemcpy(out->key_.get(), key_.get(), key_.size() * sizeof(float), cudaMemcpyDeviceToDevice));
-    KVWELD_CUDA_CHECK(cudaMemcpy(out->value_.get(), value_.get(), value_.size() * sizeof(float), cudaMemcpyDeviceToDevice));
+    out->key_.copy_from(key_, key_.size());
+    out->value_.copy_from(value_, value_.size());
     return out;
 }
 

@@ -3,7 +3,6 @@
 #include "engine/packed_weights.hpp"
 
 #include <map>
-#include <mutex>
 
 namespace kvweld::cuda {
 
@@ -23,9 +22,9 @@ DeviceModel::DeviceModel(const Model& model) : id_(model.id()), config_(model.co
 
 std::shared_ptr<const DeviceModel> DeviceModel::of(const Model& model) {
     // Keyed by the never-recycled id: a reload can never alias an old upload.
-    static std::mutex mutex;
+    // The device lock guards the registry too: one lock, one order.
     static std::map<ModelInstanceId, std::weak_ptr<const DeviceModel>> registry;
-    const std::lock_guard lock(mutex);
+    const auto lock = device_lock();
     if (auto held = registry[model.id()].lock()) return held;
     auto fresh = std::make_shared<const DeviceModel>(model);
     registry[model.id()] = fresh;

@@ -81,16 +81,39 @@ TEST(CudaPlan, TruncateKeepsTheGraph) {
     EXPECT_EQ(r.session.counters().rebinds, 0u);
 }
 
+// Rows [first, first + n) of layer storage as the device holds them.
+std::vector<float> device_keys(KvStorage& s, int first, int n) {
+    s.device()->download(s, first, n);
+    return {s.key_row(first), s.key_row(first) + std::size_t(n) * s.kv_dim()};
+}
+
+std::vector<float> shadow_keys(const ReferenceKv& shadow, int layer, int first, int n, int kv_dim) {
+    const auto& k = shadow.key[std::size_t(layer)];
+    return {k.begin() + std::ptrdiff_t(first) * kv_dim, k.begin() + std::ptrdiff_t(first + n) * kv_dim};
+}
+
+bool all_zero(const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
+}
+
 TEST(CudaPlan, ClearAndSetLayerRebindTheGraph) {
     KVWELD_REQUIRE_CUDA_DEVICE();
     const Model model = Model::random(tiny_config(), 6);
+    const int kv_dim = model.config().kv_dim();
     CudaRequest r(model);
     r.steps(8, 4);
+    const KvLayer old = r.cache.layer(1);
     r.cache.set_layer(1, r.cache.layer(1)->copy());  // device content cloned
     EXPECT_NE(r.session.bound_serials(), r.cache.storage_serials());
     EXPECT_LE(r.steps(4, 5), kTolerance);
     EXPECT_EQ(r.session.counters().rebinds, 1u);
     EXPECT_EQ(r.session.bound_serials(), r.cache.storage_serials());
+    // The copy holds identical rows, so logits alone cannot tell whether the
+    // graph really moved: read the device back. Rows 8..11 were written
+    // after the rebind: the new buffer has them, the old one does not.
+    EXPECT_LE(logit_error(device_keys(*r.cache.layer(1), 8, 4), shadow_keys(r.shadow, 1, 8, 4, kv_dim)), kTolerance);
+    EXPECT_TRUE(all_zero(device_keys(*old, 8, 4)));
+    EXPECT_LE(logit_error(device_keys(*old, 0, 8), shadow_keys(r.shadow, 1, 0, 8, kv_dim)), kTolerance);
     r.cache.clear();
     r.shadow = ReferenceKv(model.config());
     EXPECT_LE(r.steps(6, 6), kTolerance);
@@ -119,6 +142,36 @@ TEST(CudaPlan, IncompatibleRebindChangesNothing) {
     std::vector<KvLayer> layers = {fresh.layer(0), std::make_shared<KvStorage>(256, 4)};
     EXPECT_THROW(plan.rebind(layers), Error);
     EXPECT_EQ(plan.bound_serials(), serials);
+}
+
+// A node update that fails half-way through a rebind leaves the plan
+// exactly as it was: bound to the old buffers, which it keeps reading and
+// writing, and the new buffers untouched.
+TEST(CudaPlan, FailedNodeUpdateRollsTheRebindBack) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
+    const Model model = Model::random(tiny_config(), 14);
+    const int kv_dim = model.config().kv_dim();
+    auto a = KvCache::with_capacity(model.config()), b = KvCache::with_capacity(model.config());
+    CudaPlan plan(model, a);
+    ReferenceKv shadow(model.config());
+    const std::vector<int> ts = tokens(10, 64, 15);
+    auto decode = [&](int pos) {
+        const std::vector<float> want = reference_forward(model, shadow, ts[std::size_t(pos)], pos);
+        return logit_error(plan.run({ts[std::size_t(pos)], pos, pos + 1}), want);
+    };
+    for (int pos = 0; pos < 5; ++pos) ASSERT_LE(decode(pos), kTolerance);
+    const auto serials = plan.bound_serials();
+    std::vector<KvLayer> next = {b.layer(0), b.layer(1)};
+    plan.fail_node_update(2);  // the third of four node updates fails
+    EXPECT_THROW(plan.rebind(next), Error);
+    plan.fail_node_update(std::nullopt);
+    EXPECT_EQ(plan.bound_serials(), serials);
+    for (int pos = 5; pos < 10; ++pos) EXPECT_LE(decode(pos), kTolerance) << pos;
+    for (int l = 0; l < 2; ++l) {
+        EXPECT_TRUE(all_zero(device_keys(*b.layer(l), 0, 10))) << "layer " << l;
+        EXPECT_LE(logit_error(device_keys(*a.layer(l), 0, 10), shadow_keys(shadow, l, 0, 10, kv_dim)), kTolerance);
+    }
 }
 
 TEST(CudaPlan, SlotReuseWithoutTheKeyCheckDecodesStaleKv) {
