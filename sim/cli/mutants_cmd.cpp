@@ -30,6 +30,8 @@ int run_mutants_cmd(const MutantsArgs& a) {
     o.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     o.model = a.model;
     o.backend = backend_from_string(a.backend);
+    std::string why;
+    require(o.backend != Backend::cuda || cuda_backend_available(&why), "CUDA backend unavailable: ", why);
     for (const std::string& name : a.faults) {
         const auto f = fault_from_name(name);
         require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
