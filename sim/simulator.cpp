@@ -144,9 +144,7 @@ void Simulator::admit(const Op& op, int s) {
     Slot& slot = slots_[s];
     const bool recycle = !op.fresh && slot.cache.has_value();
     if (recycle) {
-        const int len = slot.cache->cache.cached_len();
-        slot.cache->cache.truncate_to(0);  // same allocation: the plan stays valid
-        poison_dead_rows(*slot.cache, 0, len);
+        truncate_cache(*slot.cache, 0);  // same allocation: the plan stays valid
     } else {
         slot.cache.reset();
         slot.cache = new_cache(capacity_for(op));
@@ -197,9 +195,7 @@ void Simulator::spec(const Op& op, int s) {
     int to = keep;
     // The scheduler fault keeps one rejected draft's K/V in the cache.
     if (fault_on(Fault::spec_reject_off_by_one) && op.m < k - 1) to = keep + 1;
-    const int len = slot.cache->cache.cached_len();
-    slot.cache->cache.truncate_to(to);
-    poison_dead_rows(*slot.cache, to, len);
+    truncate_cache(*slot.cache, to);
     r.history.resize(static_cast<std::size_t>(keep));
     r.pending = checked_decode(s, chosen[op.m], chooser);
 }
@@ -248,13 +244,15 @@ KvLayer swapped_in_copy(KvStorage& from, int rows) {
 
 }  // namespace
 
-// Rows [from, to) of the ledger's storage are dead after a truncate: the
-// contract lets no plan read them before it writes them again. The harness
-// fills them with NaN (as ASan poisons freed memory), so that a decode that
-// fails to write its row cannot pass for one that wrote the same bytes a
-// truncated-away decode left there. Invariant: every row at or past
+// Rows [n, cached_len) of the ledger's storage are dead after truncate_to(n):
+// the contract lets no plan read them before it writes them again. The
+// harness fills them with NaN (as ASan poisons freed memory), so that a
+// decode that fails to write its row cannot pass for one that wrote the same
+// bytes a truncated-away decode left there. Invariant: every row at or past
 // cached_len is zero (fresh) or NaN.
-void Simulator::poison_dead_rows(TrackedCache& c, int from, int to) {
+void Simulator::truncate_cache(TrackedCache& c, int n) {
+    const int from = n, to = c.cache.cached_len();
+    c.cache.truncate_to(n);
     if (from >= to) return;
     for (const KvLayer& layer : c.ledger.storage) {
         for (int pos = from; pos < to; ++pos) {
@@ -290,9 +288,7 @@ void Simulator::truncate(const Op& op, int s) {
     const std::size_t n = op.length % (r.history.size() + 1);
     if (n < r.history.size()) r.pending = r.history[n];
     r.history.resize(n);
-    const int len = slot.cache->cache.cached_len();
-    slot.cache->cache.truncate_to(static_cast<int>(n));
-    poison_dead_rows(*slot.cache, static_cast<int>(n), len);
+    truncate_cache(*slot.cache, static_cast<int>(n));
 }
 
 void Simulator::reload(const Op& op) {

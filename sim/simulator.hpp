@@ -116,7 +116,7 @@ private:
     void fail(Verdict v, Oracle o, std::string detail);
     TrackedCache new_cache(int capacity);
     void record_replaced_storage(TrackedCache& c);
-    void poison_dead_rows(TrackedCache& c, int from, int to);
+    void truncate_cache(TrackedCache& c, int n);  // truncate_to(n), dead rows poisoned
     int capacity_for(const Op& op) const;
 
     SimConfig config_;
