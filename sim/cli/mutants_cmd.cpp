@@ -51,8 +51,9 @@ int run_mutants_cmd(const MutantsArgs& a) {
 void add_mutants_command(CLI::App& app, std::function<int()>& action) {
     auto args = std::make_shared<MutantsArgs>();
     CLI::App* cmd = app.add_subcommand(
-        "mutants", "Kill matrix: the clean engine must pass, and each fault switch alone must be caught "
-                   "by its expected failure class. Exit 0 all killed, 1 otherwise");
+        "mutants", "Kill matrix: every seed runs for the clean engine, which must pass, and for each fault "
+                   "switch alone, which must be caught, every failing seed in one of the fault's expected "
+                   "classes; prints the outcomes per fault. Exit 0 all killed, 1 otherwise, 2 bad input");
     cmd->add_option("--seeds", args->seeds, "swarm budget per fault: seeds 0..N-1")
         ->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--steps", args->steps, "ops per seed")->capture_default_str()->check(CLI::Range(1, 1000000));

@@ -127,13 +127,16 @@ int run_shrink(const std::string& path, const std::string& out) {
     return 0;
 }
 
+constexpr const char* kVerdictExits =
+    "Exit 0 pass, 3 stale decode (data, kv or weld oracle), 4 spurious invalidation, 5 missed invalidation, "
+    "6 engine error, 2 bad input or usage, 70 internal error";
+
 }  // namespace
 
 void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     auto sim = std::make_shared<SimArgs>();
-    CLI::App* cmd = app.add_subcommand("sim", "One simulated run: seed and config first, verdict last. "
-                                              "Exit 0 pass, 3 stale decode, 4 spurious invalidation, "
-                                              "5 missed invalidation, 6 engine error, 2 bad input");
+    CLI::App* cmd = app.add_subcommand("sim", cat("One simulated run: seed and config first, verdict last. ",
+                                                  kVerdictExits));
     cmd->add_option("--seed", sim->seed, "the one seed that decides the run")->required()->check(seed_validator());
     add_run_options(cmd, sim->run);
     cmd->add_option("--trace", sim->trace, "write the run's trace (JSON Lines) here");
@@ -143,7 +146,8 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     cmd->callback([sim, &action] { action = [sim] { return run_sim(*sim); }; });
 
     auto replay = std::make_shared<std::pair<std::string, std::string>>();
-    CLI::App* rcmd = app.add_subcommand("replay", "Re-run a trace; prints the same report byte for byte");
+    CLI::App* rcmd = app.add_subcommand("replay", cat("Re-run a trace; prints the same report byte for byte. ",
+                                                      kVerdictExits));
     rcmd->add_option("TRACE", replay->first, "trace file written by sim --trace or shrink")->required();
     rcmd->add_option("--json", replay->second, "write the report as JSON here");
     rcmd->callback([replay, &action] { action = [replay] { return run_replay(replay->first, replay->second); }; });
