@@ -27,6 +27,7 @@ constexpr NameTable<Oracle, 6> kOracleNames{{
 std::string_view to_string(Verdict v) { return name_in(kVerdictNames, v); }
 Verdict verdict_from_string(std::string_view s) { return parse_in(kVerdictNames, s, "verdict"); }
 std::string_view to_string(Oracle o) { return name_in(kOracleNames, o); }
+Oracle oracle_from_string(std::string_view s) { return parse_in(kOracleNames, s, "oracle"); }
 
 int exit_code(Verdict v) {
     switch (v) {

@@ -24,6 +24,7 @@ enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine };
 
 std::string_view to_string(Verdict v);
 std::string_view to_string(Oracle o);
+Oracle oracle_from_string(std::string_view s);  // throws Error naming s
 Verdict verdict_from_string(std::string_view s);  // throws Error naming s
 
 // 0 pass; 3 stale decode; 4 spurious; 5 missed; 6 engine error. (1 is a

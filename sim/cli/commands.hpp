@@ -22,6 +22,7 @@ namespace kvweld::cli {
 void add_decode_command(CLI::App& app, std::function<int()>& action);
 void add_sim_commands(CLI::App& app, std::function<int()>& action);
 void add_swarm_command(CLI::App& app, std::function<int()>& action);
+void add_merge_command(CLI::App& app, std::function<int()>& action);
 void add_mutants_command(CLI::App& app, std::function<int()>& action);
 void add_traffic_command(CLI::App& app, std::function<int()>& action);
 

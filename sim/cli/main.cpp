@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     std::function<int()> action;
     kvweld::cli::add_sim_commands(app, action);
     kvweld::cli::add_swarm_command(app, action);
+    kvweld::cli::add_merge_command(app, action);
     kvweld::cli::add_mutants_command(app, action);
     kvweld::cli::add_traffic_command(app, action);
     kvweld::cli::add_decode_command(app, action);

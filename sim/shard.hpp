@@ -1,0 +1,51 @@
+// Campaigns on many machines: a seed range split into shards, each run as
+// its own swarm writing a JSON report, and the reports merged back into the
+// very report the unsharded run writes (byte for byte).
+//
+// A shard is a contiguous block of the range: shard i of n gets seeds
+// [first + i*len/n, first + (i+1)*len/n). The split depends only on the
+// range and n, the shards are disjoint, and their union is the range.
+#pragma once
+
+#include "sim/swarm.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvweld::sim {
+
+struct Shard {
+    std::uint64_t index = 0;
+    std::uint64_t count = 1;
+};
+
+// "i/n" with 0 <= i < n; throws Error naming the text.
+Shard parse_shard(std::string_view text);
+// The seeds of shard s of [first, last]; throws Error when the range has
+// fewer seeds than shards.
+std::pair<std::uint64_t, std::uint64_t> shard_range(std::uint64_t first, std::uint64_t last, Shard s);
+
+// Identifies the binary: reports from different builds never merge.
+std::string build_id();
+
+// The swarm's JSON report: identity (build, range, shard, steps, draw
+// options, oracles), failures, and every seed's report in seed order.
+nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint64_t range_first,
+                          std::uint64_t range_last, Shard shard);
+
+struct Merged {
+    nlohmann::json report;  // as the unsharded run writes it
+    SwarmResult result;     // for the table
+    SwarmOptions options;
+};
+
+// Merges the reports of all n shards of one range. Refuses (Error naming
+// the report and the field) reports of different builds, ranges, configs
+// or engines, a missing or repeated shard, or a shard whose seeds are not
+// its own.
+Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& named_reports);
+
+}  // namespace kvweld::sim
