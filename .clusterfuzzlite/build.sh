@@ -1,0 +1,26 @@
+#!/bin/bash -eu
+# Builds kvweld's fuzz targets under the OSS-Fuzz build contract: $CC, $CXX,
+# $CFLAGS, $CXXFLAGS (sanitizer and coverage flags), $LIB_FUZZING_ENGINE,
+# $OUT (where the binaries go), $WORK (scratch), run from the source root
+# ($SRC/kvweld in the image). Beside each binary in $OUT it ships
+# <target>_seed_corpus.zip, <target>.dict and <target>.options.
+#
+# Locally: scripts/cflite-check runs this with clang and libFuzzer.
+targets=(ops_fuzzer trace_fuzzer checkpoint_fuzzer api_fuzzer)
+build=${WORK:?}/kvweld-build
+
+# CMake takes CC, CXX, CFLAGS and CXXFLAGS from the environment.
+cmake -S . -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DKVWELD_FUZZ=ON -DKVWELD_FUZZ_ENGINE="$LIB_FUZZING_ENGINE" \
+  -DKVWELD_TESTS=OFF -DKVWELD_BENCH=OFF -DKVWELD_CUDA=OFF -DKVWELD_NATIVE=OFF \
+  -DKVWELD_FAULTS=ON
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+
+for t in "${targets[@]}"; do
+  cp "$build/fuzz/$t" "$OUT/"
+  cp "fuzz/dict/$t.dict" "$OUT/$t.dict"
+  rm -f "$OUT/${t}_seed_corpus.zip"
+  zip -q -j "$OUT/${t}_seed_corpus.zip" fuzz/corpus/"$t"/*
+  printf '[libfuzzer]\ndict = %s.dict\nmax_len = 512\n' "$t" > "$OUT/$t.options"
+done
