@@ -1,5 +1,7 @@
 #include "engine/checkpoint.hpp"
 
+#include "engine/file_bytes.hpp"
+
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 
@@ -123,11 +125,7 @@ std::vector<std::byte> serialize_llama2c(const Model& model) {
 }
 
 void save_llama2c(const Model& model, const std::string& path) {
-    const std::vector<std::byte> bytes = serialize_llama2c(model);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    require(out.good(), "checkpoint ", path, ": cannot open for writing");
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    require(out.good(), "checkpoint ", path, ": write failed");
+    write_file(path, serialize_llama2c(model), "checkpoint");
 }
 
 }  // namespace kvweld

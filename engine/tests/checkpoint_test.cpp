@@ -1,4 +1,5 @@
 #include "engine/checkpoint.hpp"
+#include "engine/gguf.hpp"
 #include "engine/error.hpp"
 #include "test_util.hpp"
 
@@ -86,6 +87,30 @@ TEST(Checkpoint, NonFiniteWeightIsCorrupt) {
 TEST(Checkpoint, MissingFileAndQwen3AreErrors) {
     expect_error([] { load_llama2c("/nonexistent/kvweld.bin"); }, {"/nonexistent/kvweld.bin", "open"});
     expect_error([] { serialize_llama2c(Model::random(tiny_config(Family::qwen3), 1)); }, {"qwen3"});
+}
+
+// The GGUF export's framing: magic, version, counts, and every tensor's
+// data present and aligned. (llama.cpp loading it and agreeing with the
+// reference is adapters/llamacpp/tests.)
+TEST(Gguf, HeaderAndSize) {
+    const Model model = Model::random(tiny_config(), 4);
+    const std::vector<std::byte> bytes = serialize_gguf(model);
+    auto u32 = [&](std::size_t at) { std::uint32_t v; std::memcpy(&v, bytes.data() + at, 4); return v; };
+    auto u64 = [&](std::size_t at) { std::uint64_t v; std::memcpy(&v, bytes.data() + at, 8); return v; };
+    EXPECT_EQ(std::memcmp(bytes.data(), "GGUF", 4), 0);
+    EXPECT_EQ(u32(4), 3u);
+    const auto layers = std::uint64_t(model.config().n_layers);
+    EXPECT_EQ(u64(8), 3 + 9 * layers);  // embedding, output norm, classifier, 9 per layer
+    EXPECT_EQ(u64(16), 12u);
+    // Every weight is there once, f32, after a 32-byte-aligned header.
+    EXPECT_GE(bytes.size(), model.all_weights().size_bytes());
+    EXPECT_EQ(bytes.size() % 32, 0u);
+}
+
+TEST(Gguf, Qwen3IsRefusedWithTheReason) {
+    expect_error([] { serialize_gguf(Model::random(tiny_config(Family::qwen3), 1)); }, {"qwen3", "llama only"});
+    expect_error([] { save_gguf(Model::random(tiny_config(), 1), "/nonexistent/dir/x.gguf"); },
+                 {"GGUF", "/nonexistent/dir/x.gguf", "cannot open"});
 }
 
 }  // namespace

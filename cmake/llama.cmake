@@ -1,0 +1,22 @@
+# llama.cpp, built once by scripts/setup (scripts/setup-llama) into a cache
+# outside the checkout. When it is absent the llama.cpp tests are not built
+# and one ctest entry says why (a visible skip).
+set(_kvweld_cache "$ENV{KVWELD_CACHE}")
+if(NOT _kvweld_cache)
+  set(_kvweld_cache "$ENV{HOME}/.cache/kvweld")
+endif()
+set(KVWELD_LLAMA_PREFIX "${_kvweld_cache}/llama.cpp/install" CACHE PATH "llama.cpp install prefix (scripts/setup-llama)")
+option(KVWELD_LLAMA "Build the llama.cpp engine tests when llama.cpp is found" ON)
+set(KVWELD_HAVE_LLAMA OFF)
+if(KVWELD_LLAMA)
+  find_package(llama CONFIG QUIET PATHS "${KVWELD_LLAMA_PREFIX}" NO_DEFAULT_PATH)
+  if(llama_FOUND)
+    set(KVWELD_HAVE_LLAMA ON)
+    message(STATUS "kvweld: llama.cpp found at ${KVWELD_LLAMA_PREFIX}")
+  else()
+    set(KVWELD_LLAMA_MISSING "llama.cpp not found at ${KVWELD_LLAMA_PREFIX}: run scripts/setup")
+    message(STATUS "kvweld: ${KVWELD_LLAMA_MISSING}; its tests skip")
+  endif()
+else()
+  set(KVWELD_LLAMA_MISSING "KVWELD_LLAMA=OFF in this build")
+endif()

@@ -1,0 +1,133 @@
+#include "engine/gguf.hpp"
+
+#include "engine/error.hpp"
+#include "engine/file_bytes.hpp"
+
+#include <cstring>
+#include <string_view>
+
+namespace kvweld {
+
+namespace {
+
+// GGUF value types and the one tensor type used (GGML_TYPE_F32).
+enum GgufType : std::uint32_t { u32 = 4, f32 = 6, string = 8 };
+constexpr std::uint32_t kGgmlF32 = 0;
+constexpr std::uint64_t kAlignment = 32;  // GGUF's default general.alignment
+
+class Writer {
+public:
+    template <class T>
+    void pod(T v) {
+        const auto* p = reinterpret_cast<const std::byte*>(&v);
+        out_.insert(out_.end(), p, p + sizeof v);
+    }
+    void str(std::string_view s) {
+        pod<std::uint64_t>(s.size());
+        const auto* p = reinterpret_cast<const std::byte*>(s.data());
+        out_.insert(out_.end(), p, p + s.size());
+    }
+    void floats(std::span<const float> v) {
+        const auto* p = reinterpret_cast<const std::byte*>(v.data());
+        out_.insert(out_.end(), p, p + v.size_bytes());
+    }
+    void pad() { out_.resize((out_.size() + kAlignment - 1) / kAlignment * kAlignment, std::byte{0}); }
+    std::vector<std::byte> take() { return std::move(out_); }
+
+private:
+    std::vector<std::byte> out_;
+};
+
+struct Tensor {
+    std::string name;
+    std::vector<std::uint64_t> ne;  // ggml order: ne[0] is the contiguous (input) dimension
+    std::span<const float> data;
+};
+
+std::uint64_t padded(std::uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+std::vector<Tensor> tensors_of(const Model& m) {
+    const ModelConfig& c = m.config();
+    const auto d = std::uint64_t(c.dim), q = std::uint64_t(c.q_dim()), kv = std::uint64_t(c.kv_dim()),
+               f = std::uint64_t(c.ffn_dim), v = std::uint64_t(c.vocab);
+    std::vector<Tensor> t = {{"token_embd.weight", {d, v}, m.embedding()}};
+    for (int l = 0; l < c.n_layers; ++l) {
+        const LayerWeights w = m.layer(l);
+        const std::string b = cat("blk.", l, ".");
+        t.push_back({b + "attn_norm.weight", {d}, w.att_norm});
+        t.push_back({b + "attn_q.weight", {d, q}, w.wq});
+        t.push_back({b + "attn_k.weight", {d, kv}, w.wk});
+        t.push_back({b + "attn_v.weight", {d, kv}, w.wv});
+        t.push_back({b + "attn_output.weight", {q, d}, w.wo});
+        t.push_back({b + "ffn_norm.weight", {d}, w.ffn_norm});
+        t.push_back({b + "ffn_gate.weight", {d, f}, w.w1});
+        t.push_back({b + "ffn_up.weight", {d, f}, w.w3});
+        t.push_back({b + "ffn_down.weight", {f, d}, w.w2});
+    }
+    t.push_back({"output_norm.weight", {d}, m.final_norm()});
+    t.push_back({"output.weight", {d, v}, m.classifier()});
+    return t;
+}
+
+void kv_u32(Writer& w, std::string_view key, std::uint32_t v) {
+    w.str(key);
+    w.pod<std::uint32_t>(u32);
+    w.pod(v);
+}
+
+void kv_f32(Writer& w, std::string_view key, float v) {
+    w.str(key);
+    w.pod<std::uint32_t>(f32);
+    w.pod(v);
+}
+
+void kv_str(Writer& w, std::string_view key, std::string_view v) {
+    w.str(key);
+    w.pod<std::uint32_t>(string);
+    w.str(v);
+}
+
+}  // namespace
+
+std::vector<std::byte> serialize_gguf(const Model& model) {
+    const ModelConfig& c = model.config();
+    require(c.family == Family::llama, "GGUF export: family ", to_string(c.family),
+            " is not supported (llama only: llama.cpp's qwen3 rotates half-split RoPE pairs, kvweld's adjacent ones)");
+    const std::vector<Tensor> tensors = tensors_of(model);
+    Writer w;
+    w.pod<std::uint32_t>(0x46554747);  // "GGUF"
+    w.pod<std::uint32_t>(3);
+    w.pod<std::uint64_t>(tensors.size());
+    w.pod<std::uint64_t>(12);  // key-value pairs below
+    kv_str(w, "general.architecture", "llama");
+    kv_u32(w, "llama.vocab_size", std::uint32_t(c.vocab));
+    kv_u32(w, "llama.context_length", std::uint32_t(c.max_seq_len));
+    kv_u32(w, "llama.embedding_length", std::uint32_t(c.dim));
+    kv_u32(w, "llama.block_count", std::uint32_t(c.n_layers));
+    kv_u32(w, "llama.feed_forward_length", std::uint32_t(c.ffn_dim));
+    kv_u32(w, "llama.attention.head_count", std::uint32_t(c.n_heads));
+    kv_u32(w, "llama.attention.head_count_kv", std::uint32_t(c.n_kv_heads));
+    kv_u32(w, "llama.rope.dimension_count", std::uint32_t(c.head_dim));
+    kv_f32(w, "llama.attention.layer_norm_rms_epsilon", c.norm_eps);
+    kv_f32(w, "llama.rope.freq_base", c.rope_theta);
+    kv_str(w, "tokenizer.ggml.model", "none");
+    std::uint64_t offset = 0;
+    for (const Tensor& t : tensors) {
+        w.str(t.name);
+        w.pod<std::uint32_t>(std::uint32_t(t.ne.size()));
+        for (std::uint64_t n : t.ne) w.pod(n);
+        w.pod<std::uint32_t>(kGgmlF32);
+        w.pod(offset);
+        offset += padded(t.data.size_bytes());
+    }
+    w.pad();
+    for (const Tensor& t : tensors) {
+        w.floats(t.data);
+        w.pad();
+    }
+    return w.take();
+}
+
+void save_gguf(const Model& model, const std::string& path) { write_file(path, serialize_gguf(model), "GGUF"); }
+
+}  // namespace kvweld
