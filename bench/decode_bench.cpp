@@ -1,7 +1,12 @@
-// Decode throughput, one thread: held plan, rebind every token, and replan
-// every token; tiny and stories15M dims; CPU always, CUDA when a device is
-// present (skipped otherwise). tokens/s is a counter.
+// Decode throughput: held plan, rebind every token, and replan every token;
+// tiny and stories15M dims; CPU always, CUDA when a device is present
+// (skipped otherwise); and, where llama.cpp was built (scripts/setup),
+// llama.cpp on the same weights beside kvweld's held plan, 1 and 2 threads,
+// with the paired kvweld/llama.cpp ratio. tokens/s is a counter.
 #include "engine/decode_session.hpp"
+#ifdef KVWELD_HAVE_LLAMA
+#include "bench/llamacpp_runner.hpp"
+#endif
 
 #include <benchmark/benchmark.h>
 
@@ -61,7 +66,65 @@ void held_over_replan(benchmark::State& state, const ModelConfig& config, int bl
     state.counters["ratio"] = ratios[ratios.size() / 2];
 }
 
+#ifdef KVWELD_HAVE_LLAMA
+void llamacpp_loop(benchmark::State& state, const ModelConfig& config, int threads) {
+    const Model model = Model::random(config, 1);
+    bench::LlamaRunner llama(model, threads);
+    int token = 1;
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(llama.decode(token).data());
+        token = (token * 31 + 7) % config.vocab;
+    }
+    state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["graph_reused"] = double(llama.reused());
+}
+
+// kvweld's held plan over llama.cpp's decode, same weights and thread
+// count, in adjacent blocks of `block` tokens; median of the block ratios.
+void kvweld_over_llamacpp(benchmark::State& state, const ModelConfig& config, int threads, int block) {
+    using Clock = std::chrono::steady_clock;
+    const Model model = Model::random(config, 1);
+    bench::LlamaRunner llama(model, threads);
+    KvCache cache = KvCache::with_capacity(config);
+    DecodeSession held({.threads = threads});
+    auto timed = [&](auto&& step) {
+        const auto start = Clock::now();
+        for (int i = 0; i < block; ++i) step(1 + i % 7);
+        return std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    std::vector<double> ratios;
+    for (auto _ : state) {
+        const double ours = timed([&](int t) {
+            if (cache.cached_len() == config.max_seq_len) cache.truncate_to(0);
+            benchmark::DoNotOptimize(held.decode(model, cache, t).data());
+        });
+        const double theirs = timed([&](int t) { benchmark::DoNotOptimize(llama.decode(t).data()); });
+        ratios.push_back(theirs / ours);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    state.counters["ratio"] = ratios[ratios.size() / 2];
+}
+
+void register_llamacpp() {
+    for (int threads : {1, 2}) {
+        const std::string t = "/t" + std::to_string(threads);
+        benchmark::RegisterBenchmark(("decode/llamacpp/stories15m/held" + t).c_str(), [threads](benchmark::State& s) {
+            llamacpp_loop(s, stories15m_config(), threads);
+        })->Unit(benchmark::kMicrosecond)->MinTime(1.0);
+        benchmark::RegisterBenchmark(("decode/cpu/stories15m/kvweld_over_llamacpp" + t).c_str(),
+                                     [threads](benchmark::State& s) {
+                                         kvweld_over_llamacpp(s, stories15m_config(), threads, 16);
+                                     })
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(9);
+    }
+}
+#endif
+
 void register_all() {
+#ifdef KVWELD_HAVE_LLAMA
+    register_llamacpp();
+#endif
     benchmark::RegisterBenchmark("decode/cpu/tiny/held_over_replan", [](benchmark::State& s) {
         held_over_replan(s, tiny_config(), 200);
     })->Unit(benchmark::kMillisecond)->Iterations(15);

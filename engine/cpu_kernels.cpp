@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstddef>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace kvweld::cpu {
 
 namespace {
@@ -17,9 +21,73 @@ float dot(const float* a, const float* b, int n) {
 
 }  // namespace
 
+#if defined(__AVX512F__)
+namespace {
+
+// Sum of the 16 lanes by halving, in registers and in a fixed order. GCC
+// 12's shuffle intrinsics pass an "undefined" operand that its own
+// -Wmaybe-uninitialized then flags (a known header bug): silenced here only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+float lanes_sum(__m512 v) {
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // 256-bit halves
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // 128-bit quarters
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));        // pairs of lanes
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));        // lanes
+    return _mm512_cvtss_f32(v);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// Four rows at a time, 16 columns per step, two accumulators per row so
+// that eight independent FMA chains hide the latency; x is loaded once per
+// step for the four rows. The weights stream through once per token: this
+// loop runs at the memory (or L3) bandwidth of one core. The tail columns
+// use a masked load.
+void matvec4_avx512(float* out, const float* w, const float* x, std::size_t stride, int cols) {
+    const float* w0 = w;
+    const float* w1 = w0 + stride;
+    const float* w2 = w1 + stride;
+    const float* w3 = w2 + stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int j = 0;
+    for (; j + 32 <= cols; j += 32) {
+        const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + j), x0, a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + j), x0, a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + j), x0, a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + j), x0, a3);
+        b0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + j + 16), x1, b0);
+        b1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + j + 16), x1, b1);
+        b2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + j + 16), x1, b2);
+        b3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + j + 16), x1, b3);
+    }
+    for (; j < cols; j += 16) {
+        const __mmask16 m = cols - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - j)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + j), xv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w1 + j), xv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w2 + j), xv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w3 + j), xv, a3);
+    }
+    out[0] = lanes_sum(_mm512_add_ps(a0, b0));
+    out[1] = lanes_sum(_mm512_add_ps(a1, b1));
+    out[2] = lanes_sum(_mm512_add_ps(a2, b2));
+    out[3] = lanes_sum(_mm512_add_ps(a3, b3));
+}
+
+}  // namespace
+#endif
+
 void matvec(float* out, const float* w, const float* x, int rows, int cols) {
     const auto stride = static_cast<std::size_t>(cols);
     int r = 0;
+#if defined(__AVX512F__)
+    for (; r + 4 <= rows; r += 4) matvec4_avx512(out + r, w + r * stride, x, stride, cols);
+#endif
     // Four rows per pass: each x element is loaded once for four products.
     for (; r + 4 <= rows; r += 4) {
         const float* w0 = w + r * stride;

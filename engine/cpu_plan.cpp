@@ -15,7 +15,7 @@ std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
 }  // namespace
 
-CpuPlan::CpuPlan(const Model& model, const KvCache& cache) : config_(model.config()) {
+CpuPlan::CpuPlan(const Model& model, const KvCache& cache, int threads) : config_(model.config()) {
     require_cache_fits(model, cache);
     const ModelConfig& c = config_;
     key_ = key_of(model, cache);
@@ -29,8 +29,17 @@ CpuPlan::CpuPlan(const Model& model, const KvCache& cache) : config_(model.confi
     att_.resize(sz(c.q_dim()));
     proj_.resize(sz(c.dim));
     h13_.resize(2 * sz(c.ffn_dim));
-    scores_.resize(sz(cache.geometry().max_seq_len));
     logits_.resize(sz(c.vocab));
+    if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads);
+    scores_.resize(sz(cache.geometry().max_seq_len) * sz(threads));  // one row per thread
+}
+
+// Blocks of four rows, the kernel's own grouping, so a row never changes
+// between the kernel's four-row and one-row paths with the thread count.
+void CpuPlan::matvec(float* out, std::size_t w_offset, const float* x, int rows, int cols) {
+    parallel(rows, 4, [&](int, int lo, int hi) {
+        cpu::matvec(out + lo, w(w_offset) + sz(lo) * sz(cols), x, hi - lo, cols);
+    });
 }
 
 void CpuPlan::build_ops() {
@@ -76,11 +85,14 @@ void CpuPlan::attention(int layer, int mask_len) {
     const ModelConfig& c = config_;
     const int hd = c.head_dim, kv_dim = c.kv_dim();
     const KvStorage& kv = *kv_[sz(layer)];
-    for (int h = 0; h < c.n_heads; ++h) {
-        const int kvh = h / c.kv_group();
-        cpu::attend(&att_[sz(h * hd)], scores_.data(), &qkv_[sz(h * hd)], kv.key_row(0) + kvh * hd,
-                    kv.value_row(0) + kvh * hd, mask_len, hd, kv_dim);
-    }
+    const std::size_t scores = scores_.size() / sz(pool_ ? pool_->size() : 1);
+    parallel(c.n_heads, 1, [&](int t, int lo, int hi) {
+        for (int h = lo; h < hi; ++h) {
+            const int kvh = h / c.kv_group();
+            cpu::attend(&att_[sz(h * hd)], scores_.data() + sz(t) * scores, &qkv_[sz(h * hd)],
+                        kv.key_row(0) + kvh * hd, kv.value_row(0) + kvh * hd, mask_len, hd, kv_dim);
+        }
+    });
 }
 
 void CpuPlan::exec(const Op& op, const StepParams& step) {
@@ -92,7 +104,7 @@ void CpuPlan::exec(const Op& op, const StepParams& step) {
             std::copy_n(w(weights_.embedding) + sz(step.token) * sz(c.dim), c.dim, x_.data());
             break;
         case OpKind::attn_norm: cpu::rmsnorm(xb_.data(), x_.data(), w(p->att_norm), c.dim, c.norm_eps); break;
-        case OpKind::qkv: cpu::matvec(qkv_.data(), w(p->wqkv), xb_.data(), q_dim + 2 * kv_dim, c.dim); break;
+        case OpKind::qkv: matvec(qkv_.data(), p->wqkv, xb_.data(), q_dim + 2 * kv_dim, c.dim); break;
         case OpKind::qk_norm:
             for (int h = 0; h < c.n_heads; ++h)
                 cpu::rmsnorm(&qkv_[sz(h * hd)], &qkv_[sz(h * hd)], w(p->q_norm), hd, c.norm_eps);
@@ -118,14 +130,14 @@ void CpuPlan::exec(const Op& op, const StepParams& step) {
             attention(op.layer,
                       fault_on(Fault::mask_not_rebound) ? key_.position + 1 : step.mask_len);
             break;
-        case OpKind::out_proj: cpu::matvec(proj_.data(), w(p->wo), att_.data(), c.dim, q_dim); break;
+        case OpKind::out_proj: matvec(proj_.data(), p->wo, att_.data(), c.dim, q_dim); break;
         case OpKind::residual: cpu::add(x_.data(), proj_.data(), c.dim); break;
         case OpKind::ffn_norm: cpu::rmsnorm(xb_.data(), x_.data(), w(p->ffn_norm), c.dim, c.norm_eps); break;
-        case OpKind::gate_up: cpu::matvec(h13_.data(), w(p->w13), xb_.data(), 2 * c.ffn_dim, c.dim); break;
+        case OpKind::gate_up: matvec(h13_.data(), p->w13, xb_.data(), 2 * c.ffn_dim, c.dim); break;
         case OpKind::swiglu: cpu::swiglu(h13_.data(), h13_.data() + c.ffn_dim, c.ffn_dim); break;
-        case OpKind::down_proj: cpu::matvec(proj_.data(), w(p->w2), h13_.data(), c.dim, c.ffn_dim); break;
+        case OpKind::down_proj: matvec(proj_.data(), p->w2, h13_.data(), c.dim, c.ffn_dim); break;
         case OpKind::final_norm: cpu::rmsnorm(x_.data(), x_.data(), w(weights_.final_norm), c.dim, c.norm_eps); break;
-        case OpKind::classifier: cpu::matvec(logits_.data(), w(weights_.classifier), x_.data(), c.vocab, c.dim); break;
+        case OpKind::classifier: matvec(logits_.data(), weights_.classifier, x_.data(), c.vocab, c.dim); break;
     }
 }
 

@@ -6,16 +6,20 @@
 #include "engine/model.hpp"
 #include "engine/packed_weights.hpp"
 #include "engine/plan.hpp"
+#include "engine/worker_pool.hpp"
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 namespace kvweld {
 
 class CpuPlan final : public Plan {
 public:
-    CpuPlan(const Model& model, const KvCache& cache);
+    CpuPlan(const Model& model, const KvCache& cache, int threads = 1);
 
     void rebind(std::span<const KvLayer> layers) override;
     std::span<const float> run(const StepParams& step) override;
@@ -35,6 +39,20 @@ private:
     void build_ops();
     void exec(const Op& op, const StepParams& step);
     void attention(int layer, int mask_len);
+    // Rows, or heads, split among the plan's threads in fixed blocks: each
+    // row is computed by one thread the same way whatever the thread count.
+    void matvec(float* out, std::size_t w_offset, const float* x, int rows, int cols);
+    // fn(thread, first, end) over [0, items) in blocks of `granule`; a
+    // direct call with one thread (no std::function on the hot path).
+    template <class Fn>
+    void parallel(int items, int granule, Fn&& fn) {
+        if (!pool_) return fn(0, 0, items);
+        const int n = pool_->size(), blocks = (items + granule - 1) / granule;
+        pool_->run([&](int t) {
+            const int lo = granule * (t * blocks / n), hi = std::min(items, granule * ((t + 1) * blocks / n));
+            if (lo < hi) fn(t, lo, hi);
+        });
+    }
     const float* w(std::size_t offset) const { return weights_.data.data() + offset; }
 
     ModelConfig config_;
@@ -42,6 +60,7 @@ private:
     PackedWeights weights_;    // the plan's own copy: a model swap must be caught by the key
     std::vector<float> rope_;  // [max_seq_len][head_dim]: cos, sin pairs
     std::vector<KvLayer> kv_;  // the welded KV storage, pinned
+    std::unique_ptr<WorkerPool> pool_;  // threads > 1 only
     // scratch
     std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;
 };

@@ -54,7 +54,10 @@ std::vector<KvLayer> layers_of(const KvCache& cache) {
 
 }  // namespace
 
-DecodeSession::DecodeSession(SessionOptions options) : options_(options) {}
+DecodeSession::DecodeSession(SessionOptions options) : options_(options) {
+    require(options_.threads >= 1 && options_.threads <= 256, "SessionOptions.threads = ", options_.threads,
+            ": must be in 1..256");
+}
 DecodeSession::~DecodeSession() = default;
 DecodeSession::DecodeSession(DecodeSession&&) noexcept = default;
 DecodeSession& DecodeSession::operator=(DecodeSession&&) noexcept = default;
@@ -81,7 +84,7 @@ void DecodeSession::build(const Model& model, const KvCache& cache, BuildReason 
     // Drop the old plan first, so its buffers (device memory on CUDA) are
     // free for the new one; a plan that must be rebuilt is of no use anyway.
     plan_.reset();
-    plan_ = make_plan(options_.backend, model, cache);
+    plan_ = make_plan(options_.backend, model, cache, options_.threads);
     KVWELD_ASSERT(plan_->key().model == model.id() && plan_->key().alloc == cache.alloc_id());
     KVWELD_ASSERT(plan_->key().max_seq_len == cache.geometry().max_seq_len &&
                   plan_->key().n_layers == cache.n_layers());
@@ -132,8 +135,8 @@ std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache,
     return logits;
 }
 
-std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache) {
-    if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache);
+std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads) {
+    if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache, threads);
     return make_cuda_plan(model, cache);
 }
 

@@ -31,6 +31,9 @@ struct SessionOptions {
     RebindPolicy policy = RebindPolicy::rebind;
     bool replan_every_token = false;  // for measurement only
     Backend backend = Backend::cpu;
+    // CPU plan threads, 1..256, the caller's included; the plan owns its
+    // workers. Logits are bitwise identical for every thread count.
+    int threads = 1;
 };
 
 // Why a plan was built.
@@ -95,7 +98,7 @@ private:
 };
 
 // Builds a plan for the backend (the CUDA one throws Error when unavailable).
-std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache);
+std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads = 1);
 std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache);
 // Whether the CUDA backend can run here; `why` gets the reason when not.
 bool cuda_backend_available(std::string* why = nullptr);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <filesystem>
 
 namespace kvweld {
@@ -98,6 +100,35 @@ TEST(HeldPlanDecode, ReplanEveryTokenBuildsEachStepAndAgrees) {
     EXPECT_EQ(replan.counters().builds, 30u);
     EXPECT_EQ(replan.counters().by(BuildReason::replan), 29u);
     EXPECT_EQ(held.counters().builds, 1u);
+}
+
+// Rows and heads are split among threads in fixed blocks, each computed the
+// same way whatever the count: logits are bitwise identical for 1..5
+// threads, over odd sizes too (rows not a multiple of four or of the count).
+TEST(Decode, LogitsAreBitwiseIdenticalForEveryThreadCount) {
+    ModelConfig odd = tiny_config();
+    odd.vocab = 67;
+    odd.ffn_dim = 45;
+    for (const ModelConfig& cfg : {tiny_config(), tiny_config(Family::qwen3), odd}) {
+        const Model model = Model::random(cfg, 12);
+        std::vector<std::vector<float>> one;
+        for (int threads = 1; threads <= 5; ++threads) {
+            KvCache cache = KvCache::with_capacity(cfg);
+            DecodeSession session({.threads = threads});
+            int pos = 0;
+            for (int t : testing::random_tokens(40, cfg.vocab, 13)) {
+                const std::span<const float> got = session.decode(model, cache, t);
+                if (threads == 1) {
+                    one.emplace_back(got.begin(), got.end());
+                } else {
+                    ASSERT_EQ(std::memcmp(got.data(), one[std::size_t(pos)].data(), got.size_bytes()), 0)
+                        << threads << " threads, position " << pos;
+                }
+                ++pos;
+            }
+        }
+    }
+    EXPECT_THROW(DecodeSession({.threads = 0}), Error);
 }
 
 }  // namespace

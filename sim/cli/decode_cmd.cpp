@@ -21,6 +21,7 @@ struct DecodeArgs {
     std::uint64_t seed = 1;
     std::string backend = "cpu";
     bool replan = false;
+    int threads = 1;
 };
 
 Model load_model(const DecodeArgs& a) {
@@ -35,7 +36,8 @@ int run_decode(const DecodeArgs& a) {
             "--tokens ", a.tokens, " out of range: must be in 1..max_seq_len = ", c.max_seq_len);
     std::printf("model: %s (%s)\n", a.model.c_str(), c.describe().c_str());
     auto cache = KvCache::with_capacity(c);
-    DecodeSession session({.replan_every_token = a.replan, .backend = backend_from_string(a.backend)});
+    DecodeSession session(
+        {.replan_every_token = a.replan, .backend = backend_from_string(a.backend), .threads = a.threads});
     int token = 1 % c.vocab;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < a.tokens; ++i) {
@@ -44,8 +46,9 @@ int run_decode(const DecodeArgs& a) {
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const SessionCounters& k = session.counters();
-    std::printf("decoded %d tokens in %.3f s: %.1f tokens/s (%s, %s)\n", a.tokens, secs,
-                a.tokens / secs, a.backend.c_str(), a.replan ? "replan every token" : "held plan");
+    std::printf("decoded %d tokens in %.3f s: %.1f tokens/s (%s, %d thread%s, %s)\n", a.tokens, secs,
+                a.tokens / secs, a.backend.c_str(), a.threads, a.threads == 1 ? "" : "s",
+                a.replan ? "replan every token" : "held plan");
     std::printf("counters: builds=%llu rebinds=%llu kept=%llu\n",
                 static_cast<unsigned long long>(k.builds), static_cast<unsigned long long>(k.rebinds),
                 static_cast<unsigned long long>(k.kept));
@@ -68,6 +71,9 @@ void add_decode_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--seed", args->seed, "weight seed for --model random")->capture_default_str()->check(seed_validator());
     cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
     cmd->add_flag("--replan", args->replan, "rebuild the plan every token (measurement only)");
+    cmd->add_option("--threads", args->threads, "CPU plan threads (logits are the same for every count)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256));
     cmd->callback([args, &action] { action = [args] { return run_decode(*args); }; });
 }
 
