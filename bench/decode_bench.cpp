@@ -106,22 +106,69 @@ void kvweld_over_llamacpp(benchmark::State& state, const ModelConfig& config, in
 }
 
 void register_llamacpp() {
-    for (int threads : {1, 2}) {
-        const std::string t = "/t" + std::to_string(threads);
-        benchmark::RegisterBenchmark(("decode/llamacpp/stories15m/held" + t).c_str(), [threads](benchmark::State& s) {
-            llamacpp_loop(s, stories15m_config(), threads);
-        })->Unit(benchmark::kMicrosecond)->MinTime(1.0);
-        benchmark::RegisterBenchmark(("decode/cpu/stories15m/kvweld_over_llamacpp" + t).c_str(),
-                                     [threads](benchmark::State& s) {
-                                         kvweld_over_llamacpp(s, stories15m_config(), threads, 16);
-                                     })
-            ->Unit(benchmark::kMillisecond)
-            ->Iterations(9);
-    }
+    for (const char* dims : {"stories15m", "110m"})
+        for (int threads : {1, 2}) {
+            const ModelConfig cfg = config_by_name(dims);
+            const std::string t = "/t" + std::to_string(threads), d = dims;
+            benchmark::RegisterBenchmark(("decode/llamacpp/" + d + "/held" + t).c_str(),
+                                         [cfg, threads](benchmark::State& s) { llamacpp_loop(s, cfg, threads); })
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(1.0);
+            benchmark::RegisterBenchmark(("decode/cpu/" + d + "/kvweld_over_llamacpp" + t).c_str(),
+                                         [cfg, threads, block = d == "110m" ? 4 : 16](benchmark::State& s) {
+                                             kvweld_over_llamacpp(s, cfg, threads, block);
+                                         })
+                ->Unit(benchmark::kMillisecond)
+                ->Iterations(9);
+        }
 }
 #endif
 
+// The peer that bounds every engine here: one pass reading every weight a
+// token needs (no arithmetic beyond a sum), as tokens/s. Decoding FP32
+// weights cannot beat it on this machine.
+void weights_stream(benchmark::State& state, const ModelConfig& config) {
+    const std::size_t n = Model::weight_count(config, false) - std::size_t(config.vocab - 1) * config.dim;
+    std::vector<float> w(n, 1e-3f);
+    for (auto _ : state) {
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (std::size_t i = 0; i < n; ++i) sum += w[i];
+        benchmark::DoNotOptimize(sum);
+    }
+    state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["GB_per_s"] = benchmark::Counter(double(state.iterations()) * double(n) * 4 / 1e9,
+                                                    benchmark::Counter::kIsRate);
+}
+
+// kvweld's held plan with N threads (the CPU rows of the table beside llama.cpp).
+void held_threads(benchmark::State& state, const ModelConfig& config, int threads) {
+    const Model model = Model::random(config, 1);
+    KvCache cache = KvCache::with_capacity(config);
+    DecodeSession session({.threads = threads});
+    int token = 1;
+    for (auto _ : state) {
+        if (cache.cached_len() == config.max_seq_len) cache.truncate_to(0);
+        benchmark::DoNotOptimize(session.decode(model, cache, token).data());
+        token = (token * 31 + 7) % config.vocab;
+    }
+    state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 void register_all() {
+    for (const char* dims : {"stories15m", "110m"}) {
+        const ModelConfig cfg = config_by_name(dims);
+        const std::string d = dims;
+        benchmark::RegisterBenchmark(("decode/cpu/" + d + "/weights_stream").c_str(),
+                                     [cfg](benchmark::State& s) { weights_stream(s, cfg); })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.5);
+        for (int threads : {1, 2})
+            benchmark::RegisterBenchmark(("decode/cpu/" + d + "/held/t" + std::to_string(threads)).c_str(),
+                                         [cfg, threads](benchmark::State& s) { held_threads(s, cfg, threads); })
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(1.0);
+    }
 #ifdef KVWELD_HAVE_LLAMA
     register_llamacpp();
 #endif
