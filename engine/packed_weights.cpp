@@ -6,11 +6,11 @@ namespace kvweld {
 
 namespace {
 
-// Appends tensors back to back, the first at a 4-float boundary; returns
-// the first one's offset.
-template <class... Spans>
-std::size_t append(std::vector<float>& dst, const Spans&... parts) {
-    dst.resize((dst.size() + 3) / 4 * 4, 0.0f);
+// Appends tensors back to back, the first at a 16-float (64-byte) boundary;
+// returns the first one's offset.
+template <class Vector, class... Spans>
+std::size_t append(Vector& dst, const Spans&... parts) {
+    dst.resize((dst.size() + 15) / 16 * 16, 0.0f);
     const std::size_t at = dst.size();
     (dst.insert(dst.end(), parts.begin(), parts.end()), ...);
     return at;
@@ -21,7 +21,7 @@ std::size_t append(std::vector<float>& dst, const Spans&... parts) {
 PackedWeights pack_weights(const Model& model) {
     PackedWeights p;
     const ModelConfig& c = model.config();
-    p.data.reserve(model.all_weights().size() + 64 * static_cast<std::size_t>(c.n_layers + 2));
+    p.data.reserve(model.all_weights().size() + 16 * 8 * static_cast<std::size_t>(c.n_layers + 2));
     for (int l = 0; l < c.n_layers; ++l) {
         const LayerWeights w = model.layer(l);
         PackedWeights::Layer o{};
