@@ -1,0 +1,145 @@
+// kvweld's own engine behind the plugin ABI (include/kvweld/engine_abi.h):
+// one KvCache and one DecodeSession (one held plan) per sequence, over a
+// model loaded from the llama2.c checkpoint the harness wrote. It exists so
+// that the ABI is exercised by an engine with fault switches.
+#include "engine/checkpoint.hpp"
+#include "engine/decode_session.hpp"
+#include "engine/error.hpp"
+#include "kvweld/engine_abi.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+
+struct kvweld_engine {
+    kvweld::Model model;
+    int n_ctx = 0, n_seq_max = 0, threads = 1;
+    struct Seq {
+        kvweld::KvCache cache;
+        kvweld::DecodeSession session;
+    };
+    std::map<int, Seq> seqs;
+};
+
+namespace {
+
+using kvweld::require;
+
+// Runs fn; an exception becomes a message and a non-zero return.
+template <class Fn>
+int guarded(char* err, size_t err_len, Fn&& fn) {
+    try {
+        fn();
+        return 0;
+    } catch (const std::exception& e) {
+        if (err && err_len) {
+            std::strncpy(err, e.what(), err_len - 1);
+            err[err_len - 1] = '\0';
+        }
+        return 1;
+    }
+}
+
+kvweld_engine::Seq& seq_of(kvweld_engine* e, int32_t seq) {
+    const auto it = e->seqs.find(seq);
+    require(it != e->seqs.end(), "sequence ", seq, " is not open");
+    return it->second;
+}
+
+kvweld::KvCache fresh_cache(const kvweld_engine* e) {
+    kvweld::KvGeometry g = kvweld::KvGeometry::of(e->model.config());
+    g.max_seq_len = e->n_ctx;
+    return kvweld::KvCache::with_capacity(g);
+}
+
+int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(o && o->model_path, "no options or model path");
+        auto e = std::make_unique<kvweld_engine>(kvweld_engine{kvweld::load_llama2c(o->model_path), 0, 0, 1, {}});
+        const int max_ctx = e->model.config().max_seq_len;
+        require(o->n_ctx >= 1 && o->n_ctx <= max_ctx, "n_ctx = ", o->n_ctx, ": must be in 1..", max_ctx);
+        require(o->n_seq_max >= 1 && o->n_seq_max <= 4096, "n_seq_max = ", o->n_seq_max, ": must be in 1..4096");
+        e->n_ctx = o->n_ctx;
+        e->n_seq_max = o->n_seq_max;
+        e->threads = std::max(1, o->threads);
+        *out = e.release();
+    });
+}
+
+void destroy(kvweld_engine* e) { delete e; }
+
+int32_t vocab(const kvweld_engine* e) { return e->model.config().vocab; }
+
+int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
+        require(!e->seqs.count(seq), "sequence ", seq, " is already open");
+        e->seqs.emplace(seq, kvweld_engine::Seq{fresh_cache(e), kvweld::DecodeSession({.threads = e->threads})});
+    });
+}
+
+int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        seq_of(e, seq);
+        e->seqs.erase(seq);
+    });
+}
+
+int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
+           size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n >= 0, "decode of ", n, " pairs");
+        const auto v = static_cast<std::size_t>(vocab(e));
+        for (int32_t i = 0; i < n; ++i) {
+            kvweld_engine::Seq& s = seq_of(e, seqs[i]);
+            const std::span<const float> row = s.session.decode(e->model, s.cache, tokens[i]);
+            std::copy(row.begin(), row.end(), logits + static_cast<std::size_t>(i) * v);
+        }
+    });
+}
+
+int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { seq_of(e, seq).cache.truncate_to(n); });
+}
+
+int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { seq_of(e, seq).cache.clear(); });
+}
+
+int clear_all(kvweld_engine* e, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        for (auto& [id, s] : e->seqs) s.cache.clear();
+    });
+}
+
+// dst gets a cache of its own holding src's rows (new storage, new id).
+int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const kvweld_engine::Seq& from = seq_of(e, src);
+        kvweld_engine::Seq& to = seq_of(e, dst);
+        kvweld::KvCache copy = fresh_cache(e);
+        for (int l = 0; l < copy.n_layers(); ++l) copy.set_layer(l, from.cache.layer(l)->copy());
+        for (int i = 0; i < from.cache.cached_len(); ++i) copy.advance();
+        to.cache = std::move(copy);
+    });
+}
+
+int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        *out = {};
+        for (const auto& [id, s] : e->seqs) {
+            out->builds += s.session.counters().builds;
+            out->reused += s.session.counters().kept + s.session.counters().rebinds;
+        }
+    });
+}
+
+constexpr kvweld_engine_api kApi = {
+    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS,
+    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const kvweld_engine_api* kvweld_engine_entry(void) { return &kApi; }

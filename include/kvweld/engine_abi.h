@@ -1,0 +1,78 @@
+/* kvweld's engine plugin ABI, version 1.
+ *
+ * An engine kvweld did not write is loaded as a shared library that exports
+ * one symbol, `kvweld_engine_entry`, returning a table of functions. The
+ * harness writes the model file (in the format the engine names), opens
+ * sequences (slots), decodes batches of (sequence, token) pairs and reads
+ * back one row of logits per pair, truncates and clears sequences, and, where
+ * the engine declares the capability, copies sequences and reads its plan
+ * counters. It computes its reference from the same weights.
+ *
+ * Every function that can fail returns 0 on success, non-zero on failure,
+ * and then writes a NUL-terminated message of at most err_len bytes to err.
+ * No function may throw across this boundary or abort the process.
+ */
+#ifndef KVWELD_ENGINE_ABI_H
+#define KVWELD_ENGINE_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVWELD_ENGINE_ABI_VERSION 1u
+
+/* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
+#define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
+#define KVWELD_CAP_PLAN_COUNTERS 0x2u /* counters is implemented */
+
+typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
+
+typedef struct kvweld_engine_options {
+    const char* model_path; /* a file the harness wrote, in api.model_format */
+    int32_t n_ctx;          /* positions per sequence */
+    int32_t n_seq_max;      /* sequences open at once: ids are 0..n_seq_max-1 */
+    int32_t threads;
+} kvweld_engine_options;
+
+typedef struct kvweld_engine_counters {
+    uint64_t builds;  /* plans (graphs) built */
+    uint64_t reused;  /* decode calls served by a kept plan */
+} kvweld_engine_counters;
+
+typedef struct kvweld_engine_api {
+    uint32_t abi_version;     /* KVWELD_ENGINE_ABI_VERSION the plugin was built with */
+    const char* name;         /* e.g. "llamacpp" */
+    const char* model_format; /* "llama2c" or "gguf" */
+    uint32_t capabilities;    /* KVWELD_CAP_* */
+
+    int (*create)(const kvweld_engine_options* options, kvweld_engine** out, char* err, size_t err_len);
+    void (*destroy)(kvweld_engine* engine);
+    int32_t (*vocab)(const kvweld_engine* engine);
+
+    /* Sequences: an open sequence is empty; close frees it. */
+    int (*open_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
+    int (*close_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
+    /* n pairs; sequence seqs[i] gets tokens[i] at its next position;
+     * logits[i * vocab .. (i + 1) * vocab) receives that pair's logits. */
+    int (*decode)(kvweld_engine* engine, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits,
+                  char* err, size_t err_len);
+    int (*truncate)(kvweld_engine* engine, int32_t seq, int32_t n, char* err, size_t err_len);
+    int (*clear_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
+    int (*clear_all)(kvweld_engine* engine, char* err, size_t err_len);
+    /* Optional (NULL unless the capability is declared). */
+    int (*copy_seq)(kvweld_engine* engine, int32_t src, int32_t dst, char* err, size_t err_len);
+    int (*counters)(const kvweld_engine* engine, kvweld_engine_counters* out, char* err, size_t err_len);
+} kvweld_engine_api;
+
+/* The one symbol a plugin exports. */
+typedef const kvweld_engine_api* (*kvweld_engine_entry_fn)(void);
+#define KVWELD_ENGINE_ENTRY "kvweld_engine_entry"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVWELD_ENGINE_ABI_H */

@@ -1,0 +1,113 @@
+#include "sim/engine_plugin.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+
+#include <dlfcn.h>
+
+#include <array>
+
+namespace kvweld::sim {
+
+namespace {
+
+constexpr std::size_t kErrLen = 512;
+
+}  // namespace
+
+std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path) {
+    // RTLD_LOCAL: two plugins' symbols never collide; RTLD_NOW: a missing
+    // dependency is an error here, not a crash on first call.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw Error(cat("engine plugin ", path, ": cannot load: ", dlerror()));
+    auto entry = reinterpret_cast<kvweld_engine_entry_fn>(dlsym(handle, KVWELD_ENGINE_ENTRY));
+    const kvweld_engine_api* api = entry ? entry() : nullptr;
+    std::string problem;
+    if (!entry) problem = cat("has no symbol '", KVWELD_ENGINE_ENTRY, "': not a kvweld engine plugin");
+    else if (!api) problem = cat(KVWELD_ENGINE_ENTRY, "() returned no table");
+    else if (api->abi_version != KVWELD_ENGINE_ABI_VERSION)
+        problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks version ",
+                      KVWELD_ENGINE_ABI_VERSION);
+    else if (!api->name || !api->model_format || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
+             !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
+        problem = "leaves a required function or name empty";
+    else if (((api->capabilities & KVWELD_CAP_COPY_SEQ) && !api->copy_seq) ||
+             ((api->capabilities & KVWELD_CAP_PLAN_COUNTERS) && !api->counters))
+        problem = "declares a capability whose function is empty";
+    if (!problem.empty()) {
+        dlclose(handle);
+        throw Error(cat("engine plugin ", path, " ", problem));
+    }
+    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, api));
+}
+
+PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api)
+    : path_(std::move(path)), handle_(handle), api_(api) {}
+
+PluginLibrary::~PluginLibrary() { dlclose(handle_); }
+
+template <class Fn>
+void PluginEngine::call(const char* what, Fn&& fn) const {
+    std::array<char, kErrLen> err{};
+    if (fn(err.data(), err.size()) == 0) return;
+    err.back() = '\0';  // whatever the plugin wrote, the message ends here
+    throw Error(cat("engine ", library_->api().name, ": ", what, " failed: ",
+                    err[0] ? err.data() : "(no message)"));
+}
+
+PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options)
+    : library_(std::move(library)) {
+    call("create", [&](char* e, std::size_t n) { return library_->api().create(&options, &engine_, e, n); });
+    require(engine_ != nullptr, "engine ", library_->api().name, ": create succeeded but returned no engine");
+    vocab_ = library_->api().vocab(engine_);
+    if (vocab_ <= 0) {
+        library_->api().destroy(engine_);
+        throw Error(cat("engine ", library_->api().name, ": vocab() = ", vocab_, ": must be positive"));
+    }
+}
+
+PluginEngine::~PluginEngine() { library_->api().destroy(engine_); }
+
+void PluginEngine::open(int seq) {
+    call("open_seq", [&](char* e, std::size_t n) { return library_->api().open_seq(engine_, seq, e, n); });
+}
+
+void PluginEngine::close(int seq) {
+    call("close_seq", [&](char* e, std::size_t n) { return library_->api().close_seq(engine_, seq, e, n); });
+}
+
+std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) {
+    require(seqs.size() == tokens.size(), "decode: ", seqs.size(), " sequences for ", tokens.size(), " tokens");
+    std::vector<float> logits(seqs.size() * static_cast<std::size_t>(vocab_));
+    call("decode", [&](char* e, std::size_t n) {
+        return library_->api().decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
+                                      logits.data(), e, n);
+    });
+    return logits;
+}
+
+void PluginEngine::truncate(int seq, int len) {
+    call("truncate", [&](char* e, std::size_t n) { return library_->api().truncate(engine_, seq, len, e, n); });
+}
+
+void PluginEngine::clear(int seq) {
+    call("clear_seq", [&](char* e, std::size_t n) { return library_->api().clear_seq(engine_, seq, e, n); });
+}
+
+void PluginEngine::clear_all() {
+    call("clear_all", [&](char* e, std::size_t n) { return library_->api().clear_all(engine_, e, n); });
+}
+
+void PluginEngine::copy(int src, int dst) {
+    require(capabilities() & KVWELD_CAP_COPY_SEQ, "engine ", name(), " cannot copy sequences (no KVWELD_CAP_COPY_SEQ)");
+    call("copy_seq", [&](char* e, std::size_t n) { return library_->api().copy_seq(engine_, src, dst, e, n); });
+}
+
+std::optional<kvweld_engine_counters> PluginEngine::counters() const {
+    if (!(capabilities() & KVWELD_CAP_PLAN_COUNTERS)) return std::nullopt;
+    kvweld_engine_counters out{};
+    call("counters", [&](char* e, std::size_t n) { return library_->api().counters(engine_, &out, e, n); });
+    return out;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,66 @@
+// An engine loaded as a plugin through the C ABI (include/kvweld/engine_abi.h).
+// Every failure (a missing file or symbol, an ABI version mismatch, a missing
+// required function, an error code from the plugin) is an Error naming the
+// plugin and what went wrong; nothing a plugin returns can crash kvweld.
+#pragma once
+
+#include "kvweld/engine_abi.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvweld::sim {
+
+// The loaded library; unloaded when the last engine using it is gone.
+class PluginLibrary {
+public:
+    static std::shared_ptr<const PluginLibrary> open(const std::string& path);
+    ~PluginLibrary();
+    PluginLibrary(const PluginLibrary&) = delete;
+    PluginLibrary& operator=(const PluginLibrary&) = delete;
+
+    const kvweld_engine_api& api() const { return *api_; }
+    const std::string& path() const { return path_; }
+
+private:
+    PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api);
+    std::string path_;
+    void* handle_;
+    const kvweld_engine_api* api_;
+};
+
+class PluginEngine {
+public:
+    PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options);
+    ~PluginEngine();
+    PluginEngine(const PluginEngine&) = delete;
+    PluginEngine& operator=(const PluginEngine&) = delete;
+
+    std::string name() const { return library_->api().name; }
+    std::uint32_t capabilities() const { return library_->api().capabilities; }
+    int vocab() const { return vocab_; }
+
+    void open(int seq);
+    void close(int seq);
+    // One row of vocab() logits per (seqs[i], tokens[i]) pair, back to back.
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens);
+    void truncate(int seq, int n);
+    void clear(int seq);
+    void clear_all();
+    void copy(int src, int dst);                           // needs KVWELD_CAP_COPY_SEQ
+    std::optional<kvweld_engine_counters> counters() const;  // nullopt without KVWELD_CAP_PLAN_COUNTERS
+
+private:
+    template <class Fn>
+    void call(const char* what, Fn&& fn) const;
+
+    std::shared_ptr<const PluginLibrary> library_;
+    kvweld_engine* engine_ = nullptr;
+    int vocab_ = 0;
+};
+
+}  // namespace kvweld::sim

@@ -1,0 +1,125 @@
+// The plugin ABI, driven through the loader: kvweld's own engine as a
+// plugin agrees with the reference on interleaved sequences, truncate,
+// clear and copy; every broken plugin is a clear Error, never a crash.
+#include "engine/checkpoint.hpp"
+#include "engine/error.hpp"
+#include "engine/reference.hpp"
+#include "engine/rng.hpp"
+#include "sim/engine_plugin.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace kvweld::sim {
+namespace {
+
+constexpr double kTolerance = 1e-4;
+
+std::string temp_path(const char* name) {
+    return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name)).string();
+}
+
+void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> fragments) {
+    try {
+        fn();
+        ADD_FAILURE() << "expected an Error";
+    } catch (const Error& e) {
+        for (const std::string& f : fragments)
+            EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << " lacks " << f;
+    }
+}
+
+class KvweldPlugin : public ::testing::Test {
+protected:
+    void SetUp() override {
+        model_path_ = temp_path("plugin-model.bin");
+        save_llama2c(model_, model_path_);
+        library_ = PluginLibrary::open(KVWELD_PLUGIN_PATH);
+        engine_ = std::make_unique<PluginEngine>(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1});
+    }
+    void TearDown() override { std::filesystem::remove(model_path_); }
+
+    // One sequence's reference: a shadow KV built from its own tokens.
+    struct Shadow {
+        explicit Shadow(const Model& m) : kv(m.config()) {}
+        ReferenceKv kv;
+        int len = 0;
+    };
+    double step(const std::vector<int>& seqs, const std::vector<int>& tokens, std::vector<Shadow*> shadows) {
+        const std::vector<float> got = engine_->decode(seqs, tokens);
+        double worst = 0.0;
+        const auto v = static_cast<std::size_t>(engine_->vocab());
+        for (std::size_t i = 0; i < seqs.size(); ++i) {
+            const std::vector<float> want = reference_forward(model_, shadows[i]->kv, tokens[i], shadows[i]->len++);
+            worst = std::max(worst, logit_error(std::span<const float>(got).subspan(i * v, v), want));
+        }
+        return worst;
+    }
+
+    const Model model_ = Model::random(config_by_name("tiny"), 21);
+    std::string model_path_;
+    std::shared_ptr<const PluginLibrary> library_;
+    std::unique_ptr<PluginEngine> engine_;
+};
+
+TEST_F(KvweldPlugin, InterleavedSequencesMatchTheReference) {
+    EXPECT_EQ(engine_->name(), "kvweld");
+    EXPECT_EQ(engine_->vocab(), model_.config().vocab);
+    engine_->open(0);
+    engine_->open(1);
+    Shadow a(model_), b(model_);
+    Rng rng(5);
+    double worst = 0.0;
+    for (int i = 0; i < 20; ++i) {
+        const int ta = int(rng.below(64)), tb = int(rng.below(64));
+        worst = std::max(worst, step({0, 1}, {ta, tb}, {&a, &b}));
+    }
+    // Truncate one sequence and go on; clear the other and start again.
+    engine_->truncate(0, 7);
+    a.len = 7;
+    engine_->clear(1);
+    b = Shadow(model_);
+    for (int i = 0; i < 10; ++i) worst = std::max(worst, step({1, 0}, {i, 2 * i}, {&b, &a}));
+    EXPECT_LE(worst, kTolerance);
+    const auto counters = engine_->counters();
+    ASSERT_TRUE(counters.has_value());
+    EXPECT_EQ(counters->builds, 2u);  // one plan per sequence, kept through truncate; clear rebinds
+    EXPECT_EQ(counters->builds + counters->reused, 60u);
+}
+
+TEST_F(KvweldPlugin, CopiedSequenceContinuesLikeItsSource) {
+    engine_->open(0);
+    engine_->open(2);
+    for (int t : {3, 1, 4, 1, 5}) engine_->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{t});
+    engine_->copy(0, 2);
+    const std::vector<float> both = engine_->decode(std::vector<std::int32_t>{0, 2}, std::vector<std::int32_t>{9, 9});
+    const auto v = static_cast<std::size_t>(engine_->vocab());
+    EXPECT_EQ(std::vector<float>(both.begin(), both.begin() + long(v)), std::vector<float>(both.begin() + long(v), both.end()));
+}
+
+TEST_F(KvweldPlugin, BadCallsAreErrorsThatNameTheProblem) {
+    expect_error([&] { engine_->decode(std::vector<std::int32_t>{3}, std::vector<std::int32_t>{1}); },
+                 {"kvweld", "decode failed", "sequence 3 is not open"});
+    engine_->open(0);
+    expect_error([&] { engine_->open(0); }, {"already open"});
+    expect_error([&] { engine_->open(9); }, {"out of range"});
+    expect_error([&] { engine_->truncate(0, 5); }, {"truncate failed", "cached_len"});
+    expect_error([&] { engine_->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{64}); },
+                 {"token 64 out of range"});
+    expect_error([&] { PluginEngine(library_, kvweld_engine_options{"/nonexistent.bin", 64, 4, 1}); },
+                 {"create failed", "/nonexistent.bin"});
+}
+
+TEST(BrokenPlugins, AreRefusedWithTheReason) {
+    expect_error([] { PluginLibrary::open("/nonexistent/plugin.so"); }, {"/nonexistent/plugin.so", "cannot load"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_4); }, {"has no symbol 'kvweld_engine_entry'"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_1); }, {"ABI version 99", "version 1"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_2); }, {"required function"});
+    const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
+    expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1}); },
+                 {"engine broken: create failed: no model here"});
+}
+
+}  // namespace
+}  // namespace kvweld::sim

@@ -1,0 +1,43 @@
+// Plugins that are broken on purpose, one per build (BROKEN_KIND), for the
+// loader's error tests: a wrong ABI version, a missing function, a create
+// that fails, and a library without the entry symbol.
+#include "kvweld/engine_abi.h"
+
+#include <cstring>
+
+namespace {
+
+int fail_create(const kvweld_engine_options*, kvweld_engine**, char* err, size_t err_len) {
+    std::strncpy(err, "no model here: this plugin always fails", err_len - 1);
+    err[err_len - 1] = '\0';
+    return 7;
+}
+void destroy(kvweld_engine*) {}
+[[maybe_unused]] int32_t vocab(const kvweld_engine*) { return 1; }
+int seq_op(kvweld_engine*, int32_t, char*, size_t) { return 0; }
+int decode(kvweld_engine*, const int32_t*, const int32_t*, int32_t, float*, char*, size_t) { return 0; }
+int trunc(kvweld_engine*, int32_t, int32_t, char*, size_t) { return 0; }
+int all(kvweld_engine*, char*, size_t) { return 0; }
+
+constexpr kvweld_engine_api kApi = {
+#if BROKEN_KIND == 1
+    KVWELD_ENGINE_ABI_VERSION + 98,
+#else
+    KVWELD_ENGINE_ABI_VERSION,
+#endif
+    "broken", "llama2c", 0, fail_create, destroy,
+#if BROKEN_KIND == 2
+    nullptr,
+#else
+    vocab,
+#endif
+    seq_op, seq_op, decode, trunc, seq_op, all, nullptr, nullptr,
+};
+
+}  // namespace
+
+#if BROKEN_KIND != 4
+extern "C" __attribute__((visibility("default"))) const kvweld_engine_api* kvweld_engine_entry(void) { return &kApi; }
+#else
+extern "C" __attribute__((visibility("default"))) int not_an_engine(void) { return kApi.abi_version; }
+#endif
