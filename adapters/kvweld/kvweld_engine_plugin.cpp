@@ -5,6 +5,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/decode_session.hpp"
 #include "engine/error.hpp"
+#include "adapters/abi_guard.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <algorithm>
@@ -26,20 +27,7 @@ namespace {
 
 using kvweld::require;
 
-// Runs fn; an exception becomes a message and a non-zero return.
-template <class Fn>
-int guarded(char* err, size_t err_len, Fn&& fn) {
-    try {
-        fn();
-        return 0;
-    } catch (const std::exception& e) {
-        if (err && err_len) {
-            std::strncpy(err, e.what(), err_len - 1);
-            err[err_len - 1] = '\0';
-        }
-        return 1;
-    }
-}
+using kvweld::abi::guarded;
 
 kvweld_engine::Seq& seq_of(kvweld_engine* e, int32_t seq) {
     const auto it = e->seqs.find(seq);

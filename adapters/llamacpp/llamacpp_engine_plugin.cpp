@@ -6,6 +6,7 @@
 // (llama_perf_context().n_reused, per graph computed) and the decode calls
 // beyond it; llama.cpp may split one batch into several graphs, so `builds`
 // is a lower bound until the accounting rule for llama.cpp exists.
+#include "adapters/abi_guard.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <llama.h>
@@ -44,19 +45,7 @@ void require(bool cond, const Parts&... parts) {
     throw std::runtime_error(msg);
 }
 
-template <class Fn>
-int guarded(char* err, size_t err_len, Fn&& fn) {
-    try {
-        fn();
-        return 0;
-    } catch (const std::exception& e) {
-        if (err && err_len) {
-            std::strncpy(err, e.what(), err_len - 1);
-            err[err_len - 1] = '\0';
-        }
-        return 1;
-    }
-}
+using kvweld::abi::guarded;
 
 int& len_of(kvweld_engine* e, int32_t seq) {
     require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
