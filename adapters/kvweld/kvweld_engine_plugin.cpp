@@ -5,6 +5,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/decode_session.hpp"
 #include "engine/error.hpp"
+#include "engine/faults.hpp"
 #include "adapters/abi_guard.hpp"
 #include "kvweld/engine_abi.h"
 
@@ -12,10 +13,13 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 
 struct kvweld_engine {
     kvweld::Model model;
     int n_ctx = 0, n_seq_max = 0, threads = 1;
+    kvweld::FaultSet faults;  // installed around every call (they are per thread)
     struct Seq {
         kvweld::KvCache cache;
         kvweld::DecodeSession session;
@@ -27,6 +31,14 @@ namespace {
 
 using kvweld::require;
 
+// Every call runs with the engine's fault switches on, on the caller's thread.
+template <class Fn>
+int guarded(const kvweld_engine* e, char* err, size_t err_len, Fn&& fn) {
+    return kvweld::abi::guarded(err, err_len, [&] {
+        const kvweld::ScopedFaults scoped(e->faults);
+        fn();
+    });
+}
 using kvweld::abi::guarded;
 
 kvweld_engine::Seq& seq_of(kvweld_engine* e, int32_t seq) {
@@ -44,13 +56,23 @@ kvweld::KvCache fresh_cache(const kvweld_engine* e) {
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(o && o->model_path, "no options or model path");
-        auto e = std::make_unique<kvweld_engine>(kvweld_engine{kvweld::load_llama2c(o->model_path), 0, 0, 1, {}});
+        auto e = std::make_unique<kvweld_engine>(kvweld_engine{kvweld::load_llama2c(o->model_path), 0, 0, 1, {}, {}});
         const int max_ctx = e->model.config().max_seq_len;
         require(o->n_ctx >= 1 && o->n_ctx <= max_ctx, "n_ctx = ", o->n_ctx, ": must be in 1..", max_ctx);
         require(o->n_seq_max >= 1 && o->n_seq_max <= 4096, "n_seq_max = ", o->n_seq_max, ": must be in 1..4096");
         e->n_ctx = o->n_ctx;
         e->n_seq_max = o->n_seq_max;
         e->threads = std::max(1, o->threads);
+        std::string_view names = o->faults ? o->faults : "";
+        while (!names.empty()) {
+            const auto comma = names.find(',');
+            const std::string_view name = names.substr(0, comma);
+            const auto f = kvweld::fault_from_name(name);
+            require(f.has_value(), "unknown fault '", name, "': known faults are ", kvweld::fault_names());
+            e->faults.add(*f);
+            names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
+        }
+        require(e->faults.empty() || kvweld::kFaultsCompiled, "faults requested from a plugin built without them");
         *out = e.release();
     });
 }
@@ -60,7 +82,7 @@ void destroy(kvweld_engine* e) { delete e; }
 int32_t vocab(const kvweld_engine* e) { return e->model.config().vocab; }
 
 int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded(e, err, err_len, [&] {
         require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
         require(!e->seqs.count(seq), "sequence ", seq, " is already open");
         e->seqs.emplace(seq, kvweld_engine::Seq{fresh_cache(e), kvweld::DecodeSession({.threads = e->threads})});
@@ -68,7 +90,7 @@ int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
 }
 
 int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded(e, err, err_len, [&] {
         seq_of(e, seq);
         e->seqs.erase(seq);
     });
@@ -76,7 +98,7 @@ int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
 
 int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
            size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded(e, err, err_len, [&] {
         require(n >= 0, "decode of ", n, " pairs");
         const auto v = static_cast<std::size_t>(vocab(e));
         for (int32_t i = 0; i < n; ++i) {
@@ -88,22 +110,22 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
 }
 
 int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] { seq_of(e, seq).cache.truncate_to(n); });
+    return guarded(e, err, err_len, [&] { seq_of(e, seq).cache.truncate_to(n); });
 }
 
 int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] { seq_of(e, seq).cache.clear(); });
+    return guarded(e, err, err_len, [&] { seq_of(e, seq).cache.clear(); });
 }
 
 int clear_all(kvweld_engine* e, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded(e, err, err_len, [&] {
         for (auto& [id, s] : e->seqs) s.cache.clear();
     });
 }
 
 // dst gets a cache of its own holding src's rows (new storage, new id).
 int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded(e, err, err_len, [&] {
         const kvweld_engine::Seq& from = seq_of(e, src);
         kvweld_engine::Seq& to = seq_of(e, dst);
         kvweld::KvCache copy = fresh_cache(e);
@@ -114,7 +136,7 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
 }
 
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded(e, err, err_len, [&] {
         *out = {};
         for (const auto& [id, s] : e->seqs) {
             out->builds += s.session.counters().builds;

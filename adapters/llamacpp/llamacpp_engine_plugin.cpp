@@ -64,6 +64,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         }();
         (void)init;
         require(o && o->model_path, "no options or model path");
+        require(!o->faults || !*o->faults, "the llama.cpp plugin has no fault switches (asked for ", o->faults ? o->faults : "", ")");
         require(o->n_ctx >= 1 && o->n_seq_max >= 1 && o->n_seq_max <= 256, "n_ctx ", o->n_ctx, ", n_seq_max ",
                 o->n_seq_max, ": out of range");
         auto e = std::make_unique<kvweld_engine>();

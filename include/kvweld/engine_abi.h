@@ -35,6 +35,9 @@ typedef struct kvweld_engine_options {
     int32_t n_ctx;          /* positions per sequence */
     int32_t n_seq_max;      /* sequences open at once: ids are 0..n_seq_max-1 */
     int32_t threads;
+    /* Fault switches to turn on, comma-separated names; NULL or "" for
+     * none. An engine without fault switches refuses any (create fails). */
+    const char* faults;
 } kvweld_engine_options;
 
 typedef struct kvweld_engine_counters {

@@ -5,6 +5,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
 #include "engine/error.hpp"
+#include "engine/faults.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
 #include "sim/engine_plugin.hpp"
@@ -33,6 +34,97 @@ void expect_error(const std::function<void()>& fn, std::initializer_list<std::st
     }
 }
 
+// One sequence's reference: a shadow KV built from its own tokens.
+struct Shadow {
+    explicit Shadow(const Model& m) : kv(m.config()) {}
+    ReferenceKv kv;
+    int len = 0;
+};
+
+// Decodes one batch and returns the worst logit_error against the shadows.
+double checked_step(PluginEngine& engine, const Model& model, const std::vector<int>& seqs,
+                    const std::vector<int>& tokens, const std::vector<Shadow*>& shadows) {
+    const std::vector<float> got = engine.decode(seqs, tokens);
+    double worst = 0.0;
+    const auto v = static_cast<std::size_t>(engine.vocab());
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+        const std::vector<float> want = reference_forward(model, shadows[i]->kv, tokens[i], shadows[i]->len++);
+        worst = std::max(worst, logit_error(std::span<const float>(got).subspan(i * v, v), want));
+    }
+    return worst;
+}
+
+// Random serving traffic through the ABI, seed by seed: sequences open and
+// close, decode in batches of several sequences, truncate, clear, copy and
+// clear all; every row of logits is checked against the reference forward
+// over that sequence's own history. Returns "" or the first failure, naming
+// the seed and the op.
+std::string random_ops_failure(PluginEngine& engine, const Model& model, std::uint64_t seeds) {
+    constexpr int kSeqs = 4, kOps = 120, kCtx = 64;
+    for (std::uint64_t seed = 0; seed < seeds; ++seed) {
+        std::vector<std::optional<Shadow>> shadow(kSeqs);
+        Rng rng(seed);
+        for (int op = 0; op < kOps; ++op) {
+            const int s = int(rng.below(kSeqs)), r = int(rng.below(100));
+            const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
+            try {
+                if (!shadow[s]) {
+                    engine.open(s);
+                    shadow[s].emplace(model);
+                } else if (r < 55) {  // a batch: open sequences with room, one token each
+                    std::vector<int> seqs, tokens;
+                    std::vector<Shadow*> shadows;
+                    for (int q = 0; q < kSeqs; ++q)
+                        if (shadow[q] && shadow[q]->len < kCtx && rng.chance(0.7)) {
+                            seqs.push_back(q);
+                            tokens.push_back(int(rng.below(std::uint64_t(model.config().vocab))));
+                            shadows.push_back(&*shadow[q]);
+                        }
+                    if (!seqs.empty()) {
+                        const double err = checked_step(engine, model, seqs, tokens, shadows);
+                        if (!(err <= kTolerance)) return where + ": logit error " + std::to_string(err);
+                    }
+                } else if (r < 70) {
+                    const int n = int(rng.below(std::uint64_t(shadow[s]->len) + 1));
+                    engine.truncate(s, n);
+                    shadow[s]->len = n;
+                } else if (r < 78) {
+                    engine.clear(s);
+                    shadow[s].emplace(model);
+                } else if (r < 88) {
+                    const int d = int(rng.below(kSeqs));
+                    if (d != s && shadow[d]) {
+                        engine.copy(s, d);
+                        shadow[d] = shadow[s];
+                    }
+                } else if (r < 96) {
+                    engine.close(s);
+                    shadow[s].reset();
+                } else {
+                    engine.clear_all();
+                    for (auto& sh : shadow)
+                        if (sh) sh.emplace(model);
+                }
+            } catch (const Error& e) {
+                return where + ": " + e.what();
+            }
+        }
+        for (int q = 0; q < kSeqs; ++q)
+            if (shadow[q]) engine.close(q);
+    }
+    return "";
+}
+
+// Writes `model` in the format the plugin asks for; returns the path.
+std::string write_model(const PluginLibrary& library, const Model& model) {
+    const std::string path = temp_path((std::string("plugin-model.") + library.api().model_format).c_str());
+    if (std::string(library.api().model_format) == "gguf")
+        save_gguf(model, path);
+    else
+        save_llama2c(model, path);
+    return path;
+}
+
 struct PluginCase {
     const char* name;
     const char* path;  // empty: not built here (llama.cpp absent)
@@ -49,32 +141,15 @@ protected:
     void SetUp() override {
         if (!*GetParam().path) GTEST_SKIP() << GetParam().name << " plugin not built (llama.cpp not found: scripts/setup)";
         library_ = PluginLibrary::open(GetParam().path);
-        model_path_ = temp_path((std::string("plugin-model.") + library_->api().model_format).c_str());
-        if (std::string(library_->api().model_format) == "gguf")
-            save_gguf(model_, model_path_);
-        else
-            save_llama2c(model_, model_path_);
-        engine_ = std::make_unique<PluginEngine>(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1});
+        model_path_ = write_model(*library_, model_);
+        engine_ = std::make_unique<PluginEngine>(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr});
     }
     void TearDown() override {
         if (!model_path_.empty()) std::filesystem::remove(model_path_);
     }
 
-    // One sequence's reference: a shadow KV built from its own tokens.
-    struct Shadow {
-        explicit Shadow(const Model& m) : kv(m.config()) {}
-        ReferenceKv kv;
-        int len = 0;
-    };
-    double step(const std::vector<int>& seqs, const std::vector<int>& tokens, std::vector<Shadow*> shadows) {
-        const std::vector<float> got = engine_->decode(seqs, tokens);
-        double worst = 0.0;
-        const auto v = static_cast<std::size_t>(engine_->vocab());
-        for (std::size_t i = 0; i < seqs.size(); ++i) {
-            const std::vector<float> want = reference_forward(model_, shadows[i]->kv, tokens[i], shadows[i]->len++);
-            worst = std::max(worst, logit_error(std::span<const float>(got).subspan(i * v, v), want));
-        }
-        return worst;
+    double step(const std::vector<int>& seqs, const std::vector<int>& tokens, const std::vector<Shadow*>& shadows) {
+        return checked_step(*engine_, model_, seqs, tokens, shadows);
     }
 
     const Model model_ = Model::random(config_by_name("tiny"), 21);
@@ -134,65 +209,12 @@ TEST_P(Plugin, BadCallsAreErrorsThatNameTheProblem) {
     // The refused calls changed nothing: sequence 0 still decodes from position 0.
     Shadow a(model_);
     EXPECT_LE(step({0}, {5}, {&a}), kTolerance);
-    expect_error([&] { PluginEngine(library_, kvweld_engine_options{"/nonexistent.bin", 64, 4, 1}); },
+    expect_error([&] { PluginEngine(library_, kvweld_engine_options{"/nonexistent.bin", 64, 4, 1, nullptr}); },
                  {"create failed", "/nonexistent.bin"});
 }
 
-// Random serving traffic through the ABI, seed by seed: sequences open and
-// close, decode in batches of several sequences, truncate, clear, copy and
-// clear all; every row of logits is checked against the reference forward
-// over that sequence's own history (its shadow KV). A mismatch names the
-// seed and the op.
 TEST_P(Plugin, RandomOpsAgreeWithTheReference) {
-    constexpr int kSeqs = 4, kOps = 120;
-    const int n_ctx = 64;
-    for (std::uint64_t seed = 0; seed < 50; ++seed) {
-        engine_->clear_all();
-        std::vector<std::optional<Shadow>> shadow(kSeqs);
-        Rng rng(seed);
-        for (int op = 0; op < kOps; ++op) {
-            const int s = int(rng.below(kSeqs)), r = int(rng.below(100));
-            const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
-            if (!shadow[s]) {
-                engine_->open(s);
-                shadow[s].emplace(model_);
-            } else if (r < 55) {  // a batch: every open sequence with room, one token each
-                std::vector<int> seqs, tokens;
-                std::vector<Shadow*> shadows;
-                for (int q = 0; q < kSeqs; ++q)
-                    if (shadow[q] && shadow[q]->len < n_ctx && rng.chance(0.7)) {
-                        seqs.push_back(q);
-                        tokens.push_back(int(rng.below(64)));
-                        shadows.push_back(&*shadow[q]);
-                    }
-                if (!seqs.empty()) {
-                    ASSERT_LE(step(seqs, tokens, shadows), kTolerance) << where;
-                }
-            } else if (r < 70) {
-                const int n = int(rng.below(std::uint64_t(shadow[s]->len) + 1));
-                engine_->truncate(s, n);
-                shadow[s]->len = n;
-            } else if (r < 78) {
-                engine_->clear(s);
-                shadow[s].emplace(model_);
-            } else if (r < 88) {
-                const int d = int(rng.below(kSeqs));
-                if (d != s && shadow[d]) {
-                    engine_->copy(s, d);
-                    shadow[d] = shadow[s];
-                }
-            } else if (r < 96) {
-                engine_->close(s);
-                shadow[s].reset();
-            } else {
-                engine_->clear_all();
-                for (auto& sh : shadow)
-                    if (sh) sh.emplace(model_);
-            }
-        }
-        for (int q = 0; q < kSeqs; ++q)
-            if (shadow[q]) engine_->close(q);
-    }
+    EXPECT_EQ(random_ops_failure(*engine_, model_, 50), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Plugin,
@@ -200,13 +222,43 @@ INSTANTIATE_TEST_SUITE_P(Engines, Plugin,
                                            PluginCase{"llamacpp", LLAMACPP_PLUGIN_PATH}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The other half, through the ABI: kvweld's plugin with a fault switch on
+// (the ABI's `faults` option) is caught by the same random traffic; a
+// plugin without fault switches refuses them.
+TEST(PluginFaults, RandomOpsCatchThem) {
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
+    const Model model = Model::random(config_by_name("tiny"), 21);
+    const auto library = PluginLibrary::open(KVWELD_PLUGIN_PATH);
+    const std::string path = write_model(*library, model);
+    for (const char* fault : {"no_remint_on_clear", "offset_not_rebound", "partial_rebind", "spec_reject_off_by_one"}) {
+        PluginEngine engine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, fault});
+        const std::string failure = random_ops_failure(engine, model, 50);
+        std::printf("%s: %s\n", fault, failure.empty() ? "not caught" : failure.c_str());
+        // spec_reject_off_by_one is the simulator's scheduler fault: the engine itself is correct.
+        if (std::string(fault) == "spec_reject_off_by_one")
+            EXPECT_EQ(failure, "");
+        else
+            EXPECT_NE(failure, "") << fault;
+    }
+    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, "no_such_fault"}); },
+                 {"unknown fault 'no_such_fault'"});
+    if (*LLAMACPP_PLUGIN_PATH) {
+        const auto llama = PluginLibrary::open(LLAMACPP_PLUGIN_PATH);
+        const std::string gguf = write_model(*llama, model);
+        expect_error([&] { PluginEngine(llama, kvweld_engine_options{gguf.c_str(), 64, 4, 1, "no_remint_on_clear"}); },
+                     {"no fault switches"});
+        std::filesystem::remove(gguf);
+    }
+    std::filesystem::remove(path);
+}
+
 TEST(BrokenPlugins, AreRefusedWithTheReason) {
     expect_error([] { PluginLibrary::open("/nonexistent/plugin.so"); }, {"/nonexistent/plugin.so", "cannot load"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_4); }, {"has no symbol 'kvweld_engine_entry'"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_1); }, {"ABI version 99", "version 1"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_2); }, {"required function"});
     const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
-    expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1}); },
+    expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr}); },
                  {"engine broken: create failed: no model here"});
 }
 
