@@ -1,5 +1,6 @@
 #include "sim/engine_plugin.hpp"
 
+#include "adapters/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 
@@ -28,7 +29,7 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
     else if (api->abi_version != KVWELD_ENGINE_ABI_VERSION)
         problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks version ",
                       KVWELD_ENGINE_ABI_VERSION);
-    else if (!api->name || !api->model_format || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
+    else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
     else if (((api->capabilities & KVWELD_CAP_COPY_SEQ) && !api->copy_seq) ||
@@ -64,6 +65,10 @@ PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const k
         library_->api().destroy(engine_);
         throw Error(cat("engine ", library_->api().name, ": vocab() = ", vocab_, ": must be positive"));
     }
+}
+
+std::vector<std::string> PluginEngine::fault_names() const {
+    return abi::split_list(library_->api().fault_names);
 }
 
 PluginEngine::~PluginEngine() { library_->api().destroy(engine_); }

@@ -42,6 +42,8 @@ public:
 
     std::string name() const { return library_->api().name; }
     std::uint32_t capabilities() const { return library_->api().capabilities; }
+    std::string model_format() const { return library_->api().model_format; }
+    std::vector<std::string> fault_names() const;  // the switches options.faults may name
     int vocab() const { return vocab_; }
 
     void open(int seq);

@@ -18,4 +18,11 @@ T json_field(const nlohmann::json& j, const char* name) {
     }
 }
 
+// An int field that must lie in lo..hi.
+inline int json_int_in(const nlohmann::json& j, const char* name, int lo, int hi) {
+    const int v = json_field<int>(j, name);
+    require(v >= lo && v <= hi, "field '", name, "' = ", v, ": must be in ", lo, "..", hi);
+    return v;
+}
+
 }  // namespace kvweld::sim

@@ -15,6 +15,7 @@
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 #include "sim/simulator.hpp"
+#include "sim/choose.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -59,17 +60,7 @@ struct Simulator::Blindness {
 };
 
 int Simulator::choose(std::span<const float> logits, Rng& chooser) const {
-    if (!config_.sampled)
-        return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    const float max = *std::max_element(logits.begin(), logits.end());
-    double total = 0.0;
-    for (float l : logits) total += std::exp(double(l - max));
-    double u = chooser.unit() * total;
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-        u -= std::exp(double(logits[i] - max));
-        if (u <= 0.0) return static_cast<int>(i);
-    }
-    return static_cast<int>(logits.size()) - 1;
+    return choose_token(logits, config_.sampled, chooser);
 }
 
 // Would a plan still welded to its old storage have read exactly what the

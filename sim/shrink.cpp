@@ -2,18 +2,11 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "sim/ddmin.hpp"
 
 namespace kvweld::sim {
 
 namespace {
-
-// Sets v to zero; false when it already was (nothing to simplify).
-template <class T>
-bool zero(T& v) {
-    if (v == T{}) return false;
-    v = T{};
-    return true;
-}
 
 class Shrinker {
 public:
@@ -32,37 +25,9 @@ public:
         return true;
     }
 
-    void ddmin() {
-        std::size_t n = 2;
-        while (best_.size() >= 2 && runs_ < max_runs_) {
-            const std::size_t chunk = (best_.size() + n - 1) / n;
-            bool reduced = false;
-            for (std::size_t start = 0; start < best_.size(); start += chunk) {
-                std::vector<Op> complement(best_.begin(), best_.begin() + static_cast<long>(start));
-                const std::size_t end = std::min(best_.size(), start + chunk);
-                complement.insert(complement.end(), best_.begin() + static_cast<long>(end), best_.end());
-                if (try_keep(complement)) {
-                    n = std::max<std::size_t>(n - 1, 2);
-                    reduced = true;
-                    break;
-                }
-            }
-            if (reduced) continue;
-            if (n >= best_.size()) break;
-            n = std::min(best_.size(), n * 2);
-        }
-    }
-
-    // Simpler arguments, one op at a time: fewer tokens, smaller numbers.
-    void simplify_arguments() {
-        for (std::size_t i = 0; i < best_.size(); ++i) {
-            for (auto simplify : simplifications()) {
-                if (i >= best_.size()) break;
-                std::vector<Op> candidate = best_;
-                if (!simplify(candidate[i])) continue;
-                try_keep(candidate);
-            }
-        }
+    void run() {
+        shrink_ops(best_, simplifications(), [this](const std::vector<Op>& c) { return try_keep(c); },
+                   [this] { return runs_ >= max_runs_; });
     }
 
     std::vector<Op> best_;
@@ -109,9 +74,7 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
     require(target != Verdict::pass, "shrink: the trace passes; there is nothing to shrink");
     Shrinker s(config, steps, target, max_runs);
     require(s.try_keep(ops), "shrink: the trace does not fail with ", to_string(target));
-    s.ddmin();
-    s.simplify_arguments();
-    s.ddmin();
+    s.run();
     return ShrinkResult{s.best_, s.result_, s.runs_};
 }
 

@@ -99,19 +99,7 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
          {"rebind_policy", to_string(c.rebind_policy)},
          {"retire_keeps_cache", c.retire_keeps_cache},
          {"sampled", c.sampled},
-         {"model", {{"name", c.model_name},
-                    {"family", to_string(c.model.family)},
-                    {"vocab", c.model.vocab},
-                    {"dim", c.model.dim},
-                    {"n_layers", c.model.n_layers},
-                    {"n_heads", c.model.n_heads},
-                    {"n_kv_heads", c.model.n_kv_heads},
-                    {"head_dim", c.model.head_dim},
-                    {"ffn_dim", c.model.ffn_dim},
-                    {"max_seq_len", c.model.max_seq_len},
-                    {"rope_theta", c.model.rope_theta},
-                    {"norm_eps", c.model.norm_eps},
-                    {"weights_seed", c.weights_seed}}},
+         {"model", model_to_json(c.model_name, c.model, c.weights_seed)},
          {"cache_capacities", c.capacities},
          {"max_prompt", c.max_prompt},
          {"max_new", c.max_new},
@@ -122,12 +110,20 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
          {"faults", faults}};
 }
 
-namespace {
-
-int get_in(const nlohmann::json& j, const char* name, int lo, int hi) {
-    const int v = json_field<int>(j, name);
-    require(v >= lo && v <= hi, "field '", name, "' = ", v, ": must be in ", lo, "..", hi);
-    return v;
+nlohmann::json model_to_json(const std::string& name, const ModelConfig& model, std::uint64_t weights_seed) {
+    return {{"name", name},
+            {"family", to_string(model.family)},
+            {"vocab", model.vocab},
+            {"dim", model.dim},
+            {"n_layers", model.n_layers},
+            {"n_heads", model.n_heads},
+            {"n_kv_heads", model.n_kv_heads},
+            {"head_dim", model.head_dim},
+            {"ffn_dim", model.ffn_dim},
+            {"max_seq_len", model.max_seq_len},
+            {"rope_theta", model.rope_theta},
+            {"norm_eps", model.norm_eps},
+            {"weights_seed", weights_seed}};
 }
 
 ModelConfig model_from_json(const nlohmann::json& m) {
@@ -151,17 +147,15 @@ ModelConfig model_from_json(const nlohmann::json& m) {
     return c;
 }
 
-}  // namespace
-
 SimConfig config_from_json(const nlohmann::json& j) {
     SimConfig c;
     c.seed = json_field<std::uint64_t>(j, "seed");
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
     for (int k = 0; k < kOpKinds; ++k)
-        c.weights[k] = get_in(w, std::string(to_string(OpKind(k))).c_str(), 0, 100);
+        c.weights[k] = json_int_in(w, std::string(to_string(OpKind(k))).c_str(), 0, 100);
     require(c.weights[int(OpKind::admit)] > 0 && c.weights[int(OpKind::decode)] > 0,
             "weights: admit and decode must be enabled");
-    c.slots = get_in(j, "slots", 1, 16);
+    c.slots = json_int_in(j, "slots", 1, 16);
     c.cache_policy = cache_policy_from_string(json_field<std::string>(j, "cache_policy"));
     c.rebind_policy = rebind_policy_from_string(json_field<std::string>(j, "rebind_policy"));
     c.retire_keeps_cache = json_field<bool>(j, "retire_keeps_cache");
@@ -170,7 +164,7 @@ SimConfig config_from_json(const nlohmann::json& j) {
     c.model_name = json_field<std::string>(m, "name");
     c.model = model_from_json(m);
     c.weights_seed = json_field<std::uint64_t>(m, "weights_seed");
-    c.max_prompt = get_in(j, "max_prompt", 1, 4096);
+    c.max_prompt = json_int_in(j, "max_prompt", 1, 4096);
     c.capacities = json_field<std::vector<int>>(j, "cache_capacities");
     require(!c.capacities.empty() && c.capacities.size() <= 16, "field 'cache_capacities' holds ",
             c.capacities.size(), " values: must hold 1..16");
@@ -178,8 +172,8 @@ SimConfig config_from_json(const nlohmann::json& j) {
         require(cap > c.max_prompt && cap <= c.model.max_seq_len, "field 'cache_capacities' holds ", cap,
                 ": each must be in ", c.max_prompt + 1, "..", c.model.max_seq_len,
                 " (max_prompt + 1 .. the model's max_seq_len)");
-    c.max_new = get_in(j, "max_new", 0, 1 << 20);
-    c.spec_k = get_in(j, "spec_k", 1, 64);
+    c.max_new = json_int_in(j, "max_new", 0, 1 << 20);
+    c.spec_k = json_int_in(j, "spec_k", 1, 64);
     c.accept_mean = json_field<float>(j, "accept_mean");
     c.same_weights_chance = json_field<float>(j, "same_weights_chance");
     c.backend = backend_from_string(json_field<std::string>(j, "backend"));

@@ -57,6 +57,10 @@ struct DrawOptions {
 SimConfig draw_config(std::uint64_t seed, const DrawOptions& options = {});
 
 void to_json(nlohmann::json& j, const SimConfig& c);
+// A trace's model spec: its name, every dimension and the weights seed.
+// Reading refuses a model no simulation here could hold.
+nlohmann::json model_to_json(const std::string& name, const ModelConfig& model, std::uint64_t weights_seed);
+ModelConfig model_from_json(const nlohmann::json& m);  // throws Error naming the field
 SimConfig config_from_json(const nlohmann::json& j);  // strict; throws Error naming the field
 
 }  // namespace kvweld::sim

@@ -2,11 +2,9 @@
 
 #include "engine/cat.hpp"
 #include "sim/report.hpp"
+#include "sim/seed_pool.hpp"
 
-#include <atomic>
 #include <cstdio>
-#include <mutex>
-#include <thread>
 
 namespace kvweld::sim {
 
@@ -14,24 +12,14 @@ SwarmResult run_swarm(const SwarmOptions& o, const std::function<void(std::size_
     const std::size_t n = static_cast<std::size_t>(o.last - o.first) + 1;
     SwarmResult out;
     out.seeds.resize(n);
-    std::atomic<std::size_t> next{0};
-    std::mutex mutex;
-    std::size_t done = 0, failures = 0;
-
-    auto worker = [&] {
-        for (std::size_t i; (i = next.fetch_add(1)) < n;) {
+    run_indexed(
+        n, o.jobs,
+        [&](std::size_t i) {
             const RunResult r = run_generated(draw_config(o.first + i, o.draw), o.steps, o.oracles);
             out.seeds[i] = SeedResult{r.config, r.stats, r.verdict, r.failure};
-            const std::lock_guard lock(mutex);
-            ++done;
-            failures += r.verdict != Verdict::pass;
-            if (progress) progress(done, failures);
-        }
-    };
-    std::vector<std::thread> threads;
-    const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(n)));
-    for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
-    for (std::thread& t : threads) t.join();
+            return r.verdict != Verdict::pass;
+        },
+        progress);
 
     for (const SeedResult& s : out.seeds) {
         out.total.add(s.stats);

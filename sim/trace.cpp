@@ -2,6 +2,7 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "sim/jsonl.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -49,40 +50,27 @@ Trace parse_header(const nlohmann::json& h) {
 }  // namespace
 
 Trace parse_trace(const std::string& text, const std::string& origin) {
-    std::istringstream in(text);
-    std::string line;
     Trace trace;
-    int number = 0;
-    while (std::getline(in, line)) {
-        ++number;
-        const bool last = in.eof();
-        try {
-            require(!(last && !text.empty() && text.back() != '\n'),
-                    "line is not terminated: the trace is truncated");
-            const nlohmann::json j = nlohmann::json::parse(line);
-            if (number == 1)
-                trace = parse_header(j);
-            else
-                trace.ops.push_back(op_from_json(j));
-        } catch (const nlohmann::json::exception& e) {
-            throw Error(cat("trace ", origin, " line ", number, ": invalid JSON (", e.what(), ")"));
-        } catch (const Error& e) {
-            throw Error(cat("trace ", origin, " line ", number, ": ", e.what()));
-        }
-    }
-    require(number >= 1, "trace ", origin, " line 1: the trace is empty (no header)");
+    read_jsonl(text, origin, [&](int number, const nlohmann::json& j) {
+        if (number == 1)
+            trace = parse_header(j);
+        else
+            trace.ops.push_back(op_from_json(j));
+    });
     require(trace.ops.size() <= static_cast<std::size_t>(trace.steps),
             "trace ", origin, ": ", trace.ops.size(), " ops but the header says ", trace.steps,
                 " steps");
     return trace;
 }
 
-Trace read_trace(const std::string& path) {
+Trace read_trace(const std::string& path) { return parse_trace(read_text_file(path), path); }
+
+std::string read_text_file(const std::string& path, const char* what) {
     std::ifstream in(path, std::ios::binary);
-    require(in.good(), "trace ", path, ": cannot open the file");
+    require(in.good(), what, " ", path, ": cannot open the file");
     std::ostringstream text;
     text << in.rdbuf();
-    return parse_trace(text.str(), path);
+    return text.str();
 }
 
 }  // namespace kvweld::sim

@@ -7,6 +7,7 @@
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 #include "adapters/abi_guard.hpp"
+#include "adapters/abi_lists.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <algorithm>
@@ -63,14 +64,11 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         e->n_ctx = o->n_ctx;
         e->n_seq_max = o->n_seq_max;
         e->threads = std::max(1, o->threads);
-        std::string_view names = o->faults ? o->faults : "";
-        while (!names.empty()) {
-            const auto comma = names.find(',');
-            const std::string_view name = names.substr(0, comma);
+        kvweld::abi::parse_params(o->params, {});  // no settings: any is refused, by name
+        for (const std::string& name : kvweld::abi::split_list(o->faults)) {
             const auto f = kvweld::fault_from_name(name);
             require(f.has_value(), "unknown fault '", name, "': known faults are ", kvweld::fault_names());
             e->faults.add(*f);
-            names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
         }
         require(e->faults.empty() || kvweld::kFaultsCompiled, "faults requested from a plugin built without them");
         *out = e.release();
@@ -140,13 +138,40 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
         *out = {};
         for (const auto& [id, s] : e->seqs) {
             out->builds += s.session.counters().builds;
-            out->reused += s.session.counters().kept + s.session.counters().rebinds;
+            out->reused += s.session.counters().kept;
+            out->rebound += s.session.counters().rebinds;
         }
     });
 }
 
-constexpr kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS,
+// The engine's fault switches this ABI can reach (none in a build without
+// KVWELD_FAULTS), as the ABI lists them: comma-separated. Left out, because
+// nothing behind this ABI makes them act: the model is loaded once (no
+// reload: model_id_not_in_key, weight_pointer_key, model_key_by_content),
+// there is no set_layer (no_remint_on_set_layer), a rebind always serves
+// so nothing rebuilds after the first build (build_counted_as_kept), and
+// spec_reject_off_by_one lives in kvweld's own simulator.
+bool reachable(kvweld::Fault f) {
+    using F = kvweld::Fault;
+    for (F out : {F::model_id_not_in_key, F::weight_pointer_key, F::model_key_by_content, F::no_remint_on_set_layer,
+                  F::build_counted_as_kept, F::spec_reject_off_by_one})
+        if (f == out) return false;
+    return true;
+}
+
+const char* fault_list() {
+    static const std::string names = [] {
+        std::string out;
+        if (kvweld::kFaultsCompiled)
+            for (const kvweld::FaultInfo& f : kvweld::all_faults())
+                if (reachable(f.fault)) out += (out.empty() ? "" : ",") + std::string(f.name);
+        return out;
+    }();
+    return names.c_str();
+}
+
+const kvweld_engine_api kApi = {
+    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS, fault_list(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters,
 };
 

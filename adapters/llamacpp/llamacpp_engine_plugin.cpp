@@ -5,8 +5,18 @@
 // memory operations. The counters are llama.cpp's own graph reuse count
 // (llama_perf_context().n_reused, per graph computed) and the decode calls
 // beyond it; llama.cpp may split one batch into several graphs, so `builds`
-// is a lower bound until the accounting rule for llama.cpp exists.
+// is a lower bound: the accounting rule (sim/rules/llamacpp_rule.cpp)
+// checks `reused` only.
+//
+// Settings (options.params): kv_unified=0|1 (default 0: each sequence has
+// n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
+// LLAMA_GRAPH_REUSE_DISABLE for this context).
+//
+// Fault switches (options.faults) make this adapter use llama.cpp wrongly,
+// so the kill matrix shows the oracles catch a harness-side mistake on a
+// real engine; see kFaults.
 #include "adapters/abi_guard.hpp"
+#include "adapters/abi_lists.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <llama.h>
@@ -14,17 +24,40 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+namespace {
+
+// The adapter's fault switches: each one a mistake a harness could make.
+enum Fault : unsigned {
+    truncate_one_short = 1u << 0,  // truncate(n) keeps n+1 positions
+    decode_wrong_seq = 1u << 1,    // a batch's first pair goes to the next open sequence
+    skip_clear = 1u << 2,          // clear_seq forgets the positions but leaves the KV
+    stale_logits = 1u << 3,        // a batch shaped like the last one gets its last row back
+};
+constexpr struct {
+    const char* name;
+    Fault fault;
+} kFaults[] = {{"truncate_one_short", truncate_one_short},
+               {"decode_wrong_seq", decode_wrong_seq},
+               {"skip_clear", skip_clear},
+               {"stale_logits", stale_logits}};
+
+}  // namespace
+
 struct kvweld_engine {
     llama_model* model = nullptr;
     llama_context* ctx = nullptr;
     int n_ctx = 0, n_seq_max = 0, vocab = 0;
+    unsigned faults = 0;
     std::vector<int> len;    // per sequence: positions held, -1 when closed
     std::uint64_t calls = 0; // llama_decode calls
+    std::vector<int> last_seqs;     // stale_logits: the previous batch's sequences
+    std::vector<float> last_row;    // and its last row of logits
     ~kvweld_engine() {
         if (ctx) llama_free(ctx);
         if (model) llama_model_free(model);
@@ -47,6 +80,15 @@ void require(bool cond, const Parts&... parts) {
 
 using kvweld::abi::guarded;
 
+const char* fault_names() {
+    static const std::string names = [] {
+        std::string out;
+        for (const auto& f : kFaults) out += (out.empty() ? "" : ",") + std::string(f.name);
+        return out;
+    }();
+    return names.c_str();
+}
+
 int& len_of(kvweld_engine* e, int32_t seq) {
     require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
     require(e->len[std::size_t(seq)] >= 0, "sequence ", seq, " is not open");
@@ -54,6 +96,37 @@ int& len_of(kvweld_engine* e, int32_t seq) {
 }
 
 llama_memory_t memory(kvweld_engine* e) { return llama_get_memory(e->ctx); }
+
+// decode_wrong_seq: the open sequence after `seq` (itself when it is alone).
+int32_t next_open(const kvweld_engine* e, int32_t seq) {
+    for (int step = 1; step < e->n_seq_max; ++step) {
+        const int32_t other = (seq + step) % e->n_seq_max;
+        if (e->len[std::size_t(other)] >= 0) return other;
+    }
+    return seq;
+}
+
+unsigned parse_faults(const char* names) {
+    unsigned out = 0;
+    for (const std::string& name : kvweld::abi::split_list(names)) {
+        unsigned bit = 0;
+        for (const auto& f : kFaults) bit |= name == f.name ? unsigned(f.fault) : 0u;
+        require(bit != 0, "unknown fault '", name, "': this adapter's faults are ", fault_names());
+        out |= bit;
+    }
+    return out;
+}
+
+// llama.cpp reads LLAMA_GRAPH_REUSE_DISABLE when a context is created;
+// the lock keeps two engines created at once from seeing each other's.
+llama_context* create_context(llama_model* model, const llama_context_params& cp, bool graph_reuse) {
+    static std::mutex env_lock;
+    const std::lock_guard<std::mutex> lock(env_lock);
+    setenv("LLAMA_GRAPH_REUSE_DISABLE", graph_reuse ? "0" : "1", 1);
+    llama_context* ctx = llama_init_from_model(model, cp);
+    unsetenv("LLAMA_GRAPH_REUSE_DISABLE");
+    return ctx;
+}
 
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
@@ -64,10 +137,11 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         }();
         (void)init;
         require(o && o->model_path, "no options or model path");
-        require(!o->faults || !*o->faults, "the llama.cpp plugin has no fault switches (asked for ", o->faults ? o->faults : "", ")");
         require(o->n_ctx >= 1 && o->n_seq_max >= 1 && o->n_seq_max <= 256, "n_ctx ", o->n_ctx, ", n_seq_max ",
                 o->n_seq_max, ": out of range");
         auto e = std::make_unique<kvweld_engine>();
+        e->faults = parse_faults(o->faults);
+        const auto params = kvweld::abi::parse_params(o->params, {"kv_unified", "graph_reuse"});
         llama_model_params mp = llama_model_default_params();
         mp.n_gpu_layers = 0;
         e->model = llama_model_load_from_file(o->model_path, mp);
@@ -81,7 +155,8 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         cp.type_k = cp.type_v = GGML_TYPE_F32;
         cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
         cp.no_perf = false;
-        e->ctx = llama_init_from_model(e->model, cp);
+        cp.kv_unified = kvweld::abi::flag_param(params, "kv_unified", false);
+        e->ctx = create_context(e->model, cp, kvweld::abi::flag_param(params, "graph_reuse", true));
         require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx));
         e->n_ctx = o->n_ctx;
         e->n_seq_max = o->n_seq_max;
@@ -124,12 +199,15 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
         for (int32_t i = 0; i < n; ++i) {
             len_of(e, seqs[i]);
             require(tokens[i] >= 0 && tokens[i] < e->vocab, "token ", tokens[i], " out of range: vocab is ", e->vocab);
-            int& pos = next[std::size_t(seqs[i])];
-            require(pos < e->n_ctx, "sequence ", seqs[i], " is full: ", e->n_ctx, " positions");
+        }
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t seq = i == 0 && (e->faults & decode_wrong_seq) ? next_open(e, seqs[0]) : seqs[i];
+            int& pos = next[std::size_t(seq)];
+            require(pos < e->n_ctx, "sequence ", seq, " is full: ", e->n_ctx, " positions");
             batch.token[i] = tokens[i];
             batch.pos[i] = pos++;
             batch.n_seq_id[i] = 1;
-            batch.seq_id[i][0] = seqs[i];
+            batch.seq_id[i][0] = seq;
             batch.logits[i] = 1;
         }
         batch.n_tokens = n;
@@ -137,9 +215,16 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
         require(rc == 0, "llama_decode returned ", rc);
         ++e->calls;
         e->len = next;
+        const auto v = std::size_t(e->vocab);
         for (int32_t i = 0; i < n; ++i)
-            std::memcpy(logits + std::size_t(i) * std::size_t(e->vocab), llama_get_logits_ith(e->ctx, i),
-                        std::size_t(e->vocab) * sizeof(float));
+            std::memcpy(logits + std::size_t(i) * v, llama_get_logits_ith(e->ctx, i), v * sizeof(float));
+        if (e->faults & stale_logits) {
+            float* last = logits + std::size_t(n - 1) * v;
+            const std::vector<int> shape(seqs, seqs + n);
+            if (shape == e->last_seqs) std::copy(e->last_row.begin(), e->last_row.end(), last);
+            e->last_seqs = shape;
+            e->last_row.assign(last, last + v);
+        }
     });
 }
 
@@ -147,15 +232,16 @@ int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len
     return guarded(err, err_len, [&] {
         int& len = len_of(e, seq);
         require(n >= 0 && n <= len, "truncate_to(", n, "): must be in 0..", len);
-        require(llama_memory_seq_rm(memory(e), seq, n, -1), "llama_memory_seq_rm refused");
-        len = n;
+        const int keep = (e->faults & truncate_one_short) && n < len ? n + 1 : n;
+        require(llama_memory_seq_rm(memory(e), seq, keep, -1), "llama_memory_seq_rm refused");
+        len = keep;
     });
 }
 
 int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         int& len = len_of(e, seq);
-        llama_memory_seq_rm(memory(e), seq, -1, -1);
+        if (!(e->faults & skip_clear)) llama_memory_seq_rm(memory(e), seq, -1, -1);
         len = 0;
     });
 }
@@ -181,12 +267,12 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto reused = std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
-        *out = {e->calls - std::min(e->calls, reused), reused};
+        *out = {e->calls - std::min(e->calls, reused), reused, 0};
     });
 }
 
-constexpr kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS,
+const kvweld_engine_api kApi = {
+    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS, fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters,
 };
 

@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 1.
+/* kvweld's engine plugin ABI, version 2.
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -22,7 +22,8 @@
 extern "C" {
 #endif
 
-#define KVWELD_ENGINE_ABI_VERSION 1u
+/* 2: options.params (engine settings) and api.fault_names. */
+#define KVWELD_ENGINE_ABI_VERSION 2u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -38,11 +39,17 @@ typedef struct kvweld_engine_options {
     /* Fault switches to turn on, comma-separated names; NULL or "" for
      * none. An engine without fault switches refuses any (create fails). */
     const char* faults;
+    /* Engine settings, comma-separated key=value pairs the engine names in
+     * its documentation (e.g. "kv_unified=1"); NULL or "" for defaults. An
+     * unknown key or a bad value is a create failure naming it. */
+    const char* params;
 } kvweld_engine_options;
 
 typedef struct kvweld_engine_counters {
     uint64_t builds;  /* plans (graphs) built */
-    uint64_t reused;  /* decode calls served by a kept plan */
+    uint64_t reused;  /* plans run again as they were kept */
+    uint64_t rebound; /* plans re-pointed at replaced storage without a build
+                         (0 for an engine without the notion) */
 } kvweld_engine_counters;
 
 typedef struct kvweld_engine_api {
@@ -50,6 +57,9 @@ typedef struct kvweld_engine_api {
     const char* name;         /* e.g. "llamacpp" */
     const char* model_format; /* "llama2c" or "gguf" */
     uint32_t capabilities;    /* KVWELD_CAP_* */
+    /* The fault switches options.faults may name, comma-separated; "" when
+     * the engine has none. `kvweld mutants --engine` runs each of them. */
+    const char* fault_names;
 
     int (*create)(const kvweld_engine_options* options, kvweld_engine** out, char* err, size_t err_len);
     void (*destroy)(kvweld_engine* engine);

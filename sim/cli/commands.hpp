@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/faults.hpp"
+#include "sim/serve/serve_config.hpp"
 #include "sim/sim_config.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -33,11 +34,22 @@ struct RunOptions {
     std::string model;
     std::string backend = "cpu";
     std::vector<std::string> faults;
+    std::string engine;  // "": kvweld's own engine in-process (every oracle)
+    std::string params;  // the engine's settings
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 sim::DrawOptions draw_options(const RunOptions& options);  // throws Error on a bad name
 FaultSet parse_faults(const std::vector<std::string>& names);
 void write_json(const std::string& path, const nlohmann::json& j);
+
+// --engine: the same commands over an engine behind the plugin ABI
+// (sim/cli/engine_cmds.cpp, the serving simulator in sim/serve/).
+sim::EngineChoice engine_choice(const RunOptions& options);  // throws Error on a bad combination
+int run_engine_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace, const std::string& json);
+int run_engine_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs);
+int run_engine_replay(const std::string& text, const std::string& path);
+int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out);
+int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs);
 
 // A decimal unsigned integer and nothing else ("-3" is not 2^64 - 3).
 std::optional<std::uint64_t> parse_u64(std::string_view text);

@@ -20,9 +20,16 @@ struct MutantsArgs {
     int jobs = 0;
     std::string model, backend = "cpu", json;
     std::vector<std::string> faults;
+    std::string engine, params;
 };
 
 int run_mutants_cmd(const MutantsArgs& a) {
+    if (!a.engine.empty()) {
+        require(a.json.empty(), "--json with --engine: not written yet (the table is printed)");
+        const RunOptions run{a.steps, a.model, a.backend, a.faults, a.engine, a.params};
+        return run_engine_mutants(run, a.seeds,
+                                  a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    }
     require(kFaultsCompiled, "mutants needs a build with fault switches (KVWELD_FAULTS); this one has none");
     MutantsOptions o;
     o.seeds = a.seeds;
@@ -62,6 +69,10 @@ void add_mutants_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
     cmd->add_option("--fault", args->faults, "only these faults (repeatable; default: all)");
     cmd->add_option("--json", args->json, "write the matrix as JSON here");
+    cmd->add_option("--engine", args->engine,
+                    "an engine behind the plugin ABI (kvweld, llamacpp or a .so): the clean engine and each fault "
+                    "switch the plugin lists, through the serving simulator");
+    cmd->add_option("--params", args->params, "the --engine's settings, k=v,...");
     cmd->callback([args, &action] { action = [args] { return run_mutants_cmd(*args); }; });
 }
 

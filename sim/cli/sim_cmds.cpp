@@ -1,7 +1,10 @@
 // `kvweld sim`, `replay` and `shrink`: one run, its replay, its minimization.
 #include "sim/cli/commands.hpp"
 
+#include "sim/jsonl.hpp"
 #include "sim/report.hpp"
+#include "sim/serve/engine_choice.hpp"
+#include "sim/serve/serve_run.hpp"
 #include "sim/shrink.hpp"
 #include "sim/trace.hpp"
 
@@ -55,7 +58,14 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
     cmd->add_option("--model", o.model,
                     kvweld::cat("model dims: ", kvweld::preset_names(), " (default: drawn per seed)"));
     cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
-    cmd->add_option("--fault", o.faults, cat("turn a fault switch on (repeatable): ", fault_names()));
+    cmd->add_option("--fault", o.faults,
+                    cat("turn a fault switch on (repeatable): ", fault_names(),
+                        "; with --engine, one of the engine's own (see kvweld mutants --engine E)"));
+    cmd->add_option("--engine", o.engine,
+                    cat("drive an engine through the plugin ABI instead of kvweld's own in-process: ",
+                        builtin_engine_names(), ", or a plugin's path (.so); the data and accounting oracles run, "
+                        "kv and weld need the in-process engine"));
+    cmd->add_option("--params", o.params, "the --engine's settings, k=v,... (llamacpp: kv_unified=0|1, graph_reuse=0|1)");
 }
 
 DrawOptions draw_options(const RunOptions& o) {
@@ -87,6 +97,10 @@ struct SimArgs {
 };
 
 int run_sim(const SimArgs& a) {
+    if (!a.run.engine.empty()) {
+        require(!a.no_oracles && !a.timing, "--no-oracles and --timing are for kvweld's own engine (no --engine)");
+        return run_engine_sim(a.run, a.seed, a.trace, a.json);
+    }
     const SimConfig config = draw_config(a.seed, draw_options(a.run));
     const RunResult header_only{config, a.run.steps, {}, {}, {}, Verdict::pass, std::nullopt};
     print(report_header(header_only));
@@ -103,14 +117,21 @@ int run_sim(const SimArgs& a) {
 }
 
 int run_replay(const std::string& path, const std::string& json) {
-    const Trace t = read_trace(path);
+    const std::string text = read_text_file(path);
+    if (is_serve_trace(text)) {
+        require(json.empty(), "--json: not written for a serving trace (replay prints its report)");
+        return run_engine_replay(text, path);
+    }
+    const Trace t = parse_trace(text, path);
     const RunResult r = run_ops(t.config, t.ops, t.steps);
     print(report_header(r));
     return finish(r, json);
 }
 
 int run_shrink(const std::string& path, const std::string& out) {
-    const Trace t = read_trace(path);
+    const std::string text = read_text_file(path);
+    if (is_serve_trace(text)) return run_engine_shrink(text, path, out);
+    const Trace t = parse_trace(text, path);
     const RunResult original = run_ops(t.config, t.ops, t.steps);
     require(original.verdict != Verdict::pass, "shrink: ", path, " passes; there is nothing to shrink");
     std::printf("shrink: %s fails with %s after %zu ops; minimizing...\n", path.c_str(),

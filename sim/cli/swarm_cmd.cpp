@@ -46,6 +46,10 @@ int run_swarm_cmd(const SwarmArgs& a) {
     const Shard shard = parse_shard(a.shard);
     std::tie(o.first, o.last) = shard_range(range.first, range.second, shard);
     o.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (!a.run.engine.empty()) {
+        require(a.json.empty(), "--json with --engine: not written yet (the table is printed)");
+        return run_engine_swarm(a.run, o.first, o.last, o.jobs);
+    }
     o.steps = a.run.steps;
     o.draw = draw_options(a.run);
     const std::size_t total = static_cast<std::size_t>(o.last - o.first) + 1;

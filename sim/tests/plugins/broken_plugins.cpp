@@ -25,7 +25,7 @@ constexpr kvweld_engine_api kApi = {
 #else
     KVWELD_ENGINE_ABI_VERSION,
 #endif
-    "broken", "llama2c", 0, fail_create, destroy,
+    "broken", "llama2c", 0, "", fail_create, destroy,
 #if BROKEN_KIND == 2
     nullptr,
 #else

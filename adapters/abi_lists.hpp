@@ -1,0 +1,54 @@
+// For plugins written in C++: the ABI's comma-separated lists (the faults
+// option, fault_names) and key=value settings (the params option), parsed
+// with errors that name the offending text.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvweld::abi {
+
+// "a,b,,c" -> {"a", "b", "c"}; NULL or "" -> {}.
+inline std::vector<std::string> split_list(const char* text) {
+    std::vector<std::string> out;
+    std::string_view rest = text ? text : "";
+    while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        if (const std::string_view item = rest.substr(0, comma); !item.empty()) out.emplace_back(item);
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    return out;
+}
+
+// "k=v,k2=v2" with every key in `known`; anything else throws naming it.
+inline std::map<std::string, std::string> parse_params(const char* text, const std::vector<std::string>& known) {
+    std::map<std::string, std::string> out;
+    for (const std::string& item : split_list(text)) {
+        const auto eq = item.find('=');
+        const std::string key = item.substr(0, eq);
+        bool is_known = false;
+        for (const std::string& k : known) is_known = is_known || k == key;
+        if (eq == std::string::npos || !is_known) {
+            std::string names;
+            for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+            throw std::runtime_error("setting '" + item + "': expected key=value with a key among: " +
+                                     (names.empty() ? "(none: this engine has no settings)" : names));
+        }
+        out[key] = item.substr(eq + 1);
+    }
+    return out;
+}
+
+// A 0/1 setting; anything else throws naming the key and the value.
+inline bool flag_param(const std::map<std::string, std::string>& params, const std::string& key, bool fallback) {
+    const auto it = params.find(key);
+    if (it == params.end()) return fallback;
+    if (it->second != "0" && it->second != "1")
+        throw std::runtime_error("setting " + key + "=" + it->second + ": must be 0 or 1");
+    return it->second == "1";
+}
+
+}  // namespace kvweld::abi

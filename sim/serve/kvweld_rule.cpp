@@ -1,0 +1,62 @@
+// kvweld's own engine behind the ABI (adapters/kvweld): one session, so one
+// held plan, per sequence. Its counters are builds, reuses of a kept plan
+// and rebinds.
+//
+// Clause 1: a sequence's first decode since it was opened builds its plan.
+// Clause 2: its first decode after its storage was replaced (clear_seq,
+//   clear_all, or copy_seq into it) rebinds the plan: the capacity (n_ctx)
+//   and the model never change behind this ABI, so a rebind always serves.
+// Clause 3: every other decode reuses the plan as kept; truncate keeps the
+//   storage, so it keeps the plan too.
+#include "sim/serve/reuse_rule.hpp"
+
+#include "engine/cat.hpp"
+
+#include <set>
+
+namespace kvweld::sim {
+
+namespace {
+
+class KvweldRule final : public ReuseRule {
+public:
+    ReuseExpectation on_decode(std::span<const int> seqs) override {
+        int builds = 0, rebinds = 0;
+        for (int s : seqs) {
+            if (planned_.insert(s).second)
+                ++builds;
+            else if (replaced_.erase(s))
+                ++rebinds;
+        }
+        ReuseExpectation e;
+        e.plans = int(seqs.size());
+        e.builds = builds;
+        e.rebinds = rebinds;
+        e.must_reuse = e.plans - builds - rebinds;
+        e.why = cat("clause 1: ", builds, " first decodes build; clause 2: ", rebinds,
+                    " after replaced storage rebind; clause 3: the rest keep");
+        return e;
+    }
+    void on_open(int seq) override { forget(seq); }
+    void on_close(int seq) override { forget(seq); }
+    void on_clear(int seq) override { replaced(seq); }
+    void on_clear_all() override { replaced_ = planned_; }
+    void on_copy(int, int dst) override { replaced(dst); }
+
+private:
+    void forget(int seq) {
+        planned_.erase(seq);
+        replaced_.erase(seq);
+    }
+    void replaced(int seq) {
+        if (planned_.count(seq)) replaced_.insert(seq);
+    }
+    std::set<int> planned_;   // sequences whose session holds a plan
+    std::set<int> replaced_;  // of those, the ones whose storage changed since their last decode
+};
+
+}  // namespace
+
+std::unique_ptr<ReuseRule> kvweld_reuse_rule() { return std::make_unique<KvweldRule>(); }
+
+}  // namespace kvweld::sim

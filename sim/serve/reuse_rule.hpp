@@ -1,0 +1,52 @@
+// Accounting for engines behind the ABI: a rule, one per engine, of when a
+// decode call is justified to reuse the plans it runs. The serving
+// simulator tells the rule every call and every memory op, in order, and
+// checks each call's counter deltas against what the rule expects: fewer
+// reuses than it must is a spurious invalidation, more than it may is a
+// missed one. An engine without a rule (or without counters) runs with the
+// accounting oracle unavailable, and every report says so.
+#pragma once
+
+#include "sim/serve/serve_config.hpp"
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kvweld::sim {
+
+// What one decode call may do: it runs `plans` plans (graphs), of which at
+// least `must_reuse` and at most `must_reuse + may_reuse` reuse the plan
+// before them. `builds` and `rebinds`, when set, are exact counts.
+struct ReuseExpectation {
+    int plans = 0;
+    int must_reuse = 0;
+    int may_reuse = 0;
+    std::optional<int> builds;
+    std::optional<int> rebinds;
+    std::string why;  // the clause that decided, for failure messages
+};
+
+class ReuseRule {
+public:
+    virtual ~ReuseRule() = default;
+    // `seqs`: the call's sequence id per token, in batch order.
+    virtual ReuseExpectation on_decode(std::span<const int> seqs) = 0;
+    virtual void on_open(int /*seq*/) {}
+    virtual void on_close(int /*seq*/) {}
+    virtual void on_truncate(int /*seq*/, int /*n*/) {}
+    virtual void on_clear(int /*seq*/) {}
+    virtual void on_clear_all() {}
+    virtual void on_copy(int /*src*/, int /*dst*/) {}
+};
+
+// The rule for an engine by the name its plugin gives (nullptr: none, and
+// `why_not` says so). Each engine's rule lives in its own file.
+std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const ServeConfig& config,
+                                          std::string& why_not);
+std::unique_ptr<ReuseRule> kvweld_reuse_rule();
+std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const ServeConfig& config);
+
+}  // namespace kvweld::sim

@@ -1,0 +1,111 @@
+#include "sim/serve/serve_config.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engine/rng.hpp"
+#include "sim/json_field.hpp"
+#include "sim/sim_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace kvweld::sim {
+
+namespace {
+
+// Engines behind the ABI load llama-family weights (GGUF or llama2.c).
+std::vector<std::string_view> serve_model_names() {
+    std::vector<std::string_view> out;
+    for (std::string_view name : swarm_model_names())
+        if (config_by_name(name).family == Family::llama) out.push_back(name);
+    return out;
+}
+
+}  // namespace
+
+ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
+                              bool can_copy) {
+    Rng rng(seed);
+    ServeConfig c;
+    c.seed = seed;
+    c.engine = engine;
+    for (int k = 0; k < kServeOpKinds; ++k) c.weights[k] = rng.chance(0.6) ? int(rng.range(1, 100)) : 0;
+    // Without admit and step nothing is decoded; clear_all is rare by nature.
+    c.weights[int(ServeOpKind::admit)] = int(rng.range(10, 60));
+    c.weights[int(ServeOpKind::step)] = int(rng.range(60, 100));
+    c.weights[int(ServeOpKind::clear_all)] = std::min(c.weights[int(ServeOpKind::clear_all)], 3);
+    if (!can_copy) c.weights[int(ServeOpKind::fork)] = 0;
+    c.seqs = int(rng.range(1, 8));
+    c.sampled = rng.chance(0.5);
+    const std::vector<std::string_view> models = serve_model_names();
+    c.model_name = std::string(models[rng.below(models.size())]);
+    if (!model.empty()) c.model_name = model;
+    c.model = config_by_name(c.model_name);
+    c.weights_seed = rng.next();
+    c.max_prompt = int(rng.range(1, 24));
+    c.max_new = int(rng.range(0, 40));
+    c.max_chunk = int(rng.range(1, 16));
+    c.accept_mean = static_cast<float>(rng.unit());
+    const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
+    c.n_ctx = int(rng.range(std::min(ctx_max, c.max_prompt + 1), ctx_max));
+    return c;
+}
+
+std::string ServeConfig::describe() const {
+    std::string ops;
+    for (int k = 0; k < kServeOpKinds; ++k)
+        if (weights[k]) ops += cat(ops.empty() ? "" : " ", to_string(ServeOpKind(k)), "=", weights[k]);
+    return cat("  engine: ", engine.engine, " params=", engine.params.empty() ? "(defaults)" : engine.params,
+               " faults=", engine.faults.empty() ? "none" : engine.faults, "\n",
+               "  ops: ", ops, "\n",
+               "  sequences=", seqs, " n_ctx=", n_ctx, " tokens=", sampled ? "sampled" : "greedy", "\n",
+               "  model: ", model_name, " (", model.describe(), ")\n",
+               "  prompt=1..", max_prompt, " new=0..", max_new, " chunk=1..", max_chunk,
+               " accept_mean=", accept_mean);
+}
+
+void to_json(nlohmann::json& j, const ServeConfig& c) {
+    nlohmann::json weights = nlohmann::json::object();
+    for (int k = 0; k < kServeOpKinds; ++k) weights[std::string(to_string(ServeOpKind(k)))] = c.weights[k];
+    j = {{"seed", c.seed},
+         {"engine", {{"name", c.engine.engine}, {"params", c.engine.params}, {"faults", c.engine.faults}}},
+         {"weights", weights},
+         {"seqs", c.seqs},
+         {"n_ctx", c.n_ctx},
+         {"sampled", c.sampled},
+         {"model", model_to_json(c.model_name, c.model, c.weights_seed)},
+         {"max_prompt", c.max_prompt},
+         {"max_new", c.max_new},
+         {"max_chunk", c.max_chunk},
+         {"accept_mean", c.accept_mean}};
+}
+
+ServeConfig serve_config_from_json(const nlohmann::json& j) {
+    ServeConfig c;
+    c.seed = json_field<std::uint64_t>(j, "seed");
+    const nlohmann::json& e = j.contains("engine") ? j.at("engine") : nlohmann::json();
+    c.engine = {json_field<std::string>(e, "name"), json_field<std::string>(e, "params"),
+                json_field<std::string>(e, "faults")};
+    const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
+    for (int k = 0; k < kServeOpKinds; ++k)
+        c.weights[k] = json_int_in(w, std::string(to_string(ServeOpKind(k))).c_str(), 0, 100);
+    require(c.weights[int(ServeOpKind::admit)] > 0 && c.weights[int(ServeOpKind::step)] > 0,
+            "weights: admit and step must be enabled");
+    c.seqs = json_int_in(j, "seqs", 1, 256);
+    c.sampled = json_field<bool>(j, "sampled");
+    const nlohmann::json& m = j.contains("model") ? j.at("model") : nlohmann::json();
+    c.model_name = json_field<std::string>(m, "name");
+    c.model = model_from_json(m);
+    c.weights_seed = json_field<std::uint64_t>(m, "weights_seed");
+    c.n_ctx = json_int_in(j, "n_ctx", 1, c.model.max_seq_len);
+    c.max_prompt = json_int_in(j, "max_prompt", 1, 4096);
+    c.max_new = json_int_in(j, "max_new", 0, 1 << 20);
+    c.max_chunk = json_int_in(j, "max_chunk", 1, 512);
+    c.accept_mean = json_field<float>(j, "accept_mean");
+    require(c.accept_mean >= 0.0f && c.accept_mean <= 1.0f, "field 'accept_mean' = ", c.accept_mean,
+            ": must be in [0, 1]");
+    return c;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,55 @@
+// One serving run's configuration, drawn per seed (swarm testing, as in
+// sim/sim_config.hpp): which ops and how often, how many sequences and how
+// many positions each, which model, prompt and output lengths, chunked
+// prefill and speculative decoding. The engine, its settings and its fault
+// switches come from the command line and are recorded with the rest.
+#pragma once
+
+#include "engine/config.hpp"
+#include "sim/serve/serve_ops.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace kvweld::sim {
+
+struct EngineChoice {
+    std::string engine = "kvweld";  // a built-in name or a plugin's path
+    std::string params;             // the engine's settings, "k=v,..."
+    std::string faults;             // its fault switches, "a,b"
+};
+
+struct ServeConfig {
+    std::uint64_t seed = 0;
+    EngineChoice engine;
+    std::array<int, kServeOpKinds> weights{};  // 0 = disabled, else 1..100
+    int seqs = 1;    // sequences open at once: 1..8
+    int n_ctx = 64;  // positions per sequence
+    bool sampled = false;
+    std::string model_name = "tiny";
+    ModelConfig model;
+    std::uint64_t weights_seed = 1;
+    int max_prompt = 8;   // prompts are 1..max_prompt tokens
+    int max_new = 16;     // output budgets are 0..max_new tokens
+    int max_chunk = 8;    // tokens a sequence may feed per step: prefill chunk, or 1 + drafts
+    float accept_mean = 0.5f;
+
+    std::string describe() const;
+};
+
+// The most positions per sequence a drawn config asks for: llama.cpp pads
+// its attention window to 256 cells, so up to here the window is a
+// sequence's whole stream and the accounting rule can predict reuse exactly.
+inline constexpr int kMaxDrawnCtx = 256;
+
+// `can_copy`: the engine declares copy_seq, so fork may be drawn.
+ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
+                              bool can_copy);
+
+void to_json(nlohmann::json& j, const ServeConfig& c);
+ServeConfig serve_config_from_json(const nlohmann::json& j);  // strict; throws Error naming the field
+
+}  // namespace kvweld::sim

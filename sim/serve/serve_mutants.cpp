@@ -1,0 +1,94 @@
+#include "sim/serve/serve_mutants.hpp"
+
+#include "adapters/abi_lists.hpp"
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "sim/serve/engine_choice.hpp"
+
+#include <cstdio>
+
+namespace kvweld::sim {
+
+bool ServeMutantsResult::ok() const {
+    if (clean.failures != 0 || rows.empty()) return false;
+    for (const ServeMutantRow& row : rows)
+        if (!row.killed()) return false;
+    return true;
+}
+
+namespace {
+
+ServeSwarmResult swarm_with(const ServeMutantsOptions& o, const std::string& faults) {
+    ServeSwarmOptions s;
+    s.first = 0;
+    s.last = o.seeds - 1;
+    s.jobs = o.jobs;
+    s.steps = o.steps;
+    s.engine = o.engine;
+    s.engine.faults = faults;
+    s.model = o.model;
+    return run_serve_swarm(s);
+}
+
+}  // namespace
+
+ServeMutantsResult run_serve_mutants(const ServeMutantsOptions& o,
+                                     const std::function<void(const std::string&)>& progress) {
+    const auto library = engine_library(o.engine.engine);
+    const std::vector<std::string> listed = abi::split_list(library->api().fault_names);
+    std::vector<std::string> faults = o.faults.empty() ? listed : o.faults;
+    for (const std::string& f : faults)
+        require(std::find(listed.begin(), listed.end(), f) != listed.end(), "engine ", library->api().name,
+                " has no fault switch '", f, "': its switches are ",
+                listed.empty() ? std::string("(none)") : std::string(library->api().fault_names));
+    require(!faults.empty(), "engine ", library->api().name, " lists no fault switches: nothing to kill");
+    ServeMutantsResult r;
+    r.clean = swarm_with(o, "");
+    if (progress) progress(cat("clean: ", r.clean.failures, " of ", o.seeds, " seeds failed"));
+    for (const std::string& fault : faults) {
+        const ServeSwarmResult s = swarm_with(o, fault);
+        ServeMutantRow row;
+        row.fault = fault;
+        for (const ServeResult& seed : s.seeds) {
+            ++row.by_verdict[std::size_t(seed.verdict)];
+            if (seed.verdict != Verdict::pass && !row.first_seed) {
+                row.first_seed = seed.config.seed;
+                row.failure = seed.failure;
+            }
+        }
+        if (progress)
+            progress(cat(fault, ": ", row.killed() ? cat("killed, first at seed ", *row.first_seed) : "survived"));
+        r.rows.push_back(std::move(row));
+    }
+    return r;
+}
+
+std::string serve_mutants_table(const ServeMutantsResult& r, const ServeMutantsOptions& o) {
+    std::string out = cat("kill matrix on engine ", o.engine.engine, ": seeds 0..", o.seeds - 1, ", ", o.steps,
+                          " ops each\n", r.clean.oracles.describe(), "\n");
+    out += cat("clean engine: ", o.seeds - r.clean.failures, " of ", o.seeds, " seeds pass\n");
+    char line[256];
+    std::snprintf(line, sizeof line, "%-22s %-8s %-14s %s\n", "fault", "killed", "seeds-to-kill", "outcomes");
+    out += line;
+    for (const ServeMutantRow& row : r.rows) {
+        std::string outcomes;
+        for (int v = 0; v < kVerdicts; ++v)
+            if (row.by_verdict[std::size_t(v)])
+                outcomes += cat(outcomes.empty() ? "" : ", ", to_string(Verdict(v)), " ", row.by_verdict[std::size_t(v)]);
+        std::snprintf(line, sizeof line, "%-22s %-8s %-14s %s\n", row.fault.c_str(), row.killed() ? "yes" : "NO",
+                      row.killed() ? std::to_string(*row.first_seed + 1).c_str() : "-", outcomes.c_str());
+        out += line;
+    }
+    for (const ServeMutantRow& row : r.rows)
+        if (row.failure)
+            out += cat("  ", row.fault, ", seed ", *row.first_seed, ": ", to_string(row.failure->oracle), " oracle at op ",
+                       row.failure->op_index, " (", row.failure->op, "): ", row.failure->detail, "\n");
+    for (const ServeResult& s : r.clean.seeds)
+        if (s.verdict != Verdict::pass)
+            out += cat("clean FAIL seed ", s.config.seed, ": ", to_string(s.verdict),
+                       s.failure ? cat(": ", s.failure->detail) : "", "\n");
+    out += r.ok() ? "kill matrix verdict: PASS\n" : "kill matrix verdict: FAIL\n";
+    return out;
+}
+
+}  // namespace kvweld::sim

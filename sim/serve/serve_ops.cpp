@@ -1,0 +1,76 @@
+#include "sim/serve/serve_ops.hpp"
+
+#include "engine/enum_names.hpp"
+#include "sim/json_field.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace kvweld::sim {
+
+namespace {
+constexpr NameTable<ServeOpKind, kServeOpKinds> kServeOpNames{{
+    {ServeOpKind::admit, "admit"},
+    {ServeOpKind::step, "step"},
+    {ServeOpKind::truncate, "truncate"},
+    {ServeOpKind::preempt, "preempt"},
+    {ServeOpKind::fork, "fork"},
+    {ServeOpKind::retire, "retire"},
+    {ServeOpKind::clear_all, "clear_all"},
+}};
+
+std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
+    auto values = json_field<std::vector<int>>(j, name);
+    for (int v : values) require(v >= 0, "field '", name, "' holds a negative value ", v);
+    return values;
+}
+}  // namespace
+
+std::string_view to_string(ServeOpKind k) { return name_in(kServeOpNames, k); }
+ServeOpKind serve_op_kind_from_string(std::string_view s) { return parse_in(kServeOpNames, s, "serve op"); }
+
+void to_json(nlohmann::json& j, const ServeOp& op) {
+    j = nlohmann::json::object();
+    j["op"] = to_string(op.kind);
+    switch (op.kind) {
+        case ServeOpKind::admit: j["pick"] = op.pick; j["prompt"] = op.tokens; j["max_new"] = op.max_new; break;
+        case ServeOpKind::step: j["wants"] = op.wants; j["seed"] = op.seed; break;
+        case ServeOpKind::truncate: j["pick"] = op.pick; j["length"] = op.length; break;
+        case ServeOpKind::fork: j["pick"] = op.pick; j["to"] = op.pick2; break;
+        case ServeOpKind::preempt:
+        case ServeOpKind::retire: j["pick"] = op.pick; break;
+        case ServeOpKind::clear_all: break;
+    }
+}
+
+ServeOp serve_op_from_json(const nlohmann::json& j) {
+    require(j.is_object(), "an op must be a JSON object");
+    ServeOp op;
+    op.kind = serve_op_kind_from_string(json_field<std::string>(j, "op"));
+    switch (op.kind) {
+        case ServeOpKind::admit:
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.tokens = non_negative(j, "prompt");
+            require(!op.tokens.empty(), "field 'prompt' is empty: a request needs a prompt");
+            op.max_new = json_field<int>(j, "max_new");
+            require(op.max_new >= 0, "field 'max_new' = ", op.max_new, ": must be >= 0");
+            break;
+        case ServeOpKind::step:
+            op.wants = non_negative(j, "wants");
+            op.seed = json_field<std::uint64_t>(j, "seed");
+            break;
+        case ServeOpKind::truncate:
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.length = json_field<std::uint32_t>(j, "length");
+            break;
+        case ServeOpKind::fork:
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.pick2 = json_field<std::uint32_t>(j, "to");
+            break;
+        case ServeOpKind::preempt:
+        case ServeOpKind::retire: op.pick = json_field<std::uint32_t>(j, "pick"); break;
+        case ServeOpKind::clear_all: break;
+    }
+    return op;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,46 @@
+// The serving simulator's operations (sim/serve/serve_sim.hpp): what a
+// server does to an engine through the engine interface. As in sim/ops.hpp,
+// each op carries every argument drawn for it, and sequence choices are
+// picks (an index into whatever is eligible when the op runs), so a trace
+// replays without the generator and stays meaningful after shrinking.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace kvweld::sim {
+
+enum class ServeOpKind : std::uint8_t {
+    admit,      // open a free sequence for a new request; its prompt is fed by later steps
+    step,       // one engine call for every sequence that takes part (continuous batching)
+    truncate,   // rewind a sequence; the dropped tokens are fed again
+    preempt,    // clear a sequence; its whole history is fed again (re-prefill)
+    fork,       // copy a sequence into a free one; both go on (prefix sharing)
+    retire,     // close a sequence
+    clear_all,  // clear every sequence; each re-prefills
+};
+inline constexpr int kServeOpKinds = 7;
+std::string_view to_string(ServeOpKind k);
+ServeOpKind serve_op_kind_from_string(std::string_view s);  // throws Error naming s
+
+struct ServeOp {
+    ServeOpKind kind = ServeOpKind::step;
+    std::uint32_t pick = 0;    // which eligible sequence (fork: the source)
+    std::uint32_t pick2 = 0;   // fork: which free sequence
+    std::vector<int> tokens;   // admit: the prompt
+    int max_new = 0;           // admit: output budget
+    // step: tokens asked of each sequence id (0 = sits out). A sequence in
+    // prefill feeds up to that many prompt tokens (a chunk); one decoding
+    // feeds its pending token and up to wants-1 speculative drafts.
+    std::vector<int> wants;
+    std::uint32_t length = 0;  // truncate: the new length (mod length + 1)
+    std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling
+};
+
+void to_json(nlohmann::json& j, const ServeOp& op);
+ServeOp serve_op_from_json(const nlohmann::json& j);  // strict; throws Error naming the field
+
+}  // namespace kvweld::sim

@@ -1,0 +1,277 @@
+#include "sim/serve/serve_run.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "sim/ddmin.hpp"
+#include "sim/jsonl.hpp"
+#include "sim/report.hpp"
+#include "sim/seed_pool.hpp"
+#include "sim/serve/engine_choice.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace kvweld::sim {
+
+namespace {
+
+// The generator's PRNG is separate from the one that drew the config.
+constexpr std::uint64_t kServeOpStream = 0x73657276652d6f70ULL;
+
+std::uint32_t draw32(Rng& rng) { return static_cast<std::uint32_t>(rng.next() >> 32); }
+
+// Which op kinds can act now, weighted by the config; none: retire one.
+ServeOpKind draw_kind(const ServeSimulator& sim, Rng& rng) {
+    std::array<int, kServeOpKinds> w{};
+    int total = 0;
+    for (int k = 0; k < kServeOpKinds; ++k) {
+        w[k] = sim.eligible(ServeOpKind(k)).empty() ? 0 : sim.config().weights[k];
+        total += w[k];
+    }
+    if (total == 0) return ServeOpKind::retire;
+    auto u = int(rng.below(std::uint64_t(total)));
+    for (int k = 0; k < kServeOpKinds; ++k) {
+        if (u < w[k]) return ServeOpKind(k);
+        u -= w[k];
+    }
+    return ServeOpKind::retire;
+}
+
+}  // namespace
+
+ServeOp draw_serve_op(const ServeSimulator& sim, Rng& rng) {
+    const ServeConfig& c = sim.config();
+    ServeOp op;
+    op.kind = draw_kind(sim, rng);
+    op.pick = draw32(rng);
+    switch (op.kind) {
+        case ServeOpKind::admit:
+            op.tokens.resize(std::size_t(rng.range(1, c.max_prompt)));
+            for (int& t : op.tokens) t = int(rng.below(std::uint64_t(c.model.vocab)));
+            op.max_new = int(rng.range(0, c.max_new));
+            break;
+        case ServeOpKind::step:
+            // Each sequence takes part with its own chance this seed... and
+            // asks for 1..max_chunk tokens.
+            op.wants.resize(std::size_t(c.seqs));
+            for (int& want : op.wants) want = rng.chance(0.75) ? int(rng.range(1, c.max_chunk)) : 0;
+            op.seed = rng.next();
+            break;
+        case ServeOpKind::truncate: op.length = draw32(rng); break;
+        case ServeOpKind::fork: op.pick2 = draw32(rng); break;
+        case ServeOpKind::preempt:
+        case ServeOpKind::retire:
+        case ServeOpKind::clear_all: break;
+    }
+    return op;
+}
+
+namespace {
+
+ServeResult finish(ServeSimulator& sim, int steps, std::vector<ServeOp> ops) {
+    return ServeResult{sim.config(), steps,          std::move(ops), sim.stats(), sim.oracles(),
+                       sim.verdict(), sim.failure()};
+}
+
+}  // namespace
+
+ServeResult run_serve_generated(const ServeConfig& config, int steps) {
+    ServeSimulator sim(config);
+    Rng rng(config.seed ^ kServeOpStream);
+    std::vector<ServeOp> ops;
+    for (int i = 0; i < steps; ++i) {
+        ops.push_back(draw_serve_op(sim, rng));
+        if (!sim.apply(ops.back(), ops.size() - 1)) break;
+    }
+    return finish(sim, steps, std::move(ops));
+}
+
+ServeResult run_serve_ops(const ServeConfig& config, const std::vector<ServeOp>& ops, int steps) {
+    ServeSimulator sim(config);
+    std::vector<ServeOp> ran;
+    for (const ServeOp& op : ops) {
+        ran.push_back(op);
+        if (!sim.apply(op, ran.size() - 1)) break;
+    }
+    return finish(sim, steps, std::move(ran));
+}
+
+std::string serve_trace_text(const ServeResult& r) {
+    const nlohmann::json header = {{"format", "kvweld-serve-trace"},
+                                   {"version", kServeTraceVersion},
+                                   {"seed", r.config.seed},
+                                   {"steps", r.steps},
+                                   {"config", r.config}};
+    std::string out = header.dump() + "\n";
+    for (const ServeOp& op : r.ops) out += nlohmann::json(op).dump() + "\n";
+    return out;
+}
+
+bool is_serve_trace(const std::string& text) {
+    const std::string first = text.substr(0, text.find('\n'));
+    const auto j = nlohmann::json::parse(first, nullptr, false);
+    return j.is_object() && j.value("format", "") == "kvweld-serve-trace";
+}
+
+ServeTrace parse_serve_trace(const std::string& text, const std::string& origin) {
+    ServeTrace t;
+    read_jsonl(text, origin, [&](int number, const nlohmann::json& j) {
+        if (number > 1) {
+            t.ops.push_back(serve_op_from_json(j));
+            for (int token : t.ops.back().tokens)
+                require(token < t.config.model.vocab, "prompt token ", token, " out of range: the model's vocab is ",
+                        t.config.model.vocab);
+            return;
+        }
+        require(j.is_object() && j.value("format", "") == "kvweld-serve-trace",
+                "not a kvweld serving trace header (expected \"format\": \"kvweld-serve-trace\")");
+        const int version = j.contains("version") && j.at("version").is_number_integer() ? j.at("version").get<int>() : -1;
+        require(version == kServeTraceVersion, "serving trace version ", version,
+                " is not supported (this build reads version ", kServeTraceVersion, ")");
+        require(j.contains("steps") && j.at("steps").is_number_integer() && j.at("steps").get<int>() >= 0,
+                "header has no 'steps' >= 0");
+        require(j.contains("config"), "header has no 'config'");
+        t.steps = j.at("steps").get<int>();
+        t.config = serve_config_from_json(j.at("config"));
+    });
+    require(t.ops.size() <= std::size_t(t.steps), "trace ", origin, ": ", t.ops.size(),
+            " ops but the header says ", t.steps, " steps");
+    return t;
+}
+
+ServeShrinkResult shrink_serve(const ServeConfig& config, const std::vector<ServeOp>& ops, int steps,
+                               Verdict target, int max_runs) {
+    require(target != Verdict::pass, "shrink: the trace passes; there is nothing to shrink");
+    ServeShrinkResult out;
+    auto try_keep = [&](const std::vector<ServeOp>& candidate) {
+        if (out.runs >= max_runs) return false;
+        ++out.runs;
+        ServeResult r = run_serve_ops(config, candidate, steps);
+        if (r.verdict != target) return false;
+        out.ops = r.ops;
+        out.result = std::move(r);
+        return true;
+    };
+    require(try_keep(ops), "shrink: the trace does not fail with ", to_string(target));
+    using Simplify = bool (*)(ServeOp&);
+    const Simplify simplifications[] = {
+        [](ServeOp& op) { return zero(op.pick); },
+        [](ServeOp& op) { return zero(op.pick2); },
+        [](ServeOp& op) {  // halve a prompt
+            if (op.tokens.size() < 2) return false;
+            op.tokens.resize(op.tokens.size() / 2);
+            return true;
+        },
+        [](ServeOp& op) {
+            bool changed = false;
+            for (int& t : op.tokens) changed = zero(t) || changed;
+            return changed;
+        },
+        [](ServeOp& op) {  // fewer sequences in a step
+            for (int& w : op.wants)
+                if (w != 0) return zero(w);
+            return false;
+        },
+        [](ServeOp& op) {  // one token each
+            bool changed = false;
+            for (int& w : op.wants) changed = (w > 1 ? (w = 1, true) : false) || changed;
+            return changed;
+        },
+        [](ServeOp& op) { return zero(op.max_new); },
+        [](ServeOp& op) { return zero(op.length); },
+        [](ServeOp& op) { return zero(op.seed); },
+    };
+    shrink_ops(out.ops, simplifications, try_keep, [&] { return out.runs >= max_runs; });
+    return out;
+}
+
+std::string serve_reproduce_command(const ServeConfig& c, int steps) {
+    std::string cmd = cat("kvweld sim --engine ", c.engine.engine, " --seed ", c.seed, " --steps ", steps,
+                          " --model ", c.model_name);
+    if (!c.engine.params.empty()) cmd += cat(" --params ", c.engine.params);
+    if (!c.engine.faults.empty()) cmd += cat(" --fault ", c.engine.faults);
+    return cmd;
+}
+
+namespace {
+
+std::string row(const char* label, const std::string& value) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "  %-34s %s\n", label, value.c_str());
+    return buf;
+}
+
+std::string stats_rows(const ServeStats& s, bool accounting) {
+    std::string out;
+    out += row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
+    out += row("rows checked (max logit error)", cat(s.rows, " (", sci(s.max_logit_error), ")"));
+    out += row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
+    if (accounting) {
+        out += row("plans run / reused", cat(s.plans, " / ", s.reused));
+        out += row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),
+                                                     s.may_reuse ? cat(", +", s.may_reuse, " allowed") : "", ")"));
+    }
+    return out;
+}
+
+std::string failure_line(const ServeResult& r) {
+    std::string out = cat("verdict: FAIL ", to_string(r.verdict));
+    if (r.failure)
+        out += cat(" at op ", r.failure->op_index, " (", r.failure->op, ", ", to_string(r.failure->oracle),
+                   " oracle): ", r.failure->detail);
+    return out;
+}
+
+}  // namespace
+
+std::string serve_report(const ServeResult& r) {
+    std::string out = cat("seed ", r.config.seed, ", ", r.ops.size(), " of ", r.steps, " ops\n", r.config.describe(),
+                          "\n", r.oracles.describe(), "\n");
+    out += stats_rows(r.stats, r.oracles.accounting);
+    if (r.verdict == Verdict::pass) return out + "verdict: PASS\n";
+    return out + failure_line(r) + cat("\n  reproduce: ", serve_reproduce_command(r.config, r.steps), "\n");
+}
+
+ServeSwarmResult run_serve_swarm(const ServeSwarmOptions& o,
+                                 const std::function<void(std::size_t, std::size_t)>& progress) {
+    const std::size_t n = std::size_t(o.last - o.first) + 1;
+    const bool can_copy = engine_library(o.engine.engine)->api().capabilities & KVWELD_CAP_COPY_SEQ;
+    ServeSwarmResult out;
+    out.seeds.resize(n);
+    run_indexed(
+        n, o.jobs,
+        [&](std::size_t i) {
+            const ServeConfig config = draw_serve_config(o.first + i, o.engine, o.model, can_copy);
+            try {
+                out.seeds[i] = run_serve_generated(config, o.steps);
+            } catch (const Error& e) {  // the engine could not be created for this config
+                out.seeds[i] = ServeResult{config, o.steps, {}, {}, {}, Verdict::engine_error,
+                                           Failure{0, "create", Oracle::engine, e.what()}};
+            }
+            out.seeds[i].ops.clear();
+            return out.seeds[i].verdict != Verdict::pass;
+        },
+        progress);
+    for (const ServeResult& s : out.seeds) {
+        out.total.add(s.stats);
+        out.failures += s.verdict != Verdict::pass;
+    }
+    out.oracles = out.seeds.front().oracles;
+    return out;
+}
+
+std::string serve_swarm_table(const ServeSwarmResult& r, const ServeSwarmOptions& o) {
+    std::string out = cat("results over seeds ", o.first, "..", o.last, " on engine ", o.engine.engine, ":\n",
+                          r.oracles.describe(), "\n");
+    out += row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
+    out += stats_rows(r.total, r.oracles.accounting);
+    for (const ServeResult& s : r.seeds)
+        if (s.verdict != Verdict::pass)
+            out += cat("FAIL seed ", s.config.seed, ": ", failure_line(s).substr(std::string("verdict: FAIL ").size()),
+                       "\n  reproduce: ", serve_reproduce_command(s.config, o.steps), "\n");
+    out += r.failures == 0 ? "swarm verdict: PASS\n" : cat("swarm verdict: FAIL (", r.failures, " seeds)\n");
+    return out;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,298 @@
+#include "sim/serve/serve_sim.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "sim/choose.hpp"
+#include "sim/serve/engine_choice.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvweld::sim {
+
+namespace {
+
+constexpr double kTolerance = 1e-4;  // the data oracle's, as in kvweld's own simulator
+constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
+
+// A violation ends the run: thrown from deep in an op, caught in apply().
+struct Stop {};
+
+}  // namespace
+
+void ServeStats::add(const ServeStats& o) {
+    ops_run += o.ops_run;
+    ops_skipped += o.ops_skipped;
+    requests += o.requests;
+    calls += o.calls;
+    rows += o.rows;
+    batched_calls += o.batched_calls;
+    drafts += o.drafts;
+    rejected += o.rejected;
+    plans += o.plans;
+    reused += o.reused;
+    must_reuse += o.must_reuse;
+    may_reuse += o.may_reuse;
+    max_logit_error = std::max(max_logit_error, o.max_logit_error);
+}
+
+std::string OracleReport::describe() const {
+    return cat("  oracles: data on; accounting ", accounting ? "on" : cat("unavailable (", accounting_why_not, ")"),
+               "; kv and weld unavailable (", kStorageWhyNot, ")");
+}
+
+ServeSimulator::ServeSimulator(const ServeConfig& config)
+    : config_(config), model_(Model::random(config.model, config.weights_seed)) {
+    engine_ = open_engine(config_, model_);
+    require(engine_->vocab() == config_.model.vocab, "engine ", engine_->name(), " reports vocab ", engine_->vocab(),
+            " for a model of vocab ", config_.model.vocab);
+    if (!(engine_->capabilities() & KVWELD_CAP_PLAN_COUNTERS))
+        oracles_.accounting_why_not = cat("engine ", engine_->name(), " declares no plan counters");
+    else
+        rule_ = reuse_rule_for(engine_->name(), config_, oracles_.accounting_why_not);
+    oracles_.accounting = rule_ != nullptr;
+    requests_.resize(std::size_t(config_.seqs));
+}
+
+std::vector<int> ServeSimulator::free_seqs() const {
+    std::vector<int> out;
+    for (int s = 0; s < config_.seqs; ++s)
+        if (!requests_[std::size_t(s)]) out.push_back(s);
+    return out;
+}
+
+std::vector<int> ServeSimulator::eligible(ServeOpKind kind) const {
+    std::vector<int> out;
+    if (kind == ServeOpKind::admit) return free_seqs();
+    for (int s = 0; s < config_.seqs; ++s) {
+        const auto& r = requests_[std::size_t(s)];
+        if (!r) continue;
+        const bool ok = kind == ServeOpKind::step        ? !r->done()
+                        : kind == ServeOpKind::truncate  ? !r->history.empty()
+                        : kind == ServeOpKind::preempt   ? !r->history.empty()
+                        : kind == ServeOpKind::fork      ? !r->history.empty() && !free_seqs().empty()
+                                                         : true;  // retire, clear_all
+        if (ok) out.push_back(s);
+    }
+    return out;
+}
+
+bool ServeSimulator::apply(const ServeOp& op, std::size_t op_index) {
+    if (verdict_ != Verdict::pass) return false;
+    op_index_ = op_index;
+    op_kind_ = op.kind;
+    const std::vector<int> targets = eligible(op.kind);
+    if (targets.empty()) {
+        ++stats_.ops_skipped;
+        return true;
+    }
+    const int seq = targets[op.pick % targets.size()];
+    try {
+        switch (op.kind) {
+            case ServeOpKind::admit: admit(op, seq); break;
+            case ServeOpKind::step:
+                if (!step(op)) {  // nobody asked for a token they could feed
+                    ++stats_.ops_skipped;
+                    return true;
+                }
+                break;
+            case ServeOpKind::truncate:
+                truncate(seq, int(op.length % (requests_[std::size_t(seq)]->history.size() + 1)));
+                break;
+            case ServeOpKind::preempt: preempt(seq); break;
+            case ServeOpKind::fork: {
+                const std::vector<int> to = free_seqs();
+                fork(seq, to[op.pick2 % to.size()]);
+                break;
+            }
+            case ServeOpKind::retire: retire(seq); break;
+            case ServeOpKind::clear_all: clear_all(); break;
+        }
+    } catch (const Stop&) {
+        return false;
+    } catch (const Error& e) {  // the engine refused a valid op
+        record(Verdict::engine_error, Oracle::engine, e.what());
+        return false;
+    }
+    ++stats_.ops_run;
+    return true;
+}
+
+void ServeSimulator::record(Verdict v, Oracle o, std::string detail) {
+    verdict_ = v;
+    failure_ = Failure{op_index_, std::string(to_string(op_kind_)), o, std::move(detail)};
+}
+
+void ServeSimulator::fail(Verdict v, Oracle o, std::string detail) {
+    record(v, o, std::move(detail));
+    throw Stop{};
+}
+
+void ServeSimulator::admit(const ServeOp& op, int seq) {
+    for (int t : op.tokens)
+        require(t < config_.model.vocab, "admit: prompt token ", t, " out of range: vocab is ", config_.model.vocab);
+    engine_->open(seq);
+    if (rule_) rule_->on_open(seq);
+    ServeRequest r(config_.model);
+    const std::size_t room = std::size_t(config_.n_ctx);
+    r.queue.assign(op.tokens.begin(), op.tokens.begin() + long(std::min(op.tokens.size(), room)));
+    r.max_new = op.max_new;
+    requests_[std::size_t(seq)].emplace(std::move(r));
+    ++stats_.requests;
+}
+
+void ServeSimulator::requeue_from(ServeRequest& r, std::size_t n) {
+    if (n < r.history.size()) r.decoding = false;  // the queue now starts with tokens fed before
+    r.queue.insert(r.queue.begin(), r.history.begin() + long(n), r.history.end());
+    r.history.resize(n);
+}
+
+void ServeSimulator::truncate(int seq, int n) {
+    engine_->truncate(seq, n);
+    if (rule_) rule_->on_truncate(seq, n);
+    requeue_from(*requests_[std::size_t(seq)], std::size_t(n));
+}
+
+void ServeSimulator::preempt(int seq) {
+    engine_->clear(seq);
+    if (rule_) rule_->on_clear(seq);
+    requeue_from(*requests_[std::size_t(seq)], 0);
+}
+
+void ServeSimulator::fork(int src, int dst) {
+    engine_->open(dst);
+    if (rule_) rule_->on_open(dst);
+    engine_->copy(src, dst);
+    if (rule_) rule_->on_copy(src, dst);
+    requests_[std::size_t(dst)] = requests_[std::size_t(src)];
+    ++stats_.requests;
+}
+
+void ServeSimulator::retire(int seq) {
+    engine_->close(seq);
+    if (rule_) rule_->on_close(seq);
+    requests_[std::size_t(seq)].reset();
+}
+
+void ServeSimulator::clear_all() {
+    engine_->clear_all();
+    if (rule_) rule_->on_clear_all();
+    for (auto& r : requests_)
+        if (r) requeue_from(*r, 0);
+}
+
+// One batched step: each sequence asked for tokens feeds a prefill chunk
+// or its pending token and drafts; after the call, rejected drafts are
+// truncated away and each sequence whose queue ran out gets its next token.
+bool ServeSimulator::step(const ServeOp& op) {
+    Rng rng(op.seed);
+    std::vector<Pair> pairs;
+    struct Part {
+        int seq;
+        std::size_t first, count;
+        int accepted;  // drafts kept (decoding) or -1 (prefill)
+    };
+    std::vector<Part> parts;
+    for (int s = 0; s < config_.seqs && s < int(op.wants.size()); ++s) {
+        auto& r = requests_[std::size_t(s)];
+        const int room = config_.n_ctx - int(r ? r->history.size() : 0);
+        const int budget = kMaxCallTokens - int(pairs.size());
+        int k = std::min({op.wants[std::size_t(s)], config_.max_chunk, room, budget});
+        if (!r || r->done() || k <= 0) continue;
+        Part part{s, pairs.size(), 0, -1};
+        const int pos = int(r->history.size());
+        if (r->decoding) {
+            std::vector<int> fed{r->queue.front()};
+            for (int d = 1; d < k; ++d) fed.push_back(int(rng.below(std::uint64_t(config_.model.vocab))));
+            part.accepted = 0;
+            while (part.accepted < k - 1 && rng.chance(config_.accept_mean)) ++part.accepted;
+            for (int i = 0; i < k; ++i) pairs.push_back({s, fed[std::size_t(i)], pos + i});
+            stats_.drafts += std::uint64_t(k - 1);
+            stats_.rejected += std::uint64_t(k - 1 - part.accepted);
+        } else {
+            k = std::min(k, int(r->queue.size()));
+            for (int i = 0; i < k; ++i) pairs.push_back({s, r->queue[std::size_t(i)], pos + i});
+        }
+        part.count = std::size_t(k);
+        parts.push_back(part);
+    }
+    if (pairs.empty()) return false;
+    const std::vector<std::vector<float>> want = checked_decode(pairs);
+    for (const Part& part : parts) {
+        ServeRequest& r = *requests_[std::size_t(part.seq)];
+        const std::size_t kept = part.accepted < 0 ? part.count : std::size_t(1 + part.accepted);
+        for (std::size_t i = 0; i < kept; ++i) r.history.push_back(pairs[part.first + i].token);
+        r.queue.erase(r.queue.begin(), r.queue.begin() + long(std::min(r.queue.size(), part.accepted < 0 ? part.count : 1)));
+        if (kept < part.count) {  // speculative rejects: rewind to what was accepted
+            engine_->truncate(part.seq, int(r.history.size()));
+            if (rule_) rule_->on_truncate(part.seq, int(r.history.size()));
+        }
+        r.generated += part.accepted > 0 ? part.accepted : 0;
+        if (!r.queue.empty()) continue;
+        r.decoding = false;
+        if (r.generated >= r.max_new || int(r.history.size()) >= config_.n_ctx) continue;  // done
+        r.queue.push_back(choose_token(want[part.first + kept - 1], config_.sampled, rng));
+        r.decoding = true;
+        ++r.generated;
+    }
+    return true;
+}
+
+std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector<Pair>& pairs) {
+    std::vector<std::int32_t> seqs, tokens;
+    for (const Pair& p : pairs) {
+        seqs.push_back(p.seq);
+        tokens.push_back(p.token);
+    }
+    const auto before = rule_ ? engine_->counters() : std::nullopt;
+    const std::vector<float> got = engine_->decode(seqs, tokens);
+    ++stats_.calls;
+    stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
+    const auto v = std::size_t(config_.model.vocab);
+    std::vector<std::vector<float>> want;
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+        ServeRequest& r = *requests_[std::size_t(pairs[i].seq)];
+        want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos));
+        const double err = logit_error(std::span<const float>(got).subspan(i * v, v), want.back());
+        ++stats_.rows;
+        stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);
+        if (!(err <= kTolerance))
+            fail(Verdict::stale_decode, Oracle::data,
+                 cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ", pairs.size(),
+                     " in the call): logit error ", err, " > ", kTolerance, " against the reference"));
+    }
+    check_accounting(pairs, before);
+    return want;
+}
+
+void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
+                                      const std::optional<kvweld_engine_counters>& before) {
+    if (!rule_) return;
+    std::vector<int> seqs;
+    for (const Pair& p : pairs) seqs.push_back(p.seq);
+    const ReuseExpectation e = rule_->on_decode(seqs);
+    const auto after = engine_->counters();
+    require(before && after, "engine ", engine_->name(), " stopped reporting its counters");
+    const auto delta = [](std::uint64_t a, std::uint64_t b) { return std::int64_t(a) - std::int64_t(b); };
+    const std::int64_t reused = delta(after->reused, before->reused);
+    const std::int64_t builds = delta(after->builds, before->builds);
+    const std::int64_t rebound = delta(after->rebound, before->rebound);
+    stats_.plans += std::uint64_t(e.plans);
+    stats_.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
+    stats_.must_reuse += std::uint64_t(e.must_reuse);
+    stats_.may_reuse += std::uint64_t(e.may_reuse);
+    const std::string counted =
+        cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
+            pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
+            e.may_reuse ? cat("..", e.must_reuse + e.may_reuse) : "", e.builds ? cat(", builds ", *e.builds) : "",
+            e.rebinds ? cat(", rebinds ", *e.rebinds) : "", " (", e.why, ")");
+    if (reused < 0 || builds < 0 || rebound < 0)
+        fail(Verdict::engine_error, Oracle::accounting, cat("counters went backwards: ", counted));
+    // More preparation than the rule justifies is spurious; less is missed.
+    if (reused < e.must_reuse || (e.builds && builds > *e.builds) || (e.rebinds && rebound > *e.rebinds))
+        fail(Verdict::spurious_invalidation, Oracle::accounting, counted);
+    if (reused > e.must_reuse + e.may_reuse || (e.builds && builds < *e.builds) || (e.rebinds && rebound < *e.rebinds))
+        fail(Verdict::missed_invalidation, Oracle::accounting, counted);
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,123 @@
+// The serving simulator: drives any engine through the engine interface
+// (sim/engine_plugin.hpp, the plugin ABI) the way a server does: requests
+// are admitted to sequences, prefilled in chunks and decoded with
+// speculative drafts in batched steps (continuous batching), rewound,
+// preempted, forked and retired. Every row of logits the engine returns is
+// checked against kvweld's reference forward over that sequence's own
+// history (the data oracle), and every call's plan counters against the
+// engine's reuse rule (the accounting oracle, sim/serve/reuse_rule.hpp).
+// The next token is chosen from the reference's logits, so what is fed
+// never depends on what the engine says.
+#pragma once
+
+#include "engine/model.hpp"
+#include "engine/reference.hpp"
+#include "engine/rng.hpp"
+#include "sim/engine_plugin.hpp"
+#include "sim/serve/reuse_rule.hpp"
+#include "sim/serve/serve_config.hpp"
+#include "sim/serve/serve_ops.hpp"
+#include "sim/verdict.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvweld::sim {
+
+struct ServeStats {
+    std::uint64_t ops_run = 0;
+    std::uint64_t ops_skipped = 0;  // precondition did not hold (replay of shrunk traces)
+    std::uint64_t requests = 0;
+    std::uint64_t calls = 0;        // engine decode calls
+    std::uint64_t rows = 0;         // rows of logits checked (one per token fed)
+    std::uint64_t batched_calls = 0;  // calls carrying more than one sequence
+    std::uint64_t drafts = 0, rejected = 0;
+    // accounting, over the calls the rule judged
+    std::uint64_t plans = 0;       // plans the rule says the calls ran
+    std::uint64_t reused = 0;      // reuses the engine counted
+    std::uint64_t must_reuse = 0;  // reuses the rule required
+    std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
+    double max_logit_error = 0.0;
+
+    double reuse_ratio() const { return plans ? double(reused) / double(plans) : 0.0; }
+    double ideal_ratio() const { return plans ? double(must_reuse) / double(plans) : 0.0; }
+    void add(const ServeStats& o);
+};
+
+// Which oracles ran, and why the others could not.
+struct OracleReport {
+    bool accounting = false;
+    std::string accounting_why_not;
+    static constexpr const char* kStorageWhyNot =
+        "the engine ABI reports no storage identity or KV rows: the kv and weld oracles need kvweld's own "
+        "engine in-process (kvweld sim without --engine)";
+    std::string describe() const;
+};
+
+struct ServeRequest {
+    explicit ServeRequest(const ModelConfig& model) : shadow(model) {}
+    std::vector<int> history;  // tokens whose K/V the engine holds for this sequence
+    std::vector<int> queue;    // tokens to feed next: a prompt's rest, or the pending token
+    bool decoding = false;     // queue holds one freshly chosen token: drafts may follow it
+    int generated = 0;
+    int max_new = 0;
+    ReferenceKv shadow;        // the data oracle's KV, from history alone
+    bool done() const { return queue.empty(); }
+};
+
+class ServeSimulator {
+public:
+    // Creates the engine (throws Error if it cannot: a broken plugin, a bad setting).
+    explicit ServeSimulator(const ServeConfig& config);
+
+    bool apply(const ServeOp& op, std::size_t op_index);  // false: the run failed (see failure())
+
+    // Sequences an op of this kind may act on now (the generator and the
+    // replay use the same rule).
+    std::vector<int> eligible(ServeOpKind kind) const;
+    std::vector<int> free_seqs() const;
+
+    const ServeConfig& config() const { return config_; }
+    const ServeStats& stats() const { return stats_; }
+    const OracleReport& oracles() const { return oracles_; }
+    Verdict verdict() const { return verdict_; }
+    const std::optional<Failure>& failure() const { return failure_; }
+    std::string engine_name() const { return engine_->name(); }
+
+private:
+    struct Pair {
+        int seq;
+        int token;
+        int pos;
+    };
+    void admit(const ServeOp& op, int seq);
+    bool step(const ServeOp& op);  // false: no sequence could feed a token
+    void truncate(int seq, int n);
+    void preempt(int seq);
+    void fork(int src, int dst);
+    void retire(int seq);
+    void clear_all();
+    void requeue_from(ServeRequest& r, std::size_t n);  // history[n:] goes back to the queue
+
+    // One engine call, every row checked; returns the reference's logits per pair.
+    std::vector<std::vector<float>> checked_decode(const std::vector<Pair>& pairs);
+    void check_accounting(const std::vector<Pair>& pairs, const std::optional<kvweld_engine_counters>& before);
+    void record(Verdict v, Oracle o, std::string detail);
+    void fail(Verdict v, Oracle o, std::string detail);  // record, then end the op (throws Stop)
+
+    ServeConfig config_;
+    Model model_;
+    std::unique_ptr<PluginEngine> engine_;
+    std::unique_ptr<ReuseRule> rule_;
+    OracleReport oracles_;
+    std::vector<std::optional<ServeRequest>> requests_;  // per sequence id
+    ServeStats stats_;
+    Verdict verdict_ = Verdict::pass;
+    std::optional<Failure> failure_;
+    std::size_t op_index_ = 0;
+    ServeOpKind op_kind_ = ServeOpKind::step;
+};
+
+}  // namespace kvweld::sim
