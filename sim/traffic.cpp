@@ -1,6 +1,7 @@
 #include "sim/traffic.hpp"
 
 #include "engine/faults.hpp"
+#include "sim/distributions.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -15,21 +16,6 @@ std::vector<Policy> study_policies() {
 }
 
 namespace {
-
-// Knuth's method; fine for the small rates simulated here.
-int poisson(Rng& rng, double mean) {
-    const double limit = std::exp(-mean);
-    int k = 0;
-    for (double p = rng.unit(); p > limit; p *= rng.unit()) ++k;
-    return k;
-}
-
-int geometric(Rng& rng, double mean) {
-    const double p = 1.0 / std::max(1.0, mean);
-    int k = 1;
-    while (!rng.chance(p) && k < 1 << 16) ++k;
-    return k;
-}
 
 SimConfig traffic_config(const TrafficParams& t, const Policy& policy) {
     SimConfig c = draw_config(t.seed, {.model = t.model, .backend = Backend::cpu, .faults = {}});

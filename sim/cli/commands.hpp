@@ -10,6 +10,7 @@
 #include "engine/faults.hpp"
 #include "sim/serve/serve_config.hpp"
 #include "sim/sim_config.hpp"
+#include "sim/traffic.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -50,6 +51,13 @@ int run_engine_swarm(const RunOptions& options, std::uint64_t first, std::uint64
 int run_engine_replay(const std::string& text, const std::string& path);
 int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out);
 int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs);
+struct EngineTrafficArgs {
+    std::string engine, params, csv, plot;
+    int chunk = 16;   // prefill tokens per sequence per step
+    int repeat = 3;   // runs per setting; the decode time is the best
+    bool sweep = false;
+};
+int run_engine_traffic_cmd(const sim::TrafficParams& traffic, const EngineTrafficArgs& args);
 
 // A decimal unsigned integer and nothing else ("-3" is not 2^64 - 3).
 std::optional<std::uint64_t> parse_u64(std::string_view text);

@@ -21,6 +21,7 @@ struct TrafficArgs {
     TrafficParams params;
     std::string csv, plot, json;
     bool sweep = false;
+    EngineTrafficArgs engine;  // --engine: the study on an engine behind the ABI
 };
 
 double prep_share(const RunStats& s, const OpCosts& c) {
@@ -120,6 +121,14 @@ void write_plot(const std::string& png, const std::vector<Row>& rows) {
 
 int run_traffic_cmd(const TrafficArgs& a) {
     const TrafficParams& p = a.params;
+    if (!a.engine.engine.empty()) {
+        require(a.json.empty(), "--json with --engine: not written yet (use --csv)");
+        EngineTrafficArgs e = a.engine;
+        e.csv = a.csv;
+        e.plot = a.plot;
+        e.sweep = a.sweep;
+        return run_engine_traffic_cmd(p, e);
+    }
     std::printf("traffic: seed %llu, %d ticks, %d slots, model %s, arrivals %.3g/tick, prompt mean %d, output mean %d,\n"
                 "         spec k=%d accept %.2f, preempt %.3g, offload %.3g, reload %.3g per tick\n",
                 (unsigned long long)p.seed, p.ticks, p.slots, p.model.c_str(), p.arrival_rate, p.prompt_mean,
@@ -200,6 +209,14 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--csv", a->csv, "write every run as CSV here");
     cmd->add_option("--plot", a->plot, "draw reuse ratio and preparation share against acceptance and arrival rate (PNG; needs --sweep)");
     cmd->add_option("--json", a->json, "write every run's report as JSON here");
+    cmd->add_option("--engine", a->engine.engine,
+                    "study an engine behind the plugin ABI (kvweld, llamacpp or a .so) instead of kvweld's policies; "
+                    "for llamacpp, each KV layout with graph reuse on and off");
+    cmd->add_option("--params", a->engine.params, "the --engine's settings (default for llamacpp: both layouts)");
+    cmd->add_option("--chunk", a->engine.chunk, "--engine: prefill tokens per sequence per step")
+        ->capture_default_str()->check(CLI::Range(1, 512));
+    cmd->add_option("--repeat", a->engine.repeat, "--engine: runs per setting; decode time is the best")
+        ->capture_default_str()->check(CLI::Range(1, 100));
     cmd->callback([a, &action] { action = [a] { return run_traffic_cmd(*a); }; });
 }
 

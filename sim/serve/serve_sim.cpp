@@ -6,6 +6,8 @@
 #include "sim/serve/engine_choice.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <cmath>
 
 namespace kvweld::sim {
@@ -14,6 +16,18 @@ namespace {
 
 constexpr double kTolerance = 1e-4;  // the data oracle's, as in kvweld's own simulator
 constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
+
+// "4x1": four sequences, one token each; "2x1-5": two, one to five tokens.
+std::string shape_of(const std::vector<int>& seqs) {
+    std::map<int, int> tokens;
+    for (int s : seqs) ++tokens[s];
+    int lo = 1 << 30, hi = 0;
+    for (const auto& [s, n] : tokens) {
+        lo = std::min(lo, n);
+        hi = std::max(hi, n);
+    }
+    return cat(tokens.size(), "x", lo, lo == hi ? "" : cat("-", hi));
+}
 
 // A violation ends the run: thrown from deep in an op, caught in apply().
 struct Stop {};
@@ -245,7 +259,9 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
         tokens.push_back(p.token);
     }
     const auto before = rule_ ? engine_->counters() : std::nullopt;
+    const auto start = std::chrono::steady_clock::now();
     const std::vector<float> got = engine_->decode(seqs, tokens);
+    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++stats_.calls;
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
     const auto v = std::size_t(config_.model.vocab);
@@ -281,6 +297,12 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
     stats_.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
+    ShapeStats& shape = shapes_[shape_of(seqs)];
+    ++shape.calls;
+    shape.plans += std::uint64_t(e.plans);
+    shape.must_reuse += std::uint64_t(e.must_reuse);
+    shape.may_reuse += std::uint64_t(e.may_reuse);
+    shape.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
     const std::string counted =
         cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
             pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,

@@ -19,6 +19,7 @@
 #include "sim/serve/serve_ops.hpp"
 #include "sim/verdict.hpp"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,12 @@ struct ServeRequest {
     bool done() const { return queue.empty(); }
 };
 
+// Per batch shape ("4x1": four sequences, one token each; "2x1-5": two,
+// one to five tokens), what the rule required and what the engine did.
+struct ShapeStats {
+    std::uint64_t calls = 0, plans = 0, must_reuse = 0, may_reuse = 0, reused = 0;
+};
+
 class ServeSimulator {
 public:
     // Creates the engine (throws Error if it cannot: a broken plugin, a bad setting).
@@ -85,6 +92,10 @@ public:
     Verdict verdict() const { return verdict_; }
     const std::optional<Failure>& failure() const { return failure_; }
     std::string engine_name() const { return engine_->name(); }
+    const std::optional<ServeRequest>& request(int seq) const { return requests_[std::size_t(seq)]; }
+    // Measured, so never part of a report that must replay byte for byte.
+    double decode_seconds() const { return decode_seconds_; }
+    const std::map<std::string, ShapeStats>& shapes() const { return shapes_; }
 
 private:
     struct Pair {
@@ -114,6 +125,8 @@ private:
     OracleReport oracles_;
     std::vector<std::optional<ServeRequest>> requests_;  // per sequence id
     ServeStats stats_;
+    std::map<std::string, ShapeStats> shapes_;
+    double decode_seconds_ = 0.0;
     Verdict verdict_ = Verdict::pass;
     std::optional<Failure> failure_;
     std::size_t op_index_ = 0;

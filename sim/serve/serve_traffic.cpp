@@ -1,0 +1,149 @@
+#include "sim/serve/serve_traffic.hpp"
+
+#include "engine/error.hpp"
+#include "sim/distributions.hpp"
+#include "sim/serve/engine_choice.hpp"
+
+#include <chrono>
+
+#include <algorithm>
+
+namespace kvweld::sim {
+
+namespace {
+
+ServeConfig traffic_serve_config(const TrafficParams& t, const EngineChoice& engine, int chunk) {
+    ServeConfig c = draw_serve_config(t.seed, engine, t.model, true);
+    c.seqs = t.slots;
+    c.n_ctx = std::min(c.model.max_seq_len, kMaxDrawnCtx);
+    c.max_chunk = std::max(chunk, t.spec_k);
+    c.sampled = false;
+    c.accept_mean = float(t.accept);
+    for (int& w : c.weights) w = 1;  // informational only: the traffic decides the ops
+    return c;
+}
+
+// Drives one ServeSimulator tick by tick. Every draw comes from the
+// traffic's own PRNG in a fixed order, so every engine and setting sees
+// the same traffic.
+class EngineTraffic {
+public:
+    EngineTraffic(const TrafficParams& t, const EngineChoice& engine, int chunk)
+        : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {}
+
+    EngineTrafficResult run() {
+        for (int tick = 0; tick < t_.ticks && !failed_; ++tick) step_tick();
+        const ServeResult r{sim_.config(), int(ops_.size()), ops_, sim_.stats(), sim_.oracles(), sim_.verdict(),
+                            sim_.failure()};
+        return {r, sim_.decode_seconds(), sim_.shapes()};
+    }
+
+private:
+    void step_tick() {
+        const int arrivals = poisson(rng_, t_.arrival_rate);
+        for (int i = 0; i < arrivals; ++i) waiting_.push_back(draw_request());
+        for (int s = 0; s < sim_.config().seqs && !failed_; ++s) {
+            const bool preempt = rng_.chance(t_.preempt_rate);  // drawn whatever happens
+            const auto& r = sim_.request(s);
+            if (!r && !waiting_.empty()) {
+                ServeOp admit = waiting_.front();
+                waiting_.erase(waiting_.begin());
+                admit.pick = pick_of(ServeOpKind::admit, s);
+                apply(admit);
+            } else if (r && r->done()) {
+                apply({.kind = ServeOpKind::retire, .pick = pick_of(ServeOpKind::retire, s)});
+            } else if (r && preempt && !r->history.empty()) {
+                apply({.kind = ServeOpKind::preempt, .pick = pick_of(ServeOpKind::preempt, s)});
+            }
+        }
+        ServeOp step{.kind = ServeOpKind::step};
+        for (int s = 0; s < sim_.config().seqs; ++s) {
+            const auto& r = sim_.request(s);
+            step.wants.push_back(!r || r->done() ? 0 : r->decoding ? t_.spec_k : chunk_);
+        }
+        step.seed = rng_.next();
+        if (!failed_) apply(step);
+    }
+
+    ServeOp draw_request() {
+        const int n_ctx = sim_.config().n_ctx;
+        const int capacity = n_ctx - t_.spec_k - 2;
+        ServeOp op{.kind = ServeOpKind::admit};
+        const int prompt = std::min(capacity / 2, int(rng_.range(1, 2 * t_.prompt_mean - 1)));
+        op.tokens.resize(std::size_t(prompt));
+        for (int& tok : op.tokens) tok = int(rng_.below(std::uint64_t(sim_.config().model.vocab)));
+        op.max_new = std::min(capacity - prompt, geometric(rng_, t_.output_mean));
+        return op;
+    }
+
+    // The pick that makes the simulator choose sequence s among the eligible.
+    std::uint32_t pick_of(ServeOpKind kind, int s) const {
+        const std::vector<int> seqs = sim_.eligible(kind);
+        return std::uint32_t(std::find(seqs.begin(), seqs.end(), s) - seqs.begin());
+    }
+
+    void apply(const ServeOp& op) {
+        ops_.push_back(op);
+        failed_ = !sim_.apply(op, ops_.size() - 1);
+    }
+
+    TrafficParams t_;
+    int chunk_;
+    ServeSimulator sim_;
+    Rng rng_;
+    std::vector<ServeOp> waiting_;
+    std::vector<ServeOp> ops_;
+    bool failed_ = false;
+};
+
+}  // namespace
+
+EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk) {
+    return EngineTraffic(traffic, engine, chunk).run();
+}
+
+namespace {
+
+// Seconds for `calls` one-token decodes of sequence 0 at position 0; the
+// reuse counter's increase in *reused.
+double time_same_shape(PluginEngine& engine, int calls, std::uint64_t* reused) {
+    const auto before = engine.counters();
+    const std::vector<std::int32_t> seqs{0}, tokens{1};
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) {
+        engine.decode(seqs, tokens);
+        engine.truncate(0, 0);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto after = engine.counters();
+    require(before && after, "engine ", engine.name(), " has no counters: cannot check what it measured");
+    *reused = after->reused - before->reused;
+    return secs;
+}
+
+}  // namespace
+
+double measure_build_seconds(const EngineChoice& reuse, const EngineChoice& no_reuse, const std::string& model,
+                             int calls, int repeat) {
+    ServeConfig c = draw_serve_config(1, reuse, model, true);
+    c.seqs = 1;
+    c.n_ctx = std::min(c.model.max_seq_len, 64);
+    const Model weights = Model::random(c.model, c.weights_seed);
+    const std::unique_ptr<PluginEngine> kept = open_engine(c, weights);
+    c.engine = no_reuse;
+    const std::unique_ptr<PluginEngine> built = open_engine(c, weights);
+    kept->open(0);
+    built->open(0);
+    double best_kept = 1e300, best_built = 1e300;
+    for (int r = 0; r < repeat; ++r) {  // alternating, so drift hits both alike
+        std::uint64_t kept_reused = 0, built_reused = 0;
+        best_kept = std::min(best_kept, time_same_shape(*kept, calls, &kept_reused));
+        best_built = std::min(best_built, time_same_shape(*built, calls, &built_reused));
+        require(kept_reused >= std::uint64_t(calls - 1) && built_reused == 0, "measuring a build: the engine with reuse "
+                "reused ", kept_reused, " of ", calls, " calls and the one without ", built_reused,
+                ": the measurement would not be what it says");
+    }
+    return (best_built - best_kept) / calls;
+}
+
+}  // namespace kvweld::sim
