@@ -64,7 +64,7 @@ std::size_t classifier_floats(const ModelConfig& c) {
 
 }  // namespace
 
-Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin) {
+Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin, pmr::memory_resource* resource) {
     const Header header = parse_header(bytes, origin);
     const ModelConfig& c = header.config;
     const std::size_t weights = Model::weight_count(c, header.shared_classifier);
@@ -77,7 +77,7 @@ Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin)
                 " classifier) needs exactly ", expected, " bytes (",
                 bytes.size() < expected ? "truncated" : "oversized", ")");
 
-    Model model = Model::zeros(c, header.shared_classifier);
+    Model model = Model::zeros(c, header.shared_classifier, resource);
     std::span<float> dst = model.all_weights_mut();
     const std::byte* src = bytes.data() + kHeaderBytes;
     std::memcpy(dst.data(), src, body * sizeof(float));
@@ -92,12 +92,12 @@ Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin)
     return model;
 }
 
-Model load_llama2c(const std::string& path) {
+Model load_llama2c(const std::string& path, pmr::memory_resource* resource) {
     std::ifstream in(path, std::ios::binary);
     require(in.good(), "checkpoint ", path, ": cannot open the file");
     std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     require(!in.bad(), "checkpoint ", path, ": read error");
-    return parse_llama2c(std::as_bytes(std::span<const char>(raw)), path);
+    return parse_llama2c(std::as_bytes(std::span<const char>(raw)), path, resource);
 }
 
 std::vector<std::byte> serialize_llama2c(const Model& model) {

@@ -15,8 +15,10 @@ namespace kvweld {
 
 // Loads a checkpoint; a short, oversized or corrupt file gets an Error
 // naming what is wrong. Mints a new ModelInstanceId.
-Model load_llama2c(const std::string& path);
-Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin = "<memory>");
+// `resource` places the weights (as in Model::random).
+Model load_llama2c(const std::string& path, pmr::memory_resource* resource = nullptr);
+Model parse_llama2c(std::span<const std::byte> bytes, const std::string& origin = "<memory>",
+                    pmr::memory_resource* resource = nullptr);
 
 // Writes a llama-family model in the same format (tests and seed corpora).
 std::vector<std::byte> serialize_llama2c(const Model& model);

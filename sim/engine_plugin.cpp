@@ -33,7 +33,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
     else if (((api->capabilities & KVWELD_CAP_COPY_SEQ) && !api->copy_seq) ||
-             ((api->capabilities & KVWELD_CAP_PLAN_COUNTERS) && !api->counters))
+             ((api->capabilities & KVWELD_CAP_PLAN_COUNTERS) && !api->counters) ||
+             ((api->capabilities & KVWELD_CAP_RELOAD) && !api->reload))
         problem = "declares a capability whose function is empty";
     if (!problem.empty()) {
         dlclose(handle);
@@ -106,6 +107,11 @@ void PluginEngine::clear_all() {
 void PluginEngine::copy(int src, int dst) {
     require(capabilities() & KVWELD_CAP_COPY_SEQ, "engine ", name(), " cannot copy sequences (no KVWELD_CAP_COPY_SEQ)");
     call("copy_seq", [&](char* e, std::size_t n) { return library_->api().copy_seq(engine_, src, dst, e, n); });
+}
+
+void PluginEngine::reload(const std::string& model_path) {
+    require(capabilities() & KVWELD_CAP_RELOAD, "engine ", name(), " cannot reload its model (no KVWELD_CAP_RELOAD)");
+    call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, model_path.c_str(), e, n); });
 }
 
 std::optional<kvweld_engine_counters> PluginEngine::counters() const {

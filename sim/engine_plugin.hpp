@@ -54,6 +54,7 @@ public:
     void clear(int seq);
     void clear_all();
     void copy(int src, int dst);                           // needs KVWELD_CAP_COPY_SEQ
+    void reload(const std::string& model_path);            // needs KVWELD_CAP_RELOAD
     std::optional<kvweld_engine_counters> counters() const;  // nullopt without KVWELD_CAP_PLAN_COUNTERS
 
 private:

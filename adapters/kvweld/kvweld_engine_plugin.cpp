@@ -6,6 +6,7 @@
 #include "engine/decode_session.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
+#include "engine/recycling_resource.hpp"
 #include "adapters/abi_guard.hpp"
 #include "adapters/abi_lists.hpp"
 #include "kvweld/engine_abi.h"
@@ -18,7 +19,11 @@
 #include <string_view>
 
 struct kvweld_engine {
-    kvweld::Model model;
+    // Declared first, so it outlives the model: a reloaded model lands at
+    // its predecessor's address, as in kvweld's own simulator, so a plan
+    // keyed by the weights' address is fooled (weight_pointer_key).
+    std::unique_ptr<kvweld::RecyclingResource> pool = std::make_unique<kvweld::RecyclingResource>();
+    std::optional<kvweld::Model> model;  // always set; optional so a reload can free it first
     int n_ctx = 0, n_seq_max = 0, threads = 1;
     kvweld::FaultSet faults;  // installed around every call (they are per thread)
     struct Seq {
@@ -49,7 +54,7 @@ kvweld_engine::Seq& seq_of(kvweld_engine* e, int32_t seq) {
 }
 
 kvweld::KvCache fresh_cache(const kvweld_engine* e) {
-    kvweld::KvGeometry g = kvweld::KvGeometry::of(e->model.config());
+    kvweld::KvGeometry g = kvweld::KvGeometry::of(e->model->config());
     g.max_seq_len = e->n_ctx;
     return kvweld::KvCache::with_capacity(g);
 }
@@ -57,8 +62,10 @@ kvweld::KvCache fresh_cache(const kvweld_engine* e) {
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(o && o->model_path, "no options or model path");
-        auto e = std::make_unique<kvweld_engine>(kvweld_engine{kvweld::load_llama2c(o->model_path), 0, 0, 1, {}, {}});
-        const int max_ctx = e->model.config().max_seq_len;
+        auto pool = std::make_unique<kvweld::RecyclingResource>();
+        kvweld::Model model = kvweld::load_llama2c(o->model_path, pool.get());
+        auto e = std::make_unique<kvweld_engine>(kvweld_engine{std::move(pool), std::move(model), 0, 0, 1, {}, {}});
+        const int max_ctx = e->model->config().max_seq_len;
         require(o->n_ctx >= 1 && o->n_ctx <= max_ctx, "n_ctx = ", o->n_ctx, ": must be in 1..", max_ctx);
         require(o->n_seq_max >= 1 && o->n_seq_max <= 4096, "n_seq_max = ", o->n_seq_max, ": must be in 1..4096");
         e->n_ctx = o->n_ctx;
@@ -77,7 +84,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
 
 void destroy(kvweld_engine* e) { delete e; }
 
-int32_t vocab(const kvweld_engine* e) { return e->model.config().vocab; }
+int32_t vocab(const kvweld_engine* e) { return e->model->config().vocab; }
 
 int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
@@ -101,7 +108,7 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
         const auto v = static_cast<std::size_t>(vocab(e));
         for (int32_t i = 0; i < n; ++i) {
             kvweld_engine::Seq& s = seq_of(e, seqs[i]);
-            const std::span<const float> row = s.session.decode(e->model, s.cache, tokens[i]);
+            const std::span<const float> row = s.session.decode(*e->model, s.cache, tokens[i]);
             std::copy(row.begin(), row.end(), logits + static_cast<std::size_t>(i) * v);
         }
     });
@@ -133,6 +140,24 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
     });
 }
 
+// The old model goes first, so the new one can take its address; every
+// sequence is emptied (its storage replaced, as clear() does).
+int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        require(path != nullptr, "reload: no model path");
+        // Checked in full before the old model goes, so a bad file loses nothing.
+        kvweld::Model checked = kvweld::load_llama2c(path);
+        require(checked.config() == e->model->config(), "reload: ", path, " holds a model of another shape");
+        e->model.reset();
+        try {
+            e->model.emplace(kvweld::load_llama2c(path, e->pool.get()));
+        } catch (const kvweld::Error&) {  // the file changed under us: keep what was checked
+            e->model.emplace(std::move(checked));
+        }
+        for (auto& [id, s] : e->seqs) s.cache.clear();
+    });
+}
+
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
         *out = {};
@@ -146,15 +171,14 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 
 // The engine's fault switches this ABI can reach (none in a build without
 // KVWELD_FAULTS), as the ABI lists them: comma-separated. Left out, because
-// nothing behind this ABI makes them act: the model is loaded once (no
-// reload: model_id_not_in_key, weight_pointer_key, model_key_by_content),
-// there is no set_layer (no_remint_on_set_layer), a rebind always serves
-// so nothing rebuilds after the first build (build_counted_as_kept), and
-// spec_reject_off_by_one lives in kvweld's own simulator.
+// nothing behind this ABI makes them act: there is no set_layer
+// (no_remint_on_set_layer), a rebind always serves, so the only rebuilds
+// are after a reload, where a build is the right count anyway
+// (build_counted_as_kept), and spec_reject_off_by_one lives in kvweld's
+// own simulator.
 bool reachable(kvweld::Fault f) {
     using F = kvweld::Fault;
-    for (F out : {F::model_id_not_in_key, F::weight_pointer_key, F::model_key_by_content, F::no_remint_on_set_layer,
-                  F::build_counted_as_kept, F::spec_reject_off_by_one})
+    for (F out : {F::no_remint_on_set_layer, F::build_counted_as_kept, F::spec_reject_off_by_one})
         if (f == out) return false;
     return true;
 }
@@ -171,8 +195,9 @@ const char* fault_list() {
 }
 
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS, fault_list(),
-    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters,
+    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD,
+    fault_list(),
+    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
 };
 
 }  // namespace

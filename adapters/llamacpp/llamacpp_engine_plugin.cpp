@@ -56,6 +56,9 @@ struct kvweld_engine {
     unsigned faults = 0;
     std::vector<int> len;    // per sequence: positions held, -1 when closed
     std::uint64_t calls = 0; // llama_decode calls
+    std::uint64_t reused_before = 0;  // graph reuses counted by contexts a reload replaced
+    llama_context_params cparams{};   // to create the context again on reload
+    bool graph_reuse = true;
     std::vector<int> last_seqs;     // stale_logits: the previous batch's sequences
     std::vector<float> last_row;    // and its last row of logits
     ~kvweld_engine() {
@@ -156,7 +159,9 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
         cp.no_perf = false;
         cp.kv_unified = kvweld::abi::flag_param(params, "kv_unified", false);
-        e->ctx = create_context(e->model, cp, kvweld::abi::flag_param(params, "graph_reuse", true));
+        e->cparams = cp;
+        e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
+        e->ctx = create_context(e->model, cp, e->graph_reuse);
         require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx));
         e->n_ctx = o->n_ctx;
         e->n_seq_max = o->n_seq_max;
@@ -264,16 +269,47 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
     });
 }
 
+// A new model and a new context (llama.cpp's KV lives in the context, so
+// every sequence is emptied); the new model is loaded and checked first, so
+// a bad file loses nothing.
+int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(path != nullptr, "reload: no model path");
+        llama_model_params mp = llama_model_default_params();
+        mp.n_gpu_layers = 0;
+        llama_model* model = llama_model_load_from_file(path, mp);
+        require(model != nullptr, "llama.cpp cannot load ", path);
+        // The shape a context was sized for: width, depth, heads, KV heads, context, vocabulary.
+        bool same = llama_vocab_n_tokens(llama_model_get_vocab(model)) == e->vocab;
+        for (auto dim : {llama_model_n_embd, llama_model_n_layer, llama_model_n_head, llama_model_n_head_kv,
+                         llama_model_n_ctx_train})
+            same = same && dim(model) == dim(e->model);
+        llama_context* ctx = same ? create_context(model, e->cparams, e->graph_reuse) : nullptr;
+        if (!ctx) llama_model_free(model);
+        require(same, "reload: ", path, " holds a model of another shape");
+        require(ctx != nullptr, "llama.cpp: no context for the reloaded model");
+        e->reused_before += std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
+        llama_free(e->ctx);
+        llama_model_free(e->model);
+        e->ctx = ctx;
+        e->model = model;
+        for (int& len : e->len)
+            if (len > 0) len = 0;
+        e->last_seqs.clear();
+    });
+}
+
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        const auto reused = std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
+        const auto reused = e->reused_before + std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
         *out = {e->calls - std::min(e->calls, reused), reused, 0};
     });
 }
 
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS, fault_names(),
-    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters,
+    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD,
+    fault_names(),
+    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
 };
 
 }  // namespace

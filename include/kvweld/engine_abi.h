@@ -6,7 +6,8 @@
  * sequences (slots), decodes batches of (sequence, token) pairs and reads
  * back one row of logits per pair, truncates and clears sequences, and, where
  * the engine declares the capability, copies sequences and reads its plan
- * counters. It computes its reference from the same weights.
+ * counters, and reloads the model. It computes its reference from the same
+ * weights.
  *
  * Every function that can fail returns 0 on success, non-zero on failure,
  * and then writes a NUL-terminated message of at most err_len bytes to err.
@@ -22,12 +23,14 @@
 extern "C" {
 #endif
 
-/* 2: options.params (engine settings) and api.fault_names. */
+/* 2: options.params (engine settings), api.fault_names, counters.rebound,
+ *    and the reload capability. */
 #define KVWELD_ENGINE_ABI_VERSION 2u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
 #define KVWELD_CAP_PLAN_COUNTERS 0x2u /* counters is implemented */
+#define KVWELD_CAP_RELOAD 0x4u        /* reload is implemented */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -78,6 +81,10 @@ typedef struct kvweld_engine_api {
     /* Optional (NULL unless the capability is declared). */
     int (*copy_seq)(kvweld_engine* engine, int32_t src, int32_t dst, char* err, size_t err_len);
     int (*counters)(const kvweld_engine* engine, kvweld_engine_counters* out, char* err, size_t err_len);
+    /* Replace the model with the one in model_path (same format and shape),
+     * as a server reloads weights. Every open sequence stays open and is
+     * emptied (as by clear_seq); counters keep counting. */
+    int (*reload)(kvweld_engine* engine, const char* model_path, char* err, size_t err_len);
 } kvweld_engine_api;
 
 /* The one symbol a plugin exports. */

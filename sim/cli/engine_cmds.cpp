@@ -60,8 +60,8 @@ EngineChoice engine_choice(const RunOptions& o) {
 
 int run_engine_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, const std::string& json) {
     const EngineChoice engine = engine_choice(o);
-    const bool can_copy = engine_library(engine.engine)->api().capabilities & KVWELD_CAP_COPY_SEQ;
-    const ServeConfig config = draw_serve_config(seed, engine, o.model, can_copy);
+    const ServeConfig config =
+        draw_serve_config(seed, engine, o.model, engine_library(engine.engine)->api().capabilities);
     const ServeResult r = run_serve_generated(config, o.steps);
     print(serve_report(r));
     if (!trace.empty()) write_text(trace, serve_trace_text(r));

@@ -67,25 +67,26 @@ std::shared_ptr<const PluginLibrary> engine_library(const std::string& engine) {
     return library;
 }
 
+ModelFile::ModelFile(const Model& model, const std::string& format) {
+    require(format == "gguf" || format == "llama2c", "model format '", format,
+            "' asked for: this kvweld writes gguf or llama2c");
+    static std::atomic<std::uint64_t> serial{0};
+    path_ = (std::filesystem::temp_directory_path() / cat("kvweld-", ::getpid(), "-", serial++, ".", format)).string();
+    if (format == "gguf")
+        save_gguf(model, path_);
+    else
+        save_llama2c(model, path_);
+}
+
+ModelFile::~ModelFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+}
+
 std::unique_ptr<PluginEngine> open_engine(const ServeConfig& config, const Model& model) {
     const auto library = engine_library(config.engine.engine);
-    const std::string format = library->api().model_format;
-    static std::atomic<std::uint64_t> serial{0};
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              cat("kvweld-", ::getpid(), "-", serial++, ".", format))
-                                 .string();
-    if (format == "gguf")
-        save_gguf(model, path);
-    else if (format == "llama2c")
-        save_llama2c(model, path);
-    else
-        throw Error(cat("engine ", library->api().name, " asks for model format '", format,
-                        "': this kvweld writes gguf or llama2c"));
-    struct Remove {
-        const std::string& path;
-        ~Remove() { std::filesystem::remove(path); }
-    } remove{path};
-    const kvweld_engine_options options{path.c_str(), config.n_ctx, config.seqs, 1,
+    const ModelFile file(model, library->api().model_format);
+    const kvweld_engine_options options{file.path().c_str(), config.n_ctx, config.seqs, 1,
                                         config.engine.faults.c_str(), config.engine.params.c_str()};
     return std::make_unique<PluginEngine>(library, options);
 }

@@ -21,8 +21,22 @@ std::string engine_plugin_path(const std::string& engine);
 // Loaded once per process and path; later calls share it.
 std::shared_ptr<const PluginLibrary> engine_library(const std::string& engine);
 
+// `model` written to a temporary file in `format` ("gguf" or "llama2c"),
+// removed again when this goes.
+class ModelFile {
+public:
+    ModelFile(const Model& model, const std::string& format);
+    ~ModelFile();
+    ModelFile(const ModelFile&) = delete;
+    ModelFile& operator=(const ModelFile&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
 // The engine, created with the config's sequences, positions, settings and
-// faults over `model` (written to a temporary file that is removed again).
+// faults over `model`.
 std::unique_ptr<PluginEngine> open_engine(const ServeConfig& config, const Model& model);
 
 }  // namespace kvweld::sim

@@ -8,6 +8,8 @@
 //   and the model never change behind this ABI, so a rebind always serves.
 // Clause 3: every other decode reuses the plan as kept; truncate keeps the
 //   storage, so it keeps the plan too.
+// Clause 4: after a reload (a new model instance, same or new weights)
+//   each sequence's next decode builds: a rebind cannot change the model.
 #include "sim/serve/reuse_rule.hpp"
 
 #include "engine/cat.hpp"
@@ -23,17 +25,17 @@ public:
     ReuseExpectation on_decode(std::span<const int> seqs) override {
         int builds = 0, rebinds = 0;
         for (int s : seqs) {
-            if (planned_.insert(s).second)
-                ++builds;
-            else if (replaced_.erase(s))
-                ++rebinds;
+            const bool build = planned_.insert(s).second || reloaded_.erase(s);
+            const bool replaced = replaced_.erase(s);  // a build binds the new storage too
+            builds += build ? 1 : 0;
+            rebinds += !build && replaced ? 1 : 0;
         }
         ReuseExpectation e;
         e.plans = int(seqs.size());
         e.builds = builds;
         e.rebinds = rebinds;
         e.must_reuse = e.plans - builds - rebinds;
-        e.why = cat("clause 1: ", builds, " first decodes build; clause 2: ", rebinds,
+        e.why = cat("clauses 1 and 4: ", builds, " first decodes (since open or reload) build; clause 2: ", rebinds,
                     " after replaced storage rebind; clause 3: the rest keep");
         return e;
     }
@@ -42,17 +44,22 @@ public:
     void on_clear(int seq) override { replaced(seq); }
     void on_clear_all() override { replaced_ = planned_; }
     void on_copy(int, int dst) override { replaced(dst); }
+    void on_reload() override {
+        reloaded_ = planned_;
+    }
 
 private:
     void forget(int seq) {
         planned_.erase(seq);
         replaced_.erase(seq);
+        reloaded_.erase(seq);
     }
     void replaced(int seq) {
         if (planned_.count(seq)) replaced_.insert(seq);
     }
     std::set<int> planned_;   // sequences whose session holds a plan
     std::set<int> replaced_;  // of those, the ones whose storage changed since their last decode
+    std::set<int> reloaded_;  // of those, the ones not decoded since a reload
 };
 
 }  // namespace

@@ -26,6 +26,7 @@
 //   without a unified cache) is queued and done at the next decode's memory
 //   update, which discards every held graph: that call's first graph builds.
 // Clause 5: with graph_reuse=0 (LLAMA_GRAPH_REUSE_DISABLE) nothing is reused.
+// Clause 6: a reload makes a new context, which holds no graph.
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "adapters/abi_lists.hpp"
@@ -107,7 +108,7 @@ public:
         for (const UbatchShape& u : ubatches) {
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : stream_copied_         ? "4 (a stream copy discarded the graph)"
-                                 : !previous_             ? "2 (no previous graph)"
+                                 : !previous_             ? "2/6 (no previous graph)"
                                  : !(*previous_ == u)     ? "2 (another shape)"
                                  : window_fixed_          ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window not modelled)";
@@ -121,6 +122,10 @@ public:
         return e;
     }
     void on_copy(int, int) override { stream_copied_ = stream_copied_ || !unified_; }
+    void on_reload() override {
+        previous_.reset();
+        stream_copied_ = false;  // the new context has nothing queued
+    }
 
 private:
     bool unified_, reuse_, window_fixed_;

@@ -40,6 +40,7 @@ public:
     virtual void on_clear(int /*seq*/) {}
     virtual void on_clear_all() {}
     virtual void on_copy(int /*src*/, int /*dst*/) {}
+    virtual void on_reload() {}
 };
 
 // The rule for an engine by the name its plugin gives (nullptr: none, and

@@ -3,6 +3,7 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "engine/rng.hpp"
+#include "kvweld/engine_abi.h"
 #include "sim/json_field.hpp"
 #include "sim/sim_config.hpp"
 
@@ -25,7 +26,7 @@ std::vector<std::string_view> serve_model_names() {
 }  // namespace
 
 ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
-                              bool can_copy) {
+                              std::uint32_t capabilities) {
     Rng rng(seed);
     ServeConfig c;
     c.seed = seed;
@@ -34,8 +35,10 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     // Without admit and step nothing is decoded; clear_all is rare by nature.
     c.weights[int(ServeOpKind::admit)] = int(rng.range(10, 60));
     c.weights[int(ServeOpKind::step)] = int(rng.range(60, 100));
-    c.weights[int(ServeOpKind::clear_all)] = std::min(c.weights[int(ServeOpKind::clear_all)], 3);
-    if (!can_copy) c.weights[int(ServeOpKind::fork)] = 0;
+    for (ServeOpKind rare : {ServeOpKind::clear_all, ServeOpKind::reload})
+        c.weights[int(rare)] = std::min(c.weights[int(rare)], 3);
+    if (!(capabilities & KVWELD_CAP_COPY_SEQ)) c.weights[int(ServeOpKind::fork)] = 0;
+    if (!(capabilities & KVWELD_CAP_RELOAD)) c.weights[int(ServeOpKind::reload)] = 0;
     c.seqs = int(rng.range(1, 8));
     c.sampled = rng.chance(0.5);
     const std::vector<std::string_view> models = serve_model_names();

@@ -45,9 +45,10 @@ struct ServeConfig {
 // sequence's whole stream and the accounting rule can predict reuse exactly.
 inline constexpr int kMaxDrawnCtx = 256;
 
-// `can_copy`: the engine declares copy_seq, so fork may be drawn.
+// `capabilities` (KVWELD_CAP_*): fork is drawn only when the engine can
+// copy a sequence, reload only when it can reload.
 ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
-                              bool can_copy);
+                              std::uint32_t capabilities);
 
 void to_json(nlohmann::json& j, const ServeConfig& c);
 ServeConfig serve_config_from_json(const nlohmann::json& j);  // strict; throws Error naming the field

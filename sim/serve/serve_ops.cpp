@@ -16,6 +16,7 @@ constexpr NameTable<ServeOpKind, kServeOpKinds> kServeOpNames{{
     {ServeOpKind::fork, "fork"},
     {ServeOpKind::retire, "retire"},
     {ServeOpKind::clear_all, "clear_all"},
+    {ServeOpKind::reload, "reload"},
 }};
 
 std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
@@ -39,6 +40,7 @@ void to_json(nlohmann::json& j, const ServeOp& op) {
         case ServeOpKind::preempt:
         case ServeOpKind::retire: j["pick"] = op.pick; break;
         case ServeOpKind::clear_all: break;
+        case ServeOpKind::reload: j["same_weights"] = op.same_weights; j["seed"] = op.seed; break;
     }
 }
 
@@ -69,6 +71,10 @@ ServeOp serve_op_from_json(const nlohmann::json& j) {
         case ServeOpKind::preempt:
         case ServeOpKind::retire: op.pick = json_field<std::uint32_t>(j, "pick"); break;
         case ServeOpKind::clear_all: break;
+        case ServeOpKind::reload:
+            op.same_weights = json_field<bool>(j, "same_weights");
+            op.seed = json_field<std::uint64_t>(j, "seed");
+            break;
     }
     return op;
 }

@@ -21,8 +21,9 @@ enum class ServeOpKind : std::uint8_t {
     fork,       // copy a sequence into a free one; both go on (prefix sharing)
     retire,     // close a sequence
     clear_all,  // clear every sequence; each re-prefills
+    reload,     // the engine reloads the model (same shape, same or new weights); every sequence re-prefills
 };
-inline constexpr int kServeOpKinds = 7;
+inline constexpr int kServeOpKinds = 8;
 std::string_view to_string(ServeOpKind k);
 ServeOpKind serve_op_kind_from_string(std::string_view s);  // throws Error naming s
 
@@ -37,7 +38,8 @@ struct ServeOp {
     // feeds its pending token and up to wants-1 speculative drafts.
     std::vector<int> wants;
     std::uint32_t length = 0;  // truncate: the new length (mod length + 1)
-    std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling
+    bool same_weights = false; // reload: the weights it has now, or new ones from `seed`
+    std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights
 };
 
 void to_json(nlohmann::json& j, const ServeOp& op);

@@ -60,6 +60,10 @@ ServeOp draw_serve_op(const ServeSimulator& sim, Rng& rng) {
             break;
         case ServeOpKind::truncate: op.length = draw32(rng); break;
         case ServeOpKind::fork: op.pick2 = draw32(rng); break;
+        case ServeOpKind::reload:
+            op.same_weights = rng.chance(0.5);
+            op.seed = rng.next();
+            break;
         case ServeOpKind::preempt:
         case ServeOpKind::retire:
         case ServeOpKind::clear_all: break;
@@ -236,13 +240,13 @@ std::string serve_report(const ServeResult& r) {
 ServeSwarmResult run_serve_swarm(const ServeSwarmOptions& o,
                                  const std::function<void(std::size_t, std::size_t)>& progress) {
     const std::size_t n = std::size_t(o.last - o.first) + 1;
-    const bool can_copy = engine_library(o.engine.engine)->api().capabilities & KVWELD_CAP_COPY_SEQ;
+    const std::uint32_t capabilities = engine_library(o.engine.engine)->api().capabilities;
     ServeSwarmResult out;
     out.seeds.resize(n);
     run_indexed(
         n, o.jobs,
         [&](std::size_t i) {
-            const ServeConfig config = draw_serve_config(o.first + i, o.engine, o.model, can_copy);
+            const ServeConfig config = draw_serve_config(o.first + i, o.engine, o.model, capabilities);
             try {
                 out.seeds[i] = run_serve_generated(config, o.steps);
             } catch (const Error& e) {  // the engine could not be created for this config

@@ -110,6 +110,7 @@ private:
     void fork(int src, int dst);
     void retire(int seq);
     void clear_all();
+    void reload(const ServeOp& op);
     void requeue_from(ServeRequest& r, std::size_t n);  // history[n:] goes back to the queue
 
     // One engine call, every row checked; returns the reference's logits per pair.
@@ -120,6 +121,7 @@ private:
 
     ServeConfig config_;
     Model model_;
+    std::uint64_t weights_seed_;
     std::unique_ptr<PluginEngine> engine_;
     std::unique_ptr<ReuseRule> rule_;
     OracleReport oracles_;

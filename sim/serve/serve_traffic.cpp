@@ -13,7 +13,7 @@ namespace kvweld::sim {
 namespace {
 
 ServeConfig traffic_serve_config(const TrafficParams& t, const EngineChoice& engine, int chunk) {
-    ServeConfig c = draw_serve_config(t.seed, engine, t.model, true);
+    ServeConfig c = draw_serve_config(t.seed, engine, t.model, engine_library(engine.engine)->api().capabilities);
     c.seqs = t.slots;
     c.n_ctx = std::min(c.model.max_seq_len, kMaxDrawnCtx);
     c.max_chunk = std::max(chunk, t.spec_k);
@@ -42,6 +42,12 @@ private:
     void step_tick() {
         const int arrivals = poisson(rng_, t_.arrival_rate);
         for (int i = 0; i < arrivals; ++i) waiting_.push_back(draw_request());
+        if (rng_.chance(t_.reload_rate)) {
+            ServeOp reload{.kind = ServeOpKind::reload};
+            reload.same_weights = !rng_.chance(t_.reload_new_weights);
+            reload.seed = rng_.next();
+            if (!sim_.eligible(ServeOpKind::reload).empty()) apply(reload);  // drawn either way: the same traffic
+        }
         for (int s = 0; s < sim_.config().seqs && !failed_; ++s) {
             const bool preempt = rng_.chance(t_.preempt_rate);  // drawn whatever happens
             const auto& r = sim_.request(s);
@@ -125,7 +131,7 @@ double time_same_shape(PluginEngine& engine, int calls, std::uint64_t* reused) {
 
 double measure_build_seconds(const EngineChoice& reuse, const EngineChoice& no_reuse, const std::string& model,
                              int calls, int repeat) {
-    ServeConfig c = draw_serve_config(1, reuse, model, true);
+    ServeConfig c = draw_serve_config(1, reuse, model, 0);
     c.seqs = 1;
     c.n_ctx = std::min(c.model.max_seq_len, 64);
     const Model weights = Model::random(c.model, c.weights_seed);

@@ -116,9 +116,13 @@ std::string random_ops_failure(PluginEngine& engine, const Model& model, std::ui
     return "";
 }
 
-// Writes `model` in the format the plugin asks for; returns the path.
+// Writes `model` in the format the plugin asks for; returns the path, a new
+// one each call: llama.cpp maps the file, so rewriting a path it loaded
+// would change its weights underneath it.
 std::string write_model(const PluginLibrary& library, const Model& model) {
-    const std::string path = temp_path((std::string("plugin-model.") + library.api().model_format).c_str());
+    static int serial = 0;
+    const std::string path =
+        temp_path(cat("plugin-model-", serial++, ".", library.api().model_format).c_str());
     if (std::string(library.api().model_format) == "gguf")
         save_gguf(model, path);
     else
@@ -213,6 +217,27 @@ TEST_P(Plugin, BadCallsAreErrorsThatNameTheProblem) {
     EXPECT_LE(step({0}, {5}, {&a}), kTolerance);
     expect_error([&] { PluginEngine(library_, kvweld_engine_options{"/nonexistent.bin", 64, 4, 1, nullptr, nullptr}); },
                  {"create failed", "/nonexistent.bin"});
+}
+
+// Reload (KVWELD_CAP_RELOAD): sequences stay open and start over on the new
+// weights; a model of another shape is refused and loses nothing.
+TEST_P(Plugin, ReloadEmptiesSequencesAndRefusesAnotherShape) {
+    ASSERT_TRUE(engine_->capabilities() & KVWELD_CAP_RELOAD);
+    engine_->open(0);
+    Shadow a(model_);
+    for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kTolerance);
+    const Model next = Model::random(config_by_name("tiny"), 99);
+    const std::string path = write_model(*library_, next);
+    engine_->reload(path);
+    Shadow b(next);
+    double worst = 0.0;
+    for (int t : {5, 9, 2}) worst = std::max(worst, checked_step(*engine_, next, {0}, {t}, {&b}));
+    EXPECT_LE(worst, kTolerance);
+    const std::string other = write_model(*library_, Model::random(config_by_name("tiny-mha"), 1));
+    expect_error([&] { engine_->reload(other); }, {"reload failed", "another shape"});
+    EXPECT_LE(checked_step(*engine_, next, {0}, {7}, {&b}), kTolerance);  // still the reloaded model, position 3
+    std::filesystem::remove(path);
+    std::filesystem::remove(other);
 }
 
 TEST_P(Plugin, RandomOpsAgreeWithTheReference) {

@@ -16,7 +16,7 @@ namespace {
 
 ServeConfig config_for(const std::string& engine, std::uint64_t seed, const std::string& params = "",
                        const std::string& faults = "") {
-    return draw_serve_config(seed, EngineChoice{engine, params, faults}, "tiny", true);
+    return draw_serve_config(seed, EngineChoice{engine, params, faults}, "tiny", ~0u);  // every op may be drawn
 }
 
 ReuseExpectation decode(ReuseRule& rule, std::vector<int> seqs) { return rule.on_decode(seqs); }
@@ -43,6 +43,9 @@ TEST(LlamacppRule, SplitsPerStreamBatchesByConsecutiveSequenceIds) {
     rule->on_truncate(2, 0);
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 1);
     rule->on_copy(2, 3);
+    EXPECT_EQ(decode(*rule, {2}).must_reuse, 0);
+    EXPECT_EQ(decode(*rule, {2}).must_reuse, 1);
+    rule->on_reload();  // a new context: no graph to reuse (clause 6)
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 0);
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 1);
 }
@@ -81,6 +84,14 @@ TEST(KvweldRule, BuildsOnceRebindsAfterReplacedStorageKeepsOtherwise) {
     EXPECT_EQ(*e.builds, 0);
     EXPECT_EQ(*e.rebinds, 1);
     EXPECT_EQ(e.must_reuse, 2);
+    // After a reload each sequence builds once, even if its storage was
+    // also replaced (the build binds the new storage).
+    rule->on_reload();
+    rule->on_clear_all();
+    e = decode(*rule, {0, 0, 1});
+    EXPECT_EQ(*e.builds, 2);
+    EXPECT_EQ(*e.rebinds, 0);
+    EXPECT_EQ(e.must_reuse, 1);
 }
 
 class ServeEngines : public ::testing::TestWithParam<std::string> {
