@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <span>
 
 namespace kvweld::sim {
 
@@ -21,6 +23,20 @@ inline int geometric(Rng& rng, double mean) {
     int k = 1;
     while (!rng.chance(p) && k < 1 << 16) ++k;
     return k;
+}
+
+// An index drawn with probability proportional to its weight (0 = never);
+// nullopt when every weight is 0. Draws once from rng, or not at all.
+inline std::optional<int> weighted_index(std::span<const int> weights, Rng& rng) {
+    int total = 0;
+    for (int w : weights) total += w;
+    if (total == 0) return std::nullopt;
+    auto u = static_cast<int>(rng.below(static_cast<std::uint64_t>(total)));
+    for (std::size_t k = 0; k < weights.size(); ++k) {
+        if (u < weights[k]) return static_cast<int>(k);
+        u -= weights[k];
+    }
+    return std::nullopt;
 }
 
 }  // namespace kvweld::sim

@@ -1,6 +1,7 @@
 #include "sim/run.hpp"
 
 #include "engine/faults.hpp"
+#include "sim/distributions.hpp"
 
 #include <algorithm>
 
@@ -23,21 +24,14 @@ std::vector<int> draw_tokens(Rng& rng, int n, int vocab) {
 std::optional<OpKind> draw_kind(const Simulator& sim, Rng& rng) {
     const SimConfig& c = sim.config();
     std::array<int, kOpKinds> w{};
-    int total = 0;
     for (int k = 0; k < kOpKinds; ++k) {
         const auto kind = static_cast<OpKind>(k);
         const int room = kind == OpKind::spec ? c.spec_k + 1 : 1;
         const bool can = kind == OpKind::reload || !sim.eligible(kind, room).empty();
         w[k] = can ? c.weights[k] : 0;
-        total += w[k];
     }
-    if (total == 0) return std::nullopt;
-    auto u = static_cast<int>(rng.below(static_cast<std::uint64_t>(total)));
-    for (int k = 0; k < kOpKinds; ++k) {
-        if (u < w[k]) return static_cast<OpKind>(k);
-        u -= w[k];
-    }
-    return std::nullopt;
+    const std::optional<int> k = weighted_index(w, rng);
+    return k ? std::optional<OpKind>(static_cast<OpKind>(*k)) : std::nullopt;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "engine/faults.hpp"
 #include "sim/serve/serve_config.hpp"
 #include "sim/sim_config.hpp"
+#include "sim/verdict.hpp"
 #include "sim/traffic.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -42,6 +43,9 @@ void add_run_options(CLI::App* cmd, RunOptions& options);
 sim::DrawOptions draw_options(const RunOptions& options);  // throws Error on a bad name
 FaultSet parse_faults(const std::vector<std::string>& names);
 void write_json(const std::string& path, const nlohmann::json& j);
+// shrink's closing lines: sizes, runs, the class kept, the failure, how to replay.
+void print_shrink_summary(std::size_t before, std::size_t after, int runs, sim::Verdict verdict,
+                          const std::optional<sim::Failure>& failure, const std::string& out);
 
 // --engine: the same commands over an engine behind the plugin ABI
 // (sim/cli/engine_cmds.cpp, the serving simulator in sim/serve/).

@@ -112,12 +112,7 @@ int run_engine_shrink(const std::string& text, const std::string& path, const st
     std::fflush(stdout);
     const ServeShrinkResult s = shrink_serve(t.config, original.ops, t.steps, original.verdict);
     write_text(out, serve_trace_text(s.result));
-    std::printf("shrink: %zu ops -> %zu ops in %d runs, still %s\n", original.ops.size(), s.ops.size(), s.runs,
-                std::string(to_string(s.result.verdict)).c_str());
-    if (s.result.failure)
-        std::printf("  %s oracle at op %zu (%s): %s\n", std::string(to_string(s.result.failure->oracle)).c_str(),
-                    s.result.failure->op_index, s.result.failure->op.c_str(), s.result.failure->detail.c_str());
-    std::printf("reproduce: kvweld replay %s\n", out.c_str());
+    print_shrink_summary(original.ops.size(), s.ops.size(), s.runs, s.result.verdict, s.result.failure, out);
     return 0;
 }
 

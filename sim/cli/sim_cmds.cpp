@@ -139,14 +139,23 @@ int run_shrink(const std::string& path, const std::string& out) {
     std::fflush(stdout);
     const ShrinkResult s = shrink(t.config, original.ops, t.steps, original.verdict);
     write_trace(out, t.config, t.steps, s.ops);
-    std::printf("shrink: %zu ops -> %zu ops in %d runs, still %s\n", original.ops.size(), s.ops.size(), s.runs,
-                std::string(to_string(s.result.verdict)).c_str());
-    if (s.result.failure)
-        std::printf("  %s oracle at op %zu (%s): %s\n", std::string(to_string(s.result.failure->oracle)).c_str(),
-                    s.result.failure->op_index, s.result.failure->op.c_str(), s.result.failure->detail.c_str());
-    std::printf("reproduce: kvweld replay %s\n", out.c_str());
+    print_shrink_summary(original.ops.size(), s.ops.size(), s.runs, s.result.verdict, s.result.failure, out);
     return 0;
 }
+
+}  // namespace
+
+void print_shrink_summary(std::size_t before, std::size_t after, int runs, Verdict verdict,
+                          const std::optional<Failure>& failure, const std::string& out) {
+    std::printf("shrink: %zu ops -> %zu ops in %d runs, still %s\n", before, after, runs,
+                std::string(to_string(verdict)).c_str());
+    if (failure)
+        std::printf("  %s oracle at op %zu (%s): %s\n", std::string(to_string(failure->oracle)).c_str(),
+                    failure->op_index, failure->op.c_str(), failure->detail.c_str());
+    std::printf("reproduce: kvweld replay %s\n", out.c_str());
+}
+
+namespace {
 
 constexpr const char* kVerdictExits =
     "Exit 0 pass, 3 stale decode (data, kv or weld oracle), 4 spurious invalidation, 5 missed invalidation, "

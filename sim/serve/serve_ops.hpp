@@ -42,6 +42,13 @@ struct ServeOp {
     std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights
 };
 
+inline ServeOp serve_op(ServeOpKind kind, std::uint32_t pick = 0) {
+    ServeOp op;
+    op.kind = kind;
+    op.pick = pick;
+    return op;
+}
+
 void to_json(nlohmann::json& j, const ServeOp& op);
 ServeOp serve_op_from_json(const nlohmann::json& j);  // strict; throws Error naming the field
 

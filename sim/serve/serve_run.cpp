@@ -3,6 +3,7 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "sim/ddmin.hpp"
+#include "sim/distributions.hpp"
 #include "sim/jsonl.hpp"
 #include "sim/report.hpp"
 #include "sim/seed_pool.hpp"
@@ -24,18 +25,8 @@ std::uint32_t draw32(Rng& rng) { return static_cast<std::uint32_t>(rng.next() >>
 // Which op kinds can act now, weighted by the config; none: retire one.
 ServeOpKind draw_kind(const ServeSimulator& sim, Rng& rng) {
     std::array<int, kServeOpKinds> w{};
-    int total = 0;
-    for (int k = 0; k < kServeOpKinds; ++k) {
-        w[k] = sim.eligible(ServeOpKind(k)).empty() ? 0 : sim.config().weights[k];
-        total += w[k];
-    }
-    if (total == 0) return ServeOpKind::retire;
-    auto u = int(rng.below(std::uint64_t(total)));
-    for (int k = 0; k < kServeOpKinds; ++k) {
-        if (u < w[k]) return ServeOpKind(k);
-        u -= w[k];
-    }
-    return ServeOpKind::retire;
+    for (int k = 0; k < kServeOpKinds; ++k) w[k] = sim.eligible(ServeOpKind(k)).empty() ? 0 : sim.config().weights[k];
+    return ServeOpKind(weighted_index(w, rng).value_or(int(ServeOpKind::retire)));
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ private:
         const int arrivals = poisson(rng_, t_.arrival_rate);
         for (int i = 0; i < arrivals; ++i) waiting_.push_back(draw_request());
         if (rng_.chance(t_.reload_rate)) {
-            ServeOp reload{.kind = ServeOpKind::reload};
+            ServeOp reload = serve_op(ServeOpKind::reload);
             reload.same_weights = !rng_.chance(t_.reload_new_weights);
             reload.seed = rng_.next();
             if (!sim_.eligible(ServeOpKind::reload).empty()) apply(reload);  // drawn either way: the same traffic
@@ -57,12 +57,12 @@ private:
                 admit.pick = pick_of(ServeOpKind::admit, s);
                 apply(admit);
             } else if (r && r->done()) {
-                apply({.kind = ServeOpKind::retire, .pick = pick_of(ServeOpKind::retire, s)});
+                apply(serve_op(ServeOpKind::retire, pick_of(ServeOpKind::retire, s)));
             } else if (r && preempt && !r->history.empty()) {
-                apply({.kind = ServeOpKind::preempt, .pick = pick_of(ServeOpKind::preempt, s)});
+                apply(serve_op(ServeOpKind::preempt, pick_of(ServeOpKind::preempt, s)));
             }
         }
-        ServeOp step{.kind = ServeOpKind::step};
+        ServeOp step = serve_op(ServeOpKind::step);
         for (int s = 0; s < sim_.config().seqs; ++s) {
             const auto& r = sim_.request(s);
             step.wants.push_back(!r || r->done() ? 0 : r->decoding ? t_.spec_k : chunk_);
@@ -74,7 +74,7 @@ private:
     ServeOp draw_request() {
         const int n_ctx = sim_.config().n_ctx;
         const int capacity = n_ctx - t_.spec_k - 2;
-        ServeOp op{.kind = ServeOpKind::admit};
+        ServeOp op = serve_op(ServeOpKind::admit);
         const int prompt = std::min(capacity / 2, int(rng_.range(1, 2 * t_.prompt_mean - 1)));
         op.tokens.resize(std::size_t(prompt));
         for (int& tok : op.tokens) tok = int(rng_.below(std::uint64_t(sim_.config().model.vocab)));
