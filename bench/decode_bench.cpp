@@ -2,8 +2,11 @@
 // tiny and stories15M dims; CPU always, CUDA when a device is present
 // (skipped otherwise); and, where llama.cpp was built (scripts/setup),
 // llama.cpp on the same weights beside kvweld's held plan, 1 and 2 threads,
-// with the paired kvweld/llama.cpp ratio. tokens/s is a counter.
+// with the paired kvweld/llama.cpp ratio; and every built-in engine through
+// the plugin ABI, the interface the simulator drives (decode/abi/...).
+// tokens/s is a counter.
 #include "engine/decode_session.hpp"
+#include "sim/serve/engine_choice.hpp"
 #ifdef KVWELD_HAVE_LLAMA
 #include "bench/llamacpp_runner.hpp"
 #endif
@@ -124,6 +127,42 @@ void register_llamacpp() {
 }
 #endif
 
+// One sequence through the plugin ABI (sim/engine_plugin.hpp), one token
+// per call, one thread: what the simulator's interface costs each engine.
+void abi_loop(benchmark::State& state, const ModelConfig& config, const std::string& engine) {
+    sim::ServeConfig c;
+    c.engine.engine = engine;
+    c.model = config;
+    c.seqs = 1;
+    c.n_ctx = config.max_seq_len;
+    const Model model = Model::random(config, 1);
+    const std::unique_ptr<sim::PluginEngine> plugin = sim::open_engine(c, model);
+    plugin->open(0);
+    int token = 1, len = 0;
+    for (auto _ : state) {
+        if (len == c.n_ctx) plugin->truncate(0, len = 0);
+        benchmark::DoNotOptimize(plugin->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{token}).data());
+        ++len;
+        token = (token * 31 + 7) % config.vocab;
+    }
+    state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void register_abi() {
+    for (const char* engine : {"kvweld", "llamacpp"}) {
+        try {
+            sim::engine_plugin_path(engine);
+        } catch (const Error&) {
+            continue;  // not built here
+        }
+        const ModelConfig cfg = config_by_name("stories15m");
+        benchmark::RegisterBenchmark((std::string("decode/abi/stories15m/") + engine).c_str(),
+                                     [cfg, e = std::string(engine)](benchmark::State& s) { abi_loop(s, cfg, e); })
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(1.0);
+    }
+}
+
 // The peer that bounds every engine here: one pass reading every weight a
 // token needs (no arithmetic beyond a sum), as tokens/s. Decoding FP32
 // weights cannot beat it on this machine.
@@ -156,6 +195,7 @@ void held_threads(benchmark::State& state, const ModelConfig& config, int thread
 }
 
 void register_all() {
+    register_abi();
     for (const char* dims : {"stories15m", "110m"}) {
         const ModelConfig cfg = config_by_name(dims);
         const std::string d = dims;
