@@ -34,7 +34,10 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "leaves a required function or name empty";
     else if (((api->capabilities & KVWELD_CAP_COPY_SEQ) && !api->copy_seq) ||
              ((api->capabilities & KVWELD_CAP_PLAN_COUNTERS) && !api->counters) ||
-             ((api->capabilities & KVWELD_CAP_RELOAD) && !api->reload))
+             ((api->capabilities & KVWELD_CAP_RELOAD) && !api->reload) ||
+             ((api->capabilities & KVWELD_CAP_STORAGE) && !api->storage) ||
+             ((api->capabilities & KVWELD_CAP_READ_KV) && !api->read_kv) ||
+             ((api->capabilities & KVWELD_CAP_SWAP_LAYER) && !api->swap_layer))
         problem = "declares a capability whose function is empty";
     if (!problem.empty()) {
         dlclose(handle);
@@ -112,6 +115,28 @@ void PluginEngine::copy(int src, int dst) {
 void PluginEngine::reload(const std::string& model_path) {
     require(capabilities() & KVWELD_CAP_RELOAD, "engine ", name(), " cannot reload its model (no KVWELD_CAP_RELOAD)");
     call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, model_path.c_str(), e, n); });
+}
+
+std::vector<std::uint64_t> PluginEngine::storage(int seq, int which, int n_layers) const {
+    require(capabilities() & KVWELD_CAP_STORAGE, "engine ", name(), " reports no storage (no KVWELD_CAP_STORAGE)");
+    std::vector<std::uint64_t> out(std::size_t(n_layers), 0);
+    call("storage", [&](char* e, std::size_t n) {
+        return library_->api().storage(engine_, seq, which, out.data(), n_layers, e, n);
+    });
+    return out;
+}
+
+void PluginEngine::read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const {
+    require(capabilities() & KVWELD_CAP_READ_KV, "engine ", name(), " cannot read KV (no KVWELD_CAP_READ_KV)");
+    require(k.size() == v.size(), "read_kv: k and v of different sizes");
+    call("read_kv", [&](char* e, std::size_t n) {
+        return library_->api().read_kv(engine_, seq, layer, pos, k.data(), v.data(), std::int32_t(k.size()), e, n);
+    });
+}
+
+void PluginEngine::swap_layer(int seq, int layer) {
+    require(capabilities() & KVWELD_CAP_SWAP_LAYER, "engine ", name(), " cannot swap layers (no KVWELD_CAP_SWAP_LAYER)");
+    call("swap_layer", [&](char* e, std::size_t n) { return library_->api().swap_layer(engine_, seq, layer, e, n); });
 }
 
 std::optional<kvweld_engine_counters> PluginEngine::counters() const {

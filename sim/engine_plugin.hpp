@@ -55,6 +55,10 @@ public:
     void clear_all();
     void copy(int src, int dst);                           // needs KVWELD_CAP_COPY_SEQ
     void reload(const std::string& model_path);            // needs KVWELD_CAP_RELOAD
+    // needs KVWELD_CAP_STORAGE; which: KVWELD_STORAGE_HELD or _PLAN
+    std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const;
+    void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const;  // KVWELD_CAP_READ_KV
+    void swap_layer(int seq, int layer);                   // needs KVWELD_CAP_SWAP_LAYER
     std::optional<kvweld_engine_counters> counters() const;  // nullopt without KVWELD_CAP_PLAN_COUNTERS
 
 private:

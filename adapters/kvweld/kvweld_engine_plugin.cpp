@@ -47,7 +47,9 @@ int guarded(const kvweld_engine* e, char* err, size_t err_len, Fn&& fn) {
 }
 using kvweld::abi::guarded;
 
-kvweld_engine::Seq& seq_of(kvweld_engine* e, int32_t seq) {
+// For a const engine, a const sequence.
+template <class Engine>
+auto& seq_of(Engine* e, int32_t seq) {
     const auto it = e->seqs.find(seq);
     require(it != e->seqs.end(), "sequence ", seq, " is not open");
     return it->second;
@@ -158,6 +160,43 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     });
 }
 
+int storage(const kvweld_engine* e, int32_t seq, int32_t which, uint64_t* out, int32_t n_layers, char* err,
+            size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        const kvweld_engine::Seq& s = seq_of(e, seq);
+        require(n_layers == s.cache.n_layers(), "storage: ", n_layers, " layers asked for, the model has ",
+                s.cache.n_layers());
+        require(which == KVWELD_STORAGE_HELD || which == KVWELD_STORAGE_PLAN, "storage: which = ", which);
+        const std::vector<kvweld::StorageSerial> serials =
+            which == KVWELD_STORAGE_HELD ? s.cache.storage_serials() : s.session.bound_serials();
+        for (int32_t l = 0; l < n_layers; ++l) out[l] = std::size_t(l) < serials.size() ? serials[std::size_t(l)].get() : 0;
+    });
+}
+
+int read_kv(const kvweld_engine* e, int32_t seq, int32_t layer, int32_t pos, float* k, float* v, int32_t kv_dim,
+            char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        const kvweld_engine::Seq& s = seq_of(e, seq);
+        require(layer >= 0 && layer < s.cache.n_layers(), "read_kv: layer ", layer, " out of range 0..",
+                s.cache.n_layers() - 1);
+        require(pos >= 0 && pos < s.cache.cached_len(), "read_kv: position ", pos, " out of range 0..",
+                s.cache.cached_len() - 1);
+        const kvweld::KvStorage& storage = *s.cache.layer(layer);
+        require(kv_dim == storage.kv_dim(), "read_kv: kv_dim ", kv_dim, ", the model's is ", storage.kv_dim());
+        std::copy_n(storage.key_row(pos), kv_dim, k);
+        std::copy_n(storage.value_row(pos), kv_dim, v);
+    });
+}
+
+int swap_layer(kvweld_engine* e, int32_t seq, int32_t layer, char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        kvweld_engine::Seq& s = seq_of(e, seq);
+        require(layer >= 0 && layer < s.cache.n_layers(), "swap_layer: layer ", layer, " out of range 0..",
+                s.cache.n_layers() - 1);
+        s.cache.set_layer(layer, s.cache.layer(layer)->copy());
+    });
+}
+
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
         *out = {};
@@ -171,14 +210,13 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 
 // The engine's fault switches this ABI can reach (none in a build without
 // KVWELD_FAULTS), as the ABI lists them: comma-separated. Left out, because
-// nothing behind this ABI makes them act: there is no set_layer
-// (no_remint_on_set_layer), a rebind always serves, so the only rebuilds
-// are after a reload, where a build is the right count anyway
-// (build_counted_as_kept), and spec_reject_off_by_one lives in kvweld's
-// own simulator.
+// nothing behind this ABI makes them act: a rebind always serves, so the
+// only rebuilds are a sequence's first and those after a reload, which the
+// fault does not touch (build_counted_as_kept); and spec_reject_off_by_one
+// lives in kvweld's own simulator.
 bool reachable(kvweld::Fault f) {
     using F = kvweld::Fault;
-    for (F out : {F::no_remint_on_set_layer, F::build_counted_as_kept, F::spec_reject_off_by_one})
+    for (F out : {F::build_counted_as_kept, F::spec_reject_off_by_one})
         if (f == out) return false;
     return true;
 }
@@ -195,9 +233,12 @@ const char* fault_list() {
 }
 
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD,
+    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c",
+    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
+        KVWELD_CAP_SWAP_LAYER,
     fault_list(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
+    storage, read_kv, swap_layer,
 };
 
 }  // namespace

@@ -310,6 +310,7 @@ const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD,
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
+    nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
 };
 
 }  // namespace

@@ -24,13 +24,16 @@ extern "C" {
 #endif
 
 /* 2: options.params (engine settings), api.fault_names, counters.rebound,
- *    and the reload capability. */
+ *    and the reload, storage, read_kv and swap_layer capabilities. */
 #define KVWELD_ENGINE_ABI_VERSION 2u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
 #define KVWELD_CAP_PLAN_COUNTERS 0x2u /* counters is implemented */
 #define KVWELD_CAP_RELOAD 0x4u        /* reload is implemented */
+#define KVWELD_CAP_STORAGE 0x8u       /* storage is implemented (the weld and ledger oracles) */
+#define KVWELD_CAP_READ_KV 0x10u      /* read_kv is implemented (the KV content oracle) */
+#define KVWELD_CAP_SWAP_LAYER 0x20u   /* swap_layer is implemented (offload and restore) */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -85,7 +88,24 @@ typedef struct kvweld_engine_api {
      * as a server reloads weights. Every open sequence stays open and is
      * emptied (as by clear_seq); counters keep counting. */
     int (*reload)(kvweld_engine* engine, const char* model_path, char* err, size_t err_len);
+    /* Storage identity, one serial per layer into out[0..n_layers): numbers
+     * the engine never gives to other storage while the process lives (0:
+     * none). which = KVWELD_STORAGE_HELD: the storage the sequence's KV is
+     * in; KVWELD_STORAGE_PLAN: the storage its held plan reads and writes
+     * (all 0 without a plan). n_layers must be the model's layer count. */
+    int (*storage)(const kvweld_engine* engine, int32_t seq, int32_t which, uint64_t* out, int32_t n_layers,
+                   char* err, size_t err_len);
+    /* One position's K and V in one layer of a sequence, kv_dim floats each
+     * (n_kv_heads * head_dim), as the engine's plans will read them. */
+    int (*read_kv)(const kvweld_engine* engine, int32_t seq, int32_t layer, int32_t pos, float* k, float* v,
+                   int32_t kv_dim, char* err, size_t err_len);
+    /* Offload and restore: layer `layer` of the sequence's KV moves to new
+     * storage holding the same content (so its serial changes). */
+    int (*swap_layer)(kvweld_engine* engine, int32_t seq, int32_t layer, char* err, size_t err_len);
 } kvweld_engine_api;
+
+#define KVWELD_STORAGE_HELD 0
+#define KVWELD_STORAGE_PLAN 1
 
 /* The one symbol a plugin exports. */
 typedef const kvweld_engine_api* (*kvweld_engine_entry_fn)(void);

@@ -37,11 +37,17 @@ nlohmann::json serve_json(const ServeResult& r) {
     nlohmann::json j = {{"config", r.config},
                         {"ops_run", r.ops.size()},
                         {"verdict", to_string(r.verdict)},
-                        {"oracles", {{"data", true}, {"accounting", r.oracles.accounting},
-                                     {"accounting_unavailable", r.oracles.accounting_why_not}}},
+                        {"oracles", {{"data", true},
+                                     {"accounting", r.oracles.accounting},
+                                     {"kv", r.oracles.kv},
+                                     {"weld", r.oracles.weld},
+                                     {"unavailable", {{"accounting", r.oracles.accounting_why_not},
+                                                      {"kv", r.oracles.kv_why_not},
+                                                      {"weld", r.oracles.weld_why_not}}}}},
                         {"stats", {{"requests", s.requests}, {"calls", s.calls}, {"rows", s.rows},
                                    {"plans", s.plans}, {"reused", s.reused}, {"must_reuse", s.must_reuse},
-                                   {"may_reuse", s.may_reuse}, {"max_logit_error", s.max_logit_error}}}};
+                                   {"may_reuse", s.may_reuse}, {"max_logit_error", s.max_logit_error},
+                                   {"max_kv_error", s.max_kv_error}}}};
     if (r.failure)
         j["failure"] = {{"op_index", r.failure->op_index}, {"op", r.failure->op},
                         {"oracle", to_string(r.failure->oracle)}, {"detail", r.failure->detail}};

@@ -4,7 +4,7 @@
 //
 // Clause 1: a sequence's first decode since it was opened builds its plan.
 // Clause 2: its first decode after its storage was replaced (clear_seq,
-//   clear_all, or copy_seq into it) rebinds the plan: the capacity (n_ctx)
+//   clear_all, copy_seq into it, swap_layer) rebinds the plan: the capacity (n_ctx)
 //   and the model never change behind this ABI, so a rebind always serves.
 // Clause 3: every other decode reuses the plan as kept; truncate keeps the
 //   storage, so it keeps the plan too.
@@ -22,6 +22,13 @@ namespace {
 
 class KvweldRule final : public ReuseRule {
 public:
+    // kvweld's storage contract: a new sequence, clear, a copy's
+    // destination, reload (which clears) and swap_layer get new storage;
+    // decode and truncate touch none.
+    StorageEffect storage_effect(ServeOpKind kind) const override {
+        return kind == ServeOpKind::step || kind == ServeOpKind::truncate ? StorageEffect::keeps
+                                                                          : StorageEffect::replaces;
+    }
     ReuseExpectation on_decode(std::span<const int> seqs) override {
         int builds = 0, rebinds = 0;
         for (int s : seqs) {
@@ -44,6 +51,7 @@ public:
     void on_clear(int seq) override { replaced(seq); }
     void on_clear_all() override { replaced_ = planned_; }
     void on_copy(int, int dst) override { replaced(dst); }
+    void on_swap_layer(int seq, int) override { replaced(seq); }
     void on_reload() override {
         reloaded_ = planned_;
     }

@@ -29,9 +29,21 @@ struct ReuseExpectation {
     std::string why;  // the clause that decided, for failure messages
 };
 
+// What an op does to a sequence's storage (the ledger, for engines that
+// report storage): keep it, replace it, or either.
+enum class StorageEffect : std::uint8_t { keeps, replaces, may_replace };
+
+// Without a rule of its own, an engine may replace a sequence's storage at
+// any memory op, but never in a decode or a truncate.
+inline StorageEffect default_storage_effect(ServeOpKind kind) {
+    return kind == ServeOpKind::step || kind == ServeOpKind::truncate ? StorageEffect::keeps
+                                                                      : StorageEffect::may_replace;
+}
+
 class ReuseRule {
 public:
     virtual ~ReuseRule() = default;
+    virtual StorageEffect storage_effect(ServeOpKind kind) const { return default_storage_effect(kind); }
     // `seqs`: the call's sequence id per token, in batch order.
     virtual ReuseExpectation on_decode(std::span<const int> seqs) = 0;
     virtual void on_open(int /*seq*/) {}
@@ -41,6 +53,7 @@ public:
     virtual void on_clear_all() {}
     virtual void on_copy(int /*src*/, int /*dst*/) {}
     virtual void on_reload() {}
+    virtual void on_swap_layer(int /*seq*/, int /*layer*/) {}
 };
 
 // The rule for an engine by the name its plugin gives (nullptr: none, and

@@ -39,6 +39,7 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
         c.weights[int(rare)] = std::min(c.weights[int(rare)], 3);
     if (!(capabilities & KVWELD_CAP_COPY_SEQ)) c.weights[int(ServeOpKind::fork)] = 0;
     if (!(capabilities & KVWELD_CAP_RELOAD)) c.weights[int(ServeOpKind::reload)] = 0;
+    if (!(capabilities & KVWELD_CAP_SWAP_LAYER)) c.weights[int(ServeOpKind::swap_layer)] = 0;
     c.seqs = int(rng.range(1, 8));
     c.sampled = rng.chance(0.5);
     const std::vector<std::string_view> models = serve_model_names();

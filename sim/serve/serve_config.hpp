@@ -45,8 +45,8 @@ struct ServeConfig {
 // sequence's whole stream and the accounting rule can predict reuse exactly.
 inline constexpr int kMaxDrawnCtx = 256;
 
-// `capabilities` (KVWELD_CAP_*): fork is drawn only when the engine can
-// copy a sequence, reload only when it can reload.
+// `capabilities` (KVWELD_CAP_*): fork, reload and swap_layer are drawn only
+// when the engine declares copy_seq, reload and swap_layer.
 ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
                               std::uint32_t capabilities);
 

@@ -17,6 +17,7 @@ constexpr NameTable<ServeOpKind, kServeOpKinds> kServeOpNames{{
     {ServeOpKind::retire, "retire"},
     {ServeOpKind::clear_all, "clear_all"},
     {ServeOpKind::reload, "reload"},
+    {ServeOpKind::swap_layer, "swap_layer"},
 }};
 
 std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
@@ -41,6 +42,7 @@ void to_json(nlohmann::json& j, const ServeOp& op) {
         case ServeOpKind::retire: j["pick"] = op.pick; break;
         case ServeOpKind::clear_all: break;
         case ServeOpKind::reload: j["same_weights"] = op.same_weights; j["seed"] = op.seed; break;
+        case ServeOpKind::swap_layer: j["pick"] = op.pick; j["layer"] = op.layer; break;
     }
 }
 
@@ -74,6 +76,11 @@ ServeOp serve_op_from_json(const nlohmann::json& j) {
         case ServeOpKind::reload:
             op.same_weights = json_field<bool>(j, "same_weights");
             op.seed = json_field<std::uint64_t>(j, "seed");
+            break;
+        case ServeOpKind::swap_layer:
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.layer = json_field<int>(j, "layer");
+            require(op.layer >= 0, "field 'layer' = ", op.layer, ": must be >= 0");
             break;
     }
     return op;

@@ -22,8 +22,9 @@ enum class ServeOpKind : std::uint8_t {
     retire,     // close a sequence
     clear_all,  // clear every sequence; each re-prefills
     reload,     // the engine reloads the model (same shape, same or new weights); every sequence re-prefills
+    swap_layer, // offload and restore: one layer of a sequence's KV moves to new storage, same content
 };
-inline constexpr int kServeOpKinds = 8;
+inline constexpr int kServeOpKinds = 9;
 std::string_view to_string(ServeOpKind k);
 ServeOpKind serve_op_kind_from_string(std::string_view s);  // throws Error naming s
 
@@ -38,6 +39,7 @@ struct ServeOp {
     // feeds its pending token and up to wants-1 speculative drafts.
     std::vector<int> wants;
     std::uint32_t length = 0;  // truncate: the new length (mod length + 1)
+    int layer = 0;             // swap_layer: which layer (mod the model's layers)
     bool same_weights = false; // reload: the weights it has now, or new ones from `seed`
     std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights
 };

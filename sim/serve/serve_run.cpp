@@ -55,6 +55,7 @@ ServeOp draw_serve_op(const ServeSimulator& sim, Rng& rng) {
             op.same_weights = rng.chance(0.5);
             op.seed = rng.next();
             break;
+        case ServeOpKind::swap_layer: op.layer = int(rng.below(std::uint64_t(c.model.n_layers))); break;
         case ServeOpKind::preempt:
         case ServeOpKind::retire:
         case ServeOpKind::clear_all: break;
@@ -200,7 +201,8 @@ std::string row(const char* label, const std::string& value) {
 std::string stats_rows(const ServeStats& s, bool accounting) {
     std::string out;
     out += row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
-    out += row("rows checked (max logit error)", cat(s.rows, " (", sci(s.max_logit_error), ")"));
+    out += row("rows checked (max logit / K/V error)",
+               cat(s.rows, " (", sci(s.max_logit_error), " / ", sci(s.max_kv_error), ")"));
     out += row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     if (accounting) {
         out += row("plans run / reused", cat(s.plans, " / ", s.reused));

@@ -35,6 +35,7 @@ struct Stop {};
 }  // namespace
 
 void ServeStats::add(const ServeStats& o) {
+    max_kv_error = std::max(max_kv_error, o.max_kv_error);
     ops_run += o.ops_run;
     ops_skipped += o.ops_skipped;
     requests += o.requests;
@@ -51,8 +52,11 @@ void ServeStats::add(const ServeStats& o) {
 }
 
 std::string OracleReport::describe() const {
-    return cat("  oracles: data on; accounting ", accounting ? "on" : cat("unavailable (", accounting_why_not, ")"),
-               "; kv and weld unavailable (", kStorageWhyNot, ")");
+    auto one = [](const char* name, bool on, const std::string& why) {
+        return cat("; ", name, on ? " on" : cat(" unavailable (", why, ")"));
+    };
+    return cat("  oracles: data on", one("accounting", accounting, accounting_why_not), one("kv", kv, kv_why_not),
+               one("weld and ledger", weld, weld_why_not));
 }
 
 ServeSimulator::ServeSimulator(const ServeConfig& config)
@@ -65,6 +69,10 @@ ServeSimulator::ServeSimulator(const ServeConfig& config)
     else
         rule_ = reuse_rule_for(engine_->name(), config_, oracles_.accounting_why_not);
     oracles_.accounting = rule_ != nullptr;
+    oracles_.kv = engine_->capabilities() & KVWELD_CAP_READ_KV;
+    if (!oracles_.kv) oracles_.kv_why_not = cat("engine ", engine_->name(), " cannot read back its KV rows");
+    oracles_.weld = engine_->capabilities() & KVWELD_CAP_STORAGE;
+    if (!oracles_.weld) oracles_.weld_why_not = cat("engine ", engine_->name(), " reports no storage identity");
     requests_.resize(std::size_t(config_.seqs));
 }
 
@@ -80,6 +88,7 @@ std::vector<int> ServeSimulator::eligible(ServeOpKind kind) const {
     if (kind == ServeOpKind::admit) return free_seqs();
     if (kind == ServeOpKind::reload)  // needs no sequence, only the capability
         return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
+    if (kind == ServeOpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
     for (int s = 0; s < config_.seqs; ++s) {
         const auto& r = requests_[std::size_t(s)];
         if (!r) continue;
@@ -87,7 +96,7 @@ std::vector<int> ServeSimulator::eligible(ServeOpKind kind) const {
                         : kind == ServeOpKind::truncate  ? !r->history.empty()
                         : kind == ServeOpKind::preempt   ? !r->history.empty()
                         : kind == ServeOpKind::fork      ? !r->history.empty() && !free_seqs().empty()
-                                                         : true;  // retire, clear_all
+                                                         : true;  // retire, clear_all, swap_layer
         if (ok) out.push_back(s);
     }
     return out;
@@ -124,6 +133,7 @@ bool ServeSimulator::apply(const ServeOp& op, std::size_t op_index) {
             case ServeOpKind::retire: retire(seq); break;
             case ServeOpKind::clear_all: clear_all(); break;
             case ServeOpKind::reload: reload(op); break;
+            case ServeOpKind::swap_layer: swap_layer(seq, op.layer % config_.model.n_layers); break;
         }
     } catch (const Stop&) {
         return false;
@@ -155,6 +165,7 @@ void ServeSimulator::admit(const ServeOp& op, int seq) {
     r.queue.assign(op.tokens.begin(), op.tokens.begin() + long(std::min(op.tokens.size(), room)));
     r.max_new = op.max_new;
     requests_[std::size_t(seq)].emplace(std::move(r));
+    ledger_after(ServeOpKind::admit, seq);
     ++stats_.requests;
 }
 
@@ -168,12 +179,14 @@ void ServeSimulator::truncate(int seq, int n) {
     engine_->truncate(seq, n);
     if (rule_) rule_->on_truncate(seq, n);
     requeue_from(*requests_[std::size_t(seq)], std::size_t(n));
+    ledger_after(ServeOpKind::truncate, seq);
 }
 
 void ServeSimulator::preempt(int seq) {
     engine_->clear(seq);
     if (rule_) rule_->on_clear(seq);
     requeue_from(*requests_[std::size_t(seq)], 0);
+    ledger_after(ServeOpKind::preempt, seq);
 }
 
 void ServeSimulator::fork(int src, int dst) {
@@ -182,6 +195,7 @@ void ServeSimulator::fork(int src, int dst) {
     engine_->copy(src, dst);
     if (rule_) rule_->on_copy(src, dst);
     requests_[std::size_t(dst)] = requests_[std::size_t(src)];
+    ledger_after(ServeOpKind::fork, dst);
     ++stats_.requests;
 }
 
@@ -194,8 +208,11 @@ void ServeSimulator::retire(int seq) {
 void ServeSimulator::clear_all() {
     engine_->clear_all();
     if (rule_) rule_->on_clear_all();
-    for (auto& r : requests_)
-        if (r) requeue_from(*r, 0);
+    for (int s = 0; s < config_.seqs; ++s)
+        if (auto& r = requests_[std::size_t(s)]) {
+            requeue_from(*r, 0);
+            ledger_after(ServeOpKind::clear_all, s);
+        }
 }
 
 // The reference takes the same weights the engine is given; every sequence
@@ -206,8 +223,17 @@ void ServeSimulator::reload(const ServeOp& op) {
     engine_->reload(ModelFile(next, engine_->model_format()).path());
     model_ = std::move(next);
     if (rule_) rule_->on_reload();
-    for (auto& r : requests_)
-        if (r) requeue_from(*r, 0);
+    for (int s = 0; s < config_.seqs; ++s)
+        if (auto& r = requests_[std::size_t(s)]) {
+            requeue_from(*r, 0);
+            ledger_after(ServeOpKind::reload, s);
+        }
+}
+
+void ServeSimulator::swap_layer(int seq, int layer) {
+    engine_->swap_layer(seq, layer);
+    if (rule_) rule_->on_swap_layer(seq, layer);
+    ledger_after(ServeOpKind::swap_layer, seq, layer);
 }
 
 // One batched step: each sequence asked for tokens feeds a prefill chunk
@@ -292,6 +318,7 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
                  cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ", pairs.size(),
                      " in the call): logit error ", err, " > ", kTolerance, " against the reference"));
     }
+    check_storage(pairs);
     check_accounting(pairs, before);
     return want;
 }

@@ -20,6 +20,7 @@
 #include "sim/verdict.hpp"
 
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,7 @@ struct ServeStats {
     std::uint64_t must_reuse = 0;  // reuses the rule required
     std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
     double max_logit_error = 0.0;
+    double max_kv_error = 0.0;
 
     double reuse_ratio() const { return plans ? double(reused) / double(plans) : 0.0; }
     double ideal_ratio() const { return plans ? double(must_reuse) / double(plans) : 0.0; }
@@ -49,11 +51,8 @@ struct ServeStats {
 
 // Which oracles ran, and why the others could not.
 struct OracleReport {
-    bool accounting = false;
-    std::string accounting_why_not;
-    static constexpr const char* kStorageWhyNot =
-        "the engine ABI reports no storage identity or KV rows: the kv and weld oracles need kvweld's own "
-        "engine in-process (kvweld sim without --engine)";
+    bool accounting = false, weld = false, kv = false;
+    std::string accounting_why_not, weld_why_not, kv_why_not;
     std::string describe() const;
 };
 
@@ -65,6 +64,7 @@ struct ServeRequest {
     int generated = 0;
     int max_new = 0;
     ReferenceKv shadow;        // the data oracle's KV, from history alone
+    std::vector<std::uint64_t> ledger;  // the storage serials the simulator accepted, per layer
     bool done() const { return queue.empty(); }
 };
 
@@ -111,6 +111,12 @@ private:
     void retire(int seq);
     void clear_all();
     void reload(const ServeOp& op);
+    void swap_layer(int seq, int layer);
+
+    // The ledger and the storage oracles (serve_oracles.cpp), for engines
+    // that report storage and KV rows.
+    void ledger_after(ServeOpKind kind, int seq, std::optional<int> layer = std::nullopt);
+    void check_storage(const std::vector<Pair>& pairs);
     void requeue_from(ServeRequest& r, std::size_t n);  // history[n:] goes back to the queue
 
     // One engine call, every row checked; returns the reference's logits per pair.
@@ -126,6 +132,7 @@ private:
     std::unique_ptr<ReuseRule> rule_;
     OracleReport oracles_;
     std::vector<std::optional<ServeRequest>> requests_;  // per sequence id
+    std::set<std::uint64_t> seen_serials_;               // every storage serial accepted this run
     ServeStats stats_;
     std::map<std::string, ShapeStats> shapes_;
     double decode_seconds_ = 0.0;

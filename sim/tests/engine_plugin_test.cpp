@@ -240,6 +240,34 @@ TEST_P(Plugin, ReloadEmptiesSequencesAndRefusesAnotherShape) {
     std::filesystem::remove(other);
 }
 
+// Storage identity, KV read-back and layer swaps, where declared: the
+// serials change exactly where the storage does, the rows read back are the
+// reference's, and bad arguments are errors naming the value and the limit.
+TEST_P(Plugin, StorageReportsAndKvReadsWhereDeclared) {
+    const std::uint32_t want = KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV | KVWELD_CAP_SWAP_LAYER;
+    if ((engine_->capabilities() & want) != want) GTEST_SKIP() << GetParam().name << " declares none of them";
+    const int n = model_.config().n_layers, kv_dim = model_.config().kv_dim();
+    engine_->open(0);
+    Shadow a(model_);
+    for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kTolerance);
+    const auto held = engine_->storage(0, KVWELD_STORAGE_HELD, n);
+    EXPECT_EQ(engine_->storage(0, KVWELD_STORAGE_PLAN, n), held);
+    std::vector<float> k(static_cast<std::size_t>(kv_dim)), v(static_cast<std::size_t>(kv_dim));
+    engine_->read_kv(0, 1, 2, k, v);
+    EXPECT_LE(logit_error(k, std::span<const float>(a.kv.key[1]).subspan(2 * std::size_t(kv_dim), std::size_t(kv_dim))),
+              kTolerance);
+    engine_->swap_layer(0, 1);
+    const auto swapped = engine_->storage(0, KVWELD_STORAGE_HELD, n);
+    EXPECT_EQ(swapped[0], held[0]);
+    EXPECT_NE(swapped[1], held[1]);
+    engine_->truncate(0, 1);
+    EXPECT_EQ(engine_->storage(0, KVWELD_STORAGE_HELD, n), swapped);
+    expect_error([&] { engine_->storage(0, KVWELD_STORAGE_HELD, n + 1); }, {"layers asked for"});
+    expect_error([&] { engine_->read_kv(0, 0, 1, k, v); }, {"position 1 out of range 0..0"});
+    expect_error([&] { engine_->read_kv(0, n, 0, k, v); }, {"layer", "out of range"});
+    expect_error([&] { engine_->swap_layer(0, -1); }, {"layer -1 out of range"});
+}
+
 TEST_P(Plugin, RandomOpsAgreeWithTheReference) {
     EXPECT_EQ(random_ops_failure(*engine_, model_, 50), "");
 }

@@ -169,8 +169,44 @@ TEST(ServeAccounting, CleanPassesAndBothDirectionsAreCaught) {
     EXPECT_EQ(spurious.verdict, Verdict::spurious_invalidation);
     ASSERT_TRUE(spurious.failure.has_value());
     EXPECT_EQ(spurious.failure->oracle, Oracle::accounting);
-    const ServeResult missed = first_failure("no_remint_on_clear");
+    const ServeResult missed = first_failure("model_key_by_content");
     EXPECT_EQ(missed.verdict, Verdict::missed_invalidation);
+    ASSERT_TRUE(missed.failure.has_value());
+    EXPECT_EQ(missed.failure->oracle, Oracle::accounting);
+}
+
+// The storage oracles through the ABI (kvweld's plugin reports storage and
+// reads back KV): a layer swap or a clear that keeps the old identity
+// leaves the plan on storage the sequence no longer holds (weld).
+TEST(ServeStorageOracles, WeldAndKvCatchWhatDataMayNot) {
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
+    const ServeResult clean = run_serve_generated(config_for("kvweld", 5), 200);
+    EXPECT_TRUE(clean.oracles.weld && clean.oracles.kv);
+    EXPECT_EQ(clean.verdict, Verdict::pass) << serve_report(clean);
+    auto first_oracle = [](const std::string& fault) -> std::optional<Oracle> {
+        for (std::uint64_t seed = 0; seed < 30; ++seed) {
+            const ServeResult r = run_serve_generated(config_for("kvweld", seed, "", fault), 200);
+            if (r.failure) return r.failure->oracle;
+        }
+        return std::nullopt;
+    };
+    EXPECT_EQ(first_oracle("no_remint_on_set_layer"), Oracle::weld);
+    EXPECT_EQ(first_oracle("no_remint_on_clear"), Oracle::weld);
+}
+
+// llama.cpp declares neither: the report says so, and why.
+TEST(ServeStorageOracles, UnavailableOnesAreNamedWithTheReason) {
+    try {
+        engine_plugin_path("llamacpp");
+    } catch (const Error& e) {
+        GTEST_SKIP() << e.what();
+    }
+    const ServeResult r = run_serve_generated(config_for("llamacpp", 5), 50);
+    EXPECT_FALSE(r.oracles.kv);
+    EXPECT_FALSE(r.oracles.weld);
+    EXPECT_NE(r.oracles.describe().find("weld and ledger unavailable (engine llamacpp reports no storage identity)"),
+              std::string::npos)
+        << r.oracles.describe();
 }
 
 }  // namespace

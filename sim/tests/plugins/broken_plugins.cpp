@@ -31,7 +31,7 @@ constexpr kvweld_engine_api kApi = {
 #else
     vocab,
 #endif
-    seq_op, seq_op, decode, trunc, seq_op, all, nullptr, nullptr, nullptr,
+    seq_op, seq_op, decode, trunc, seq_op, all, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 }  // namespace

@@ -1,0 +1,103 @@
+// The storage oracles of the serving simulator, for engines that report
+// storage identity (KVWELD_CAP_STORAGE) and read back KV rows
+// (KVWELD_CAP_READ_KV).
+//
+// The ledger is the simulator's own record of the storage each sequence
+// holds. It takes the engine's report only right after an op, and only as
+// the engine's rule says the op may change it (ReuseRule::storage_effect):
+// a replacement must show serials the run has never seen, distinct across
+// layers, in exactly the layers replaced; an op that keeps storage must
+// show the same serials. Serials are never recycled (the ABI's promise),
+// so storage kept behind a "replacement" is caught. The weld oracle then
+// compares the storage the held plan reads and writes with the ledger's;
+// the kv oracle reads each decoded position back and compares it with the
+// reference's K and V for that sequence's own history.
+#include "engine/cat.hpp"
+#include "sim/serve/serve_sim.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvweld::sim {
+
+namespace {
+
+constexpr double kTolerance = 1e-4;
+
+std::string serials_text(const std::vector<std::uint64_t>& s) {
+    std::string out;
+    for (std::uint64_t v : s) out += cat(out.empty() ? "" : " ", v);
+    return out;
+}
+
+}  // namespace
+
+void ServeSimulator::ledger_after(ServeOpKind kind, int seq, std::optional<int> layer) {
+    if (!oracles_.weld) return;
+    ServeRequest& r = *requests_[std::size_t(seq)];
+    const int n = config_.model.n_layers;
+    const std::vector<std::uint64_t> now = engine_->storage(seq, KVWELD_STORAGE_HELD, n);
+    const bool fresh = r.ledger.empty();  // nothing recorded yet: a new sequence
+    const StorageEffect effect = fresh ? StorageEffect::replaces
+                                 : rule_ ? rule_->storage_effect(kind)
+                                         : default_storage_effect(kind);
+    std::vector<std::uint64_t> accepted = fresh ? std::vector<std::uint64_t>(std::size_t(n), 0) : r.ledger;
+    std::set<std::uint64_t> mine;
+    for (int l = 0; l < n; ++l) {
+        const std::uint64_t s = now[std::size_t(l)], was = accepted[std::size_t(l)];
+        const bool affected = !layer || *layer == l;
+        const bool changed = s != was;
+        std::string problem;
+        if (!affected || effect == StorageEffect::keeps) {
+            if (changed) problem = cat("changed from ", was, " to ", s, " in an op that keeps it");
+        } else if (effect == StorageEffect::replaces && !changed) {
+            problem = cat("kept serial ", s, " in an op that replaces it");
+        }
+        if (problem.empty() && changed && (s == 0 || seen_serials_.count(s) || !mine.insert(s).second))
+            problem = cat("reports serial ", s, s == 0 ? " (no storage)" : ", which this run has seen before");
+        if (!problem.empty())
+            fail(Verdict::engine_error, Oracle::ledger,
+                 cat("sequence ", seq, " layer ", l, " after ", to_string(kind), ": its storage ", problem,
+                     " (storage serials now: ", serials_text(now), ")"));
+        accepted[std::size_t(l)] = s;
+    }
+    seen_serials_.insert(mine.begin(), mine.end());
+    r.ledger = accepted;
+}
+
+// Weld first: when a plan is on the wrong storage it names the storage,
+// where the kv oracle would only see the row missing.
+void ServeSimulator::check_storage(const std::vector<Pair>& pairs) {
+    const int n = config_.model.n_layers, kv_dim = config_.model.kv_dim();
+    std::set<int> decoded;
+    for (const Pair& p : pairs) decoded.insert(p.seq);
+    for (int seq : decoded) {
+        if (!oracles_.weld) break;
+        ledger_after(ServeOpKind::step, seq);  // a decode keeps the storage
+        const std::vector<std::uint64_t>& want = requests_[std::size_t(seq)]->ledger;
+        const std::vector<std::uint64_t> plan = engine_->storage(seq, KVWELD_STORAGE_PLAN, n);
+        if (plan != want)
+            fail(Verdict::stale_decode, Oracle::weld,
+                 cat("sequence ", seq, ": the held plan reads and writes storage ", serials_text(plan),
+                     " but the sequence holds ", serials_text(want), " (the ledger)"));
+    }
+    std::vector<float> k(static_cast<std::size_t>(kv_dim)), v(static_cast<std::size_t>(kv_dim));
+    for (const Pair& p : pairs) {
+        const ServeRequest& r = *requests_[std::size_t(p.seq)];
+        for (int l = 0; oracles_.kv && l < n; ++l) {
+            engine_->read_kv(p.seq, l, p.pos, k, v);
+            const auto row = [&](const std::vector<float>& m) {
+                return std::span<const float>(m).subspan(std::size_t(p.pos) * std::size_t(kv_dim), std::size_t(kv_dim));
+            };
+            const double err = std::max(logit_error(k, row(r.shadow.key[std::size_t(l)])),
+                                        logit_error(v, row(r.shadow.value[std::size_t(l)])));
+            stats_.max_kv_error = std::max(stats_.max_kv_error, std::isfinite(err) ? err : 1e300);
+            if (!(err <= kTolerance))
+                fail(Verdict::stale_decode, Oracle::kv,
+                     cat("sequence ", p.seq, " position ", p.pos, " layer ", l, ": the K/V the sequence holds has error ",
+                         err, " > ", kTolerance, " against the reference: the decode wrote somewhere else"));
+        }
+    }
+}
+
+}  // namespace kvweld::sim
