@@ -40,7 +40,7 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     if (!(capabilities & KVWELD_CAP_COPY_SEQ)) c.weights[int(ServeOpKind::fork)] = 0;
     if (!(capabilities & KVWELD_CAP_RELOAD)) c.weights[int(ServeOpKind::reload)] = 0;
     if (!(capabilities & KVWELD_CAP_SWAP_LAYER)) c.weights[int(ServeOpKind::swap_layer)] = 0;
-    c.seqs = int(rng.range(1, 8));
+    c.seqs = int(rng.range(1, 16));
     c.sampled = rng.chance(0.5);
     const std::vector<std::string_view> models = serve_model_names();
     c.model_name = std::string(models[rng.below(models.size())]);
@@ -49,7 +49,7 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     c.weights_seed = rng.next();
     c.max_prompt = int(rng.range(1, 24));
     c.max_new = int(rng.range(0, 40));
-    c.max_chunk = int(rng.range(1, 16));
+    c.max_chunk = int(rng.range(1, 48));  // several dozen tokens per sequence per call
     c.accept_mean = static_cast<float>(rng.unit());
     const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
     c.n_ctx = int(rng.range(std::min(ctx_max, c.max_prompt + 1), ctx_max));

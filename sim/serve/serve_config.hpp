@@ -26,7 +26,7 @@ struct ServeConfig {
     std::uint64_t seed = 0;
     EngineChoice engine;
     std::array<int, kServeOpKinds> weights{};  // 0 = disabled, else 1..100
-    int seqs = 1;    // sequences open at once: 1..8
+    int seqs = 1;    // sequences open at once: 1..16 when drawn
     int n_ctx = 64;  // positions per sequence
     bool sampled = false;
     std::string model_name = "tiny";

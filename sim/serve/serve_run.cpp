@@ -194,15 +194,16 @@ namespace {
 
 std::string row(const char* label, const std::string& value) {
     char buf[512];
-    std::snprintf(buf, sizeof buf, "  %-34s %s\n", label, value.c_str());
+    std::snprintf(buf, sizeof buf, "  %-36s %s\n", label, value.c_str());
     return buf;
 }
 
-std::string stats_rows(const ServeStats& s, bool accounting) {
+std::string stats_rows(const ServeStats& s, const OracleReport& oracles) {
+    const bool accounting = oracles.accounting;
     std::string out;
     out += row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
     out += row("rows checked (max logit / K/V error)",
-               cat(s.rows, " (", sci(s.max_logit_error), " / ", sci(s.max_kv_error), ")"));
+               cat(s.rows, " (", sci(s.max_logit_error), " / ", oracles.kv ? sci(s.max_kv_error) : "-", ")"));
     out += row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     if (accounting) {
         out += row("plans run / reused", cat(s.plans, " / ", s.reused));
@@ -225,7 +226,7 @@ std::string failure_line(const ServeResult& r) {
 std::string serve_report(const ServeResult& r) {
     std::string out = cat("seed ", r.config.seed, ", ", r.ops.size(), " of ", r.steps, " ops\n", r.config.describe(),
                           "\n", r.oracles.describe(), "\n");
-    out += stats_rows(r.stats, r.oracles.accounting);
+    out += stats_rows(r.stats, r.oracles);
     if (r.verdict == Verdict::pass) return out + "verdict: PASS\n";
     return out + failure_line(r) + cat("\n  reproduce: ", serve_reproduce_command(r.config, r.steps), "\n");
 }
@@ -262,7 +263,7 @@ std::string serve_swarm_table(const ServeSwarmResult& r, const ServeSwarmOptions
     std::string out = cat("results over seeds ", o.first, "..", o.last, " on engine ", o.engine.engine, ":\n",
                           r.oracles.describe(), "\n");
     out += row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
-    out += stats_rows(r.total, r.oracles.accounting);
+    out += stats_rows(r.total, r.oracles);
     for (const ServeResult& s : r.seeds)
         if (s.verdict != Verdict::pass)
             out += cat("FAIL seed ", s.config.seed, ": ", failure_line(s).substr(std::string("verdict: FAIL ").size()),
