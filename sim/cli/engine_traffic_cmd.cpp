@@ -202,10 +202,11 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
     engine_plugin_path(base.engine);
     const std::string name = engine_library(base.engine)->api().name;
     std::printf("traffic on engine %s: seed %llu, %d ticks, %d sequences, model %s, arrivals %.3g/tick, prompt mean %d"
-                " (chunks of %d), output mean %d, spec k=%d accept %.2f, preempt %.3g and reload %.3g per tick (offloads have "
-                "no ABI op). Decode s: wall time in the engine's decode calls, best of %d.\n",
+                " (chunks of %d), output mean %d, spec k=%d accept %.2f, preempt %.3g, offload %.3g (where the engine can swap "
+                "layers) and reload %.3g per tick. Decode s: wall time in the engine's decode calls, best of %d.\n",
                 name.c_str(), (unsigned long long)p.seed, p.ticks, p.slots, p.model.c_str(), p.arrival_rate,
-                p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept, p.preempt_rate, p.reload_rate, a.repeat);
+                p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept, p.preempt_rate, p.offload_rate, p.reload_rate,
+                a.repeat);
     std::fflush(stdout);
     const BuildCosts costs = measure_build_costs(p, base, name);
     for (const auto& [setting, secs] : costs)

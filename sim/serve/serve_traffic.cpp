@@ -49,7 +49,10 @@ private:
             if (!sim_.eligible(ServeOpKind::reload).empty()) apply(reload);  // drawn either way: the same traffic
         }
         for (int s = 0; s < sim_.config().seqs && !failed_; ++s) {
-            const bool preempt = rng_.chance(t_.preempt_rate);  // drawn whatever happens
+            // Drawn whatever happens, so every engine sees the same traffic.
+            const bool preempt = rng_.chance(t_.preempt_rate);
+            const bool offload = rng_.chance(t_.offload_rate);
+            const int layer = int(rng_.below(std::uint64_t(sim_.config().model.n_layers)));
             const auto& r = sim_.request(s);
             if (!r && !waiting_.empty()) {
                 ServeOp admit = waiting_.front();
@@ -60,6 +63,10 @@ private:
                 apply(serve_op(ServeOpKind::retire, pick_of(ServeOpKind::retire, s)));
             } else if (r && preempt && !r->history.empty()) {
                 apply(serve_op(ServeOpKind::preempt, pick_of(ServeOpKind::preempt, s)));
+            } else if (r && offload && !sim_.eligible(ServeOpKind::swap_layer).empty()) {
+                ServeOp swap = serve_op(ServeOpKind::swap_layer, pick_of(ServeOpKind::swap_layer, s));
+                swap.layer = layer;
+                apply(swap);
             }
         }
         ServeOp step = serve_op(ServeOpKind::step);

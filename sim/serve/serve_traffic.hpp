@@ -3,8 +3,8 @@
 // speculative drafts, preemption), served the way a continuous-batching
 // server does: each tick admits what fits, retires what finished, preempts
 // at random, then runs one batched step over every active sequence
-// (prefill chunks and pending tokens with drafts), and reloads the model
-// when the engine can. Offloads (set_layer) have no ABI op. Every row is checked (data oracle) and
+// (prefill chunks and pending tokens with drafts); reloads the model and
+// offloads/restores a layer (swap_layer) when the engine can. Every row is checked (data oracle) and
 // every call's reuse judged by the engine's rule.
 #pragma once
 
