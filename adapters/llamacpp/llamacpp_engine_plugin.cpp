@@ -120,14 +120,27 @@ unsigned parse_faults(const char* names) {
     return out;
 }
 
-// llama.cpp reads LLAMA_GRAPH_REUSE_DISABLE when a context is created;
-// the lock keeps two engines created at once from seeing each other's.
+// llama.cpp reads LLAMA_GRAPH_REUSE_DISABLE, and only it, when a context
+// is created. setenv() while other threads call getenv() (llama.cpp and
+// ggml do, while decoding) can crash them, as ASan showed: so the plugin
+// puts its own entry into the environment once, when it is loaded (on the
+// thread that loads it, before engines run), and later only flips its
+// value character in place, under a lock that serializes context creation.
+// The plugin owns the variable: its graph_reuse setting decides.
+char reuse_disable_env[] = "LLAMA_GRAPH_REUSE_DISABLE=0";
+std::mutex create_lock;
+
+void own_reuse_env() {
+    static const bool done = (putenv(reuse_disable_env), true);
+    (void)done;
+}
+
 llama_context* create_context(llama_model* model, const llama_context_params& cp, bool graph_reuse) {
-    static std::mutex env_lock;
-    const std::lock_guard<std::mutex> lock(env_lock);
-    setenv("LLAMA_GRAPH_REUSE_DISABLE", graph_reuse ? "0" : "1", 1);
+    const std::lock_guard<std::mutex> lock(create_lock);
+    char& value = reuse_disable_env[sizeof reuse_disable_env - 2];
+    value = graph_reuse ? '0' : '1';
     llama_context* ctx = llama_init_from_model(model, cp);
-    unsetenv("LLAMA_GRAPH_REUSE_DISABLE");
+    value = '0';
     return ctx;
 }
 
@@ -315,4 +328,7 @@ const kvweld_engine_api kApi = {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const kvweld_engine_api* kvweld_engine_entry(void) { return &kApi; }
+extern "C" __attribute__((visibility("default"))) const kvweld_engine_api* kvweld_engine_entry(void) {
+    own_reuse_env();
+    return &kApi;
+}
