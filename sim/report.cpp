@@ -112,4 +112,10 @@ std::string reproduce_command(const SimConfig& c, int steps, const std::string& 
     return cmd;
 }
 
+std::string table_row(const char* label, const std::string& value) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "  %-36s %s\n", label, value.c_str());
+    return buf;
+}
+
 }  // namespace kvweld::sim

@@ -20,6 +20,9 @@ nlohmann::json json_report(const RunResult& r);
 std::string fixed(double v, int digits);
 std::string sci(double v);
 
+// One "label   value" line of a closing table, labels in a column.
+std::string table_row(const char* label, const std::string& value);
+
 // The one command that reproduces a seed's run.
 std::string reproduce_command(const SimConfig& c, int steps, const std::string& model_option);
 

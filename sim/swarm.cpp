@@ -28,36 +28,26 @@ SwarmResult run_swarm(const SwarmOptions& o, const std::function<void(std::size_
     return out;
 }
 
-namespace {
-
-std::string row(const char* label, const std::string& value) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "  %-34s %s\n", label, value.c_str());
-    return buf;
-}
-
-}  // namespace
-
 std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
     const RunStats& t = r.total;
     std::string out = cat("results over seeds ", o.first, "..", o.last, ":\n");
-    out += row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
-    out += row("decodes", cat(t.decodes));
-    out += row("kept / rebound / rebuilt", cat(t.kept, " / ", t.rebound, " / ", t.rebuilt));
-    out += row("justified kept / rebind / build",
+    out += table_row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
+    out += table_row("decodes", cat(t.decodes));
+    out += table_row("kept / rebound / rebuilt", cat(t.kept, " / ", t.rebound, " / ", t.rebuilt));
+    out += table_row("justified kept / rebind / build",
                cat(t.justified_kept, " / ", t.justified_rebinds, " / ", t.justified_builds));
-    out += row("  builds a capacity change forced", cat(t.capacity_rebuilds));
-    out += row("spurious", cat(t.spurious));
-    out += row("missed", cat(t.missed));
+    out += table_row("  builds a capacity change forced", cat(t.capacity_rebuilds));
+    out += table_row("spurious", cat(t.spurious));
+    out += table_row("missed", cat(t.missed));
     std::size_t stale = 0;
     for (const SeedResult& s : r.seeds) stale += s.verdict == Verdict::stale_decode;
-    out += row("stale decodes (seeds)", cat(stale));
-    out += row("reuse ratio (ideal)", cat(fixed(t.reuse_ratio(), 4), " (", fixed(t.ideal_ratio(), 4), ")"));
-    out += row("change decodes", cat(t.change_decodes));
-    out += row("  blind to data", cat(t.data_blind));
-    out += row("  blind to data and kv", cat(t.independent_blind, " (", t.blind_same_weights_reload,
+    out += table_row("stale decodes (seeds)", cat(stale));
+    out += table_row("reuse ratio (ideal)", cat(fixed(t.reuse_ratio(), 4), " (", fixed(t.ideal_ratio(), 4), ")"));
+    out += table_row("change decodes", cat(t.change_decodes));
+    out += table_row("  blind to data", cat(t.data_blind));
+    out += table_row("  blind to data and kv", cat(t.independent_blind, " (", t.blind_same_weights_reload,
                                               " after a same-weights reload)"));
-    out += row("max logit / K/V error", cat(sci(t.max_logit_error), " / ", sci(t.max_kv_error)));
+    out += table_row("max logit / K/V error", cat(sci(t.max_logit_error), " / ", sci(t.max_kv_error)));
     for (const SeedResult& s : r.seeds) {
         if (s.verdict == Verdict::pass) continue;
         out += cat("FAIL seed ", s.config.seed, ": ", to_string(s.verdict));

@@ -192,22 +192,17 @@ std::string serve_reproduce_command(const ServeConfig& c, int steps) {
 
 namespace {
 
-std::string row(const char* label, const std::string& value) {
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "  %-36s %s\n", label, value.c_str());
-    return buf;
-}
 
 std::string stats_rows(const ServeStats& s, const OracleReport& oracles) {
     const bool accounting = oracles.accounting;
     std::string out;
-    out += row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
-    out += row("rows checked (max logit / K/V error)",
+    out += table_row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
+    out += table_row("rows checked (max logit / K/V error)",
                cat(s.rows, " (", sci(s.max_logit_error), " / ", oracles.kv ? sci(s.max_kv_error) : "-", ")"));
-    out += row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
+    out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     if (accounting) {
-        out += row("plans run / reused", cat(s.plans, " / ", s.reused));
-        out += row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),
+        out += table_row("plans run / reused", cat(s.plans, " / ", s.reused));
+        out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),
                                                      s.may_reuse ? cat(", +", s.may_reuse, " allowed") : "", ")"));
     }
     return out;
@@ -262,7 +257,7 @@ ServeSwarmResult run_serve_swarm(const ServeSwarmOptions& o,
 std::string serve_swarm_table(const ServeSwarmResult& r, const ServeSwarmOptions& o) {
     std::string out = cat("results over seeds ", o.first, "..", o.last, " on engine ", o.engine.engine, ":\n",
                           r.oracles.describe(), "\n");
-    out += row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
+    out += table_row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
     out += stats_rows(r.total, r.oracles);
     for (const ServeResult& s : r.seeds)
         if (s.verdict != Verdict::pass)
