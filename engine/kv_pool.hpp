@@ -1,0 +1,101 @@
+// KvPool: paged KV, the way serving engines keep it. One pool of fixed-size
+// blocks (B token positions each, B a power of two) holds every layer's K
+// and V; a sequence's KV is a block table plus a length (PagedSequence),
+// per-token data rather than part of any plan. Blocks carry reference
+// counts, so a forked sequence shares its prefix's blocks until it writes
+// into one (copy on write).
+//
+// Identity: the pool's KvAllocId is minted when its storage is created or
+// replaced (grow, reset) and kept across allocate, release, fork, truncate
+// and writes, so a plan welded to the pool survives admit and retire: only
+// replacing the pool's storage is AllocationChanged.
+//
+// Exhaustion is a normal event: allocate() says so (nullopt) and nothing
+// changes; every other misuse (a bad block, a released block, a length past
+// the table) is an Error naming the value and the limit.
+#pragma once
+
+#include "engine/ids.hpp"
+#include "engine/kv_cache.hpp"
+
+#include <boost/container/small_vector.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace kvweld {
+
+class KvPool {
+public:
+    // n_layers, kv_dim from `geometry` (its max_seq_len is not used);
+    // block_size a power of two in 1..1024; n_blocks >= 1; the whole pool
+    // at most kMaxCacheBytes. Otherwise an Error naming the value.
+    KvPool(const KvGeometry& geometry, int block_size, int n_blocks);
+
+    int block_size() const { return block_size_; }
+    int n_blocks() const { return static_cast<int>(refs_.size()); }
+    int free_blocks() const { return static_cast<int>(free_.size()); }
+    int n_layers() const { return n_layers_; }
+    int kv_dim() const { return kv_dim_; }
+    KvAllocId alloc_id() const { return alloc_id_; }
+
+    // A free block with one reference, or nullopt when every block is in use.
+    std::optional<int> allocate();
+    void retain(int block);   // one more reference (a fork shares the block)
+    void release(int block);  // one fewer; at zero the block is free again
+    int refcount(int block) const;
+
+    // Row `offset` (0..block_size-1) of `block` in `layer`.
+    float* key(int layer, int block, int offset);
+    float* value(int layer, int block, int offset);
+    const float* key(int layer, int block, int offset) const;
+    const float* value(int layer, int block, int offset) const;
+
+    // Replaces the storage with a larger one (n_blocks > the current count),
+    // content and references kept, block numbers unchanged: new id.
+    void grow(int n_blocks);
+    // Every block free, storage replaced: new id. Sequences must be dropped.
+    void reset();
+
+private:
+    std::size_t row(int layer, int block, int offset) const;
+    void require_block(int block, const char* what) const;
+
+    int n_layers_, kv_dim_, block_size_;
+    std::vector<float> keys_, values_;  // [layer][block][offset][kv_dim]
+    std::vector<int> refs_;             // per block; 0 = free
+    std::vector<int> free_;             // free blocks, lowest last (allocate takes the lowest)
+    KvAllocId alloc_id_;
+};
+
+// A sequence's KV in a pool: the blocks of positions 0..length-1, in order.
+// It holds one reference on each block in its table.
+class PagedSequence {
+public:
+    using Table = boost::container::small_vector<int, 16>;
+
+    int length() const { return length_; }
+    const Table& table() const { return table_; }
+    // Where position `pos` (< length) lives: (block, offset).
+    std::pair<int, int> locate(const KvPool& pool, int pos) const;
+
+    // Makes room for position length() and returns where to write it: a
+    // new block when the last is full, or a private copy of the last block
+    // when it is shared (copy on write). nullopt when the pool is exhausted;
+    // then nothing changed.
+    std::optional<std::pair<int, int>> append(KvPool& pool);
+    // Keeps positions 0..n-1 (n <= length, else Error) and releases the
+    // blocks past them.
+    void truncate_to(KvPool& pool, int n);
+    // A sequence sharing every block of this one.
+    PagedSequence fork(KvPool& pool) const;
+    // Releases every block (retire, preempt).
+    void release_all(KvPool& pool);
+
+private:
+    Table table_;
+    int length_ = 0;
+};
+
+}  // namespace kvweld
