@@ -6,7 +6,7 @@
 # <target>_seed_corpus.zip, <target>.dict and <target>.options.
 #
 # Locally: scripts/cflite-check runs this with clang and libFuzzer.
-targets=(ops_fuzzer trace_fuzzer checkpoint_fuzzer api_fuzzer)
+targets=(ops_fuzzer trace_fuzzer checkpoint_fuzzer api_fuzzer pool_fuzzer)
 build=${WORK:?}/kvweld-build
 
 # CMake takes CC, CXX, CFLAGS and CXXFLAGS from the environment.

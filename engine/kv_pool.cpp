@@ -1,8 +1,10 @@
 #include "engine/kv_pool.hpp"
 
+#include "engine/cat.hpp"
 #include "engine/error.hpp"
 
 #include <algorithm>
+#include <map>
 
 namespace kvweld {
 
@@ -153,5 +155,25 @@ PagedSequence PagedSequence::fork(KvPool& pool) const {
 }
 
 void PagedSequence::release_all(KvPool& pool) { truncate_to(pool, 0); }
+
+std::optional<std::string> block_ledger_violation(const KvPool& pool, std::span<const PagedSequence* const> tables) {
+    std::map<int, int> held;
+    for (const PagedSequence* s : tables)
+        for (int b : s->table()) {
+            if (b < 0 || b >= pool.n_blocks()) return cat("a table holds block ", b, ", outside 0..", pool.n_blocks() - 1);
+            ++held[b];
+        }
+    int free = 0;
+    for (int b = 0; b < pool.n_blocks(); ++b) {
+        const int want = held.count(b) ? held[b] : 0, got = pool.refcount(b);
+        if (got != want)
+            return cat("block ", b, " has ", got, " references but ", want, " table(s) hold it",
+                       got == 0 ? ": a freed block is still reachable" : "");
+        free += got == 0;
+    }
+    if (free != pool.free_blocks())
+        return cat(pool.free_blocks(), " blocks on the free list but ", free, " have no reference");
+    return std::nullopt;
+}
 
 }  // namespace kvweld

@@ -22,6 +22,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace kvweld {
@@ -97,5 +99,11 @@ private:
     Table table_;
     int length_ = 0;
 };
+
+// The block ledger: with `tables` every live sequence of the pool, each
+// block's reference count must equal the number of tables holding it (a
+// block in two tables is shared through fork, with its count), and a free
+// block must be in no table. Returns the first violation, naming the block.
+std::optional<std::string> block_ledger_violation(const KvPool& pool, std::span<const PagedSequence* const> tables);
 
 }  // namespace kvweld

@@ -12,7 +12,6 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
-#include <map>
 #include <vector>
 
 namespace kvweld::props {
@@ -38,15 +37,10 @@ void write(KvPool& pool, Seq& s, float value) {
 }
 
 void check(const KvPool& pool, const std::vector<Seq>& seqs) {
-    std::map<int, int> held;
-    for (const Seq& s : seqs)
-        for (int b : s.kv.table()) ++held[b];
-    int free = 0;
-    for (int b = 0; b < pool.n_blocks(); ++b) {
-        RC_ASSERT(pool.refcount(b) == (held.count(b) ? held[b] : 0));
-        free += pool.refcount(b) == 0;
-    }
-    RC_ASSERT(pool.free_blocks() == free);
+    std::vector<const PagedSequence*> tables;
+    for (const Seq& s : seqs) tables.push_back(&s.kv);
+    const std::optional<std::string> violation = block_ledger_violation(pool, tables);
+    RC_ASSERT(!violation.has_value());
     for (const Seq& s : seqs) {
         RC_ASSERT(s.kv.length() == int(s.values.size()));
         for (int p = 0; p < s.kv.length(); ++p) {
