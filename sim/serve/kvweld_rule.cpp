@@ -42,9 +42,13 @@ public:
         e.builds = builds;
         e.rebinds = rebinds;
         e.must_reuse = e.plans - builds - rebinds;
-        e.why = cat("clauses 1 and 4: ", builds, " first decodes (since open or reload) build; clause 2: ", rebinds,
-                    " after replaced storage rebind; clause 3: the rest keep");
+        last_builds_ = builds;
+        last_rebinds_ = rebinds;
         return e;
+    }
+    std::string why_last() const override {
+        return cat("clauses 1 and 4: ", last_builds_, " first decodes (since open or reload) build; clause 2: ",
+                   last_rebinds_, " after replaced storage rebind; clause 3: the rest keep");
     }
     void on_open(int seq) override { forget(seq); }
     void on_close(int seq) override { forget(seq); }
@@ -68,6 +72,7 @@ private:
     std::set<int> planned_;   // sequences whose session holds a plan
     std::set<int> replaced_;  // of those, the ones whose storage changed since their last decode
     std::set<int> reloaded_;  // of those, the ones not decoded since a reload
+    int last_builds_ = 0, last_rebinds_ = 0;
 };
 
 }  // namespace

@@ -104,7 +104,7 @@ public:
         ReuseExpectation e;
         const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs) : split_equal(seqs);
         e.plans = int(ubatches.size());
-        std::vector<std::string> clauses;
+        last_.clear();
         for (const UbatchShape& u : ubatches) {
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : stream_copied_         ? "4 (a stream copy discarded the graph)"
@@ -113,13 +113,18 @@ public:
                                  : window_fixed_          ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window not modelled)";
             if (reuse_ && !stream_copied_ && previous_ && *previous_ == u) ++(window_fixed_ ? e.must_reuse : e.may_reuse);
-            clauses.push_back(cat("ubatch of ", u.n_tokens, " tokens (", u.n_seqs, " sequences x ", u.n_seq_tokens,
-                                  "): clause ", clause));
+            last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, clause});
             previous_ = u;
             stream_copied_ = false;
         }
-        for (const std::string& c : clauses) e.why += (e.why.empty() ? "" : "; ") + c;
         return e;
+    }
+    std::string why_last() const override {
+        std::string out;
+        for (const Decided& d : last_)
+            out += cat(out.empty() ? "" : "; ", "ubatch of ", d.n_tokens, " tokens (", d.n_seqs, " sequences x ",
+                       d.n_seq_tokens, "): clause ", d.clause);
+        return out;
     }
     void on_copy(int, int) override { stream_copied_ = stream_copied_ || !unified_; }
     void on_reload() override {
@@ -131,6 +136,11 @@ private:
     bool unified_, reuse_, window_fixed_;
     std::optional<UbatchShape> previous_;
     bool stream_copied_ = false;
+    struct Decided {
+        int n_tokens, n_seqs, n_seq_tokens;
+        const char* clause;
+    };
+    std::vector<Decided> last_;  // the last call's ubatches, for why_last()
 };
 
 }  // namespace

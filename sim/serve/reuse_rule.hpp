@@ -26,7 +26,6 @@ struct ReuseExpectation {
     int may_reuse = 0;
     std::optional<int> builds;
     std::optional<int> rebinds;
-    std::string why;  // the clause that decided, for failure messages
 };
 
 // What an op does to a sequence's storage (the ledger, for engines that
@@ -46,6 +45,10 @@ public:
     virtual StorageEffect storage_effect(ServeOpKind kind) const { return default_storage_effect(kind); }
     // `seqs`: the call's sequence id per token, in batch order.
     virtual ReuseExpectation on_decode(std::span<const int> seqs) = 0;
+    // The clauses that decided the last call, for failure messages: kept
+    // as numbers and formatted only when asked, so a passing call costs no
+    // text.
+    virtual std::string why_last() const = 0;
     virtual void on_open(int /*seq*/) {}
     virtual void on_close(int /*seq*/) {}
     virtual void on_truncate(int /*seq*/, int /*n*/) {}

@@ -230,6 +230,9 @@ ServeSwarmResult run_serve_swarm(const ServeSwarmOptions& o,
                                  const std::function<void(std::size_t, std::size_t)>& progress) {
     const std::size_t n = std::size_t(o.last - o.first) + 1;
     const std::uint32_t capabilities = engine_library(o.engine.engine)->api().capabilities;
+    // A bad setting or fault name is the user's input, refused (Error) before
+    // any seed runs, not reported as an engine error on every seed.
+    { const ServeSimulator probe(draw_serve_config(o.first, o.engine, o.model, capabilities)); }
     ServeSwarmResult out;
     out.seeds.resize(n);
     run_indexed(
@@ -250,7 +253,7 @@ ServeSwarmResult run_serve_swarm(const ServeSwarmOptions& o,
         out.total.add(s.stats);
         out.failures += s.verdict != Verdict::pass;
     }
-    out.oracles = out.seeds.front().oracles;
+    out.oracles = out.seeds.front().oracles;  // the same engine and capabilities for every seed
     return out;
 }
 

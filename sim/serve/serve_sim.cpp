@@ -345,13 +345,14 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
     shape.must_reuse += std::uint64_t(e.must_reuse);
     shape.may_reuse += std::uint64_t(e.may_reuse);
     shape.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
-    const std::string counted =
-        cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
-            pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
-            e.may_reuse ? cat("..", e.must_reuse + e.may_reuse) : "", e.builds ? cat(", builds ", *e.builds) : "",
-            e.rebinds ? cat(", rebinds ", *e.rebinds) : "", " (", e.why, ")");
+    const auto counted = [&] {  // the failure message, built only on a failure
+        return cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
+                   pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
+                   e.may_reuse ? cat("..", e.must_reuse + e.may_reuse) : "", e.builds ? cat(", builds ", *e.builds) : "",
+                   e.rebinds ? cat(", rebinds ", *e.rebinds) : "", " (", rule_->why_last(), ")");
+    };
     if (reused < 0 || builds < 0 || rebound < 0)
-        fail(Verdict::engine_error, Oracle::accounting, cat("counters went backwards: ", counted));
+        fail(Verdict::engine_error, Oracle::accounting, cat("counters went backwards: ", counted()));
     // Less preparation than the rule justifies is missed: more reuse than
     // allowed, fewer builds, or fewer builds and rebinds together (judged
     // first: a build done as a rebind is a missed build). More is spurious.
@@ -359,9 +360,9 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
     const bool counts_preparation = e.builds && e.rebinds;
     if (reused > e.must_reuse + e.may_reuse || (e.builds && builds < *e.builds) ||
         (counts_preparation && prepared < justified))
-        fail(Verdict::missed_invalidation, Oracle::accounting, counted);
+        fail(Verdict::missed_invalidation, Oracle::accounting, counted());
     if (reused < e.must_reuse || (e.builds && builds > *e.builds) || (counts_preparation && prepared > justified))
-        fail(Verdict::spurious_invalidation, Oracle::accounting, counted);
+        fail(Verdict::spurious_invalidation, Oracle::accounting, counted());
 }
 
 }  // namespace kvweld::sim
