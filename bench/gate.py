@@ -4,6 +4,8 @@
 Only ratios gate (machines differ; a ratio measured in one run on one machine does not):
   held/replan  decode speedup (tokens/s), tiny and stories15M dims, CPU
   checked/unchecked  simulator throughput (decodes/s)
+  kvweld/llamacpp  kvweld's held plan over llama.cpp's decode, stories15M dims,
+                   1 and 2 threads (only where decode_bench has llama.cpp)
 A ratio regresses when it falls below baseline * (1 - threshold). A ratio
 that is missing, not a positive finite number, or whose benchmark reported
 an error (a failing simulation is not a throughput) fails the gate, in the
@@ -17,7 +19,8 @@ import math
 import re
 import sys
 
-GATED = ("held/replan tiny", "held/replan stories15m", "checked/unchecked sim")
+GATED = ("held/replan tiny", "held/replan stories15m", "checked/unchecked sim",
+         "kvweld/llamacpp stories15m t1", "kvweld/llamacpp stories15m t2")
 
 
 ERRORS = {}  # benchmark name -> its error message
@@ -49,6 +52,9 @@ def ratios(decode_json, sim_json):
             r[f"held/replan {dims}"] = dr[f"decode/cpu/{dims}/held_over_replan"]
         if f"decode/cpu/{dims}/held" in d:
             absolute[f"held tokens/s {dims}"] = d[f"decode/cpu/{dims}/held"]
+    for t in ("t1", "t2"):
+        if f"decode/cpu/stories15m/kvweld_over_llamacpp/{t}" in dr:
+            r[f"kvweld/llamacpp stories15m {t}"] = dr[f"decode/cpu/stories15m/kvweld_over_llamacpp/{t}"]
     if "sim/checked_over_unchecked" in sr:
         r["checked/unchecked sim"] = sr["sim/checked_over_unchecked"]
     if "sim/checked" in s:

@@ -11,7 +11,8 @@ import tempfile
 gate = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gate.py")
 
 
-BASE = {"held/replan tiny": 3.0, "held/replan stories15m": 10.0, "checked/unchecked sim": 0.5}
+BASE = {"held/replan tiny": 3.0, "held/replan stories15m": 10.0, "checked/unchecked sim": 0.5,
+        "kvweld/llamacpp stories15m t1": 1.4, "kvweld/llamacpp stories15m t2": 1.3}
 ERRORED = "errored"  # a benchmark that called SkipWithError (a failing simulation)
 
 
@@ -28,9 +29,11 @@ def bench_file(path, entries):
     json.dump({"benchmarks": [entry(n, r) for n, r in entries.items()]}, open(path, "w"))
 
 
-def run(tmp, held, checked, base=BASE, only=None):
+def run(tmp, held, checked, base=BASE, only=None, over_llama=1.3):
     d, s, b = (os.path.join(tmp, f) for f in ("d.json", "s.json", "base.json"))
-    bench_file(d, {"decode/cpu/tiny/held_over_replan": held, "decode/cpu/stories15m/held_over_replan": 10.0})
+    bench_file(d, {"decode/cpu/tiny/held_over_replan": held, "decode/cpu/stories15m/held_over_replan": 10.0,
+                   "decode/cpu/stories15m/kvweld_over_llamacpp/t1": 1.4,
+                   "decode/cpu/stories15m/kvweld_over_llamacpp/t2": over_llama})
     bench_file(s, {"sim/checked_over_unchecked": checked})
     json.dump({"ratios": base}, open(b, "w"))
     extra = ["--only", only] if only else []
@@ -46,10 +49,15 @@ with tempfile.TemporaryDirectory() as tmp:
                "ratio NaN": run(tmp, float("nan"), 0.5), "simulation errored": run(tmp, 3.0, ERRORED),
                "empty baseline": run(tmp, 3.0, 0.5, base={}), "baseline lacks a ratio": run(tmp, 3.0, 0.5, incomplete),
                "only the tiny ratio": run(tmp, 3.0, 0.0, only="held/replan tiny"),
-               "unknown --only": run(tmp, 3.0, 0.5, only="nonsense")}
+               "unknown --only": run(tmp, 3.0, 0.5, only="nonsense"),
+               "kvweld/llamacpp regressed": run(tmp, 3.0, 0.5, over_llama=0.8),
+               "kvweld/llamacpp missing": run(tmp, 3.0, 0.5, over_llama=None),
+               "llama ratios not gated": run(tmp, 3.0, 0.5, over_llama=None,
+                                             only="held/replan tiny,held/replan stories15m,checked/unchecked sim")}
     expected = {"unchanged": 0, "small drop": 0, "held/replan regressed": 1, "checked/unchecked regressed": 1,
                 "ratio missing in the run": 1, "ratio zero": 1, "ratio NaN": 1, "simulation errored": 1,
-                "empty baseline": 1, "baseline lacks a ratio": 1, "only the tiny ratio": 0, "unknown --only": 2}
+                "empty baseline": 1, "baseline lacks a ratio": 1, "only the tiny ratio": 0, "unknown --only": 2,
+                "kvweld/llamacpp regressed": 1, "kvweld/llamacpp missing": 1, "llama ratios not gated": 0}
     for case, rc in results.items():
         print(f"{case:28} exit {rc} (expected {expected[case]})")
     sys.exit(0 if results == expected else 1)

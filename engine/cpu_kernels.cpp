@@ -47,6 +47,11 @@ float lanes_sum(__m512 v) {
 // step for the four rows. The weights stream through once per token: this
 // loop runs at the memory (or L3) bandwidth of one core. The tail columns
 // use a masked load.
+// Software prefetch 128 floats (eight cache lines) ahead in each of the four
+// rows: four streams at once are more than the hardware prefetcher keeps
+// ahead of; measured +3-6% tokens/s at stories15M dims over none, 512 and
+// 1024 (kvweld decode --config stories15m --tokens 256, 1 and 2 threads).
+constexpr int kAhead = 128;
 void matvec4_avx512(float* out, const float* w, const float* x, std::size_t stride, int cols) {
     const float* w0 = w;
     const float* w1 = w0 + stride;
@@ -56,6 +61,14 @@ void matvec4_avx512(float* out, const float* w, const float* x, std::size_t stri
     int j = 0;
     for (; j + 32 <= cols; j += 32) {
         const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+        _mm_prefetch(reinterpret_cast<const char*>(w0 + j + kAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w1 + j + kAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w2 + j + kAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w3 + j + kAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w0 + j + kAhead + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w1 + j + kAhead + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w2 + j + kAhead + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w3 + j + kAhead + 16), _MM_HINT_T0);
         a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + j), x0, a0);
         a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + j), x0, a1);
         a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + j), x0, a2);
