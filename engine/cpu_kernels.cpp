@@ -140,12 +140,15 @@ void rope(float* vec, int n_heads, int head_dim, const float* rope_row) {
     }
 }
 
-void attend(float* out, float* scores, const float* q, const float* k, const float* v, int len,
-            int head_dim, int stride) {
+void attend_blocks(float* out, float* scores, const float* q, const float* const* k_blocks,
+                   const float* const* v_blocks, int block_size, int offset, int len, int head_dim, int stride) {
+    const auto row = [&](const float* const* blocks, int t) {
+        return blocks[t / block_size] + offset + static_cast<std::size_t>(t % block_size) * stride;
+    };
     const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(head_dim));
     float max = -INFINITY;
     for (int t = 0; t < len; ++t) {
-        scores[t] = dot(q, k + static_cast<std::size_t>(t) * stride, head_dim) * inv_sqrt_d;
+        scores[t] = dot(q, row(k_blocks, t), head_dim) * inv_sqrt_d;
         max = std::max(max, scores[t]);
     }
     float sum = 0.0f;
@@ -156,10 +159,15 @@ void attend(float* out, float* scores, const float* q, const float* k, const flo
     std::fill(out, out + head_dim, 0.0f);
     for (int t = 0; t < len; ++t) {
         const float a = scores[t] / sum;
-        const float* vt = v + static_cast<std::size_t>(t) * stride;
+        const float* vt = row(v_blocks, t);
 #pragma omp simd
         for (int i = 0; i < head_dim; ++i) out[i] += a * vt[i];
     }
+}
+
+void attend(float* out, float* scores, const float* q, const float* k, const float* v, int len, int head_dim,
+            int stride) {
+    attend_blocks(out, scores, q, &k, &v, std::max(len, 1), 0, len, head_dim, stride);
 }
 
 void swiglu(float* gate, const float* up, int n) {

@@ -20,6 +20,13 @@ void rope(float* vec, int n_heads, int head_dim, const float* rope_row);
 void attend(float* out, float* scores, const float* q, const float* k, const float* v, int len,
             int head_dim, int stride);
 
+// The same over paged KV: position t's rows are row t % block_size of
+// blocks k_blocks[t / block_size] and v_blocks[...], each row `stride`
+// floats apart, the head's lanes `offset` floats into a row. With one block
+// of len rows it computes what attend() does, bit for bit.
+void attend_blocks(float* out, float* scores, const float* q, const float* const* k_blocks,
+                   const float* const* v_blocks, int block_size, int offset, int len, int head_dim, int stride);
+
 // gate = silu(gate) * up
 void swiglu(float* gate, const float* up, int n);
 

@@ -17,12 +17,30 @@ std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
 CpuPlan::CpuPlan(const Model& model, const KvCache& cache, int threads) : config_(model.config()) {
     require_cache_fits(model, cache);
-    const ModelConfig& c = config_;
     key_ = key_of(model, cache);
+    for (int l = 0; l < config_.n_layers; ++l) kv_.push_back(cache.layer(l));
+    prepare(model, threads, cache.geometry().max_seq_len);
+}
+
+CpuPlan::CpuPlan(const Model& model, const KvPool& pool, int position, int threads) : config_(model.config()) {
+    require(pool.n_layers() == config_.n_layers && pool.kv_dim() == config_.kv_dim(), "KV pool of ", pool.n_layers(),
+            " layers, kv_dim ", pool.kv_dim(), " cannot serve a model of ", config_.n_layers, " layers, kv_dim ",
+            config_.kv_dim());
+    key_ = key_of(model, pool, position);
+    paged_ = pool.storage();
+    block_size_ = pool.block_size();
+    const std::size_t max_blocks = sz(config_.max_seq_len / block_size_ + 1);
+    k_blocks_.resize(max_blocks);
+    v_blocks_.resize(max_blocks);
+    zero_block_.assign(sz(block_size_) * sz(config_.kv_dim()), 0.0f);
+    prepare(model, threads, config_.max_seq_len);
+}
+
+void CpuPlan::prepare(const Model& model, int threads, int max_seq_len) {
+    const ModelConfig& c = config_;
     build_ops();
     weights_ = pack_weights(model);
     rope_ = rope_table(c, key_.max_seq_len);
-    for (int l = 0; l < c.n_layers; ++l) kv_.push_back(cache.layer(l));
     x_.resize(sz(c.dim));
     xb_.resize(sz(std::max(c.dim, c.q_dim())));
     qkv_.resize(sz(c.q_dim() + 2 * c.kv_dim()));
@@ -31,7 +49,7 @@ CpuPlan::CpuPlan(const Model& model, const KvCache& cache, int threads) : config
     h13_.resize(2 * sz(c.ffn_dim));
     logits_.resize(sz(c.vocab));
     if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads);
-    scores_.resize(sz(cache.geometry().max_seq_len) * sz(threads));  // one row per thread
+    scores_.resize(sz(max_seq_len) * sz(threads));  // one row per thread
 }
 
 // Blocks of four rows, the kernel's own grouping, so a row never changes
@@ -70,32 +88,99 @@ void CpuPlan::rebind(std::span<const KvLayer> layers) {
     for (std::size_t l = 0; l < moved; ++l) kv_[l] = layers[l];
 }
 
+void CpuPlan::rebind_pool(const KvPool& pool) {
+    require(paged_ != nullptr, "rebind_pool: this plan reads a dense cache, not a KV pool");
+    require(pool.block_size() == block_size_ && pool.n_layers() == config_.n_layers && pool.kv_dim() == config_.kv_dim(),
+            "rebind_pool: a pool of block size ", pool.block_size(), " cannot replace the plan's ", block_size_,
+            "; nothing rebound");
+    paged_ = pool.storage();
+}
+
+const float* CpuPlan::paged_keys(int layer, int block) {
+    const float* rows = paged_->key_block(layer, block);
+    return rows ? rows : zero_block_.data();
+}
+
+const float* CpuPlan::paged_values(int layer, int block) {
+    const float* rows = paged_->value_block(layer, block);
+    return rows ? rows : zero_block_.data();
+}
+
+// The step's table; under the fault, the one the plan first ran with
+// (extended by the step's own entries past its end).
+std::span<const int> CpuPlan::table_of(const StepParams& step) {
+    if (!fault_on(Fault::stale_block_table)) return step.blocks;
+    if (first_table_.empty()) first_table_.assign(step.blocks.begin(), step.blocks.end());
+    for (std::size_t i = first_table_.size(); i < step.blocks.size(); ++i) first_table_.push_back(step.blocks[i]);
+    return std::span<const int>(first_table_).first(step.blocks.size());
+}
+
 std::vector<StorageSerial> CpuPlan::bound_serials() const {
+    if (paged_) return std::vector<StorageSerial>(sz(config_.n_layers), paged_->serial());
     std::vector<StorageSerial> out;
     for (const KvLayer& l : kv_) out.push_back(l->serial());
     return out;
 }
 
 std::span<const float> CpuPlan::run(const StepParams& step) {
-    for (const Op& op : ops_) exec(op, step);
+    require(!paged_ || !step.blocks.empty(), "paged plan: the step brings no block table");
+    const std::span<const int> table = paged_ ? table_of(step) : std::span<const int>{};
+    for (const Op& op : ops_) exec(op, step, table);
     return logits_;
 }
 
-void CpuPlan::attention(int layer, int mask_len) {
+void CpuPlan::attention(int layer, int mask_len, std::span<const int> table) {
     const ModelConfig& c = config_;
     const int hd = c.head_dim, kv_dim = c.kv_dim();
-    const KvStorage& kv = *kv_[sz(layer)];
+    // Where the rows are: one block of mask_len rows (dense), or the table's blocks.
+    int block = std::max(mask_len, 1);
+    if (paged_) {
+        block = block_size_;
+        // Entries past the table (only a faulty mask asks for them) read zeros.
+        const int n = std::min((mask_len + block_size_ - 1) / block_size_, int(k_blocks_.size()));
+        mask_len = std::min(mask_len, n * block_size_);
+        for (int i = 0; i < n; ++i) {
+            const bool in = sz(i) < table.size();
+            k_blocks_[sz(i)] = in ? paged_keys(layer, table[sz(i)]) : zero_block_.data();
+            v_blocks_[sz(i)] = in ? paged_values(layer, table[sz(i)]) : zero_block_.data();
+        }
+    } else {
+        k_blocks_.assign(1, kv_[sz(layer)]->key_row(0));
+        v_blocks_.assign(1, kv_[sz(layer)]->value_row(0));
+    }
     const std::size_t scores = scores_.size() / sz(pool_ ? pool_->size() : 1);
     parallel(c.n_heads, 1, [&](int t, int lo, int hi) {
         for (int h = lo; h < hi; ++h) {
             const int kvh = h / c.kv_group();
-            cpu::attend(&att_[sz(h * hd)], scores_.data() + sz(t) * scores, &qkv_[sz(h * hd)],
-                        kv.key_row(0) + kvh * hd, kv.value_row(0) + kvh * hd, mask_len, hd, kv_dim);
+            cpu::attend_blocks(&att_[sz(h * hd)], scores_.data() + sz(t) * scores, &qkv_[sz(h * hd)],
+                               k_blocks_.data(), v_blocks_.data(), block, kvh * hd, mask_len, hd, kv_dim);
         }
     });
 }
 
-void CpuPlan::exec(const Op& op, const StepParams& step) {
+void CpuPlan::write_kv(int layer, int at, std::span<const int> table) {
+    const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+    float* k = nullptr;
+    float* v = nullptr;
+    if (paged_) {
+        // A position past the table, or a block outside the welded storage,
+        // takes no write (only a faulty offset or a stale plan gets there).
+        const std::size_t i = sz(at / block_size_);
+        if (i >= table.size()) return;
+        float* kb = paged_->key_block(layer, table[i]);
+        float* vb = paged_->value_block(layer, table[i]);
+        if (!kb || !vb) return;
+        k = kb + sz(at % block_size_) * sz(kv_dim);
+        v = vb + sz(at % block_size_) * sz(kv_dim);
+    } else {
+        k = kv_[sz(layer)]->key_row(at);
+        v = kv_[sz(layer)]->value_row(at);
+    }
+    std::copy_n(qkv_.data() + q_dim, kv_dim, k);
+    std::copy_n(qkv_.data() + q_dim + kv_dim, kv_dim, v);
+}
+
+void CpuPlan::exec(const Op& op, const StepParams& step, std::span<const int> table) {
     const ModelConfig& c = config_;
     const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
     const PackedWeights::Layer* p = op.layer >= 0 ? &weights_.layers[sz(op.layer)] : nullptr;
@@ -118,17 +203,12 @@ void CpuPlan::exec(const Op& op, const StepParams& step) {
             cpu::rope(qkv_.data() + q_dim, c.n_kv_heads, hd, row);
             break;
         }
-        case OpKind::kv_write: {
+        case OpKind::kv_write:
             // The fault writes every token at the offset the plan was built at.
-            const int at = fault_on(Fault::offset_not_rebound) ? key_.position : step.pos;
-            KvStorage& kv = *kv_[sz(op.layer)];
-            std::copy_n(qkv_.data() + q_dim, kv_dim, kv.key_row(at));
-            std::copy_n(qkv_.data() + q_dim + kv_dim, kv_dim, kv.value_row(at));
+            write_kv(op.layer, fault_on(Fault::offset_not_rebound) ? key_.position : step.pos, table);
             break;
-        }
         case OpKind::attention:
-            attention(op.layer,
-                      fault_on(Fault::mask_not_rebound) ? key_.position + 1 : step.mask_len);
+            attention(op.layer, fault_on(Fault::mask_not_rebound) ? key_.position + 1 : step.mask_len, table);
             break;
         case OpKind::out_proj: matvec(proj_.data(), p->wo, att_.data(), c.dim, q_dim); break;
         case OpKind::residual: cpu::add(x_.data(), proj_.data(), c.dim); break;

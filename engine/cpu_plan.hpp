@@ -21,8 +21,12 @@ namespace kvweld {
 class CpuPlan final : public Plan {
 public:
     CpuPlan(const Model& model, const KvCache& cache, int threads = 1);
+    // A paged plan: welded to the pool's storage; each step brings the
+    // sequence's block table.
+    CpuPlan(const Model& model, const KvPool& pool, int position, int threads = 1);
 
     void rebind(std::span<const KvLayer> layers) override;
+    void rebind_pool(const KvPool& pool) override;
     std::span<const float> run(const StepParams& step) override;
     std::vector<StorageSerial> bound_serials() const override;
 
@@ -37,9 +41,16 @@ private:
         OpKind kind;
         int layer;
     };
+    void prepare(const Model& model, int threads, int max_seq_len);
     void build_ops();
-    void exec(const Op& op, const StepParams& step);
-    void attention(int layer, int mask_len);
+    // Paged: the K/V rows of block table entry `i` in `layer`, or a zero block
+    // when the entry is outside the welded storage (what a stale plan reads).
+    const float* paged_keys(int layer, int block);
+    const float* paged_values(int layer, int block);
+    std::span<const int> table_of(const StepParams& step);
+    void exec(const Op& op, const StepParams& step, std::span<const int> table);
+    void attention(int layer, int mask_len, std::span<const int> table);
+    void write_kv(int layer, int at, std::span<const int> table);
     // Rows, or heads, split among the plan's threads in fixed blocks: each
     // row is computed by one thread the same way whatever the thread count.
     void matvec(float* out, std::size_t w_offset, const float* x, int rows, int cols);
@@ -69,7 +80,12 @@ private:
     std::vector<Op> ops_;
     PackedWeights weights_;    // the plan's own copy: a model swap must be caught by the key
     std::vector<float> rope_;  // [max_seq_len][head_dim]: cos, sin pairs
-    std::vector<KvLayer> kv_;  // the welded KV storage, pinned
+    std::vector<KvLayer> kv_;  // the welded KV storage, pinned (dense)
+    std::shared_ptr<PoolStorage> paged_;  // the welded pool storage, pinned (paged)
+    int block_size_ = 0;
+    std::vector<int> first_table_;  // read only under the stale_block_table fault
+    std::vector<const float*> k_blocks_, v_blocks_;  // one step's block rows, per layer
+    std::vector<float> zero_block_;
     std::unique_ptr<WorkerPool> pool_;  // threads > 1 only
     // scratch
     std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;

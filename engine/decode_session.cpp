@@ -75,19 +75,29 @@ Validity DecodeSession::check(const Model& model, const KvCache& cache) const {
     return kvweld::check(plan_->key(), key_of(model, cache));
 }
 
+Validity DecodeSession::check(const Model& model, const KvPool& pool, int position) const {
+    require(plan_ != nullptr, "check: the session holds no plan");
+    return kvweld::check(plan_->key(), key_of(model, pool, position));
+}
+
 std::vector<StorageSerial> DecodeSession::bound_serials() const {
     return plan_ ? plan_->bound_serials() : std::vector<StorageSerial>{};
 }
 
 
-void DecodeSession::build(const Model& model, const KvCache& cache, BuildReason reason) {
+void DecodeSession::build(const Model& model, const Target& target, BuildReason reason) {
     // Drop the old plan first, so its buffers (device memory on CUDA) are
     // free for the new one; a plan that must be rebuilt is of no use anyway.
     plan_.reset();
-    plan_ = make_plan(options_.backend, model, cache, options_.threads);
-    KVWELD_ASSERT(plan_->key().model == model.id() && plan_->key().alloc == cache.alloc_id());
-    KVWELD_ASSERT(plan_->key().max_seq_len == cache.geometry().max_seq_len &&
-                  plan_->key().n_layers == cache.n_layers());
+    if (target.pool) {
+        plan_ = make_paged_plan(options_.backend, model, *target.pool, target.position, options_.threads);
+        KVWELD_ASSERT(plan_->key().model == model.id() && plan_->key().alloc == target.pool->alloc_id());
+    } else {
+        plan_ = make_plan(options_.backend, model, *target.cache, options_.threads);
+        KVWELD_ASSERT(plan_->key().model == model.id() && plan_->key().alloc == target.cache->alloc_id());
+        KVWELD_ASSERT(plan_->key().max_seq_len == target.cache->geometry().max_seq_len &&
+                      plan_->key().n_layers == target.cache->n_layers());
+    }
     // The fault's counters report reuse that did not happen.
     if (fault_on(Fault::build_counted_as_kept) && reason != BuildReason::initial) {
         ++counters_.kept;
@@ -97,47 +107,74 @@ void DecodeSession::build(const Model& model, const KvCache& cache, BuildReason 
     ++counters_.builds_by_reason[static_cast<int>(reason)];
 }
 
-bool DecodeSession::try_rebind(const KvCache& cache) {
+bool DecodeSession::try_rebind(const PlanKey& now, const Target& target) {
     try {
-        plan_->rebind(layers_of(cache));
+        if (target.pool) plan_->rebind_pool(*target.pool);
+        else plan_->rebind(layers_of(*target.cache));
     } catch (const Error&) {
         return false;  // incompatible buffers: the caller rebuilds instead
     }
     PlanKey key = plan_->key();
-    key.alloc = cache.alloc_id();
+    key.alloc = now.alloc;
     plan_->set_key(key);
     // A rebind moves the allocation only: everything baked stays as built.
-    KVWELD_ASSERT(plan_->key().max_seq_len == cache.geometry().max_seq_len &&
-                  plan_->key().n_layers == cache.n_layers() && plan_->key().alloc == cache.alloc_id());
+    KVWELD_ASSERT(plan_->key().max_seq_len == now.max_seq_len && plan_->key().n_layers == now.n_layers &&
+                  plan_->key().alloc == now.alloc);
     ++counters_.rebinds;
     return true;
 }
 
-void DecodeSession::prepare(const Model& model, const KvCache& cache) {
-    if (!plan_) return build(model, cache, BuildReason::initial);
-    if (options_.replan_every_token) return build(model, cache, BuildReason::replan);
-    const Validity v = check(model, cache);
+void DecodeSession::prepare(const Model& model, const PlanKey& now, const Target& target) {
+    if (!plan_) return build(model, target, BuildReason::initial);
+    if (options_.replan_every_token) return build(model, target, BuildReason::replan);
+    const Validity v = kvweld::check(plan_->key(), now);
     switch (v.kind) {
         case Validity::Kind::valid: ++counters_.kept; return;
         case Validity::Kind::allocation_changed:
-            if (options_.policy == RebindPolicy::rebind && try_rebind(cache)) return;
-            return build(model, cache, BuildReason::allocation_changed);
-        case Validity::Kind::stale: return build(model, cache, build_reason(v.reason));
+            if (options_.policy == RebindPolicy::rebind && try_rebind(now, target)) return;
+            return build(model, target, BuildReason::allocation_changed);
+        case Validity::Kind::stale: return build(model, target, build_reason(v.reason));
     }
 }
 
 std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache, int token) {
     validate_input(model, cache, token);
-    prepare(model, cache);
+    prepare(model, key_of(model, cache), Target{&cache, nullptr, cache.cached_len()});
     const int pos = cache.cached_len();
-    const std::span<const float> logits = plan_->run(StepParams{token, pos, pos + 1});
+    const std::span<const float> logits = plan_->run(StepParams{token, pos, pos + 1, {}});
     cache.advance();
     return logits;
+}
+
+std::span<const float> DecodeSession::decode(const Model& model, KvPool& pool, PagedSequence& seq, int token) {
+    const ModelConfig& c = model.config();
+    require(token >= 0 && token < c.vocab, "token ", token, " out of range: vocab_size is ", c.vocab);
+    require(pool.n_layers() == c.n_layers && pool.kv_dim() == c.kv_dim(), "KV pool of ", pool.n_layers(),
+            " layers, kv_dim ", pool.kv_dim(), " cannot serve a model of ", c.n_layers, " layers, kv_dim ", c.kv_dim());
+    const int pos = seq.length();
+    require(pos < c.max_seq_len, "paged sequence is full: ", pos, " positions, the model's max_seq_len is ",
+            c.max_seq_len);
+    require(seq.append(pool).has_value(), "KV pool exhausted: all ", pool.n_blocks(), " blocks of ",
+            pool.block_size(), " positions are in use");
+    try {
+        prepare(model, key_of(model, pool, pos), Target{nullptr, &pool, pos});
+    } catch (...) {
+        seq.truncate_to(pool, pos);  // the appended row goes back: nothing changed
+        throw;
+    }
+    return plan_->run(StepParams{token, pos, pos + 1, std::span<const int>(seq.table().data(), seq.table().size())});
 }
 
 std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads) {
     if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache, threads);
     return make_cuda_plan(model, cache);
+}
+
+std::unique_ptr<Plan> make_paged_plan(Backend backend, const Model& model, const KvPool& pool, int position,
+                                      int threads) {
+    require(backend == Backend::cpu, "paged KV: the ", to_string(backend),
+            " backend has no paged plan yet; use the cpu backend");
+    return std::make_unique<CpuPlan>(model, pool, position, threads);
 }
 
 }  // namespace kvweld

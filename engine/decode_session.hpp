@@ -5,6 +5,7 @@
 #pragma once
 
 #include "engine/kv_cache.hpp"
+#include "engine/kv_pool.hpp"
 #include "engine/model.hpp"
 #include "engine/plan.hpp"
 
@@ -73,8 +74,18 @@ public:
     // (valid until the next call). Bad input throws Error and changes nothing.
     std::span<const float> decode(const Model& model, KvCache& cache, int token);
 
+    // Paged KV: decodes `token` for `seq` at position seq.length(), its row
+    // appended to the sequence in `pool` (a new block, or a private copy of
+    // a shared one). One session serves every sequence of a pool: the block
+    // table is per-step data, so only a new pool storage (grow, reset) or a
+    // new model moves the plan. A full pool is an Error naming it (nothing
+    // changes): the caller frees, preempts or grows first.
+    std::span<const float> decode(const Model& model, KvPool& pool, PagedSequence& seq, int token);
+
     // What the held plan would be judged as for (model, cache), without acting.
     Validity check(const Model& model, const KvCache& cache) const;
+    // ... and for (model, pool) at a sequence's next position.
+    Validity check(const Model& model, const KvPool& pool, int position) const;
 
     bool has_plan() const { return plan_ != nullptr; }
     const Plan* plan() const { return plan_.get(); }
@@ -87,10 +98,16 @@ public:
     std::vector<StorageSerial> bound_serials() const;
 
 private:
+    // What a plan is (re)built or rebound against: a dense cache or a pool.
+    struct Target {
+        const KvCache* cache = nullptr;
+        const KvPool* pool = nullptr;
+        int position = 0;
+    };
     void validate_input(const Model& model, const KvCache& cache, int token) const;
-    void prepare(const Model& model, const KvCache& cache);
-    void build(const Model& model, const KvCache& cache, BuildReason reason);
-    bool try_rebind(const KvCache& cache);
+    void prepare(const Model& model, const PlanKey& now, const Target& target);
+    void build(const Model& model, const Target& target, BuildReason reason);
+    bool try_rebind(const PlanKey& now, const Target& target);
 
     SessionOptions options_;
     std::unique_ptr<Plan> plan_;
@@ -100,6 +117,9 @@ private:
 // Builds a plan for the backend (the CUDA one throws Error when unavailable).
 std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads = 1);
 std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache);
+// A paged plan over `pool` (the CUDA one throws Error: not built yet).
+std::unique_ptr<Plan> make_paged_plan(Backend backend, const Model& model, const KvPool& pool, int position,
+                                      int threads = 1);
 // Whether the CUDA backend can run here; `why` gets the reason when not.
 bool cuda_backend_available(std::string* why = nullptr);
 

@@ -31,6 +31,13 @@ enum class Fault : std::uint8_t {
     position_in_key,         // per-token data in the key
     model_key_by_content,    // model identity by a digest of the weights
     build_counted_as_kept,   // the session counts a rebuild as a kept plan
+    // Paged KV (engine/kv_pool.hpp): only the paged design can show these.
+    stale_block_table,     // the plan keeps the block table it first ran with
+    freed_block_in_table,  // truncate frees blocks but leaves them in the table
+    cow_skipped,           // a write into a shared block goes in place
+    grow_keeps_id,         // grow replaces the storage but keeps the pool's id
+    compact_skips_table,   // compaction moves a block without re-pointing one table
+    refcount_off_by_one,   // fork takes no reference on the last block
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports
@@ -54,11 +61,17 @@ private:
     std::uint8_t bits_ = 0;
 };
 
+// Which KV design a fault lives in: kvweld's own simulator drives the
+// dense one; the paged one is driven through the engine interface
+// (`--engine kvweld-paged`).
+enum class FaultDesign : std::uint8_t { dense, paged, both };
+
 struct FaultInfo {
     Fault fault;
     std::string_view name;
     Detections expected;
     std::string_view bug;
+    FaultDesign design = FaultDesign::dense;
 };
 
 std::span<const FaultInfo> all_faults();

@@ -6,9 +6,11 @@
 // into one (copy on write).
 //
 // Identity: the pool's KvAllocId is minted when its storage is created or
-// replaced (grow, reset) and kept across allocate, release, fork, truncate
-// and writes, so a plan welded to the pool survives admit and retire: only
-// replacing the pool's storage is AllocationChanged.
+// replaced (grow, reset) and kept across allocate, release, fork, truncate,
+// writes and compaction, so a plan welded to the pool survives admit and
+// retire: only replacing the pool's storage is AllocationChanged. The
+// storage itself (PoolStorage) is shared: a plan pins the one it is welded
+// to, so a plan that missed a grow reads the old storage, never freed memory.
 //
 // Exhaustion is a normal event: allocate() says so (nullopt) and nothing
 // changes; every other misuse (a bad block, a released block, a length past
@@ -21,12 +23,39 @@
 #include <boost/container/small_vector.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace kvweld {
+
+class PagedSequence;
+
+// Every layer's K and V for every block of one pool storage:
+// [layer][block][offset][kv_dim], zeroed at birth, with a never-recycled
+// serial (the weld oracle's handle).
+class PoolStorage {
+public:
+    PoolStorage(int n_layers, int kv_dim, int block_size, int n_blocks);
+    StorageSerial serial() const { return serial_; }
+    int n_blocks() const { return n_blocks_; }
+    // The first row of `block` in `layer`; nullptr when the block is not in
+    // this storage (a plan welded to a smaller, replaced storage).
+    float* key_block(int layer, int block) { return at(keys_, layer, block); }
+    float* value_block(int layer, int block) { return at(values_, layer, block); }
+    const float* key_block(int layer, int block) const { return const_cast<PoolStorage*>(this)->key_block(layer, block); }
+    const float* value_block(int layer, int block) const {
+        return const_cast<PoolStorage*>(this)->value_block(layer, block);
+    }
+
+private:
+    float* at(std::vector<float>& v, int layer, int block);
+    int n_layers_, kv_dim_, block_size_, n_blocks_;
+    StorageSerial serial_ = StorageSerial::mint();
+    std::vector<float> keys_, values_;
+};
 
 class KvPool {
 public:
@@ -54,9 +83,16 @@ public:
     const float* key(int layer, int block, int offset) const;
     const float* value(int layer, int block, int offset) const;
 
+    // The storage a plan welds to (replaced by grow and reset).
+    const std::shared_ptr<PoolStorage>& storage() const { return storage_; }
+
     // Replaces the storage with a larger one (n_blocks > the current count),
     // content and references kept, block numbers unchanged: new id.
     void grow(int n_blocks);
+    // Moves the highest blocks in use into the lowest free ones, in place,
+    // and re-points every table in `seqs` (which must be every live
+    // sequence of the pool): the id stays. Returns the blocks moved.
+    int compact(std::span<PagedSequence* const> seqs);
     // Every block free, storage replaced: new id. Sequences must be dropped.
     void reset();
 
@@ -64,8 +100,10 @@ private:
     std::size_t row(int layer, int block, int offset) const;
     void require_block(int block, const char* what) const;
 
+    void move_block(int from, int to);
+
     int n_layers_, kv_dim_, block_size_;
-    std::vector<float> keys_, values_;  // [layer][block][offset][kv_dim]
+    std::shared_ptr<PoolStorage> storage_;
     std::vector<int> refs_;             // per block; 0 = free
     std::vector<int> free_;             // free blocks, lowest last (allocate takes the lowest)
     KvAllocId alloc_id_;
@@ -96,6 +134,7 @@ public:
     void release_all(KvPool& pool);
 
 private:
+    friend class KvPool;  // compaction re-points tables
     Table table_;
     int length_ = 0;
 };

@@ -7,6 +7,7 @@
 
 #include "engine/ids.hpp"
 #include "engine/kv_cache.hpp"
+#include "engine/kv_pool.hpp"
 #include "engine/plan_key.hpp"
 
 #include <span>
@@ -19,6 +20,9 @@ struct StepParams {
     int token = 0;
     int pos = 0;       // KV write offset and RoPE row
     int mask_len = 0;  // attention length: pos + 1
+    // Paged KV: the sequence's block table (position p is in blocks[p / B]);
+    // empty for a dense cache.
+    std::span<const int> blocks = {};
 };
 
 // Throws Error unless every layer fits a plan with this key and KV width;
@@ -33,6 +37,9 @@ public:
     // nothing: every layer is checked before any is changed; on Error the
     // plan is untouched.
     virtual void rebind(std::span<const KvLayer> layers) = 0;
+    // A paged plan: moves onto the pool's current storage (after a grow or
+    // reset). Others throw Error.
+    virtual void rebind_pool(const KvPool& pool);
     // Runs one decode step; the logits stay valid until the next call.
     virtual std::span<const float> run(const StepParams& step) = 0;
     // The storage serials of the KV buffers the plan is bound to.

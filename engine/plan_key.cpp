@@ -5,6 +5,7 @@
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 #include "engine/kv_cache.hpp"
+#include "engine/kv_pool.hpp"
 #include "engine/model.hpp"
 #include "engine/plan.hpp"
 
@@ -44,6 +45,8 @@ void require_cache_fits(const Model& model, const KvCache& cache) {
                 c.max_seq_len);
 }
 
+void Plan::rebind_pool(const KvPool&) { throw Error("rebind_pool: this plan reads a dense cache, not a KV pool"); }
+
 void require_rebind_compatible(std::span<const KvLayer> layers, const PlanKey& key, int kv_dim) {
     require(layers.size() == static_cast<std::size_t>(key.n_layers), "rebind: ", layers.size(),
             " layers offered, the plan has ", key.n_layers);
@@ -68,7 +71,10 @@ std::uint64_t weight_digest(const Model& model) {
 
 }  // namespace
 
-PlanKey key_of(const Model& model, const KvCache& cache) {
+namespace {
+
+// Everything the model contributes to a key.
+PlanKey model_key(const Model& model) {
     const ModelConfig& c = model.config();
     PlanKey k;
     k.family = c.family;
@@ -80,14 +86,33 @@ PlanKey key_of(const Model& model, const KvCache& cache) {
     k.ffn_dim = c.ffn_dim;
     k.rope_theta = c.rope_theta;
     k.norm_eps = c.norm_eps;
-    k.dtype = cache.geometry().dtype;
-    k.max_seq_len = cache.geometry().max_seq_len;
     k.n_layers = c.n_layers;
     k.model = model.id();
-    k.alloc = cache.alloc_id();
     k.weight_address = model.weight_address();
-    k.position = cache.cached_len();
     if (fault_on(Fault::model_key_by_content)) k.weight_digest = weight_digest(model);
+    return k;
+}
+
+}  // namespace
+
+PlanKey key_of(const Model& model, const KvCache& cache) {
+    PlanKey k = model_key(model);
+    k.dtype = cache.geometry().dtype;
+    k.max_seq_len = cache.geometry().max_seq_len;
+    k.alloc = cache.alloc_id();
+    k.position = cache.cached_len();
+    return k;
+}
+
+// A paged plan serves every sequence of the pool: a sequence's reach is the
+// model's max_seq_len (its RoPE table), and the pool's id is the allocation.
+PlanKey key_of(const Model& model, const KvPool& pool, int position) {
+    PlanKey k = model_key(model);
+    k.dtype = Dtype::f32;
+    k.max_seq_len = model.config().max_seq_len;
+    k.block_size = pool.block_size();
+    k.alloc = pool.alloc_id();
+    k.position = position;
     return k;
 }
 
@@ -96,7 +121,7 @@ namespace {
 bool same_geometry(const PlanKey& a, const PlanKey& b) {
     return a.vocab == b.vocab && a.dim == b.dim && a.n_heads == b.n_heads &&
            a.n_kv_heads == b.n_kv_heads && a.head_dim == b.head_dim && a.ffn_dim == b.ffn_dim &&
-           a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps;
+           a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps && a.block_size == b.block_size;
 }
 
 // Model identity as the faults see it: by id (correct), by weight address

@@ -17,6 +17,7 @@ namespace kvweld {
 
 class Model;
 class KvCache;
+class KvPool;
 
 enum class StaleReason : std::uint8_t {
     model_instance,
@@ -47,7 +48,8 @@ struct PlanKey {
     int vocab = 0, dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
     float rope_theta = 0.0f, norm_eps = 0.0f;
     Dtype dtype = Dtype::f32;
-    int max_seq_len = 0;  // the cache's capacity
+    int max_seq_len = 0;  // the cache's capacity (paged: the model's max_seq_len)
+    int block_size = 0;   // paged KV: the pool's block size; 0 for a dense cache
     int n_layers = 0;
     ModelInstanceId model;
     KvAllocId alloc;
@@ -64,6 +66,8 @@ struct PlanKey {
 void require_cache_fits(const Model& model, const KvCache& cache);
 
 PlanKey key_of(const Model& model, const KvCache& cache);
+// For a paged plan over `pool`, about to decode at `position`.
+PlanKey key_of(const Model& model, const KvPool& pool, int position);
 Validity check(const PlanKey& held, const PlanKey& now);
 
 }  // namespace kvweld
