@@ -26,9 +26,11 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
     std::string problem;
     if (!entry) problem = cat("has no symbol '", KVWELD_ENGINE_ENTRY, "': not a kvweld engine plugin");
     else if (!api) problem = cat(KVWELD_ENGINE_ENTRY, "() returned no table");
-    else if (api->abi_version != KVWELD_ENGINE_ABI_VERSION)
-        problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks version ",
+    else if (api->abi_version < 2 || api->abi_version > KVWELD_ENGINE_ABI_VERSION)
+        problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks versions 2..",
                       KVWELD_ENGINE_ABI_VERSION);
+    else if (api->abi_version < 3 && (api->capabilities & (KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS)))
+        problem = "declares a version 3 capability in a version 2 table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -37,7 +39,9 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_RELOAD) && !api->reload) ||
              ((api->capabilities & KVWELD_CAP_STORAGE) && !api->storage) ||
              ((api->capabilities & KVWELD_CAP_READ_KV) && !api->read_kv) ||
-             ((api->capabilities & KVWELD_CAP_SWAP_LAYER) && !api->swap_layer))
+             ((api->capabilities & KVWELD_CAP_SWAP_LAYER) && !api->swap_layer) ||
+             ((api->capabilities & KVWELD_CAP_BLOCKS) && (!api->pool_info || !api->block_table || !api->block_refcount)) ||
+             ((api->capabilities & KVWELD_CAP_POOL_OPS) && !api->pool_op))
         problem = "declares a capability whose function is empty";
     if (!problem.empty()) {
         dlclose(handle);
@@ -137,6 +141,40 @@ void PluginEngine::read_kv(int seq, int layer, int pos, std::span<float> k, std:
 void PluginEngine::swap_layer(int seq, int layer) {
     require(capabilities() & KVWELD_CAP_SWAP_LAYER, "engine ", name(), " cannot swap layers (no KVWELD_CAP_SWAP_LAYER)");
     call("swap_layer", [&](char* e, std::size_t n) { return library_->api().swap_layer(engine_, seq, layer, e, n); });
+}
+
+kvweld_pool_info PluginEngine::pool_info() const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    kvweld_pool_info out{};
+    call("pool_info", [&](char* e, std::size_t n) { return library_->api().pool_info(engine_, &out, e, n); });
+    return out;
+}
+
+std::vector<int> PluginEngine::block_table(int seq) const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    std::vector<std::int32_t> out(64);
+    for (;;) {
+        std::int32_t count = -1;
+        call("block_table", [&](char* e, std::size_t n) {
+            return library_->api().block_table(engine_, seq, out.data(), std::int32_t(out.size()), &count, e, n);
+        });
+        require(count >= 0 && count <= (1 << 24), "engine ", name(), ": block_table reported ", count, " blocks");
+        if (std::size_t(count) <= out.size()) return std::vector<int>(out.begin(), out.begin() + count);
+        out.resize(std::size_t(count));
+    }
+}
+
+int PluginEngine::block_refcount(int block) const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    std::int32_t out = -1;
+    call("block_refcount", [&](char* e, std::size_t n) { return library_->api().block_refcount(engine_, block, &out, e, n); });
+    return out;
+}
+
+void PluginEngine::pool_op(int op) {
+    require(capabilities() & KVWELD_CAP_POOL_OPS, "engine ", name(), " has no pool ops (no KVWELD_CAP_POOL_OPS)");
+    call(op == KVWELD_POOL_GROW ? "pool_op(grow)" : "pool_op(compact)",
+         [&](char* e, std::size_t n) { return library_->api().pool_op(engine_, op, e, n); });
 }
 
 std::optional<kvweld_engine_counters> PluginEngine::counters() const {

@@ -41,6 +41,7 @@ public:
     PluginEngine& operator=(const PluginEngine&) = delete;
 
     std::string name() const { return library_->api().name; }
+    // The declared capabilities; a version 2 table has none of version 3's.
     std::uint32_t capabilities() const { return library_->api().capabilities; }
     std::string model_format() const { return library_->api().model_format; }
     std::vector<std::string> fault_names() const;  // the switches options.faults may name
@@ -60,6 +61,11 @@ public:
     void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const;  // KVWELD_CAP_READ_KV
     void swap_layer(int seq, int layer);                   // needs KVWELD_CAP_SWAP_LAYER
     std::optional<kvweld_engine_counters> counters() const;  // nullopt without KVWELD_CAP_PLAN_COUNTERS
+    // Paged KV (KVWELD_CAP_BLOCKS, KVWELD_CAP_POOL_OPS).
+    kvweld_pool_info pool_info() const;
+    std::vector<int> block_table(int seq) const;
+    int block_refcount(int block) const;
+    void pool_op(int op);  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
 
 private:
     template <class Fn>

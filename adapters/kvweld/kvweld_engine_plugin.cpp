@@ -2,30 +2,14 @@
 // one KvCache and one DecodeSession (one held plan) per sequence, over a
 // model loaded from the llama2.c checkpoint the harness wrote. It exists so
 // that the ABI is exercised by an engine with fault switches.
-#include "engine/checkpoint.hpp"
+#include "adapters/kvweld/kvweld_plugin_base.hpp"
 #include "engine/decode_session.hpp"
-#include "engine/error.hpp"
-#include "engine/faults.hpp"
-#include "engine/recycling_resource.hpp"
-#include "adapters/abi_guard.hpp"
-#include "adapters/abi_lists.hpp"
-#include "kvweld/engine_abi.h"
 
-#include <algorithm>
 #include <cstring>
 #include <map>
-#include <optional>
-#include <string>
 #include <string_view>
 
-struct kvweld_engine {
-    // Declared first, so it outlives the model: a reloaded model lands at
-    // its predecessor's address, as in kvweld's own simulator, so a plan
-    // keyed by the weights' address is fooled (weight_pointer_key).
-    std::unique_ptr<kvweld::RecyclingResource> pool = std::make_unique<kvweld::RecyclingResource>();
-    std::optional<kvweld::Model> model;  // always set; optional so a reload can free it first
-    int n_ctx = 0, n_seq_max = 0, threads = 1;
-    kvweld::FaultSet faults;  // installed around every call (they are per thread)
+struct kvweld_engine : kvweld::abi::PluginBase {
     struct Seq {
         kvweld::KvCache cache;
         kvweld::DecodeSession session;
@@ -37,13 +21,9 @@ namespace {
 
 using kvweld::require;
 
-// Every call runs with the engine's fault switches on, on the caller's thread.
 template <class Fn>
 int guarded(const kvweld_engine* e, char* err, size_t err_len, Fn&& fn) {
-    return kvweld::abi::guarded(err, err_len, [&] {
-        const kvweld::ScopedFaults scoped(e->faults);
-        fn();
-    });
+    return kvweld::abi::guarded_with(*e, err, err_len, fn);
 }
 using kvweld::abi::guarded;
 
@@ -61,25 +41,13 @@ kvweld::KvCache fresh_cache(const kvweld_engine* e) {
     return kvweld::KvCache::with_capacity(g);
 }
 
+const std::string& fault_list();
+
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        require(o && o->model_path, "no options or model path");
-        auto pool = std::make_unique<kvweld::RecyclingResource>();
-        kvweld::Model model = kvweld::load_llama2c(o->model_path, pool.get());
-        auto e = std::make_unique<kvweld_engine>(kvweld_engine{std::move(pool), std::move(model), 0, 0, 1, {}, {}});
-        const int max_ctx = e->model->config().max_seq_len;
-        require(o->n_ctx >= 1 && o->n_ctx <= max_ctx, "n_ctx = ", o->n_ctx, ": must be in 1..", max_ctx);
-        require(o->n_seq_max >= 1 && o->n_seq_max <= 4096, "n_seq_max = ", o->n_seq_max, ": must be in 1..4096");
-        e->n_ctx = o->n_ctx;
-        e->n_seq_max = o->n_seq_max;
-        e->threads = std::max(1, o->threads);
+        auto e = std::make_unique<kvweld_engine>();
+        kvweld::abi::init_base(*e, o, fault_list());
         kvweld::abi::parse_params(o->params, {});  // no settings: any is refused, by name
-        for (const std::string& name : kvweld::abi::split_list(o->faults)) {
-            const auto f = kvweld::fault_from_name(name);
-            require(f.has_value(), "unknown fault '", name, "': known faults are ", kvweld::fault_names());
-            e->faults.add(*f);
-        }
-        require(e->faults.empty() || kvweld::kFaultsCompiled, "faults requested from a plugin built without them");
         *out = e.release();
     });
 }
@@ -142,20 +110,10 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
     });
 }
 
-// The old model goes first, so the new one can take its address; every
-// sequence is emptied (its storage replaced, as clear() does).
+// Every sequence is emptied (its storage replaced, as clear() does).
 int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
-        require(path != nullptr, "reload: no model path");
-        // Checked in full before the old model goes, so a bad file loses nothing.
-        kvweld::Model checked = kvweld::load_llama2c(path);
-        require(checked.config() == e->model->config(), "reload: ", path, " holds a model of another shape");
-        e->model.reset();
-        try {
-            e->model.emplace(kvweld::load_llama2c(path, e->pool.get()));
-        } catch (const kvweld::Error&) {  // the file changed under us: keep what was checked
-            e->model.emplace(std::move(checked));
-        }
+        kvweld::abi::reload_model(*e, path);
         for (auto& [id, s] : e->seqs) s.cache.clear();
     });
 }
@@ -209,36 +167,28 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 }
 
 // The engine's fault switches this ABI can reach (none in a build without
-// KVWELD_FAULTS), as the ABI lists them: comma-separated. Left out, because
-// nothing behind this ABI makes them act: a rebind always serves, so the
-// only rebuilds are a sequence's first and those after a reload, which the
-// fault does not touch (build_counted_as_kept); and spec_reject_off_by_one
-// lives in kvweld's own simulator.
-bool reachable(kvweld::Fault f) {
-    using F = kvweld::Fault;
-    for (F out : {F::build_counted_as_kept, F::spec_reject_off_by_one})
-        if (f == out) return false;
-    return true;
-}
-
-const char* fault_list() {
-    static const std::string names = [] {
-        std::string out;
-        if (kvweld::kFaultsCompiled)
-            for (const kvweld::FaultInfo& f : kvweld::all_faults())
-                if (reachable(f.fault)) out += (out.empty() ? "" : ",") + std::string(f.name);
-        return out;
-    }();
-    return names.c_str();
+// KVWELD_FAULTS), as the ABI lists them: comma-separated. Left out: the
+// paged design's, and two that nothing behind this ABI makes act: a rebind
+// always serves, so the only rebuilds are a sequence's first and those
+// after a reload, which the fault does not touch (build_counted_as_kept);
+// and spec_reject_off_by_one lives in kvweld's own simulator.
+const std::string& fault_list() {
+    static const std::string names = kvweld::abi::fault_names_for([](const kvweld::FaultInfo& f) {
+        using F = kvweld::Fault;
+        return f.design != kvweld::FaultDesign::paged && f.fault != F::build_counted_as_kept &&
+               f.fault != F::spec_reject_off_by_one;
+    });
+    return names;
 }
 
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
         KVWELD_CAP_SWAP_LAYER,
-    fault_list(),
+    fault_list().c_str(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     storage, read_kv, swap_layer,
+    nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
 };
 
 }  // namespace

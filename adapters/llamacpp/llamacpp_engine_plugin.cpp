@@ -324,6 +324,7 @@ const kvweld_engine_api kApi = {
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
+    nullptr, nullptr, nullptr, nullptr,  // no paged KV pool to report
 };
 
 }  // namespace

@@ -24,8 +24,10 @@ extern "C" {
 #endif
 
 /* 2: options.params (engine settings), api.fault_names, counters.rebound,
- *    and the reload, storage, read_kv and swap_layer capabilities. */
-#define KVWELD_ENGINE_ABI_VERSION 2u
+ *    and the reload, storage, read_kv and swap_layer capabilities.
+ * 3: paged KV: the blocks and pool_ops capabilities (new fields at the end
+ *    of the table; a version 2 plugin still loads, without them). */
+#define KVWELD_ENGINE_ABI_VERSION 3u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -34,6 +36,8 @@ extern "C" {
 #define KVWELD_CAP_STORAGE 0x8u       /* storage is implemented (the weld and ledger oracles) */
 #define KVWELD_CAP_READ_KV 0x10u      /* read_kv is implemented (the KV content oracle) */
 #define KVWELD_CAP_SWAP_LAYER 0x20u   /* swap_layer is implemented (offload and restore) */
+#define KVWELD_CAP_BLOCKS 0x40u       /* pool_info, block_table, block_refcount (paged KV: the block ledger) */
+#define KVWELD_CAP_POOL_OPS 0x80u     /* pool_op: compact and grow the KV pool */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -57,6 +61,18 @@ typedef struct kvweld_engine_counters {
     uint64_t rebound; /* plans re-pointed at replaced storage without a build
                          (0 for an engine without the notion) */
 } kvweld_engine_counters;
+
+/* Paged KV: the pool's shape and identity (KVWELD_CAP_BLOCKS). */
+typedef struct kvweld_pool_info {
+    int32_t block_size;    /* positions per block */
+    int32_t n_blocks;      /* blocks in the pool */
+    int32_t free_blocks;   /* blocks no table holds */
+    uint64_t storage;      /* serial of the pool's storage: new when it is replaced (grow) */
+    uint64_t plan_storage; /* serial of the storage the held plan reads and writes; 0 without a plan */
+} kvweld_pool_info;
+
+#define KVWELD_POOL_COMPACT 0 /* move blocks in use to the lowest numbers, in place */
+#define KVWELD_POOL_GROW 1    /* replace the pool's storage with a larger one */
 
 typedef struct kvweld_engine_api {
     uint32_t abi_version;     /* KVWELD_ENGINE_ABI_VERSION the plugin was built with */
@@ -102,6 +118,16 @@ typedef struct kvweld_engine_api {
     /* Offload and restore: layer `layer` of the sequence's KV moves to new
      * storage holding the same content (so its serial changes). */
     int (*swap_layer)(kvweld_engine* engine, int32_t seq, int32_t layer, char* err, size_t err_len);
+    /* Version 3. Paged KV (KVWELD_CAP_BLOCKS): the pool, a sequence's block
+     * table (the blocks holding its positions, in order, into out[0..cap);
+     * *n gets the count, which may exceed cap), and a block's reference
+     * count (0: free). */
+    int (*pool_info)(const kvweld_engine* engine, kvweld_pool_info* out, char* err, size_t err_len);
+    int (*block_table)(const kvweld_engine* engine, int32_t seq, int32_t* out, int32_t cap, int32_t* n, char* err,
+                       size_t err_len);
+    int (*block_refcount)(const kvweld_engine* engine, int32_t block, int32_t* out, char* err, size_t err_len);
+    /* KVWELD_CAP_POOL_OPS: op = KVWELD_POOL_COMPACT or KVWELD_POOL_GROW. */
+    int (*pool_op)(kvweld_engine* engine, int32_t op, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

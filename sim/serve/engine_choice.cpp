@@ -15,6 +15,9 @@
 #ifndef KVWELD_PLUGIN_PATH
 #define KVWELD_PLUGIN_PATH ""
 #endif
+#ifndef KVWELD_PAGED_PLUGIN_PATH
+#define KVWELD_PAGED_PLUGIN_PATH ""
+#endif
 #ifndef LLAMACPP_PLUGIN_PATH
 #define LLAMACPP_PLUGIN_PATH ""
 #endif
@@ -33,6 +36,7 @@ struct Builtin {
 };
 constexpr Builtin kBuiltins[] = {
     {"kvweld", KVWELD_PLUGIN_PATH, "not built"},
+    {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built"},
     {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING},
 };
 

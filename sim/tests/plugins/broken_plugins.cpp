@@ -32,6 +32,7 @@ constexpr kvweld_engine_api kApi = {
     vocab,
 #endif
     seq_op, seq_op, decode, trunc, seq_op, all, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr, nullptr, nullptr, nullptr,
 };
 
 }  // namespace

@@ -1,0 +1,84 @@
+// What kvweld's two engine plugins (dense: kvweld_engine_plugin.cpp, paged:
+// kvweld_paged_plugin.cpp) share: the model loaded from the llama2.c
+// checkpoint the harness wrote, the engine's options and fault switches,
+// reload, and the fault list each design can reach through the ABI.
+#pragma once
+
+#include "adapters/abi_guard.hpp"
+#include "adapters/abi_lists.hpp"
+#include "engine/checkpoint.hpp"
+#include "engine/error.hpp"
+#include "engine/faults.hpp"
+#include "engine/recycling_resource.hpp"
+#include "kvweld/engine_abi.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kvweld::abi {
+
+struct PluginBase {
+    // Declared first, so it outlives the model: a reloaded model lands at
+    // its predecessor's address, as in kvweld's own simulator, so a plan
+    // keyed by the weights' address is fooled (weight_pointer_key).
+    std::unique_ptr<RecyclingResource> pool = std::make_unique<RecyclingResource>();
+    std::optional<Model> model;  // always set; optional so a reload can free it first
+    int n_ctx = 0, n_seq_max = 0, threads = 1;
+    FaultSet faults;  // installed around every call (they are per thread)
+};
+
+// Every call runs with the engine's fault switches on, on the caller's thread.
+template <class Fn>
+int guarded_with(const PluginBase& e, char* err, size_t err_len, Fn&& fn) {
+    return guarded(err, err_len, [&] {
+        const ScopedFaults scoped(e.faults);
+        fn();
+    });
+}
+
+// The faults `design` can show through this ABI, by `reachable`.
+template <class Reachable>
+std::string fault_names_for(Reachable&& reachable) {
+    std::string out;
+    if (kFaultsCompiled)
+        for (const FaultInfo& f : all_faults())
+            if (reachable(f)) out += (out.empty() ? "" : ",") + std::string(f.name);
+    return out;
+}
+
+// Loads the model and checks the options; `allowed` is fault_names_for's list.
+inline void init_base(PluginBase& e, const kvweld_engine_options* o, const std::string& allowed) {
+    require(o && o->model_path, "no options or model path");
+    e.model.emplace(load_llama2c(o->model_path, e.pool.get()));
+    const int max_ctx = e.model->config().max_seq_len;
+    require(o->n_ctx >= 1 && o->n_ctx <= max_ctx, "n_ctx = ", o->n_ctx, ": must be in 1..", max_ctx);
+    require(o->n_seq_max >= 1 && o->n_seq_max <= 4096, "n_seq_max = ", o->n_seq_max, ": must be in 1..4096");
+    e.n_ctx = o->n_ctx;
+    e.n_seq_max = o->n_seq_max;
+    e.threads = std::max(1, o->threads);
+    const std::vector<std::string> known = split_list(allowed.c_str());
+    for (const std::string& name : split_list(o->faults)) {
+        const auto f = fault_from_name(name);
+        require(f && std::find(known.begin(), known.end(), name) != known.end(), "unknown fault '", name,
+                "': this engine's faults are ", allowed.empty() ? "(none in this build)" : allowed);
+        e.faults.add(*f);
+    }
+}
+
+// Replaces the model, the old one freed first so the new one can take its
+// address; checked in full before, so a bad file loses nothing.
+inline void reload_model(PluginBase& e, const char* path) {
+    require(path != nullptr, "reload: no model path");
+    Model checked = load_llama2c(path);
+    require(checked.config() == e.model->config(), "reload: ", path, " holds a model of another shape");
+    e.model.reset();
+    try {
+        e.model.emplace(load_llama2c(path, e.pool.get()));
+    } catch (const Error&) {  // the file changed under us: keep what was checked
+        e.model.emplace(std::move(checked));
+    }
+}
+
+}  // namespace kvweld::abi
