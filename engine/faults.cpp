@@ -82,6 +82,18 @@ std::optional<Fault> fault_from_name(std::string_view name) {
     return std::nullopt;
 }
 
+Fault require_fault(std::string_view name, FaultDesign design) {
+    for (const FaultInfo& f : kFaults) {
+        if (f.name != name) continue;
+        require(f.design == FaultDesign::both || f.design == design, "fault '", name, "' lives in the ",
+                f.design == FaultDesign::paged ? "paged KV design: run it with --engine kvweld-paged --fault "
+                                               : "dense KV design: run it without --engine, --fault ",
+                name);
+        return f.fault;
+    }
+    throw Error(cat("unknown fault '", name, "': known faults are ", fault_names()));
+}
+
 std::string_view to_string(Fault f) {
     for (const FaultInfo& info : kFaults)
         if (info.fault == f) return info.name;

@@ -76,6 +76,10 @@ struct FaultInfo {
 
 std::span<const FaultInfo> all_faults();
 std::optional<Fault> fault_from_name(std::string_view name);
+// The fault named `name`, for a harness that runs the `design` (dense:
+// kvweld's own simulator). Throws Error naming it when it is unknown, or
+// when it lives in the other design (and says where it runs).
+Fault require_fault(std::string_view name, FaultDesign design);
 std::string_view to_string(Fault f);
 std::string_view to_string(Detection d);  // the Verdict's name for the same class
 std::span<const Detection> all_detections();

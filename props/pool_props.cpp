@@ -1,23 +1,27 @@
 // The paged KV pool against an abstract model of block ownership, over
 // random command sequences (CI fixes the seed through RC_PARAMS): admit,
-// append, truncate, fork, retire, grow, reset. After every command:
+// append, truncate, fork, retire, compact, grow, reset. After every command:
 //   1. each block's reference count equals the number of live block tables
 //      holding it, and the free blocks are exactly those held by none;
 //   2. every position of every sequence reads back the value written there
 //      (forks see their prefix; no write shows through another's table);
 //   3. the pool id changes on grow and reset and on nothing else.
+// The other half: under each of the pool's fault switches the property
+// fails (RapidCheck finds and prints a counterexample).
+#include "engine/faults.hpp"
 #include "engine/kv_pool.hpp"
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <iostream>
 #include <vector>
 
 namespace kvweld::props {
 namespace {
 
-enum class PoolCmd { admit, append, truncate, fork, retire, grow, reset };
+enum class PoolCmd { admit, append, truncate, fork, retire, compact, grow, reset };
 
 struct Cmd {
     PoolCmd kind;
@@ -51,14 +55,13 @@ void check(const KvPool& pool, const std::vector<Seq>& seqs) {
     }
 }
 
-}  // namespace
-
-RC_GTEST_PROP(PoolProps, OwnershipContentAndIdentityHoldForEveryCommandSequence, ()) {
+void pool_property() {
     const int block = 1 << *rc::gen::inRange(0, 4);  // 1..8
     KvPool pool(KvGeometry{.n_layers = 2, .n_kv_heads = 1, .head_dim = 2}, block, *rc::gen::inRange(1, 12));
     const auto cmds = *rc::gen::container<std::vector<Cmd>>(rc::gen::build<Cmd>(
         rc::gen::set(&Cmd::kind, rc::gen::element(PoolCmd::admit, PoolCmd::append, PoolCmd::append, PoolCmd::truncate,
-                                                  PoolCmd::fork, PoolCmd::retire, PoolCmd::grow, PoolCmd::reset)),
+                                                  PoolCmd::fork, PoolCmd::retire, PoolCmd::compact, PoolCmd::grow,
+                                                  PoolCmd::reset)),
         rc::gen::set(&Cmd::pick, rc::gen::inRange(0u, 1000u)), rc::gen::set(&Cmd::count, rc::gen::inRange(0u, 12u))));
     std::vector<Seq> seqs;
     float next_value = 1.0f;
@@ -86,6 +89,12 @@ RC_GTEST_PROP(PoolProps, OwnershipContentAndIdentityHoldForEveryCommandSequence,
                 s->kv.release_all(pool);
                 seqs.erase(seqs.begin() + long(c.pick % seqs.size()));
                 break;
+            case PoolCmd::compact: {
+                std::vector<PagedSequence*> live;
+                for (Seq& q : seqs) live.push_back(&q.kv);
+                pool.compact(live);
+                break;
+            }
             case PoolCmd::grow: pool.grow(pool.n_blocks() + 1 + int(c.count % 4)); break;
             case PoolCmd::reset:
                 pool.reset();
@@ -97,5 +106,33 @@ RC_GTEST_PROP(PoolProps, OwnershipContentAndIdentityHoldForEveryCommandSequence,
         check(pool, seqs);
     }
 }
+
+
+}  // namespace
+
+RC_GTEST_PROP(PoolProps, OwnershipContentAndIdentityHoldForEveryCommandSequence, ()) { pool_property(); }
+
+// The pool's faults (the plan's stale_block_table is the serving
+// simulator's to catch: the pool cannot see a plan).
+class PoolPropsUnderFault : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(PoolPropsUnderFault, FindACounterexample) {
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
+    FaultSet faults;
+    faults.add(GetParam());
+    ScopedFaults scoped(faults);
+    rc::detail::TestMetadata metadata;
+    metadata.id = metadata.description = "pool under " + std::string(to_string(GetParam()));
+    const rc::detail::TestResult result = rc::detail::checkTestable([] { pool_property(); }, metadata);
+    rc::detail::printResultMessage(result, std::cout);
+    std::cout << "\n";
+    rc::detail::FailureResult failure;
+    EXPECT_TRUE(result.match(failure)) << "the pool property did not notice " << to_string(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(PoolFaults, PoolPropsUnderFault,
+                         ::testing::Values(Fault::freed_block_in_table, Fault::cow_skipped, Fault::grow_keeps_id,
+                                           Fault::compact_skips_table, Fault::refcount_off_by_one),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 }  // namespace kvweld::props

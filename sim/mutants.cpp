@@ -75,6 +75,7 @@ MutantsResult run_mutants(const MutantsOptions& o, const std::function<void(cons
     if (progress) progress(cat("clean engine: ", out.clean.failures, " of ", o.seeds, " seeds failed"));
     for (const FaultInfo& f : all_faults()) {
         if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), f.fault) == o.only.end()) continue;
+        if (f.design == FaultDesign::paged) continue;  // driven through --engine kvweld-paged
         out.rows.push_back(hunt(f, o));
         const MutantRow& r = out.rows.back();
         if (progress)

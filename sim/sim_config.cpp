@@ -178,9 +178,7 @@ SimConfig config_from_json(const nlohmann::json& j) {
     c.same_weights_chance = json_field<float>(j, "same_weights_chance");
     c.backend = backend_from_string(json_field<std::string>(j, "backend"));
     for (const std::string& name : json_field<std::vector<std::string>>(j, "faults")) {
-        const auto f = fault_from_name(name);
-        require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
-        c.faults.add(*f);
+        c.faults.add(require_fault(name, FaultDesign::dense));
     }
     return c;
 }

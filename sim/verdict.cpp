@@ -14,13 +14,14 @@ constexpr NameTable<Verdict, kVerdicts> kVerdictNames{{
     {Verdict::missed_invalidation, "missed_invalidation"},
     {Verdict::engine_error, "engine_error"},
 }};
-constexpr NameTable<Oracle, 6> kOracleNames{{
+constexpr NameTable<Oracle, 7> kOracleNames{{
     {Oracle::data, "data"},
     {Oracle::kv, "kv"},
     {Oracle::weld, "weld"},
     {Oracle::accounting, "accounting"},
     {Oracle::ledger, "ledger"},
     {Oracle::engine, "engine"},
+    {Oracle::blocks, "blocks"},
 }};
 }  // namespace
 

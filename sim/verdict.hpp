@@ -19,8 +19,10 @@ enum class Verdict : std::uint8_t {
 inline constexpr int kVerdicts = 5;
 
 // engine: the engine refused a valid op; ledger: a cache broke the storage
-// contract (sim/ledger.hpp); the rest are the per-decode oracles.
-enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine };
+// contract (sim/ledger.hpp); blocks: a paged engine's block tables and
+// counts broke the block ledger (sim/serve/block_model.hpp); the rest are
+// the per-decode oracles.
+enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks };
 
 std::string_view to_string(Verdict v);
 std::string_view to_string(Oracle o);

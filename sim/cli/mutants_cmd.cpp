@@ -40,9 +40,7 @@ int run_mutants_cmd(const MutantsArgs& a) {
     std::string why;
     require(o.backend != Backend::cuda || cuda_backend_available(&why), "CUDA backend unavailable: ", why);
     for (const std::string& name : a.faults) {
-        const auto f = fault_from_name(name);
-        require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
-        o.only.push_back(*f);
+        o.only.push_back(require_fault(name, FaultDesign::dense));
     }
     const MutantsResult r = run_mutants(o, [](const std::string& line) {
         std::fprintf(stderr, "[mutants] %s\n", line.c_str());

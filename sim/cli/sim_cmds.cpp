@@ -44,9 +44,7 @@ CLI::Validator seed_validator() {
 FaultSet parse_faults(const std::vector<std::string>& names) {
     FaultSet set;
     for (const std::string& name : names) {
-        const auto f = fault_from_name(name);
-        require(f.has_value(), "unknown fault '", name, "': known faults are ", fault_names());
-        set.add(*f);
+        set.add(require_fault(name, FaultDesign::dense));
     }
     require(set.empty() || kFaultsCompiled,
             "--fault needs a build with fault switches (KVWELD_FAULTS); this one has none");

@@ -57,6 +57,7 @@ public:
     virtual void on_copy(int /*src*/, int /*dst*/) {}
     virtual void on_reload() {}
     virtual void on_swap_layer(int /*seq*/, int /*layer*/) {}
+    virtual void on_pool_op(int /*op*/) {}  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
 };
 
 // The rule for an engine by the name its plugin gives (nullptr: none, and
@@ -64,6 +65,7 @@ public:
 std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const ServeConfig& config,
                                           std::string& why_not);
 std::unique_ptr<ReuseRule> kvweld_reuse_rule();
+std::unique_ptr<ReuseRule> kvweld_paged_reuse_rule(const ServeConfig& config);
 std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const ServeConfig& config);
 
 }  // namespace kvweld::sim

@@ -23,6 +23,16 @@ std::vector<std::string_view> serve_model_names() {
     return out;
 }
 
+// kvweld's paged engine: a block size (16 most often, as serving engines
+// use) and a starting pool from one block up to every sequence full, so
+// that most runs exhaust it and grow.
+std::string draw_paged_params(const ServeConfig& c, Rng& rng) {
+    constexpr int kBlocks[] = {1, 2, 4, 8, 16, 16, 16, 32, 64};
+    const int block = kBlocks[rng.below(std::size(kBlocks))];
+    const int full = c.seqs * ((c.n_ctx + block - 1) / block);
+    return cat("block=", block, ",blocks=", rng.range(1, std::uint64_t(std::max(1, full))));
+}
+
 }  // namespace
 
 ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
@@ -35,11 +45,12 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     // Without admit and step nothing is decoded; clear_all is rare by nature.
     c.weights[int(ServeOpKind::admit)] = int(rng.range(10, 60));
     c.weights[int(ServeOpKind::step)] = int(rng.range(60, 100));
-    for (ServeOpKind rare : {ServeOpKind::clear_all, ServeOpKind::reload})
+    for (ServeOpKind rare : {ServeOpKind::clear_all, ServeOpKind::reload, ServeOpKind::grow})
         c.weights[int(rare)] = std::min(c.weights[int(rare)], 3);
     if (!(capabilities & KVWELD_CAP_COPY_SEQ)) c.weights[int(ServeOpKind::fork)] = 0;
     if (!(capabilities & KVWELD_CAP_RELOAD)) c.weights[int(ServeOpKind::reload)] = 0;
     if (!(capabilities & KVWELD_CAP_SWAP_LAYER)) c.weights[int(ServeOpKind::swap_layer)] = 0;
+    if (!(capabilities & KVWELD_CAP_POOL_OPS)) c.weights[int(ServeOpKind::compact)] = c.weights[int(ServeOpKind::grow)] = 0;
     c.seqs = int(rng.range(1, 16));
     c.sampled = rng.chance(0.5);
     const std::vector<std::string_view> models = serve_model_names();
@@ -53,6 +64,7 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     c.accept_mean = static_cast<float>(rng.unit());
     const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
     c.n_ctx = int(rng.range(std::min(ctx_max, c.max_prompt + 1), ctx_max));
+    if (c.engine.engine == "kvweld-paged" && c.engine.params.empty()) c.engine.params = draw_paged_params(c, rng);
     return c;
 }
 
@@ -92,8 +104,12 @@ ServeConfig serve_config_from_json(const nlohmann::json& j) {
     c.engine = {json_field<std::string>(e, "name"), json_field<std::string>(e, "params"),
                 json_field<std::string>(e, "faults")};
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
-    for (int k = 0; k < kServeOpKinds; ++k)
-        c.weights[k] = json_int_in(w, std::string(to_string(ServeOpKind(k))).c_str(), 0, 100);
+    for (int k = 0; k < kServeOpKinds; ++k) {
+        const std::string name(to_string(ServeOpKind(k)));
+        // compact and grow came later: a trace from before has no weight for them.
+        const bool later = ServeOpKind(k) == ServeOpKind::compact || ServeOpKind(k) == ServeOpKind::grow;
+        c.weights[k] = later && !w.contains(name) ? 0 : json_int_in(w, name.c_str(), 0, 100);
+    }
     require(c.weights[int(ServeOpKind::admit)] > 0 && c.weights[int(ServeOpKind::step)] > 0,
             "weights: admit and step must be enabled");
     c.seqs = json_int_in(j, "seqs", 1, 256);

@@ -18,6 +18,8 @@ constexpr NameTable<ServeOpKind, kServeOpKinds> kServeOpNames{{
     {ServeOpKind::clear_all, "clear_all"},
     {ServeOpKind::reload, "reload"},
     {ServeOpKind::swap_layer, "swap_layer"},
+    {ServeOpKind::compact, "compact"},
+    {ServeOpKind::grow, "grow"},
 }};
 
 std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
@@ -40,7 +42,9 @@ void to_json(nlohmann::json& j, const ServeOp& op) {
         case ServeOpKind::fork: j["pick"] = op.pick; j["to"] = op.pick2; break;
         case ServeOpKind::preempt:
         case ServeOpKind::retire: j["pick"] = op.pick; break;
-        case ServeOpKind::clear_all: break;
+        case ServeOpKind::clear_all:
+        case ServeOpKind::compact:
+        case ServeOpKind::grow: break;
         case ServeOpKind::reload: j["same_weights"] = op.same_weights; j["seed"] = op.seed; break;
         case ServeOpKind::swap_layer: j["pick"] = op.pick; j["layer"] = op.layer; break;
     }
@@ -72,7 +76,9 @@ ServeOp serve_op_from_json(const nlohmann::json& j) {
             break;
         case ServeOpKind::preempt:
         case ServeOpKind::retire: op.pick = json_field<std::uint32_t>(j, "pick"); break;
-        case ServeOpKind::clear_all: break;
+        case ServeOpKind::clear_all:
+        case ServeOpKind::compact:
+        case ServeOpKind::grow: break;
         case ServeOpKind::reload:
             op.same_weights = json_field<bool>(j, "same_weights");
             op.seed = json_field<std::uint64_t>(j, "seed");

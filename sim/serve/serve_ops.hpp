@@ -23,8 +23,10 @@ enum class ServeOpKind : std::uint8_t {
     clear_all,  // clear every sequence; each re-prefills
     reload,     // the engine reloads the model (same shape, same or new weights); every sequence re-prefills
     swap_layer, // offload and restore: one layer of a sequence's KV moves to new storage, same content
+    compact,    // paged KV: the engine moves blocks in use to the lowest numbers, in place
+    grow,       // paged KV: the engine replaces its pool's storage with a larger one
 };
-inline constexpr int kServeOpKinds = 9;
+inline constexpr int kServeOpKinds = 11;
 std::string_view to_string(ServeOpKind k);
 ServeOpKind serve_op_kind_from_string(std::string_view s);  // throws Error naming s
 

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace kvweld::sim {
 
@@ -98,6 +99,38 @@ void ServeSimulator::check_storage(const std::vector<Pair>& pairs) {
                          err, " > ", kTolerance, " against the reference: the decode wrote somewhere else"));
         }
     }
+}
+
+// The block ledger: every open sequence's table and every block's count
+// must be what the simulator's block model says from the op log alone.
+// The pool weld: the pool's storage must be new (never seen) exactly when
+// the model says the pool grew, and right after a decode the held plan
+// must read and write that storage.
+void ServeSimulator::check_blocks(bool decoded) {
+    if (!blocks_) return;
+    const kvweld_pool_info info = engine_->pool_info();
+    std::map<int, std::vector<int>> tables;
+    for (int s = 0; s < config_.seqs; ++s)
+        if (requests_[std::size_t(s)]) tables[s] = engine_->block_table(s);
+    const auto refcount = [&](int block) { return engine_->block_refcount(block); };
+    if (const auto problem = blocks_->mismatch(tables, refcount, info.n_blocks, info.free_blocks))
+        fail(Verdict::stale_decode, Oracle::blocks, cat("after ", to_string(op_kind_), ": ", *problem));
+    const bool grew = blocks_->grows() != pool_grows_;
+    if (grew && (info.storage == 0 || info.storage == pool_storage_ || seen_serials_.count(info.storage)))
+        fail(Verdict::engine_error, Oracle::ledger,
+             cat("the pool grew (", blocks_->n_blocks(), " blocks) but reports storage ", info.storage,
+                 ", which this run has seen before"));
+    if (!grew && info.storage != pool_storage_)
+        fail(Verdict::engine_error, Oracle::ledger,
+             cat("the pool's storage changed from ", pool_storage_, " to ", info.storage, " in a ",
+                 to_string(op_kind_), ", which keeps it"));
+    seen_serials_.insert(pool_storage_);
+    pool_storage_ = info.storage;
+    pool_grows_ = blocks_->grows();
+    if (decoded && info.plan_storage != pool_storage_)
+        fail(Verdict::stale_decode, Oracle::weld,
+             cat("the held plan reads and writes pool storage ", info.plan_storage, " but the pool's is ",
+                 pool_storage_, " (the pool ledger)"));
 }
 
 }  // namespace kvweld::sim

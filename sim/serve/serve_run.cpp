@@ -58,7 +58,9 @@ ServeOp draw_serve_op(const ServeSimulator& sim, Rng& rng) {
         case ServeOpKind::swap_layer: op.layer = int(rng.below(std::uint64_t(c.model.n_layers))); break;
         case ServeOpKind::preempt:
         case ServeOpKind::retire:
-        case ServeOpKind::clear_all: break;
+        case ServeOpKind::clear_all:
+        case ServeOpKind::compact:
+        case ServeOpKind::grow: break;
     }
     return op;
 }

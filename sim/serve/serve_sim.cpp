@@ -56,7 +56,7 @@ std::string OracleReport::describe() const {
         return cat("; ", name, on ? " on" : cat(" unavailable (", why, ")"));
     };
     return cat("  oracles: data on", one("accounting", accounting, accounting_why_not), one("kv", kv, kv_why_not),
-               one("weld and ledger", weld, weld_why_not));
+               one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not));
 }
 
 ServeSimulator::ServeSimulator(const ServeConfig& config)
@@ -74,6 +74,15 @@ ServeSimulator::ServeSimulator(const ServeConfig& config)
     oracles_.weld = engine_->capabilities() & KVWELD_CAP_STORAGE;
     if (!oracles_.weld) oracles_.weld_why_not = cat("engine ", engine_->name(), " reports no storage identity");
     requests_.resize(std::size_t(config_.seqs));
+    if (!(engine_->capabilities() & KVWELD_CAP_BLOCKS))
+        oracles_.blocks_why_not = cat("engine ", engine_->name(), " has no paged KV pool to report");
+    else if (engine_->name() != "kvweld-paged")
+        oracles_.blocks_why_not = cat("no block model for engine '", engine_->name(), "' (sim/serve/block_model.hpp)");
+    else {
+        blocks_.emplace(BlockModel::for_kvweld_paged(config_));
+        pool_storage_ = engine_->pool_info().storage;  // the first report is the pool's birth
+    }
+    oracles_.blocks = blocks_.has_value();
 }
 
 std::vector<int> ServeSimulator::free_seqs() const {
@@ -89,6 +98,17 @@ std::vector<int> ServeSimulator::eligible(ServeOpKind kind) const {
     if (kind == ServeOpKind::reload)  // needs no sequence, only the capability
         return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
     if (kind == ServeOpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
+    if (kind == ServeOpKind::compact || kind == ServeOpKind::grow) {  // the pool's, not a sequence's
+        if (!(engine_->capabilities() & KVWELD_CAP_POOL_OPS)) return {};
+        // A server grows its pool within a memory budget: here, four times
+        // what every sequence full would take.
+        const int full = config_.seqs * config_.n_ctx, budget = 4 * std::max(full, 1);
+        if (kind == ServeOpKind::grow && (engine_->capabilities() & KVWELD_CAP_BLOCKS)) {
+            const kvweld_pool_info info = engine_->pool_info();
+            if (std::int64_t(info.n_blocks) * info.block_size >= budget) return {};
+        }
+        return {0};
+    }
     for (int s = 0; s < config_.seqs; ++s) {
         const auto& r = requests_[std::size_t(s)];
         if (!r) continue;
@@ -134,7 +154,10 @@ bool ServeSimulator::apply(const ServeOp& op, std::size_t op_index) {
             case ServeOpKind::clear_all: clear_all(); break;
             case ServeOpKind::reload: reload(op); break;
             case ServeOpKind::swap_layer: swap_layer(seq, op.layer % config_.model.n_layers); break;
+            case ServeOpKind::compact:
+            case ServeOpKind::grow: pool_op(op.kind); break;
         }
+        check_blocks(false);
     } catch (const Stop&) {
         return false;
     } catch (const Error& e) {  // the engine refused a valid op
@@ -177,6 +200,7 @@ void ServeSimulator::requeue_from(ServeRequest& r, std::size_t n) {
 
 void ServeSimulator::truncate(int seq, int n) {
     engine_->truncate(seq, n);
+    if (blocks_) blocks_->truncate(seq, n);
     if (rule_) rule_->on_truncate(seq, n);
     requeue_from(*requests_[std::size_t(seq)], std::size_t(n));
     ledger_after(ServeOpKind::truncate, seq);
@@ -184,6 +208,7 @@ void ServeSimulator::truncate(int seq, int n) {
 
 void ServeSimulator::preempt(int seq) {
     engine_->clear(seq);
+    if (blocks_) blocks_->clear(seq);
     if (rule_) rule_->on_clear(seq);
     requeue_from(*requests_[std::size_t(seq)], 0);
     ledger_after(ServeOpKind::preempt, seq);
@@ -193,6 +218,7 @@ void ServeSimulator::fork(int src, int dst) {
     engine_->open(dst);
     if (rule_) rule_->on_open(dst);
     engine_->copy(src, dst);
+    if (blocks_) blocks_->fork(src, dst);
     if (rule_) rule_->on_copy(src, dst);
     requests_[std::size_t(dst)] = requests_[std::size_t(src)];
     ledger_after(ServeOpKind::fork, dst);
@@ -201,12 +227,14 @@ void ServeSimulator::fork(int src, int dst) {
 
 void ServeSimulator::retire(int seq) {
     engine_->close(seq);
+    if (blocks_) blocks_->close(seq);
     if (rule_) rule_->on_close(seq);
     requests_[std::size_t(seq)].reset();
 }
 
 void ServeSimulator::clear_all() {
     engine_->clear_all();
+    if (blocks_) blocks_->clear_all();
     if (rule_) rule_->on_clear_all();
     for (int s = 0; s < config_.seqs; ++s)
         if (auto& r = requests_[std::size_t(s)]) {
@@ -222,6 +250,7 @@ void ServeSimulator::reload(const ServeOp& op) {
     Model next = Model::random(config_.model, weights_seed_);
     engine_->reload(ModelFile(next, engine_->model_format()).path());
     model_ = std::move(next);
+    if (blocks_) blocks_->clear_all();
     if (rule_) rule_->on_reload();
     for (int s = 0; s < config_.seqs; ++s)
         if (auto& r = requests_[std::size_t(s)]) {
@@ -234,6 +263,13 @@ void ServeSimulator::swap_layer(int seq, int layer) {
     engine_->swap_layer(seq, layer);
     if (rule_) rule_->on_swap_layer(seq, layer);
     ledger_after(ServeOpKind::swap_layer, seq, layer);
+}
+
+void ServeSimulator::pool_op(ServeOpKind kind) {
+    const int op = kind == ServeOpKind::grow ? KVWELD_POOL_GROW : KVWELD_POOL_COMPACT;
+    engine_->pool_op(op);
+    if (blocks_ && op == KVWELD_POOL_GROW) blocks_->grow();
+    if (rule_) rule_->on_pool_op(op);
 }
 
 // One batched step: each sequence asked for tokens feeds a prefill chunk
@@ -280,6 +316,7 @@ bool ServeSimulator::step(const ServeOp& op) {
         r.queue.erase(r.queue.begin(), r.queue.begin() + long(std::min(r.queue.size(), part.accepted < 0 ? part.count : 1)));
         if (kept < part.count) {  // speculative rejects: rewind to what was accepted
             engine_->truncate(part.seq, int(r.history.size()));
+            if (blocks_) blocks_->truncate(part.seq, int(r.history.size()));
             if (rule_) rule_->on_truncate(part.seq, int(r.history.size()));
         }
         r.generated += part.accepted > 0 ? part.accepted : 0;
@@ -303,6 +340,8 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
     const auto start = std::chrono::steady_clock::now();
     const std::vector<float> got = engine_->decode(seqs, tokens);
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (blocks_)
+        for (int s : seqs) blocks_->append(s);
     ++stats_.calls;
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
     const auto v = std::size_t(config_.model.vocab);
@@ -319,6 +358,7 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
                      " in the call): logit error ", err, " > ", kTolerance, " against the reference"));
     }
     check_storage(pairs);
+    check_blocks(true);
     check_accounting(pairs, before);
     return want;
 }

@@ -14,6 +14,7 @@
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
 #include "sim/engine_plugin.hpp"
+#include "sim/serve/block_model.hpp"
 #include "sim/serve/reuse_rule.hpp"
 #include "sim/serve/serve_config.hpp"
 #include "sim/serve/serve_ops.hpp"
@@ -51,8 +52,8 @@ struct ServeStats {
 
 // Which oracles ran, and why the others could not.
 struct OracleReport {
-    bool accounting = false, weld = false, kv = false;
-    std::string accounting_why_not, weld_why_not, kv_why_not;
+    bool accounting = false, weld = false, kv = false, blocks = false;
+    std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not;
     std::string describe() const;
 };
 
@@ -112,11 +113,15 @@ private:
     void clear_all();
     void reload(const ServeOp& op);
     void swap_layer(int seq, int layer);
+    void pool_op(ServeOpKind kind);
 
     // The ledger and the storage oracles (serve_oracles.cpp), for engines
     // that report storage and KV rows.
     void ledger_after(ServeOpKind kind, int seq, std::optional<int> layer = std::nullopt);
     void check_storage(const std::vector<Pair>& pairs);
+    // The block ledger and the pool weld (serve_oracles.cpp), for paged
+    // engines with a block model; `decoded`: right after a decode call.
+    void check_blocks(bool decoded);
     void requeue_from(ServeRequest& r, std::size_t n);  // history[n:] goes back to the queue
 
     // One engine call, every row checked; returns the reference's logits per pair.
@@ -133,6 +138,9 @@ private:
     OracleReport oracles_;
     std::vector<std::optional<ServeRequest>> requests_;  // per sequence id
     std::set<std::uint64_t> seen_serials_;               // every storage serial accepted this run
+    std::optional<BlockModel> blocks_;                   // paged engines: the block ownership the op log implies
+    std::uint64_t pool_storage_ = 0;                     // the pool storage the simulator accepted
+    int pool_grows_ = 0;                                 // the block model's grows it was accepted at
     ServeStats stats_;
     std::map<std::string, ShapeStats> shapes_;
     double decode_seconds_ = 0.0;
