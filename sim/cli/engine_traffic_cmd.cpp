@@ -214,6 +214,9 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
             std::printf("one graph build (%s), measured apart: %.1f us\n", setting.c_str(), secs * 1e6);
     std::vector<Row> rows = run_rows(p, base, a.chunk, a.repeat, "base", name, costs);
     print_table(rows);
+    for (const Row& r : rows)
+        if (r.with.result.pool.paged)
+            std::printf("pool (%s): %s\n", r.params.empty() ? "defaults" : r.params.c_str(), describe(r.with.result.pool).c_str());
     print_shapes(rows.front());
     bool ok = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
     if (a.sweep) {

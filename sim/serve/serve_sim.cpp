@@ -48,6 +48,8 @@ void ServeStats::add(const ServeStats& o) {
     reused += o.reused;
     must_reuse += o.must_reuse;
     may_reuse += o.may_reuse;
+    builds += o.builds;
+    rebinds += o.rebinds;
     max_logit_error = std::max(max_logit_error, o.max_logit_error);
 }
 
@@ -379,6 +381,8 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
     stats_.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
+    stats_.builds += std::uint64_t(std::max<std::int64_t>(0, builds));
+    stats_.rebinds += std::uint64_t(std::max<std::int64_t>(0, rebound));
     ShapeStats& shape = shapes_[shape_of(seqs)];
     ++shape.calls;
     shape.plans += std::uint64_t(e.plans);

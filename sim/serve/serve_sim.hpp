@@ -42,6 +42,7 @@ struct ServeStats {
     std::uint64_t reused = 0;      // reuses the engine counted
     std::uint64_t must_reuse = 0;  // reuses the rule required
     std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
+    std::uint64_t builds = 0, rebinds = 0;  // what the engine counted besides reuses
     double max_logit_error = 0.0;
     double max_kv_error = 0.0;
 
@@ -97,6 +98,8 @@ public:
     // Measured, so never part of a report that must replay byte for byte.
     double decode_seconds() const { return decode_seconds_; }
     const std::map<std::string, ShapeStats>& shapes() const { return shapes_; }
+    // Paged engines with a block model: the pool the op log implies (nullptr otherwise).
+    const BlockModel* block_model() const { return blocks_ ? &*blocks_ : nullptr; }
 
 private:
     struct Pair {

@@ -1,7 +1,9 @@
 #include "sim/serve/serve_traffic.hpp"
 
+#include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "sim/distributions.hpp"
+#include "sim/report.hpp"
 #include "sim/serve/engine_choice.hpp"
 
 #include <chrono>
@@ -32,10 +34,17 @@ public:
         : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {}
 
     EngineTrafficResult run() {
+        const BlockModel* blocks = sim_.block_model();
+        if (blocks) pool_ = {true, blocks->block_size(), blocks->n_blocks(), 0, 0, 0.0, 0, 0, 0};
         for (int tick = 0; tick < t_.ticks && !failed_; ++tick) step_tick();
+        if (blocks) {
+            pool_.end_blocks = blocks->n_blocks();
+            pool_.grows = blocks->grows();
+            pool_.utilisation = steps_ ? utilisation_ / double(steps_) : 0.0;
+        }
         const ServeResult r{sim_.config(), int(ops_.size()), ops_, sim_.stats(), sim_.oracles(), sim_.verdict(),
                             sim_.failure()};
-        return {r, sim_.decode_seconds(), sim_.shapes()};
+        return {r, sim_.decode_seconds(), sim_.shapes(), pool_};
     }
 
 private:
@@ -54,15 +63,18 @@ private:
             const bool offload = rng_.chance(t_.offload_rate);
             const int layer = int(rng_.below(std::uint64_t(sim_.config().model.n_layers)));
             const auto& r = sim_.request(s);
-            if (!r && !waiting_.empty()) {
+            if (!r && !waiting_.empty() && !fits(waiting_.front().tokens.size())) {
+                ++pool_.waits;  // no blocks for its prompt yet: it waits
+            } else if (!r && !waiting_.empty()) {
                 ServeOp admit = waiting_.front();
                 waiting_.erase(waiting_.begin());
                 admit.pick = pick_of(ServeOpKind::admit, s);
                 apply(admit);
+                admitted_[s] = ++admissions_;
             } else if (r && r->done()) {
                 apply(serve_op(ServeOpKind::retire, pick_of(ServeOpKind::retire, s)));
             } else if (r && preempt && !r->history.empty()) {
-                apply(serve_op(ServeOpKind::preempt, pick_of(ServeOpKind::preempt, s)));
+                preempt_seq(s);
             } else if (r && offload && !sim_.eligible(ServeOpKind::swap_layer).empty()) {
                 ServeOp swap = serve_op(ServeOpKind::swap_layer, pick_of(ServeOpKind::swap_layer, s));
                 swap.layer = layer;
@@ -70,12 +82,62 @@ private:
             }
         }
         ServeOp step = serve_op(ServeOpKind::step);
-        for (int s = 0; s < sim_.config().seqs; ++s) {
-            const auto& r = sim_.request(s);
-            step.wants.push_back(!r || r->done() ? 0 : r->decoding ? t_.spec_k : chunk_);
-        }
         step.seed = rng_.next();
+        make_room();
+        for (int s = 0; s < sim_.config().seqs; ++s) step.wants.push_back(wants(s));
         if (!failed_) apply(step);
+        if (const BlockModel* b = sim_.block_model()) {
+            utilisation_ += double(b->in_use()) / double(b->n_blocks());
+            ++steps_;
+        }
+    }
+
+    int wants(int s) const {
+        const auto& r = sim_.request(s);
+        return !r || r->done() ? 0 : r->decoding ? t_.spec_k : chunk_;
+    }
+
+    // Blocks the next step takes for sequence s (the traffic never forks,
+    // so no block is shared and none is copied on write).
+    int blocks_needed(int s) const {
+        const auto& r = sim_.request(s);
+        const int b = sim_.block_model()->block_size(), len = int(r->history.size());
+        const int k = std::min({wants(s), int(r->queue.size()) + (r->decoding ? t_.spec_k - 1 : 0),
+                                sim_.config().n_ctx - len});
+        return (len + k + b - 1) / b - (len + b - 1) / b;
+    }
+
+    bool fits(std::size_t prompt) const {
+        const BlockModel* b = sim_.block_model();
+        if (!b) return true;
+        return int((prompt + std::size_t(b->block_size()) - 1) / std::size_t(b->block_size())) <=
+               b->n_blocks() - b->in_use();
+    }
+
+    // Preempts the most recently admitted requests until the step's blocks
+    // fit, keeping at least one running (a lone one that does not fit makes
+    // the engine grow its pool).
+    void make_room() {
+        const BlockModel* b = sim_.block_model();
+        if (!b) return;
+        for (;;) {
+            int need = 0, running = 0;
+            for (int s = 0; s < sim_.config().seqs; ++s)
+                if (wants(s) > 0) need += blocks_needed(s), ++running;
+            if (need <= b->n_blocks() - b->in_use() || running <= 1 || failed_) return;
+            int victim = -1;
+            for (int s = 0; s < sim_.config().seqs; ++s)
+                if (wants(s) > 0 && !sim_.request(s)->history.empty() && (victim < 0 || admitted_[s] > admitted_[victim]))
+                    victim = s;
+            if (victim < 0) return;
+            preempt_seq(victim);
+            ++pool_.pool_preemptions;
+        }
+    }
+
+    void preempt_seq(int s) {
+        apply(serve_op(ServeOpKind::preempt, pick_of(ServeOpKind::preempt, s)));
+        ++pool_.preemptions;
     }
 
     ServeOp draw_request() {
@@ -107,9 +169,20 @@ private:
     std::vector<ServeOp> waiting_;
     std::vector<ServeOp> ops_;
     bool failed_ = false;
+    std::map<int, std::uint64_t> admitted_;  // sequence -> admission order (preempt the newest first)
+    std::uint64_t admissions_ = 0;
+    PoolStats pool_;
+    double utilisation_ = 0.0;
+    std::uint64_t steps_ = 0;
 };
 
 }  // namespace
+
+std::string describe(const PoolStats& p) {
+    return cat("block ", p.block_size, ", ", p.start_blocks, " -> ", p.end_blocks, " blocks (", p.grows,
+               p.grows == 1 ? " grow" : " grows", "), utilisation ", fixed(p.utilisation, 3), ", ", p.preemptions,
+               " preemptions (", p.pool_preemptions, " for pool room), ", p.waits, " admissions put off");
+}
 
 EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk) {
     return EngineTraffic(traffic, engine, chunk).run();

@@ -16,13 +16,32 @@
 
 namespace kvweld::sim {
 
+// A paged engine's pool under the traffic (engines with a block model).
+struct PoolStats {
+    bool paged = false;
+    int block_size = 0, start_blocks = 0, end_blocks = 0, grows = 0;
+    double utilisation = 0.0;          // mean over steps of blocks in use / blocks
+    std::uint64_t preemptions = 0;     // every preemption: the traffic's own and the pool's
+    std::uint64_t pool_preemptions = 0;  // of those, to make room in the pool
+    std::uint64_t waits = 0;           // admissions put off for lack of blocks (per tick)
+};
+
+// "block 16, 64 -> 128 blocks (1 grow), utilisation 0.61, 12 preemptions (5 for pool room), 30 admissions put off"
+std::string describe(const PoolStats& pool);
+
 struct EngineTrafficResult {
     ServeResult run;
     double decode_seconds = 0.0;  // wall time inside the engine's decode calls
     std::map<std::string, ShapeStats> shapes;
+    PoolStats pool;
 };
 
-// `chunk`: prefill tokens per sequence per step.
+// `chunk`: prefill tokens per sequence per step. With a paged engine the
+// server schedules against its pool, as vLLM does: a request is admitted
+// only when its prompt's blocks are free, and a step that would need more
+// blocks than are free first preempts the most recently admitted requests
+// (their blocks freed, re-prefilled later); only a lone request that still
+// does not fit makes the engine grow its pool.
 EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk);
 
 // What one plan (graph) build costs, in seconds: the same one-token decode
