@@ -56,7 +56,16 @@ SimConfig draw_config(std::uint64_t seed, const DrawOptions& options) {
     for (int i = 0; i < n_capacities; ++i)
         c.capacities.push_back(rng.chance(0.5) ? c.model.max_seq_len
                                                : int(rng.range(c.max_prompt + 1, c.model.max_seq_len)));
+    c.paged = draws_paged(seed, options);
     return c;
+}
+
+bool draws_paged(std::uint64_t seed, const DrawOptions& options) {
+    constexpr std::uint64_t kDesignStream = 0x7061676564ULL;  // "paged"
+    if (!options.faults.empty() || options.backend != Backend::cpu) return false;
+    if (!options.model.empty() && config_by_name(options.model).family != Family::llama) return false;
+    Rng rng(seed ^ kDesignStream);
+    return rng.chance(0.25);
 }
 
 namespace {
@@ -75,6 +84,9 @@ std::string SimConfig::describe() const {
     std::string ops;
     for (int k = 0; k < kOpKinds; ++k)
         if (weights[k]) ops += cat(ops.empty() ? "" : " ", to_string(OpKind(k)), "=", weights[k]);
+    if (paged)
+        return "  design: paged KV (kvweld's paged engine through the serving simulator: kvweld sim --seed S shows "
+               "its configuration)";
     return cat("  ops: ", ops, "\n",
                "  slots=", slots, " cache=", to_string(cache_policy), " on_alloc_change=",
                to_string(rebind_policy), " retire_keeps_cache=", retire_keeps_cache ? "yes" : "no",
@@ -107,7 +119,8 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
          {"accept_mean", c.accept_mean},
          {"same_weights_chance", c.same_weights_chance},
          {"backend", to_string(c.backend)},
-         {"faults", faults}};
+         {"faults", faults},
+         {"design", c.paged ? "paged" : "dense"}};
 }
 
 nlohmann::json model_to_json(const std::string& name, const ModelConfig& model, std::uint64_t weights_seed) {
@@ -179,6 +192,12 @@ SimConfig config_from_json(const nlohmann::json& j) {
     c.backend = backend_from_string(json_field<std::string>(j, "backend"));
     for (const std::string& name : json_field<std::vector<std::string>>(j, "faults")) {
         c.faults.add(require_fault(name, FaultDesign::dense));
+    }
+    // Written since the paged design joined the swarm; a trace from before is dense.
+    if (j.contains("design")) {
+        const std::string design = json_field<std::string>(j, "design");
+        require(design == "dense" || design == "paged", "field 'design' = '", design, "': expected dense or paged");
+        c.paged = design == "paged";
     }
     return c;
 }

@@ -44,6 +44,11 @@ struct SimConfig {
     float same_weights_chance = 0.5f;  // on reload
     Backend backend = Backend::cpu;
     FaultSet faults;
+    // The paged KV design: the seed is run by the serving simulator on
+    // kvweld's paged engine (one pool, one plan for every sequence) instead
+    // of this simulator's dense slots; the fields above then only record
+    // what the seed drew (see draws_paged).
+    bool paged = false;
 
     std::string describe() const;  // one line per group, no ids or pointers
 };
@@ -55,6 +60,12 @@ struct DrawOptions {
 };
 
 SimConfig draw_config(std::uint64_t seed, const DrawOptions& options = {});
+
+// Whether a seed of the default run draws the paged design: one seed in
+// four, from a stream of its own (so every dense config is what it was),
+// and only where the paged engine can serve the run: no dense fault
+// switch, the CPU backend, a llama-family model.
+bool draws_paged(std::uint64_t seed, const DrawOptions& options);
 
 void to_json(nlohmann::json& j, const SimConfig& c);
 // A trace's model spec: its name, every dimension and the weights seed.

@@ -3,6 +3,7 @@
 #include "engine/cat.hpp"
 #include "sim/report.hpp"
 #include "sim/seed_pool.hpp"
+#include "sim/serve/paged_seed.hpp"
 
 #include <cstdio>
 
@@ -15,7 +16,11 @@ SwarmResult run_swarm(const SwarmOptions& o, const std::function<void(std::size_
     run_indexed(
         n, o.jobs,
         [&](std::size_t i) {
-            const RunResult r = run_generated(draw_config(o.first + i, o.draw), o.steps, o.oracles);
+            SimConfig config = draw_config(o.first + i, o.draw);
+            // The paged design runs with every oracle on; a run with some off stays dense.
+            config.paged = config.paged && o.oracles.data && o.oracles.kv && o.oracles.weld && o.oracles.accounting;
+            const RunResult r = config.paged ? run_paged_seed(config, o.draw.model, o.steps)
+                                             : run_generated(config, o.steps, o.oracles);
             out.seeds[i] = SeedResult{r.config, r.stats, r.verdict, r.failure};
             return r.verdict != Verdict::pass;
         },
@@ -31,7 +36,10 @@ SwarmResult run_swarm(const SwarmOptions& o, const std::function<void(std::size_
 std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
     const RunStats& t = r.total;
     std::string out = cat("results over seeds ", o.first, "..", o.last, ":\n");
+    std::size_t paged = 0;
+    for (const SeedResult& s : r.seeds) paged += s.config.paged;
     out += table_row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
+    out += table_row("  paged KV (kvweld-paged)", cat(paged, " (the serving simulator, every oracle and the block ledger)"));
     out += table_row("decodes", cat(t.decodes));
     out += table_row("kept / rebound / rebuilt", cat(t.kept, " / ", t.rebound, " / ", t.rebuilt));
     out += table_row("justified kept / rebind / build",

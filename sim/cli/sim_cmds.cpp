@@ -100,6 +100,14 @@ int run_sim(const SimArgs& a) {
         return run_engine_sim(a.run, a.seed, a.trace, a.json);
     }
     const SimConfig config = draw_config(a.seed, draw_options(a.run));
+    if (config.paged && !a.no_oracles && !a.timing) {  // as the swarm runs it
+        std::printf("seed %llu draws the paged KV design: kvweld's paged engine through the serving simulator "
+                    "(the same as --engine kvweld-paged)\n",
+                    static_cast<unsigned long long>(a.seed));
+        RunOptions paged = a.run;
+        paged.engine = "kvweld-paged";
+        return run_engine_sim(paged, a.seed, a.trace, a.json);
+    }
     const RunResult header_only{config, a.run.steps, {}, {}, {}, Verdict::pass, std::nullopt};
     print(report_header(header_only));
     const OracleSwitches oracles = a.no_oracles ? OracleSwitches::none() : OracleSwitches{};
