@@ -1,5 +1,5 @@
 // Random op sequences on a paged KV pool, with arguments from the whole int
-// range: admit, append, truncate, fork, retire, grow, reset, and raw
+// range: admit, append, truncate, fork, retire, compact, grow, reset, and raw
 // retain/release/locate calls. A call with bad arguments must throw
 // kvweld::Error and change nothing; after every call the block ledger
 // (block_ledger_violation) must hold and every position must read back the
@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<Seq> seqs;
     float next_value = 1.0f;
     while (in.remaining_bytes() > 0) {
-        const int op = in.ConsumeIntegralInRange(0, 9);
+        const int op = in.ConsumeIntegralInRange(0, 10);
         const std::size_t pick = in.ConsumeIntegral<std::uint16_t>();
         Seq* s = seqs.empty() ? nullptr : &seqs[pick % seqs.size()];
         const KvAllocId id = pool.alloc_id();
@@ -110,6 +110,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 if (!s) break;
                 const int pos = in.ConsumeIntegral<int>();
                 if (pos < 0 || pos >= s->kv.length()) refused(pool, seqs, [&] { s->kv.locate(pool, pos); });
+                break;
+            }
+            case 10: {  // compaction re-points every table; content and id stay
+                std::vector<PagedSequence*> live;
+                for (Seq& q : seqs) live.push_back(&q.kv);
+                pool.compact(live);
+                if (pool.alloc_id() != id) die("compaction changed the pool's id");
                 break;
             }
             default: {  // a grow that is no grow, or past the size bound: refused before any allocation
