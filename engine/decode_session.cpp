@@ -172,8 +172,7 @@ std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCac
 
 std::unique_ptr<Plan> make_paged_plan(Backend backend, const Model& model, const KvPool& pool, int position,
                                       int threads) {
-    require(backend == Backend::cpu, "paged KV: the ", to_string(backend),
-            " backend has no paged plan yet; use the cpu backend");
+    if (backend == Backend::cuda) return make_cuda_paged_plan(model, pool, position);
     return std::make_unique<CpuPlan>(model, pool, position, threads);
 }
 

@@ -117,9 +117,11 @@ private:
 // Builds a plan for the backend (the CUDA one throws Error when unavailable).
 std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads = 1);
 std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache);
-// A paged plan over `pool` (the CUDA one throws Error: not built yet).
+// A paged plan over `pool`, decoding next at `position` (the CUDA one
+// throws Error when unavailable).
 std::unique_ptr<Plan> make_paged_plan(Backend backend, const Model& model, const KvPool& pool, int position,
                                       int threads = 1);
+std::unique_ptr<Plan> make_cuda_paged_plan(const Model& model, const KvPool& pool, int position);
 // Whether the CUDA backend can run here; `why` gets the reason when not.
 bool cuda_backend_available(std::string* why = nullptr);
 

@@ -97,11 +97,16 @@ const float* KvPool::value(int layer, int block, int offset) const {
     return const_cast<KvPool*>(this)->value(layer, block, offset);
 }
 
+void KvPool::download() const {
+    if (const PoolDeviceMirror* mirror = storage_->device()) mirror->download(*storage_);
+}
+
 void KvPool::grow(int n_blocks) {
     require(n_blocks > this->n_blocks(), "KV pool grow to ", n_blocks, " blocks: must be more than the ",
             this->n_blocks(), " it has");
     require_pool_size(n_layers_, kv_dim_, block_size_, n_blocks);
     auto grown = std::make_shared<PoolStorage>(n_layers_, kv_dim_, block_size_, n_blocks);
+    download();  // a device copy is the current one; the new storage starts from the host's
     const std::size_t block_floats = std::size_t(block_size_) * std::size_t(kv_dim_);
     for (int l = 0; l < n_layers_; ++l)
         for (int b = 0; b < this->n_blocks(); ++b) {
@@ -117,6 +122,7 @@ void KvPool::grow(int n_blocks) {
 }
 
 void KvPool::move_block(int from, int to) {
+    if (PoolDeviceMirror* mirror = storage_->device()) mirror->copy_rows(from, to, block_size_);
     const std::size_t block_floats = std::size_t(block_size_) * std::size_t(kv_dim_);
     for (int l = 0; l < n_layers_; ++l) {
         std::copy_n(storage_->key_block(l, from), block_floats, storage_->key_block(l, to));
@@ -172,6 +178,7 @@ std::optional<std::pair<int, int>> PagedSequence::append(KvPool& pool) {
     } else if (pool.refcount(table_.back()) > 1 && !fault_on(Fault::cow_skipped)) {  // shared: copy on write
         const std::optional<int> b = pool.allocate();
         if (!b) return std::nullopt;
+        if (PoolDeviceMirror* mirror = pool.storage()->device()) mirror->copy_rows(table_.back(), *b, offset);
         for (int l = 0; l < pool.n_layers(); ++l)
             for (int o = 0; o < offset; ++o) {
                 std::copy_n(pool.key(l, table_.back(), o), pool.kv_dim(), pool.key(l, *b, o));

@@ -32,6 +32,20 @@
 namespace kvweld {
 
 class PagedSequence;
+class PoolStorage;
+
+// A copy of one PoolStorage kept on a device by a backend (CUDA), made from
+// the host content at the storage's first device bind; from then on the
+// device copy is what plans read and write, so the pool's own data moves
+// (copy on write, compaction) act on it too, and a grow reads it back first.
+class PoolDeviceMirror {
+public:
+    virtual ~PoolDeviceMirror() = default;
+    // Rows [0, rows) of block `from` to block `to`, every layer, K and V.
+    virtual void copy_rows(int from, int to, int rows) = 0;
+    // The whole device copy into the storage's host copy.
+    virtual void download(PoolStorage& host) const = 0;
+};
 
 // Every layer's K and V for every block of one pool storage:
 // [layer][block][offset][kv_dim], zeroed at birth, with a never-recycled
@@ -40,7 +54,11 @@ class PoolStorage {
 public:
     PoolStorage(int n_layers, int kv_dim, int block_size, int n_blocks);
     StorageSerial serial() const { return serial_; }
+    int n_layers() const { return n_layers_; }
+    int kv_dim() const { return kv_dim_; }
+    int block_size() const { return block_size_; }
     int n_blocks() const { return n_blocks_; }
+    std::size_t floats() const { return keys_.size(); }  // per K and per V
     // The first row of `block` in `layer`; nullptr when the block is not in
     // this storage (a plan welded to a smaller, replaced storage).
     float* key_block(int layer, int block) { return at(keys_, layer, block); }
@@ -50,11 +68,16 @@ public:
         return const_cast<PoolStorage*>(this)->value_block(layer, block);
     }
 
+    // The backend's device copy, if any (see PoolDeviceMirror).
+    PoolDeviceMirror* device() const { return device_.get(); }
+    void set_device(std::unique_ptr<PoolDeviceMirror> mirror) { device_ = std::move(mirror); }
+
 private:
     float* at(std::vector<float>& v, int layer, int block);
     int n_layers_, kv_dim_, block_size_, n_blocks_;
     StorageSerial serial_ = StorageSerial::mint();
     std::vector<float> keys_, values_;
+    std::unique_ptr<PoolDeviceMirror> device_;
 };
 
 class KvPool {
@@ -85,6 +108,9 @@ public:
 
     // The storage a plan welds to (replaced by grow and reset).
     const std::shared_ptr<PoolStorage>& storage() const { return storage_; }
+    // Brings the host copy up to date with a device copy (a CUDA plan
+    // writes there), before the host reads K/V rows; nothing without one.
+    void download() const;
 
     // Replaces the storage with a larger one (n_blocks > the current count),
     // content and references kept, block numbers unchanged: new id.

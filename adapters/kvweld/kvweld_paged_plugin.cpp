@@ -5,7 +5,8 @@
 // closing, forking, truncating and compacting never move the plan; only a
 // new pool storage (grow: a rebind) or a new model (reload: a build) do.
 //
-// Settings (adapters/kvweld/paged_params.hpp): block=B, blocks=N. A decode
+// Settings (adapters/kvweld/paged_params.hpp): block=B, blocks=N,
+// backend=cpu|cuda. A decode
 // that needs a block when none is free grows the pool to twice its size
 // first, as a server would rather than fail the request; copy_seq shares
 // the source's blocks (copy on write).
@@ -53,7 +54,10 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         kvweld::abi::init_base(*e, o, fault_list());
         const kvweld::abi::PagedParams p = kvweld::abi::paged_params(o->params, e->n_seq_max, e->n_ctx);
         e->pool_kv.emplace(kvweld::KvGeometry::of(e->model->config()), p.block, p.blocks);
-        e->session = kvweld::DecodeSession({.threads = e->threads});
+        const kvweld::Backend backend = kvweld::backend_from_string(p.backend);
+        std::string why;
+        require(backend != kvweld::Backend::cuda || kvweld::cuda_backend_available(&why), "backend=cuda: ", why);
+        e->session = kvweld::DecodeSession({.backend = backend, .threads = e->threads});
         *out = e.release();
     });
 }
@@ -137,6 +141,7 @@ int read_kv(const kvweld_engine* e, int32_t seq, int32_t layer, int32_t pos, flo
     return guarded(e, err, err_len, [&] {
         const kvweld::PagedSequence& s = seq_of(e, seq);
         const kvweld::KvPool& pool = *e->pool_kv;
+        pool.download();  // a CUDA plan writes the device copy
         require(layer >= 0 && layer < pool.n_layers(), "read_kv: layer ", layer, " out of range 0..", pool.n_layers() - 1);
         require(kv_dim == pool.kv_dim(), "read_kv: kv_dim ", kv_dim, ", the model's is ", pool.kv_dim());
         const auto [block, offset] = s.locate(pool, pos);  // an Error past the length

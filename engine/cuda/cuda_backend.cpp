@@ -43,6 +43,10 @@ std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache) {
     return std::make_unique<cuda::CudaPlan>(model, cache);
 }
 
+std::unique_ptr<Plan> make_cuda_paged_plan(const Model& model, const KvPool& pool, int position) {
+    return std::make_unique<cuda::CudaPlan>(model, pool, position);
+}
+
 bool cuda_backend_available(std::string* why) { return cuda::device_available(why); }
 
 }  // namespace kvweld

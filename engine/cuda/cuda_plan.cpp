@@ -1,6 +1,7 @@
 #include "engine/cuda/cuda_plan.hpp"
 
 #include "engine/cuda/device_kv.hpp"
+#include "engine/cuda/device_pool.hpp"
 #include "engine/faults.hpp"
 #include "engine/packed_weights.hpp"
 
@@ -27,11 +28,30 @@ CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode)
     require_cache_fits(model, cache);
     require_device();
     key_ = key_of(model, cache);
-    weights_ = DeviceModel::of(model);
     for (int l = 0; l < config_.n_layers; ++l) {
         kv_.push_back(cache.layer(l));
         bound_.push_back(device_kv(kv_.back()));
     }
+    start(model);
+}
+
+CudaPlan::CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode)
+    : config_(model.config()), mode_(mode) {
+    const auto lock = device_lock();
+    require(pool.n_layers() == config_.n_layers && pool.kv_dim() == config_.kv_dim(), "KV pool of ", pool.n_layers(),
+            " layers, kv_dim ", pool.kv_dim(), " cannot serve a model of ", config_.n_layers, " layers, kv_dim ",
+            config_.kv_dim());
+    require_device();
+    key_ = key_of(model, pool, position);
+    paged_ = pool.storage();
+    block_size_ = pool.block_size();
+    const DevicePool& d = DevicePool::of(*paged_);
+    for (int l = 0; l < config_.n_layers; ++l) bound_.push_back({d.key(l), d.value(l), d.n_blocks()});
+    start(model);
+}
+
+void CudaPlan::start(const Model& model) {
+    weights_ = DeviceModel::of(model);
     allocate();
     cudaStream_t stream = nullptr;
     KVWELD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -70,6 +90,12 @@ void CudaPlan::allocate() {
     step_ = DeviceBuffer<StepData>(1);
     host_step_.reset(pinned<StepData>(1));
     host_logits_.reset(pinned<float>(sz(c.vocab)));
+    if (paged_) {  // room for a whole sequence; unused entries name no block (-1)
+        const std::vector<int> none(sz(rows / block_size_ + 1), -1);
+        table_ = DeviceBuffer<int>(none.size());
+        table_.upload(none.data(), none.size());
+        host_table_.reset(pinned<int>(none.size()));
+    }
 }
 
 // The decode step as kernel launches, in the CPU plan's op order. Only
@@ -81,6 +107,7 @@ void CudaPlan::record(cudaStream_t s) {
     float *x = x_.get(), *xb = xb_.get(), *qkv = qkv_.get(), *h13 = h13_.get();
     const int fixed_pos = fault_on(Fault::offset_not_rebound) ? key_.position : -1;
     const int fixed_len = fault_on(Fault::mask_not_rebound) ? key_.position + 1 : 0;
+    const int* table = paged_ ? table_.get() : nullptr;
 
     KVWELD_CUDA_CHECK(launch_embed({weights_->embedding(), x, step, c.dim}, s));
     for (int l = 0; l < c.n_layers; ++l) {
@@ -94,8 +121,10 @@ void CudaPlan::record(cudaStream_t s) {
         }
         KVWELD_CUDA_CHECK(launch_rope({qkv, rope_.get(), step, c.n_heads, c.head_dim}, s));
         KVWELD_CUDA_CHECK(launch_rope({qkv + q_dim, rope_.get(), step, c.n_kv_heads, c.head_dim}, s));
-        KVWELD_CUDA_CHECK(launch_kv_write({qkv + q_dim, qkv + q_dim + kv_dim, kv.k, kv.v, step, kv_dim, fixed_pos, l}, s));
-        KVWELD_CUDA_CHECK(launch_attention({qkv, kv.k, kv.v, att_.get(), scores_.get(), step, c.n_heads, c.kv_group(),
+        KVWELD_CUDA_CHECK(launch_kv_write({qkv + q_dim, qkv + q_dim + kv_dim, kv.k, kv.v, step, table, block_size_,
+                                           kv.n_blocks, kv_dim, fixed_pos, l}, s));
+        KVWELD_CUDA_CHECK(launch_attention({qkv, kv.k, kv.v, att_.get(), scores_.get(), step, table, block_size_,
+                                            kv.n_blocks, c.n_heads, c.kv_group(),
                                             c.head_dim, kv_dim, key_.max_seq_len, fixed_len, l}, s));
         KVWELD_CUDA_CHECK(launch_matvec({w.wo, att_.get(), proj_.get(), c.dim, q_dim}, s));
         KVWELD_CUDA_CHECK(launch_add({x, proj_.get(), c.dim}, s));
@@ -180,10 +209,12 @@ void CudaPlan::set_node_kv(const KvNode& n, Bound kv) {
     if (n.attention) {
         attend.k_cache = kv.k;
         attend.v_cache = kv.v;
+        attend.n_blocks = kv.n_blocks;
         args[0] = &attend;
     } else {
         write.k_cache = kv.k;
         write.v_cache = kv.v;
+        write.n_blocks = kv.n_blocks;
         args[0] = &write;
     }
     cudaKernelNodeParams p{};
@@ -203,6 +234,26 @@ void CudaPlan::rebind(std::span<const KvLayer> layers) {
     for (const KvLayer& layer : layers) next.push_back(device_kv(layer));  // may allocate; plan untouched
     // The fault moves layer 0 only, leaving the rest welded to old buffers.
     const std::size_t moved = fault_on(Fault::partial_rebind) ? 1 : layers.size();
+    move_nodes(next, moved);
+    for (std::size_t l = 0; l < moved; ++l) kv_[l] = layers[l];
+}
+
+void CudaPlan::rebind_pool(const KvPool& pool) {
+    const auto lock = device_lock();
+    require(paged_ != nullptr, "rebind_pool: this plan reads a dense cache, not a KV pool");
+    require(pool.block_size() == block_size_ && pool.n_layers() == config_.n_layers && pool.kv_dim() == config_.kv_dim(),
+            "rebind_pool: a pool of block size ", pool.block_size(), " cannot replace the plan's ", block_size_,
+            "; nothing rebound");
+    const DevicePool& d = DevicePool::of(*pool.storage());  // may allocate; plan untouched
+    std::vector<Bound> next;
+    for (int l = 0; l < config_.n_layers; ++l) next.push_back({d.key(l), d.value(l), d.n_blocks()});
+    move_nodes(next, next.size());
+    paged_ = pool.storage();
+}
+
+// Points the first `moved` layers' nodes at `next`; on a failed node update
+// the nodes already moved go back, and the error is reported.
+void CudaPlan::move_nodes(const std::vector<Bound>& next, std::size_t moved) {
     std::size_t done = 0;
     try {
         for (; done < kv_nodes_.size(); ++done) {
@@ -218,13 +269,12 @@ void CudaPlan::rebind(std::span<const KvLayer> layers) {
         const Bound b = next[sz(n.layer)];
         n.write.k_cache = b.k;
         n.write.v_cache = b.v;
+        n.write.n_blocks = b.n_blocks;
         n.attend.k_cache = b.k;
         n.attend.v_cache = b.v;
+        n.attend.n_blocks = b.n_blocks;
     }
-    for (std::size_t l = 0; l < moved; ++l) {
-        kv_[l] = layers[l];
-        bound_[l] = next[l];
-    }
+    for (std::size_t l = 0; l < moved; ++l) bound_[l] = next[l];
 }
 
 // Best effort after a failed rebind: the first `count` nodes go back to the
@@ -242,6 +292,7 @@ void CudaPlan::restore_nodes(std::size_t count, std::size_t moved) noexcept {
 }
 
 std::vector<StorageSerial> CudaPlan::bound_serials() const {
+    if (paged_) return std::vector<StorageSerial>(sz(config_.n_layers), paged_->serial());
     std::vector<StorageSerial> out;
     for (const KvLayer& l : kv_) out.push_back(l->serial());
     return out;
@@ -252,6 +303,7 @@ std::span<const float> CudaPlan::run(const StepParams& step) {
     cudaStream_t s = stream_.get();
     *host_step_ = StepData{step.token, step.pos, step.mask_len};
     KVWELD_CUDA_CHECK(cudaMemcpyAsync(step_.get(), host_step_.get(), sizeof(StepData), cudaMemcpyHostToDevice, s));
+    if (paged_) upload_table(step.blocks);
     if (mode_ == Mode::graph)
         KVWELD_CUDA_CHECK(cudaGraphLaunch(exec_.get(), s));
     else
@@ -260,6 +312,21 @@ std::span<const float> CudaPlan::run(const StepParams& step) {
                                       cudaMemcpyDeviceToHost, s));
     KVWELD_CUDA_CHECK(cudaStreamSynchronize(s));
     return {host_logits_.get(), sz(config_.vocab)};
+}
+
+// The step's block table into the fixed device buffer, on the plan's stream
+// before the launch. The fault uploads only entries past those it sent
+// before: the plan keeps reading the table it first ran with.
+void CudaPlan::upload_table(std::span<const int> blocks) {
+    require(!blocks.empty(), "paged plan: the step brings no block table");
+    require(blocks.size() <= table_.size(), "paged plan: a table of ", blocks.size(), " blocks, the plan has room for ",
+            table_.size());
+    const std::size_t first = fault_on(Fault::stale_block_table) ? std::min(uploaded_, blocks.size()) : 0;
+    uploaded_ = std::max(uploaded_, blocks.size());
+    if (first == blocks.size()) return;
+    std::copy(blocks.begin() + long(first), blocks.end(), host_table_.get() + first);
+    KVWELD_CUDA_CHECK(cudaMemcpyAsync(table_.get() + first, host_table_.get() + first, (blocks.size() - first) * sizeof(int),
+                                      cudaMemcpyHostToDevice, stream_.get()));
 }
 
 }  // namespace kvweld::cuda

@@ -4,6 +4,12 @@
 // launch. Rebind rewrites the KV pointers of the kv_write and attention
 // nodes in the executable graph (cudaGraphExecKernelNodeSetParams), all or
 // nothing; anything else that changes means a new plan (re-capture).
+//
+// Paged KV: the same graph over a KV pool. The sequence's block table is
+// per-step data in a fixed device buffer the host fills before each launch;
+// the pool's storage pointers (and its block count) are baked into the
+// kv_write and attention nodes, and a pool grow or reset rebinds them by the
+// same node parameter update (rebind_pool), all or nothing.
 #pragma once
 
 #include "engine/cuda/device_buffer.hpp"
@@ -41,11 +47,13 @@ public:
         stream,  // the same kernels launched one by one (measurement only)
     };
     CudaPlan(const Model& model, const KvCache& cache, Mode mode = Mode::graph);
+    CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode = Mode::graph);
     ~CudaPlan() override;
     CudaPlan(const CudaPlan&) = delete;
     CudaPlan& operator=(const CudaPlan&) = delete;
 
     void rebind(std::span<const KvLayer> layers) override;
+    void rebind_pool(const KvPool& pool) override;
     std::span<const float> run(const StepParams& step) override;
     std::vector<StorageSerial> bound_serials() const override;
 
@@ -61,6 +69,7 @@ private:
     struct Bound {
         float* k;
         float* v;
+        int n_blocks = 0;  // paged: blocks in the bound storage
     };
     // A captured node that bakes a layer's KV pointers.
     struct KvNode {
@@ -77,7 +86,10 @@ private:
         }
     };
 
+    void start(const Model& model);  // weights, buffers, stream, capture
     void allocate();
+    void upload_table(std::span<const int> blocks);
+    void move_nodes(const std::vector<Bound>& next, std::size_t moved);  // all or nothing
     void record(cudaStream_t stream);  // queues the whole forward
     void capture();
     void find_kv_nodes();
@@ -88,7 +100,12 @@ private:
     ModelConfig config_;
     Mode mode_;
     std::shared_ptr<const DeviceModel> weights_;  // pinned: the graph reads them
-    std::vector<KvLayer> kv_;                     // pinned: the graph writes them
+    std::vector<KvLayer> kv_;                     // pinned: the graph writes them (dense)
+    std::shared_ptr<PoolStorage> paged_;          // pinned: the graph writes it (paged)
+    int block_size_ = 0;
+    DeviceBuffer<int> table_;                     // paged: the step's block table
+    std::unique_ptr<int, PinnedDeleter> host_table_;
+    std::size_t uploaded_ = 0;                    // table entries uploaded (the stale_block_table fault)
     std::vector<Bound> bound_;
     DeviceBuffer<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_, rope_;
     DeviceBuffer<StepData> step_;

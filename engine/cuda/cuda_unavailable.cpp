@@ -8,6 +8,10 @@ std::unique_ptr<Plan> make_cuda_plan(const Model&, const KvCache&) {
     throw Error("CUDA backend unavailable: this build has no CUDA support (nvcc was not found at configure time)");
 }
 
+std::unique_ptr<Plan> make_cuda_paged_plan(const Model&, const KvPool&, int) {
+    throw Error("CUDA backend unavailable: this build has no CUDA support (nvcc was not found at configure time)");
+}
+
 bool cuda_backend_available(std::string* why) {
     if (why) *why = "this build has no CUDA support (nvcc was not found at configure time)";
     return false;

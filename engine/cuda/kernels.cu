@@ -101,12 +101,25 @@ __global__ void rope_kernel(RopeArgs a) {
     v[1] = x0 * s + x1 * c;
 }
 
+// Where position t's row is (see KvWriteArgs): an offset in floats from
+// the layer's base, or -1 when a paged table names a block outside the
+// welded storage (only a stale plan's does): it reads as zeros and takes
+// no write, as on the CPU.
+__device__ long long kv_row(const int* table, int block_size, int n_blocks, int kv_dim, int t) {
+    if (!table) return static_cast<long long>(t) * kv_dim;
+    const int block = table[t / block_size];
+    if (block < 0 || block >= n_blocks) return -1;
+    return (static_cast<long long>(block) * block_size + t % block_size) * kv_dim;
+}
+
 __global__ void kv_write_kernel_impl(KvWriteArgs a) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= a.kv_dim) return;
     const int pos = a.fixed_pos >= 0 ? a.fixed_pos : a.step->pos;
-    a.k_cache[static_cast<size_t>(pos) * a.kv_dim + i] = a.k_src[i];
-    a.v_cache[static_cast<size_t>(pos) * a.kv_dim + i] = a.v_src[i];
+    const long long row = kv_row(a.table, a.block_size, a.n_blocks, a.kv_dim, pos);
+    if (row < 0) return;
+    a.k_cache[row + i] = a.k_src[i];
+    a.v_cache[row + i] = a.v_src[i];
 }
 
 // One block per query head: scores, softmax, weighted sum of V.
@@ -120,9 +133,12 @@ __global__ void attention_kernel_impl(AttentionArgs a) {
 
     float local_max = -FLT_MAX;
     for (int t = threadIdx.x; t < len; t += blockDim.x) {
-        const float* k = a.k_cache + static_cast<size_t>(t) * a.kv_dim + kvh * a.head_dim;
+        const long long row = kv_row(a.table, a.block_size, a.n_blocks, a.kv_dim, t);
         float s = 0.0f;
-        for (int i = 0; i < a.head_dim; ++i) s += q[i] * k[i];
+        if (row >= 0) {
+            const float* k = a.k_cache + row + kvh * a.head_dim;
+            for (int i = 0; i < a.head_dim; ++i) s += q[i] * k[i];
+        }
         scores[t] = s * inv_sqrt_d;
         local_max = fmaxf(local_max, scores[t]);
     }
@@ -136,7 +152,10 @@ __global__ void attention_kernel_impl(AttentionArgs a) {
     for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) {
         const float* v = a.v_cache + kvh * a.head_dim + i;
         float acc = 0.0f;
-        for (int t = 0; t < len; ++t) acc += scores[t] * v[static_cast<size_t>(t) * a.kv_dim];
+        for (int t = 0; t < len; ++t) {
+            const long long row = kv_row(a.table, a.block_size, a.n_blocks, a.kv_dim, t);
+            if (row >= 0) acc += scores[t] * v[row];
+        }
         a.out[h * a.head_dim + i] = acc / sum;
     }
 }

@@ -52,12 +52,21 @@ struct RopeArgs {
     int head_dim;
 };
 
+// Dense KV (table == nullptr): position p is row p of k_cache / v_cache.
+// Paged KV: k_cache / v_cache are this layer's region of the pool's
+// storage ([n_blocks][block_size][kv_dim]) and position p is row
+// p % block_size of block table[p / block_size]; the table is a fixed
+// device buffer the host fills before each launch (per-step data), the
+// pool pointers and n_blocks are baked (a grow updates them in the nodes).
 struct KvWriteArgs {
     const float* k_src;
     const float* v_src;
     float* k_cache;  // baked: the welded storage
     float* v_cache;
     const StepData* step;
+    const int* table;  // paged only
+    int block_size;    // paged only
+    int n_blocks;      // paged only: blocks in the welded storage
     int kv_dim;
     int fixed_pos;  // >= 0 only under the offset_not_rebound fault
     int layer;      // identifies the node for rebind
@@ -70,6 +79,9 @@ struct AttentionArgs {
     float* out;
     float* scores;  // [n_heads][max_seq_len] scratch
     const StepData* step;
+    const int* table;  // paged only, as in KvWriteArgs
+    int block_size;
+    int n_blocks;
     int n_heads;
     int kv_group;
     int head_dim;

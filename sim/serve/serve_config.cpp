@@ -3,6 +3,7 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "engine/rng.hpp"
+#include "adapters/kvweld/paged_params.hpp"
 #include "kvweld/engine_abi.h"
 #include "sim/json_field.hpp"
 #include "sim/sim_config.hpp"
@@ -25,12 +26,18 @@ std::vector<std::string_view> serve_model_names() {
 
 // kvweld's paged engine: a block size (16 most often, as serving engines
 // use) and a starting pool from one block up to every sequence full, so
-// that most runs exhaust it and grow.
-std::string draw_paged_params(const ServeConfig& c, Rng& rng) {
+// that most runs exhaust it and grow; a setting given (--params) wins.
+std::string with_drawn_paged_params(const ServeConfig& c, Rng& rng) {
     constexpr int kBlocks[] = {1, 2, 4, 8, 16, 16, 16, 32, 64};
-    const int block = kBlocks[rng.below(std::size(kBlocks))];
+    const int drawn = kBlocks[rng.below(std::size(kBlocks))];
+    const auto given = abi::parse_params(c.engine.params.c_str(), {"block", "blocks", "backend"});
+    const int block = given.count("block") ? abi::paged_params(c.engine.params.c_str(), c.seqs, c.n_ctx).block : drawn;
     const int full = c.seqs * ((c.n_ctx + block - 1) / block);
-    return cat("block=", block, ",blocks=", rng.range(1, std::uint64_t(std::max(1, full))));
+    const std::int64_t blocks = rng.range(1, std::max(1, full));
+    std::string out = c.engine.params;
+    if (!given.count("block")) out += cat(out.empty() ? "" : ",", "block=", block);
+    if (!given.count("blocks")) out += cat(out.empty() ? "" : ",", "blocks=", blocks);
+    return out;
 }
 
 }  // namespace
@@ -64,7 +71,13 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     c.accept_mean = static_cast<float>(rng.unit());
     const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
     c.n_ctx = int(rng.range(std::min(ctx_max, c.max_prompt + 1), ctx_max));
-    if (c.engine.engine == "kvweld-paged" && c.engine.params.empty()) c.engine.params = draw_paged_params(c, rng);
+    if (c.engine.engine == "kvweld-paged") {
+        try {
+            c.engine.params = with_drawn_paged_params(c, rng);
+        } catch (const std::runtime_error& e) {  // a bad --params, named
+            throw Error(cat("engine kvweld-paged: ", e.what()));
+        }
+    }
     return c;
 }
 

@@ -274,6 +274,54 @@ TEST_P(Plugin, StorageReportsAndKvReadsWhereDeclared) {
     expect_error([&] { engine_->swap_layer(0, -1); }, {"layer -1 out of range"});
 }
 
+// Paged KV (KVWELD_CAP_BLOCKS, KVWELD_CAP_POOL_OPS), where declared: a
+// pool that starts with one block grows (a new storage serial, the plan
+// rebound to it, not rebuilt); a copy shares blocks (counts of 2), its
+// first write copies the shared block; compaction keeps the data and the
+// plan; bad arguments are errors naming the value.
+TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
+    const std::uint32_t want = KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS;
+    if ((engine_->capabilities() & want) != want) GTEST_SKIP() << GetParam().name << " has no paged KV pool";
+    engine_ = std::make_unique<PluginEngine>(
+        library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, "block=4,blocks=1"});
+    const kvweld_pool_info start = engine_->pool_info();
+    EXPECT_EQ(start.block_size, 4);
+    EXPECT_EQ(start.n_blocks, 1);
+    EXPECT_EQ(start.plan_storage, 0u);  // no plan yet
+    engine_->open(0);
+    Shadow a(model_);
+    for (int t : {3, 1, 4, 1, 5, 9}) EXPECT_LE(step({0}, {t}, {&a}), kTolerance);  // 6 positions: a second block
+    const kvweld_pool_info grown = engine_->pool_info();
+    EXPECT_EQ(grown.n_blocks, 2);
+    EXPECT_NE(grown.storage, start.storage);
+    EXPECT_EQ(grown.plan_storage, grown.storage);
+    auto counters = engine_->counters();
+    EXPECT_EQ(counters->builds, 1u);
+    EXPECT_EQ(counters->rebound, 1u);
+    EXPECT_EQ(engine_->block_table(0).size(), 2u);
+    engine_->open(1);
+    engine_->copy(0, 1);
+    EXPECT_EQ(engine_->block_table(1), engine_->block_table(0));
+    EXPECT_EQ(engine_->block_refcount(engine_->block_table(0)[1]), 2);
+    Shadow b = a;
+    EXPECT_LE(step({1}, {2}, {&b}), kTolerance);  // position 6, in the shared block: copied first
+    EXPECT_EQ(engine_->pool_info().n_blocks, 4);    // both blocks were in use: the copy needed a grow
+    EXPECT_NE(engine_->block_table(1)[1], engine_->block_table(0)[1]);
+    EXPECT_EQ(engine_->block_refcount(engine_->block_table(0)[1]), 1);
+    engine_->close(0);
+    engine_->pool_op(KVWELD_POOL_COMPACT);
+    EXPECT_EQ(engine_->pool_info().storage, engine_->pool_info().plan_storage);  // compaction keeps the storage
+    EXPECT_LE(step({1}, {6}, {&b}), kTolerance);
+    counters = engine_->counters();
+    EXPECT_EQ(counters->builds, 1u);
+    EXPECT_EQ(counters->rebound, 2u);  // one per grow; copy, close and compaction kept the plan
+    expect_error([&] { engine_->block_refcount(99); }, {"block 99 out of range"});
+    expect_error([&] { engine_->block_table(0); }, {"sequence 0 is not open"});
+    expect_error([&] { engine_->pool_op(7); }, {"op 7"});
+    expect_error([&] { PluginEngine(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, "block=3"}); },
+                 {"block=3", "power of two"});
+}
+
 TEST_P(Plugin, RandomOpsAgreeWithTheReference) {
     EXPECT_EQ(random_ops_failure(*engine_, model_, 50), "");
 }

@@ -107,7 +107,8 @@ TEST(CudaKernels, KvWriteAtTheReboundOffset) {
     KVWELD_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size() * sizeof(float)));
     KVWELD_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size() * sizeof(float)));
     auto step = step_on_device({0, 4, 5});
-    KVWELD_CUDA_CHECK(launch_kv_write({d_k.get(), d_v.get(), kc.get(), vc.get(), step.get(), kv_dim, -1, 0}, nullptr));
+    KVWELD_CUDA_CHECK(launch_kv_write({d_k.get(), d_v.get(), kc.get(), vc.get(), step.get(), nullptr, 0, 0, kv_dim, -1, 0},
+                                      nullptr));
     sync();
     const auto kh = to_host(kc), vh = to_host(vc);
     for (int i = 0; i < kv_dim; ++i) {
@@ -129,10 +130,51 @@ TEST(CudaKernels, AttentionGqaOverTheMaskLength) {
     auto d_q = to_device(q), d_k = to_device(kc), d_v = to_device(vc);
     DeviceBuffer<float> out(heads * hd), d_scores(heads * rows);
     auto step = step_on_device({0, len - 1, len});
-    KVWELD_CUDA_CHECK(launch_attention({d_q.get(), d_k.get(), d_v.get(), out.get(), d_scores.get(), step.get(), heads,
-                                        heads / kv_heads, hd, kv_dim, rows, 0, 0}, nullptr));
+    KVWELD_CUDA_CHECK(launch_attention({d_q.get(), d_k.get(), d_v.get(), out.get(), d_scores.get(), step.get(), nullptr,
+                                        0, 0, heads, heads / kv_heads, hd, kv_dim, rows, 0, 0}, nullptr));
     sync();
     expect_close(to_host(out), want, 1e-5);
+}
+
+// Paged KV: the rows of positions 0..len-1 live in blocks of 4 named by a
+// device table, out of order; a table entry past the storage reads zeros
+// and takes no write. Checked against the CPU's attend_blocks.
+TEST(CudaKernels, PagedWriteAndAttentionGoThroughTheBlockTable) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int heads = 4, kv_heads = 2, hd = 8, block = 4, n_blocks = 12, len = 30, kv_dim = kv_heads * hd;
+    const std::vector<int> table = {7, 2, 11, 0, 5, 9, 1, 3};  // 8 blocks: 32 positions
+    const auto q = random_vec(heads * hd, 20);
+    const auto kp = random_vec(std::size_t(n_blocks * block * kv_dim), 21), vp = random_vec(kp.size(), 22);
+    std::vector<const float*> kb, vb;
+    for (int b : table) kb.push_back(&kp[std::size_t(b * block * kv_dim)]), vb.push_back(&vp[std::size_t(b * block * kv_dim)]);
+    std::vector<float> want(heads * hd), scores(len);
+    for (int h = 0; h < heads; ++h)
+        cpu::attend_blocks(&want[h * hd], scores.data(), &q[h * hd], kb.data(), vb.data(), block,
+                           (h / (heads / kv_heads)) * hd, len, hd, kv_dim);
+    auto d_q = to_device(q), d_k = to_device(kp), d_v = to_device(vp);
+    DeviceBuffer<int> d_table(table.size());
+    d_table.upload(table.data(), table.size());
+    DeviceBuffer<float> out(heads * hd), d_scores(heads * 32);
+    auto step = step_on_device({0, len - 1, len});
+    KVWELD_CUDA_CHECK(launch_attention({d_q.get(), d_k.get(), d_v.get(), out.get(), d_scores.get(), step.get(),
+                                        d_table.get(), block, n_blocks, heads, heads / kv_heads, hd, kv_dim, 32, 0, 0},
+                                       nullptr));
+    sync();
+    expect_close(to_host(out), want, 1e-5);
+    // Position 29 is row 1 of table[7] = block 3.
+    const auto k = random_vec(kv_dim, 23), v = random_vec(kv_dim, 24);
+    auto d_ks = to_device(k), d_vs = to_device(v);
+    KVWELD_CUDA_CHECK(launch_kv_write({d_ks.get(), d_vs.get(), d_k.get(), d_v.get(), step.get(), d_table.get(), block,
+                                       n_blocks, kv_dim, -1, 0}, nullptr));
+    sync();
+    const auto kh = to_host(d_k);
+    for (int i = 0; i < kv_dim; ++i) EXPECT_EQ(kh[std::size_t((3 * block + 1) * kv_dim + i)], k[std::size_t(i)]);
+    // A storage of 3 blocks does not hold block 3: the write goes nowhere.
+    const auto before = to_host(d_k);
+    KVWELD_CUDA_CHECK(launch_kv_write({d_vs.get(), d_vs.get(), d_k.get(), d_v.get(), step.get(), d_table.get(), block, 3,
+                                       kv_dim, -1, 0}, nullptr));
+    sync();
+    EXPECT_EQ(to_host(d_k), before);
 }
 
 TEST(CudaKernels, SwigluAndAdd) {
