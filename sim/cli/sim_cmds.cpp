@@ -171,7 +171,8 @@ constexpr const char* kVerdictExits =
 
 void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     auto sim = std::make_shared<SimArgs>();
-    CLI::App* cmd = app.add_subcommand("sim", cat("One simulated run: seed and config first, verdict last. ",
+    CLI::App* cmd = app.add_subcommand("sim", cat("One simulated run: seed and config first, verdict last (a seed "
+                                                  "that draws the paged KV design runs kvweld-paged, as swarm does). ",
                                                   kVerdictExits));
     cmd->add_option("--seed", sim->seed, "the one seed that decides the run")->required()->check(seed_validator());
     add_run_options(cmd, sim->run);

@@ -112,7 +112,9 @@ void add_merge_command(CLI::App& app, std::function<int()>& action) {
 void add_swarm_command(CLI::App& app, std::function<int()>& action) {
     auto args = std::make_shared<SwarmArgs>();
     CLI::App* cmd = app.add_subcommand("swarm", "Many seeds in parallel; ends with a table and the reproduce "
-                                                "command of every failure. Exit 0 all pass, 1 any failure");
+                                                "command of every failure. Without --engine, one seed in four draws "
+                                                "the paged KV design (kvweld-paged through the serving simulator). "
+                                                "Exit 0 all pass, 1 any failure");
     cmd->add_option("--seeds", args->seeds, "seed range A..B, inclusive")->capture_default_str();
     cmd->add_option("--shard", args->shard,
                     "run only shard i of n of the range (a contiguous block; merge the reports with kvweld merge)")

@@ -74,7 +74,11 @@ ServeSimulator::ServeSimulator(const ServeConfig& config)
     oracles_.kv = engine_->capabilities() & KVWELD_CAP_READ_KV;
     if (!oracles_.kv) oracles_.kv_why_not = cat("engine ", engine_->name(), " cannot read back its KV rows");
     oracles_.weld = engine_->capabilities() & KVWELD_CAP_STORAGE;
-    if (!oracles_.weld) oracles_.weld_why_not = cat("engine ", engine_->name(), " reports no storage identity");
+    if (!oracles_.weld)
+        oracles_.weld_why_not = engine_->capabilities() & KVWELD_CAP_BLOCKS
+                                    ? cat("engine ", engine_->name(), " has one pool, not storage per sequence: its "
+                                                                      "weld is the blocks oracle's pool weld")
+                                    : cat("engine ", engine_->name(), " reports no storage identity");
     requests_.resize(std::size_t(config_.seqs));
     if (!(engine_->capabilities() & KVWELD_CAP_BLOCKS))
         oracles_.blocks_why_not = cat("engine ", engine_->name(), " has no paged KV pool to report");
