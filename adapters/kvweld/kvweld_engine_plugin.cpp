@@ -21,19 +21,8 @@ namespace {
 
 using kvweld::require;
 
-template <class Fn>
-int guarded(const kvweld_engine* e, char* err, size_t err_len, Fn&& fn) {
-    return kvweld::abi::guarded_with(*e, err, err_len, fn);
-}
 using kvweld::abi::guarded;
-
-// For a const engine, a const sequence.
-template <class Engine>
-auto& seq_of(Engine* e, int32_t seq) {
-    const auto it = e->seqs.find(seq);
-    require(it != e->seqs.end(), "sequence ", seq, " is not open");
-    return it->second;
-}
+using kvweld::abi::seq_of;
 
 kvweld::KvCache fresh_cache(const kvweld_engine* e) {
     kvweld::KvGeometry g = kvweld::KvGeometry::of(e->model->config());

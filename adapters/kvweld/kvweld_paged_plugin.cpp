@@ -27,18 +27,8 @@ namespace {
 
 using kvweld::require;
 
-template <class Fn>
-int guarded(const kvweld_engine* e, char* err, size_t err_len, Fn&& fn) {
-    return kvweld::abi::guarded_with(*e, err, err_len, fn);
-}
 using kvweld::abi::guarded;
-
-template <class Engine>
-auto& seq_of(Engine* e, int32_t seq) {
-    const auto it = e->seqs.find(seq);
-    require(it != e->seqs.end(), "sequence ", seq, " is not open");
-    return it->second;
-}
+using kvweld::abi::seq_of;
 
 // The paged design's faults, and those of the dense design that a paged
 // plan can show too (its key, its per-step offset and mask).

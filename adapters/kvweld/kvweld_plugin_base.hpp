@@ -31,11 +31,19 @@ struct PluginBase {
 
 // Every call runs with the engine's fault switches on, on the caller's thread.
 template <class Fn>
-int guarded_with(const PluginBase& e, char* err, size_t err_len, Fn&& fn) {
+int guarded(const PluginBase* e, char* err, size_t err_len, Fn&& fn) {
     return guarded(err, err_len, [&] {
-        const ScopedFaults scoped(e.faults);
+        const ScopedFaults scoped(e->faults);
         fn();
     });
+}
+
+// An open sequence of either plugin's map; for a const engine, a const one.
+template <class Engine>
+auto& seq_of(Engine* e, int32_t seq) {
+    const auto it = e->seqs.find(seq);
+    require(it != e->seqs.end(), "sequence ", seq, " is not open");
+    return it->second;
 }
 
 // The faults `design` can show through this ABI, by `reachable`.

@@ -40,14 +40,9 @@ public:
                 replaced_ = false;
             }
         }
-        ReuseExpectation e;
-        e.plans = int(seqs.size());
-        e.builds = builds;
-        e.rebinds = rebinds;
-        e.must_reuse = e.plans - builds - rebinds;
         last_builds_ = builds;
         last_rebinds_ = rebinds;
-        return e;
+        return exact_expectation(int(seqs.size()), builds, rebinds);
     }
     std::string why_last() const override {
         return cat("clauses 1 and 2: ", last_builds_, " builds (first pair, or first after a reload); clause 3: ",

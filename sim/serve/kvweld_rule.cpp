@@ -37,14 +37,9 @@ public:
             builds += build ? 1 : 0;
             rebinds += !build && replaced ? 1 : 0;
         }
-        ReuseExpectation e;
-        e.plans = int(seqs.size());
-        e.builds = builds;
-        e.rebinds = rebinds;
-        e.must_reuse = e.plans - builds - rebinds;
         last_builds_ = builds;
         last_rebinds_ = rebinds;
-        return e;
+        return exact_expectation(int(seqs.size()), builds, rebinds);
     }
     std::string why_last() const override {
         return cat("clauses 1 and 4: ", last_builds_, " first decodes (since open or reload) build; clause 2: ",

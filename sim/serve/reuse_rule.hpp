@@ -28,6 +28,12 @@ struct ReuseExpectation {
     std::optional<int> rebinds;
 };
 
+// A call whose builds and rebinds the rule knows exactly: every other plan
+// must reuse.
+inline ReuseExpectation exact_expectation(int plans, int builds, int rebinds) {
+    return {plans, plans - builds - rebinds, 0, builds, rebinds};
+}
+
 // What an op does to a sequence's storage (the ledger, for engines that
 // report storage): keep it, replace it, or either.
 enum class StorageEffect : std::uint8_t { keeps, replaces, may_replace };
