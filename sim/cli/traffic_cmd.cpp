@@ -71,10 +71,11 @@ std::string paged_params(const TrafficParams& p, int block) {
 Row paged_row(const TrafficParams& p, int block, const OpCosts& costs, const std::string& sweep) {
     const EngineTrafficResult r = run_engine_traffic(p, {"kvweld-paged", paged_params(p, block), ""}, kPagedChunk);
     const ServeStats& s = r.run.stats;
+    // The paged rule allows no reuse it does not require (may_reuse is 0),
+    // so its must_reuse is the exact ideal the other rows have.
     Row row{sweep, "paged", p.arrival_rate, p.accept, s.plans, s.reused, s.rebinds, s.builds, s.must_reuse,
             prep_share(s.plans, s.builds, s.rebinds, costs), r.run.verdict == Verdict::pass, "", r.pool, {}};
     if (!row.pass) row.failure = cat(to_string(r.run.verdict), ": ", r.run.failure->detail);
-    row.ok();  // may_reuse is 0 for the paged rule: the ideal is exact
     row.report = {{"verdict", to_string(r.run.verdict)},
                   {"engine", "kvweld-paged"},
                   {"params", r.run.config.engine.params},

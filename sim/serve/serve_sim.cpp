@@ -109,9 +109,13 @@ std::vector<int> ServeSimulator::eligible(ServeOpKind kind) const {
         // A server grows its pool within a memory budget: here, four times
         // what every sequence full would take.
         const int full = config_.seqs * config_.n_ctx, budget = 4 * std::max(full, 1);
+        // The pool's size as the block model has it (the simulator's own
+        // account); without one, as the engine reports it.
         if (kind == ServeOpKind::grow && (engine_->capabilities() & KVWELD_CAP_BLOCKS)) {
-            const kvweld_pool_info info = engine_->pool_info();
-            if (std::int64_t(info.n_blocks) * info.block_size >= budget) return {};
+            const kvweld_pool_info info = blocks_ ? kvweld_pool_info{} : engine_->pool_info();
+            const std::int64_t positions = blocks_ ? std::int64_t(blocks_->n_blocks()) * blocks_->block_size()
+                                                   : std::int64_t(info.n_blocks) * info.block_size;
+            if (positions >= budget) return {};
         }
         return {0};
     }
