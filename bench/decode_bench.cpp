@@ -209,8 +209,9 @@ float stream_sum(const float* w, std::size_t n) {
 
 // The weights as a plan keeps them (weight memory: huge pages where the
 // kernel gives them), or, for comparison in the same run, in an ordinary
-// vector's 4 KiB pages, as an engine that does not ask for huge pages has
-// them (llama.cpp maps its GGUF file).
+// vector's 4 KiB pages, where the plan kept them before. (llama.cpp maps its
+// GGUF file; on this project's machine the kernel maps that file's page
+// cache in 2 MiB pages: /proc/PID/smaps shows it as FilePmdMapped.)
 template <class Vector>
 void weights_stream(benchmark::State& state, const ModelConfig& config, int threads) {
     const std::size_t n = Model::weight_count(config, false) - std::size_t(config.vocab - 1) * config.dim;
