@@ -140,29 +140,41 @@ void rope(float* vec, int n_heads, int head_dim, const float* rope_row) {
     }
 }
 
+namespace {
+
+// Calls fn(t, row) for positions t in [0, len) in order, walking the blocks
+// so that no position costs an integer division (two per position per head
+// before: about 1% of a decode step at stories15M dims, five alternating
+// runs of kvweld decode --config stories15m --tokens 256 each way).
+template <class Fn>
+void for_each_row(const float* const* blocks, int block_size, int offset, int stride, int len, Fn&& fn) {
+    for (int b = 0, t = 0; t < len; ++b) {
+        const float* row = blocks[b] + offset;
+        for (const int end = std::min(t + block_size, len); t < end; ++t, row += stride) fn(t, row);
+    }
+}
+
+}  // namespace
+
 void attend_blocks(float* out, float* scores, const float* q, const float* const* k_blocks,
                    const float* const* v_blocks, int block_size, int offset, int len, int head_dim, int stride) {
-    const auto row = [&](const float* const* blocks, int t) {
-        return blocks[t / block_size] + offset + static_cast<std::size_t>(t % block_size) * stride;
-    };
     const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(head_dim));
     float max = -INFINITY;
-    for (int t = 0; t < len; ++t) {
-        scores[t] = dot(q, row(k_blocks, t), head_dim) * inv_sqrt_d;
+    for_each_row(k_blocks, block_size, offset, stride, len, [&](int t, const float* kt) {
+        scores[t] = dot(q, kt, head_dim) * inv_sqrt_d;
         max = std::max(max, scores[t]);
-    }
+    });
     float sum = 0.0f;
     for (int t = 0; t < len; ++t) {
         scores[t] = std::exp(scores[t] - max);
         sum += scores[t];
     }
     std::fill(out, out + head_dim, 0.0f);
-    for (int t = 0; t < len; ++t) {
+    for_each_row(v_blocks, block_size, offset, stride, len, [&](int t, const float* vt) {
         const float a = scores[t] / sum;
-        const float* vt = row(v_blocks, t);
 #pragma omp simd
         for (int i = 0; i < head_dim; ++i) out[i] += a * vt[i];
-    }
+    });
 }
 
 void attend(float* out, float* scores, const float* q, const float* k, const float* v, int len, int head_dim,
