@@ -245,6 +245,9 @@ void held_threads(benchmark::State& state, const ModelConfig& config, int thread
         token = (token * 31 + 7) % config.vocab;
     }
     state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+    // Whether the plan's weights got huge pages (weights_MB of them, at most).
+    state.counters["huge_MB"] = double(anon_huge_page_bytes()) / 1e6;
+    state.counters["weights_MB"] = double(model.all_weights().size_bytes()) / 1e6;
 }
 
 void register_all() {

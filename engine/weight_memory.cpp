@@ -1,6 +1,9 @@
 #include "engine/weight_memory.hpp"
 
+#include <fstream>
 #include <new>
+#include <sstream>
+#include <string>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -30,5 +33,17 @@ void* allocate_weight_memory(std::size_t bytes) {
 }
 
 void free_weight_memory(void* p, std::size_t bytes) noexcept { ::operator delete(p, alignment_for(bytes)); }
+
+std::size_t anon_huge_page_bytes() {
+    std::ifstream in("/proc/self/smaps_rollup");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("AnonHugePages:", 0) == 0) {
+            std::istringstream fields(line.substr(14));
+            std::size_t kib = 0;
+            fields >> kib;
+            return kib * 1024;
+        }
+    return 0;
+}
 
 }  // namespace kvweld

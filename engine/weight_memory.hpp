@@ -21,6 +21,12 @@ void* allocate_weight_memory(std::size_t bytes);
 // `bytes` as passed to allocate_weight_memory.
 void free_weight_memory(void* p, std::size_t bytes) noexcept;
 
+// The process's anonymous memory in huge pages, in bytes (Linux:
+// AnonHugePages of /proc/self/smaps_rollup); 0 where it cannot be read.
+// With THP in "madvise" mode only memory that asked for huge pages gets
+// them, so after a plan build this tells whether its weights did.
+std::size_t anon_huge_page_bytes();
+
 // The allocator for containers of such memory.
 template <class T>
 struct WeightAllocator {
