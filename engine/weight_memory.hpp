@@ -1,11 +1,12 @@
 // Memory for the weights a plan streams through every token: 64-byte
 // aligned, and, where the block is big enough, in transparent huge pages.
 //
-// Why huge pages: a decode step reads every weight once, tens of megabytes
-// in 4 KiB pages, and a one-core stream over them is held back by address
-// translation (a TLB miss every 4 KiB; the hardware prefetcher stops at each
-// page's end). Measured on this project's 2-core Xeon: a one-thread sum over
-// 61 MB ran at 17-19 GB/s in 4 KiB pages and 26-27 GB/s in 2 MiB pages.
+// Why huge pages: a decode step reads every weight once, tens or hundreds
+// of megabytes, and in 4 KiB pages a one-core stream over them is held back
+// by address translation (a TLB miss every 4 KiB). Measured on this
+// project's 2-core Xeon: a one-thread sum over 61 MB ran at 17-19 GB/s in
+// 4 KiB pages and 26-27 GB/s in 2 MiB pages; decode_bench's weights_stream
+// and weights_stream_4k_pages peers measure it at both model sizes.
 // The kernel decides: with THP off, or outside Linux, the hint is a no-op
 // and the memory is ordinary; nothing here depends on getting huge pages.
 #pragma once

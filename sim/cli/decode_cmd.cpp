@@ -57,9 +57,9 @@ int run_decode(const DecodeArgs& a) {
     std::printf("first token (plan build) %.1f ms; then %d tokens in %.3f s: %.1f tokens/s (%s, %d thread%s, %s)\n",
                 build * 1e3, a.tokens - 1, secs, a.tokens > 1 ? (a.tokens - 1) / secs : 0.0, a.backend.c_str(),
                 a.threads, a.threads == 1 ? "" : "s", a.replan ? "replan every token" : "held plan");
-    // Throughput hangs on it: in 4 KiB pages the weight-read peer ran 18%
-    // slower at stories15M dims and 43% at 110m (decode_bench weights_stream
-    // against weights_stream_4k_pages; engine/weight_memory.hpp).
+    // Throughput hangs on it: in 4 KiB pages the weight-read peer ran 12-19%
+    // slower at stories15M dims and 43-46% at 110m (decode_bench
+    // weights_stream against weights_stream_4k_pages; README "Performance").
     if (a.backend == "cpu")
         std::printf("weights %.1f MB; the process's anonymous memory in huge pages: %.1f MB\n",
                     double(model.all_weights().size_bytes()) / 1e6, double(anon_huge_page_bytes()) / 1e6);
