@@ -26,10 +26,12 @@ namespace {
 
 // Sum of the 16 lanes by halving, in registers and in a fixed order. GCC
 // 12's shuffle intrinsics pass an "undefined" operand that its own
-// -Wmaybe-uninitialized then flags (a known header bug): silenced here only.
+// -Wmaybe-uninitialized (-Wuninitialized in the sanitizer build) then flags
+// (a known header bug): silenced here only.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 float lanes_sum(__m512 v) {
     v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // 256-bit halves
