@@ -28,6 +28,7 @@ namespace {
 using kvweld::require;
 
 using kvweld::abi::guarded;
+using kvweld::abi::require_openable;
 using kvweld::abi::seq_of;
 
 // The paged design's faults, and those of the dense design that a paged
@@ -58,8 +59,7 @@ int32_t vocab(const kvweld_engine* e) { return e->model->config().vocab; }
 
 int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
-        require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
-        require(!e->seqs.count(seq), "sequence ", seq, " is already open");
+        require_openable(e, seq);
         e->seqs.emplace(seq, kvweld::PagedSequence{});
     });
 }

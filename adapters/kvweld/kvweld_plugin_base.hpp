@@ -46,6 +46,13 @@ auto& seq_of(Engine* e, int32_t seq) {
     return it->second;
 }
 
+// Refuses a sequence id outside the engine's range or already open.
+template <class Engine>
+void require_openable(const Engine* e, int32_t seq) {
+    require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
+    require(!e->seqs.count(seq), "sequence ", seq, " is already open");
+}
+
 // The faults `design` can show through this ABI, by `reachable`.
 template <class Reachable>
 std::string fault_names_for(Reachable&& reachable) {
