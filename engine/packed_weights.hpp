@@ -3,8 +3,8 @@
 // tensor starting at a 64-byte (cache line) boundary of one buffer in weight
 // memory (engine/weight_memory.hpp: aligned, in huge pages): with rows whose
 // size is a multiple of 64 bytes, no vector load of a weight row straddles
-// two cache lines. Both backends use this layout (the
-// CUDA one uploads it as is). Also the RoPE table both backends read.
+// two cache lines. Both backends use this layout (the CUDA one uploads it as
+// is). Also the RoPE table both backends read.
 #pragma once
 
 #include "engine/model.hpp"
