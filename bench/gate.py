@@ -1,12 +1,27 @@
 #!/usr/bin/env python3
 """Compares benchmark ratios with bench/baseline.json; exits 1 on a regression.
 
-Only ratios gate (machines differ; a ratio measured in one run on one machine does not):
-  held/replan  decode speedup (tokens/s), tiny and stories15M dims, CPU
-  checked/unchecked  simulator throughput (decodes/s)
-  kvweld/llamacpp  kvweld's held plan over llama.cpp's decode, stories15M dims,
-                   1 and 2 threads (only where decode_bench has llama.cpp)
-A ratio regresses when it falls below baseline * (1 - threshold). A ratio
+Only ratios gate, and each in one of two ways (GATES below):
+  against the baseline: a ratio of two things measured in the same run that
+    both move with the machine alike (a peer), so the baseline machine's
+    value holds on any machine of this kind. It regresses when it falls
+    below baseline * (1 - threshold).
+      checked/unchecked  simulator throughput (decodes/s), oracles on / off
+      kvweld/llamacpp    kvweld's held plan over llama.cpp's decode on the
+                         same weights, stories15M dims, 1 and 2 threads
+                         (only where decode_bench has llama.cpp)
+  against a floor: a ratio that moves with the machine, gated only where it
+    says the feature is gone, whatever the host's speed.
+      held/replan  decode speedup of a held plan over a replan every token
+                   (tiny and stories15M dims, CPU). It moves with the cost
+                   of a plan build against a decode (allocation, page
+                   faults, cache sizes): 11.41 at stories15M dims on the
+                   baseline machine, 7.88 on a faster 2-core EPYC. A replan
+                   does the held step's work plus a build that reads and
+                   writes every weight, so a working held plan is at least
+                   about twice as fast on any machine; a held plan that is
+                   rebuilt every step (lost reuse) gives about 1.
+A ratio
 that is missing, not a positive finite number, or whose benchmark reported
 an error (a failing simulation is not a throughput) fails the gate, in the
 baseline as in the run. --only restricts the gate to some ratios (the quick
@@ -19,8 +34,10 @@ import math
 import re
 import sys
 
-GATED = ("held/replan tiny", "held/replan stories15m", "checked/unchecked sim",
-         "kvweld/llamacpp stories15m t1", "kvweld/llamacpp stories15m t2")
+# name -> the floor it must stay above, or None: gated against the baseline.
+GATES = {"held/replan tiny": 1.5, "held/replan stories15m": 2.0, "checked/unchecked sim": None,
+         "kvweld/llamacpp stories15m t1": None, "kvweld/llamacpp stories15m t2": None}
+GATED = tuple(GATES)
 
 
 ERRORS = {}  # benchmark name -> its error message
@@ -95,20 +112,23 @@ def main():
         return 0
     base = json.load(open(a.baseline)).get("ratios") or {}
     failed = bool(ERRORS)
-    print(f"{'ratio':28} {'baseline':>10} {'now':>10} {'change':>8}  verdict")
+    print(f"{'ratio':30} {'bound':>16} {'now':>10} {'change':>8}  verdict")
     for name in gated:
-        b, n = base.get(name), now.get(name)
-        if not usable(b):
-            print(f"{name:28} {str(b):>10} {'':>10} {'':>8}  FAIL (no usable baseline value)")
+        b, n, floor = base.get(name), now.get(name), GATES[name]
+        if floor is None and not usable(b):
+            print(f"{name:30} {str(b):>16} {'':>10} {'':>8}  FAIL (no usable baseline value)")
             failed = True
             continue
+        bound = floor if floor is not None else b * (1 - a.threshold)
+        said = f"floor {floor:.2f}" if floor is not None else f"{b:.3f} -{100 * a.threshold:.0f}%"
         if not usable(n):
-            print(f"{name:28} {b:10.3f} {str(n):>10} {'':>8}  FAIL (benchmark did not run or gave no usable value)")
+            print(f"{name:30} {said:>16} {str(n):>10} {'':>8}  FAIL (benchmark did not run or gave no usable value)")
             failed = True
             continue
-        ok = n >= b * (1 - a.threshold)
+        ok = n >= bound
         failed |= not ok
-        print(f"{name:28} {b:10.3f} {n:10.3f} {100 * (n / b - 1):+7.1f}%  {'ok' if ok else 'REGRESSED'}")
+        change = f"{100 * (n / b - 1):+7.1f}%" if usable(b) else ""
+        print(f"{name:30} {said:>16} {n:10.3f} {change:>8}  {'ok' if ok else 'REGRESSED'}")
     print("absolute (shown, never gated):")
     for name, v in sorted(absolute.items()):
         was = base.get("absolute_at_baseline", {}).get(name)
