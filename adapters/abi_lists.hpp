@@ -23,6 +23,29 @@ inline std::vector<std::string> split_list(const char* text) {
     return out;
 }
 
+// One entry of api.fault_names: "name", or from ABI version 4
+// "name:class|class" (the failure classes the fault may show as).
+struct ListedFault {
+    std::string name;
+    std::string classes;  // "" when the entry declares none
+};
+
+inline std::vector<ListedFault> split_fault_list(const char* text) {
+    std::vector<ListedFault> out;
+    for (const std::string& item : split_list(text)) {
+        const auto colon = item.find(':');
+        out.push_back({item.substr(0, colon), colon == std::string::npos ? "" : item.substr(colon + 1)});
+    }
+    return out;
+}
+
+// Whether `name` is one of the list's faults.
+inline bool lists_fault(const char* text, const std::string& name) {
+    for (const ListedFault& f : split_fault_list(text))
+        if (f.name == name) return true;
+    return false;
+}
+
 // "k=v,k2=v2" with every key in `known`; anything else throws naming it.
 inline std::map<std::string, std::string> parse_params(const char* text, const std::vector<std::string>& known) {
     std::map<std::string, std::string> out;

@@ -109,6 +109,16 @@ std::string Detections::describe() const {
     return out;
 }
 
+Detections Detections::parse(std::string_view text) {
+    Detections out;
+    for (std::string_view rest = text;;) {
+        const auto bar = rest.find('|');
+        out.add(parse_in(kDetections, rest.substr(0, bar), cat("failure class (in '", text, "')")));
+        if (bar == std::string_view::npos) return out;
+        rest = rest.substr(bar + 1);
+    }
+}
+
 std::span<const Detection> all_detections() {
     static constexpr std::array kAll = {Detection::stale_decode, Detection::spurious_invalidation,
                                         Detection::missed_invalidation, Detection::engine_error};

@@ -54,7 +54,11 @@ public:
         for (Detection d : ds) bits_ |= bit(d);
     }
     constexpr bool has(Detection d) const { return (bits_ & bit(d)) != 0; }
-    std::string describe() const;  // "stale decode | missed invalidation"
+    constexpr void add(Detection d) { bits_ |= bit(d); }
+    constexpr bool empty() const { return bits_ == 0; }
+    std::string describe() const;  // "stale_decode|missed_invalidation"
+    // The inverse of describe(); an unknown or empty class throws Error naming it.
+    static Detections parse(std::string_view text);
 
 private:
     static constexpr std::uint8_t bit(Detection d) { return std::uint8_t(1u << unsigned(d)); }

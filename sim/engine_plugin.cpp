@@ -3,6 +3,7 @@
 #include "adapters/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "engine/faults.hpp"
 
 #include <dlfcn.h>
 
@@ -13,6 +14,20 @@ namespace kvweld::sim {
 namespace {
 
 constexpr std::size_t kErrLen = 512;
+
+// Version 4 fault classes must name known classes; older tables have none.
+std::string fault_classes_problem(const kvweld_engine_api& api) {
+    for (const abi::ListedFault& f : abi::split_fault_list(api.fault_names)) {
+        if (f.classes.empty()) continue;
+        if (api.abi_version < 4) return cat("lists classes for fault '", f.name, "' in a version ", api.abi_version, " table");
+        try {
+            Detections::parse(f.classes);
+        } catch (const Error& e) {
+            return cat("lists fault '", f.name, "' with bad classes: ", e.what());
+        }
+    }
+    return "";
+}
 
 }  // namespace
 
@@ -31,6 +46,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
                       KVWELD_ENGINE_ABI_VERSION);
     else if (api->abi_version < 3 && (api->capabilities & (KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS)))
         problem = "declares a version 3 capability in a version 2 table";
+    else if (api->abi_version < 4 && (api->capabilities & KVWELD_CAP_PLAN_SERIAL))
+        problem = "declares a version 4 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -41,8 +58,10 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_READ_KV) && !api->read_kv) ||
              ((api->capabilities & KVWELD_CAP_SWAP_LAYER) && !api->swap_layer) ||
              ((api->capabilities & KVWELD_CAP_BLOCKS) && (!api->pool_info || !api->block_table || !api->block_refcount)) ||
-             ((api->capabilities & KVWELD_CAP_POOL_OPS) && !api->pool_op))
+             ((api->capabilities & KVWELD_CAP_POOL_OPS) && !api->pool_op) ||
+             ((api->capabilities & KVWELD_CAP_PLAN_SERIAL) && !api->plan_serial))
         problem = "declares a capability whose function is empty";
+    if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
     if (!problem.empty()) {
         dlclose(handle);
         throw Error(cat("engine plugin ", path, " ", problem));
@@ -76,7 +95,9 @@ PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const k
 }
 
 std::vector<std::string> PluginEngine::fault_names() const {
-    return abi::split_list(library_->api().fault_names);
+    std::vector<std::string> out;
+    for (const abi::ListedFault& f : abi::split_fault_list(library_->api().fault_names)) out.push_back(f.name);
+    return out;
 }
 
 PluginEngine::~PluginEngine() { library_->api().destroy(engine_); }
@@ -175,6 +196,13 @@ void PluginEngine::pool_op(int op) {
     require(capabilities() & KVWELD_CAP_POOL_OPS, "engine ", name(), " has no pool ops (no KVWELD_CAP_POOL_OPS)");
     call(op == KVWELD_POOL_GROW ? "pool_op(grow)" : "pool_op(compact)",
          [&](char* e, std::size_t n) { return library_->api().pool_op(engine_, op, e, n); });
+}
+
+std::uint64_t PluginEngine::plan_serial(int seq) const {
+    require(capabilities() & KVWELD_CAP_PLAN_SERIAL, "engine ", name(), " reports no plan identity (no KVWELD_CAP_PLAN_SERIAL)");
+    std::uint64_t out = 0;
+    call("plan_serial", [&](char* e, std::size_t n) { return library_->api().plan_serial(engine_, seq, &out, e, n); });
+    return out;
 }
 
 std::optional<kvweld_engine_counters> PluginEngine::counters() const {

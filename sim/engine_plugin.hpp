@@ -41,7 +41,7 @@ public:
     PluginEngine& operator=(const PluginEngine&) = delete;
 
     std::string name() const { return library_->api().name; }
-    // The declared capabilities; a version 2 table has none of version 3's.
+    // The declared capabilities; an older table has none of a later version's.
     std::uint32_t capabilities() const { return library_->api().capabilities; }
     std::string model_format() const { return library_->api().model_format; }
     std::vector<std::string> fault_names() const;  // the switches options.faults may name
@@ -66,6 +66,7 @@ public:
     std::vector<int> block_table(int seq) const;
     int block_refcount(int block) const;
     void pool_op(int op);  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
+    std::uint64_t plan_serial(int seq) const;  // needs KVWELD_CAP_PLAN_SERIAL (version 4)
 
 private:
     template <class Fn>

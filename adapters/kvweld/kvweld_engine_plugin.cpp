@@ -15,6 +15,8 @@ struct kvweld_engine : kvweld::abi::PluginBase {
         kvweld::DecodeSession session;
     };
     std::map<int, Seq> seqs;
+    // What closed sequences' sessions counted: the counters never go down.
+    kvweld_engine_counters closed{};
 };
 
 namespace {
@@ -55,7 +57,10 @@ int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
 
 int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
-        seq_of(e, seq);
+        const kvweld::SessionCounters& c = seq_of(e, seq).session.counters();
+        e->closed.builds += c.builds;
+        e->closed.reused += c.kept;
+        e->closed.rebound += c.rebinds;
         e->seqs.erase(seq);
     });
 }
@@ -146,7 +151,7 @@ int swap_layer(kvweld_engine* e, int32_t seq, int32_t layer, char* err, size_t e
 
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
-        *out = {};
+        *out = e->closed;
         for (const auto& [id, s] : e->seqs) {
             out->builds += s.session.counters().builds;
             out->reused += s.session.counters().kept;
@@ -157,27 +162,30 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 
 // The engine's fault switches this ABI can reach (none in a build without
 // KVWELD_FAULTS), as the ABI lists them: comma-separated. Left out: the
-// paged design's, and two that nothing behind this ABI makes act: a rebind
-// always serves, so the only rebuilds are a sequence's first and those
-// after a reload, which the fault does not touch (build_counted_as_kept);
-// and spec_reject_off_by_one lives in kvweld's own simulator.
+// paged design's, and spec_reject_off_by_one, which lives in kvweld's own
+// simulator. build_counted_as_kept acts here: a reload keeps each
+// sequence's session, whose next key check is stale(model_instance), and
+// the plan identity (plan_serial) shows the uncounted build.
 const std::string& fault_list() {
     static const std::string names = kvweld::abi::fault_names_for([](const kvweld::FaultInfo& f) {
-        using F = kvweld::Fault;
-        return f.design != kvweld::FaultDesign::paged && f.fault != F::build_counted_as_kept &&
-               f.fault != F::spec_reject_off_by_one;
+        return f.design != kvweld::FaultDesign::paged && f.fault != kvweld::Fault::spec_reject_off_by_one;
     });
     return names;
+}
+
+int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] { *out = seq_of(e, seq).session.plan_serial().get(); });
 }
 
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
-        KVWELD_CAP_SWAP_LAYER,
+        KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL,
     fault_list().c_str(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     storage, read_kv, swap_layer,
     nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
+    plan_serial,
 };
 
 }  // namespace

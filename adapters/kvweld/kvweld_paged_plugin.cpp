@@ -181,16 +181,25 @@ int pool_op(kvweld_engine* e, int32_t op, char* err, size_t err_len) {
     });
 }
 
+// One plan serves every sequence: each open sequence's plan is the session's.
+int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        seq_of(e, seq);
+        *out = e->session.plan_serial().get();
+    });
+}
+
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld-paged", "llama2c",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_READ_KV | KVWELD_CAP_BLOCKS |
-        KVWELD_CAP_POOL_OPS,
+        KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL,
     fault_list().c_str(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr,  // per-sequence storage identity: the pool's is in pool_info
     read_kv,
     nullptr,  // no layer swap: one pool holds every layer
     pool_info, block_table, block_refcount, pool_op,
+    plan_serial,
 };
 
 }  // namespace

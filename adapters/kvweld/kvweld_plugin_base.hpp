@@ -53,13 +53,14 @@ void require_openable(const Engine* e, int32_t seq) {
     require(!e->seqs.count(seq), "sequence ", seq, " is already open");
 }
 
-// The faults `design` can show through this ABI, by `reachable`.
+// The faults `design` can show through this ABI, by `reachable`, each with
+// the classes it may show as (the engine's fault table's): "name:a|b,...".
 template <class Reachable>
 std::string fault_names_for(Reachable&& reachable) {
     std::string out;
     if (kFaultsCompiled)
         for (const FaultInfo& f : all_faults())
-            if (reachable(f)) out += (out.empty() ? "" : ",") + std::string(f.name);
+            if (reachable(f)) out += (out.empty() ? "" : ",") + std::string(f.name) + ":" + f.expected.describe();
     return out;
 }
 
@@ -73,10 +74,9 @@ inline void init_base(PluginBase& e, const kvweld_engine_options* o, const std::
     e.n_ctx = o->n_ctx;
     e.n_seq_max = o->n_seq_max;
     e.threads = std::max(1, o->threads);
-    const std::vector<std::string> known = split_list(allowed.c_str());
     for (const std::string& name : split_list(o->faults)) {
         const auto f = fault_from_name(name);
-        require(f && std::find(known.begin(), known.end(), name) != known.end(), "unknown fault '", name,
+        require(f && lists_fault(allowed.c_str(), name), "unknown fault '", name,
                 "': this engine's faults are ", allowed.empty() ? "(none in this build)" : allowed);
         e.faults.add(*f);
     }

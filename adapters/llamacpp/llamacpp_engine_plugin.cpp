@@ -5,7 +5,7 @@
 // memory operations. The counters are llama.cpp's own graph reuse count
 // (llama_perf_context().n_reused, per graph computed) and the decode calls
 // beyond it; llama.cpp may split one batch into several graphs, so `builds`
-// is a lower bound: the accounting rule (sim/rules/llamacpp_rule.cpp)
+// is a lower bound: the accounting rule (sim/serve/llamacpp_rule.cpp)
 // checks `reused` only.
 //
 // Settings (options.params): kv_unified=0|1 (default 0: each sequence has
@@ -34,18 +34,34 @@ namespace {
 
 // The adapter's fault switches: each one a mistake a harness could make.
 enum Fault : unsigned {
-    truncate_one_short = 1u << 0,  // truncate(n) keeps n+1 positions
-    decode_wrong_seq = 1u << 1,    // a batch's first pair goes to the next open sequence
-    skip_clear = 1u << 2,          // clear_seq forgets the positions but leaves the KV
-    stale_logits = 1u << 3,        // a batch shaped like the last one gets its last row back
+    truncate_one_short = 1u << 0,     // truncate(n) keeps n+1 positions
+    decode_wrong_seq = 1u << 1,       // a batch's first pair goes to the next open sequence
+    skip_clear = 1u << 2,             // clear_seq forgets the positions but leaves the KV
+    stale_logits = 1u << 3,           // a batch shaped like the last one gets its last row back
+    reload_drops_reuse = 1u << 4,     // reload makes the new context with graph reuse off, settings say on
+    overcount_reused = 1u << 5,       // counters report one more reused graph per decode call
+    reload_resets_counters = 1u << 6, // reload starts the counters from zero with the new context
 };
+// Each with the classes its failures may show as (ABI 4). The two that
+// put a token at a position the harness did not ask for are stale decodes,
+// or engine errors when that pushes a sequence past its context (the
+// adapter refuses "sequence N is full" before any row is read: seen on
+// seeds 7 and 37 of the kill matrix). skip_clear's is engine_error: llama.cpp itself refuses the re-prefill, since a batch's
+// first position for a sequence must follow the last one its memory holds
+// (llama_batch_allocr::init in src/llama-batch.cpp, 0.3.36), so the stale
+// KV is never read. The two accounting faults leave every row right:
+// only the accounting oracle can see them.
 constexpr struct {
     const char* name;
     Fault fault;
-} kFaults[] = {{"truncate_one_short", truncate_one_short},
-               {"decode_wrong_seq", decode_wrong_seq},
-               {"skip_clear", skip_clear},
-               {"stale_logits", stale_logits}};
+    const char* classes;
+} kFaults[] = {{"truncate_one_short", truncate_one_short, "stale_decode|engine_error"},
+               {"decode_wrong_seq", decode_wrong_seq, "stale_decode|engine_error"},
+               {"skip_clear", skip_clear, "engine_error"},
+               {"stale_logits", stale_logits, "stale_decode"},
+               {"reload_drops_reuse", reload_drops_reuse, "spurious_invalidation"},
+               {"overcount_reused", overcount_reused, "missed_invalidation"},
+               {"reload_resets_counters", reload_resets_counters, "engine_error"}};
 
 }  // namespace
 
@@ -86,7 +102,7 @@ using kvweld::abi::guarded;
 const char* fault_names() {
     static const std::string names = [] {
         std::string out;
-        for (const auto& f : kFaults) out += (out.empty() ? "" : ",") + std::string(f.name);
+        for (const auto& f : kFaults) out += (out.empty() ? "" : ",") + std::string(f.name) + ":" + f.classes;
         return out;
     }();
     return names.c_str();
@@ -114,7 +130,7 @@ unsigned parse_faults(const char* names) {
     for (const std::string& name : kvweld::abi::split_list(names)) {
         unsigned bit = 0;
         for (const auto& f : kFaults) bit |= name == f.name ? unsigned(f.fault) : 0u;
-        require(bit != 0, "unknown fault '", name, "': this adapter's faults are ", fault_names());
+        require(bit != 0, "unknown fault '", name, "': this adapter's faults (with their classes) are ", fault_names());
         out |= bit;
     }
     return out;
@@ -297,11 +313,13 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
         for (auto dim : {llama_model_n_embd, llama_model_n_layer, llama_model_n_head, llama_model_n_head_kv,
                          llama_model_n_ctx_train})
             same = same && dim(model) == dim(e->model);
-        llama_context* ctx = same ? create_context(model, e->cparams, e->graph_reuse) : nullptr;
+        const bool reuse = e->graph_reuse && !(e->faults & reload_drops_reuse);
+        llama_context* ctx = same ? create_context(model, e->cparams, reuse) : nullptr;
         if (!ctx) llama_model_free(model);
         require(same, "reload: ", path, " holds a model of another shape");
         require(ctx != nullptr, "llama.cpp: no context for the reloaded model");
         e->reused_before += std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
+        if (e->faults & reload_resets_counters) e->reused_before = e->calls = 0;
         llama_free(e->ctx);
         llama_model_free(e->model);
         e->ctx = ctx;
@@ -314,8 +332,10 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
 
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        const auto reused = e->reused_before + std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
-        *out = {e->calls - std::min(e->calls, reused), reused, 0};
+        auto reused = e->reused_before + std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
+        const auto builds = e->calls - std::min(e->calls, reused);
+        if (e->faults & overcount_reused) reused += e->calls;
+        *out = {builds, reused, 0};
     });
 }
 
@@ -325,6 +345,7 @@ const kvweld_engine_api kApi = {
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
     nullptr, nullptr, nullptr, nullptr,  // no paged KV pool to report
+    nullptr,  // no plan identity: llama.cpp does not expose one for its graphs
 };
 
 }  // namespace

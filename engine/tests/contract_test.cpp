@@ -42,10 +42,15 @@ TEST_F(Contract, SameGeometryCachesGetDifferentIds) {
     const auto b = KvCache::with_capacity(model.config());
     EXPECT_EQ(a.geometry(), b.geometry());
     EXPECT_NE(a.alloc_id(), b.alloc_id());
-    // and the same cache keeps its id while nothing replaces its storage
-    const auto c = KvCache::with_capacity(model.config());
+    // and the same cache keeps its id while nothing replaces its storage:
+    // appending rows and reading them back are not a new allocation
+    auto c = KvCache::with_capacity(model.config());
     const KvAllocId id = c.alloc_id();
+    const auto serials = c.storage_serials();
+    c.advance();
+    c.advance();
     EXPECT_EQ(c.alloc_id(), id);
+    EXPECT_EQ(c.storage_serials(), serials);
 }
 
 TEST_F(Contract, UnchangedModelAndCacheKeepThePlan) {

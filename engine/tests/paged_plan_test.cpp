@@ -142,8 +142,9 @@ TEST(PagedPlan, AFullPoolIsAnErrorThatChangesNothing) {
     KvPool pool = pool_for(model, 2, 1);
     DecodeSession session;
     PagedSequence a;
-    session.decode(model, pool, a, 1);
-    session.decode(model, pool, a, 2);
+    Shadow shadow(model);
+    session.decode(model, pool, a, 1), shadow.step(1);
+    session.decode(model, pool, a, 2), shadow.step(2);
     const SessionCounters before = session.counters();
     testing::expect_error([&] { session.decode(model, pool, a, 3); },
                           {"KV pool exhausted", "all 1 blocks of 2 positions"});
@@ -151,8 +152,14 @@ TEST(PagedPlan, AFullPoolIsAnErrorThatChangesNothing) {
     EXPECT_EQ(pool.free_blocks(), 0);
     EXPECT_EQ(session.counters().decodes(), before.decodes());
     testing::expect_error([&] { session.decode(model, pool, a, model.config().vocab); }, {"token", "out of range"});
+    // Nothing held was lost: after a grow the sequence goes on, its earlier
+    // rows intact, and the plan moves by a rebind.
     pool.grow(2);
-    EXPECT_NO_THROW(session.decode(model, pool, a, 3));
+    const std::vector<float> want = shadow.step(3);
+    EXPECT_LE(logit_error(session.decode(model, pool, a, 3), want), kCpuTolerance);
+    EXPECT_EQ(a.length(), 3);
+    EXPECT_EQ(session.counters().rebinds, before.rebinds + 1);
+    EXPECT_EQ(session.counters().builds, before.builds);
 }
 
 // The dense kernel is the paged one over a single block: the same bits.

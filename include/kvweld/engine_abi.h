@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 2.
+/* kvweld's engine plugin ABI, version 4 (plugins of versions 2 and 3 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -26,8 +26,11 @@ extern "C" {
 /* 2: options.params (engine settings), api.fault_names, counters.rebound,
  *    and the reload, storage, read_kv and swap_layer capabilities.
  * 3: paged KV: the blocks and pool_ops capabilities (new fields at the end
- *    of the table; a version 2 plugin still loads, without them). */
-#define KVWELD_ENGINE_ABI_VERSION 3u
+ *    of the table; a version 2 plugin still loads, without them).
+ * 4: plan_serial (a plan identity per sequence, the plan_serial
+ *    capability; a new field at the end of the table), and fault classes
+ *    in api.fault_names ("name:class|class"). */
+#define KVWELD_ENGINE_ABI_VERSION 4u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -38,6 +41,7 @@ extern "C" {
 #define KVWELD_CAP_SWAP_LAYER 0x20u   /* swap_layer is implemented (offload and restore) */
 #define KVWELD_CAP_BLOCKS 0x40u       /* pool_info, block_table, block_refcount (paged KV: the block ledger) */
 #define KVWELD_CAP_POOL_OPS 0x80u     /* pool_op: compact and grow the KV pool */
+#define KVWELD_CAP_PLAN_SERIAL 0x100u /* version 4: plan_serial is implemented */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -80,7 +84,11 @@ typedef struct kvweld_engine_api {
     const char* model_format; /* "llama2c" or "gguf" */
     uint32_t capabilities;    /* KVWELD_CAP_* */
     /* The fault switches options.faults may name, comma-separated; "" when
-     * the engine has none. `kvweld mutants --engine` runs each of them. */
+     * the engine has none. `kvweld mutants --engine` runs each of them.
+     * Version 4: each name may carry the classes a failure it causes may
+     * legitimately show as, "name:class|class", among stale_decode,
+     * spurious_invalidation, missed_invalidation and engine_error; the
+     * kill matrix then requires every failing seed to be in one of them. */
     const char* fault_names;
 
     int (*create)(const kvweld_engine_options* options, kvweld_engine** out, char* err, size_t err_len);
@@ -128,6 +136,14 @@ typedef struct kvweld_engine_api {
     int (*block_refcount)(const kvweld_engine* engine, int32_t block, int32_t* out, char* err, size_t err_len);
     /* KVWELD_CAP_POOL_OPS: op = KVWELD_POOL_COMPACT or KVWELD_POOL_GROW. */
     int (*pool_op)(kvweld_engine* engine, int32_t op, char* err, size_t err_len);
+    /* Version 4, KVWELD_CAP_PLAN_SERIAL: the identity of the plan that
+     * decodes sequence `seq`, a serial minted per build (a rebind or a kept
+     * plan keeps it) and never given twice while the process lives; 0
+     * before its first decode. Sequences may share a plan. The harness
+     * checks it against the counters: each serial first seen after a call
+     * needs a build counted in that call, and a call that counts builds
+     * must show a new serial, so a counter that hides a build is caught. */
+    int (*plan_serial)(const kvweld_engine* engine, int32_t seq, uint64_t* out, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -38,6 +38,7 @@ struct RunOptions {
     std::vector<std::string> faults;
     std::string engine;  // "": kvweld's own engine in-process (every oracle)
     std::string params;  // the engine's settings
+    int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (with --engine; 0: drawn per seed)
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 sim::DrawOptions draw_options(const RunOptions& options);  // throws Error on a bad name

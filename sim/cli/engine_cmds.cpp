@@ -58,7 +58,7 @@ nlohmann::json serve_json(const ServeResult& r) {
 
 EngineChoice engine_choice(const RunOptions& o) {
     require(o.backend == "cpu", "--backend ", o.backend, " with --engine: an engine behind the ABI picks its own");
-    EngineChoice e{o.engine, o.params, ""};
+    EngineChoice e{o.engine, o.params, "", o.seqs, o.n_ctx};
     for (const std::string& f : o.faults) e.faults += (e.faults.empty() ? "" : ",") + f;
     engine_plugin_path(e.engine);  // a bad name or path is an Error now, before anything runs
     return e;

@@ -31,10 +31,16 @@ struct Setting {
 
 // The settings the study compares per engine; an engine not named here
 // (or given --params) runs the one setting asked for.
+// Every llama.cpp setting is given, so none is drawn per seed.
 std::vector<Setting> settings_for(const std::string& engine_name, const std::string& params) {
     if (engine_name != "llamacpp") return {{params, ""}};
-    if (!params.empty()) return {{params, params + ",graph_reuse=0"}};
-    return {{"kv_unified=0", "kv_unified=0,graph_reuse=0"}, {"kv_unified=1", "kv_unified=1,graph_reuse=0"}};
+    if (params.find("graph_reuse=") != std::string::npos) return {{params, ""}};
+    if (!params.empty()) {
+        const std::string layout = params.find("kv_unified=") == std::string::npos ? ",kv_unified=0" : "";
+        return {{params + layout + ",graph_reuse=1", params + layout + ",graph_reuse=0"}};
+    }
+    return {{"kv_unified=0,graph_reuse=1", "kv_unified=0,graph_reuse=0"},
+            {"kv_unified=1,graph_reuse=1", "kv_unified=1,graph_reuse=0"}};
 }
 
 struct Measured {

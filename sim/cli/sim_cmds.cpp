@@ -63,10 +63,18 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     cat("drive an engine through the plugin ABI instead of kvweld's own in-process: ",
                         builtin_engine_names(), ", or a plugin's path (.so); the data and accounting oracles run, "
                         "kv and weld need the in-process engine"));
-    cmd->add_option("--params", o.params, "the --engine's settings, k=v,... (llamacpp: kv_unified=0|1, graph_reuse=0|1)");
+    cmd->add_option("--params", o.params,
+                    "the --engine's settings, k=v,... (llamacpp: kv_unified=0|1, graph_reuse=0|1; kvweld-paged: "
+                    "block=N, blocks=N, backend=cpu|cuda); a setting not given is drawn per seed");
+    cmd->add_option("--seqs", o.seqs, "with --engine: sequences open at once, for every seed (default: drawn, 1..16)")
+        ->check(CLI::Range(1, 256));
+    cmd->add_option("--n-ctx", o.n_ctx, "with --engine: positions per sequence, for every seed (default: drawn)")
+        ->check(CLI::Range(2, 4096));
 }
 
 DrawOptions draw_options(const RunOptions& o) {
+    require(!o.seqs && !o.n_ctx, "--seqs and --n-ctx need --engine: kvweld's in-process simulator draws its slots "
+                                 "and cache capacities per seed");
     const Backend backend = backend_from_string(o.backend);
     std::string why;
     require(backend != Backend::cuda || cuda_backend_available(&why), "CUDA backend unavailable: ", why);

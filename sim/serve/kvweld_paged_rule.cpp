@@ -16,6 +16,8 @@
 #include "sim/serve/reuse_rule.hpp"
 
 #include "engine/cat.hpp"
+
+#include <optional>
 #include "kvweld/engine_abi.h"
 
 namespace kvweld::sim {
@@ -28,9 +30,11 @@ public:
 
     StorageEffect storage_effect(ServeOpKind) const override { return StorageEffect::keeps; }
     ReuseExpectation on_decode(std::span<const int> seqs) override {
-        int builds = 0, rebinds = 0;
+        int builds = 0, rebinds = 0, shared = 0;
         for (int s : seqs) {
             const bool grew = blocks_.append(s);
+            const bool other_seq = last_seq_ && *last_seq_ != s;
+            last_seq_ = s;
             if (!built_ || reloaded_) {
                 ++builds;  // a build binds the current storage too
                 built_ = true;
@@ -38,11 +42,15 @@ public:
             } else if (grew || replaced_) {
                 ++rebinds;
                 replaced_ = false;
+            } else {
+                shared += other_seq ? 1 : 0;  // the one plan, kept across sequences
             }
         }
         last_builds_ = builds;
         last_rebinds_ = rebinds;
-        return exact_expectation(int(seqs.size()), builds, rebinds);
+        ReuseExpectation e = exact_expectation(int(seqs.size()), builds, rebinds);
+        e.must_reuse_shared = shared;
+        return e;
     }
     std::string why_last() const override {
         return cat("clauses 1 and 2: ", last_builds_, " builds (first pair, or first after a reload); clause 3: ",
@@ -67,6 +75,7 @@ public:
 private:
     BlockModel blocks_;
     bool built_ = false, reloaded_ = false, replaced_ = false;
+    std::optional<int> last_seq_;  // the sequence of the pair the plan last ran
     int last_builds_ = 0, last_rebinds_ = 0;
 };
 

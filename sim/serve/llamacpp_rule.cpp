@@ -20,8 +20,14 @@
 //   stream's cell count is padded to 256 and the window is padded to 256,
 //   so with one stream per sequence and n_ctx <= 256 (the simulator's
 //   bound) the window is always 256; so too in a unified cache of <= 256
-//   cells. A larger unified cache's window follows cell occupancy, which
-//   this rule does not model: a same-shape graph there MAY be reused.
+//   cells. A larger unified cache's window is max(256, pad256(used_max_p1))
+//   (llama_kv_cache::get_n_kv), which follows cell occupancy. The rule
+//   bounds it: find_slot takes the first free cells scanning from a head
+//   that is never past the highest used cell + 1 (it only moves back, or to
+//   just after the cells it placed), so used_max_p1 never exceeds the tokens
+//   placed since the cache was last emptied with its head at 0 (creation,
+//   clear_all, reload). While that count is <= 256 the window is 256 and a
+//   same-shape graph MUST be reused; past it, it MAY be.
 // Clause 4 (stream copies): copying a sequence between streams (copy_seq
 //   without a unified cache) is queued and done at the next decode's memory
 //   update, which discards every held graph: that call's first graph builds.
@@ -106,15 +112,22 @@ public:
         e.plans = int(ubatches.size());
         last_.clear();
         for (const UbatchShape& u : ubatches) {
+            placed_ += u.n_tokens;
+            const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
+            const bool same_window = window_known && previous_window_known_;
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : stream_copied_         ? "4 (a stream copy discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
                                  : !(*previous_ == u)     ? "2 (another shape)"
-                                 : window_fixed_          ? "2+3 (same shape, same window)"
-                                                          : "3 (same shape, window not modelled)";
-            if (reuse_ && !stream_copied_ && previous_ && *previous_ == u) ++(window_fixed_ ? e.must_reuse : e.may_reuse);
+                                 : same_window            ? "2+3 (same shape, same window)"
+                                                          : "3 (same shape, window past the bound)";
+            if (reuse_ && !stream_copied_ && previous_ && *previous_ == u) {
+                ++(same_window ? e.must_reuse : e.may_reuse);
+                if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
+            }
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, clause});
             previous_ = u;
+            previous_window_known_ = window_known;
             stream_copied_ = false;
         }
         return e;
@@ -130,11 +143,15 @@ public:
     void on_reload() override {
         previous_.reset();
         stream_copied_ = false;  // the new context has nothing queued
+        placed_ = 0;             // nor any used cell
     }
+    void on_clear_all() override { placed_ = 0; }  // every cell freed, the head at 0
 
 private:
     bool unified_, reuse_, window_fixed_;
     std::optional<UbatchShape> previous_;
+    bool previous_window_known_ = false;  // the previous graph's window was 256
+    int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
     bool stream_copied_ = false;
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens;

@@ -26,12 +26,16 @@ struct ReuseExpectation {
     int may_reuse = 0;
     std::optional<int> builds;
     std::optional<int> rebinds;
+    // Of must_reuse: reuses of a plan that serves more than one sequence
+    // (a ubatch of several, or one plan for a whole pool after a pair of
+    // another sequence), so a swarm can show its rule was not vacuous there.
+    int must_reuse_shared = 0;
 };
 
 // A call whose builds and rebinds the rule knows exactly: every other plan
 // must reuse.
 inline ReuseExpectation exact_expectation(int plans, int builds, int rebinds) {
-    return {plans, plans - builds - rebinds, 0, builds, rebinds};
+    return {plans, plans - builds - rebinds, 0, builds, rebinds, 0};
 }
 
 // What an op does to a sequence's storage (the ledger, for engines that

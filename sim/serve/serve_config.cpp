@@ -40,6 +40,31 @@ std::string with_drawn_paged_params(const ServeConfig& c, Rng& rng) {
     return out;
 }
 
+// llama.cpp: either KV layout, graph reuse mostly on (off, a reload must
+// still build nothing it could reuse); a setting given (--params) wins.
+std::string with_drawn_llamacpp_params(const ServeConfig& c, Rng& rng) {
+    const auto given = abi::parse_params(c.engine.params.c_str(), {"kv_unified", "graph_reuse"});
+    const bool unified = rng.chance(0.5), reuse = rng.chance(0.8);
+    std::string out = c.engine.params;
+    if (!given.count("kv_unified")) out += cat(out.empty() ? "" : ",", "kv_unified=", unified ? 1 : 0);
+    if (!given.count("graph_reuse")) out += cat(out.empty() ? "" : ",", "graph_reuse=", reuse ? 1 : 0);
+    return out;
+}
+
+void apply_fixed_shape(ServeConfig& c, const EngineChoice& e) {
+    if (e.seqs) {
+        require(e.seqs >= 1 && e.seqs <= 256, "--seqs ", e.seqs, ": must be in 1..256");
+        c.seqs = e.seqs;
+    }
+    if (e.n_ctx) {
+        const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
+        require(e.n_ctx >= 2 && e.n_ctx <= ctx_max, "--n-ctx ", e.n_ctx, ": must be in 2..", ctx_max, " for model ",
+                c.model_name);
+        c.n_ctx = e.n_ctx;
+        c.max_prompt = std::min(c.max_prompt, c.n_ctx - 1);
+    }
+}
+
 }  // namespace
 
 ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
@@ -71,12 +96,12 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     c.accept_mean = static_cast<float>(rng.unit());
     const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
     c.n_ctx = int(rng.range(std::min(ctx_max, c.max_prompt + 1), ctx_max));
-    if (c.engine.engine == "kvweld-paged") {
-        try {
-            c.engine.params = with_drawn_paged_params(c, rng);
-        } catch (const std::runtime_error& e) {  // a bad --params, named
-            throw Error(cat("engine kvweld-paged: ", e.what()));
-        }
+    apply_fixed_shape(c, engine);
+    try {  // a bad --params is named
+        if (c.engine.engine == "kvweld-paged") c.engine.params = with_drawn_paged_params(c, rng);
+        if (c.engine.engine == "llamacpp") c.engine.params = with_drawn_llamacpp_params(c, rng);
+    } catch (const std::runtime_error& e) {
+        throw Error(cat("engine ", c.engine.engine, ": ", e.what()));
     }
     return c;
 }
@@ -108,6 +133,9 @@ void to_json(nlohmann::json& j, const ServeConfig& c) {
          {"max_new", c.max_new},
          {"max_chunk", c.max_chunk},
          {"accept_mean", c.accept_mean}};
+    // What the command line fixed, for the reproduce command (absent: drawn).
+    if (c.engine.seqs) j["engine"]["fixed_seqs"] = c.engine.seqs;
+    if (c.engine.n_ctx) j["engine"]["fixed_n_ctx"] = c.engine.n_ctx;
 }
 
 ServeConfig serve_config_from_json(const nlohmann::json& j) {
@@ -115,7 +143,8 @@ ServeConfig serve_config_from_json(const nlohmann::json& j) {
     c.seed = json_field<std::uint64_t>(j, "seed");
     const nlohmann::json& e = j.contains("engine") ? j.at("engine") : nlohmann::json();
     c.engine = {json_field<std::string>(e, "name"), json_field<std::string>(e, "params"),
-                json_field<std::string>(e, "faults")};
+                json_field<std::string>(e, "faults"), e.contains("fixed_seqs") ? json_int_in(e, "fixed_seqs", 1, 256) : 0,
+                e.contains("fixed_n_ctx") ? json_int_in(e, "fixed_n_ctx", 2, 4096) : 0};
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
     for (int k = 0; k < kServeOpKinds; ++k) {
         const std::string name(to_string(ServeOpKind(k)));

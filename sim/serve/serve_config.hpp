@@ -16,10 +16,13 @@
 
 namespace kvweld::sim {
 
+// What the command line fixes for every seed; the rest is drawn per seed.
 struct EngineChoice {
     std::string engine = "kvweld";  // a built-in name or a plugin's path
-    std::string params;             // the engine's settings, "k=v,..."
+    std::string params;             // the engine's settings, "k=v,..."; keys not given may be drawn
     std::string faults;             // its fault switches, "a,b"
+    int seqs = 0;                   // sequences open at once (0: drawn)
+    int n_ctx = 0;                  // positions per sequence (0: drawn)
 };
 
 struct ServeConfig {
@@ -46,7 +49,11 @@ struct ServeConfig {
 inline constexpr int kMaxDrawnCtx = 256;
 
 // `capabilities` (KVWELD_CAP_*): fork, reload and swap_layer are drawn only
-// when the engine declares copy_seq, reload and swap_layer.
+// when the engine declares copy_seq, reload and swap_layer. The engine's
+// settings not given in engine.params are drawn per seed where the engine
+// has any (llamacpp: kv_unified, graph_reuse; kvweld-paged: block, blocks).
+// engine.seqs and engine.n_ctx, when set, replace the drawn values (checked:
+// an Error names a value out of range).
 ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
                               std::uint32_t capabilities);
 

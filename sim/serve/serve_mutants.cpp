@@ -3,6 +3,7 @@
 #include "adapters/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "sim/mutants.hpp"
 #include "sim/serve/engine_choice.hpp"
 
 #include <cstdio>
@@ -35,10 +36,12 @@ ServeSwarmResult swarm_with(const ServeMutantsOptions& o, const std::string& fau
 ServeMutantsResult run_serve_mutants(const ServeMutantsOptions& o,
                                      const std::function<void(const std::string&)>& progress) {
     const auto library = engine_library(o.engine.engine);
-    const std::vector<std::string> listed = abi::split_list(library->api().fault_names);
-    std::vector<std::string> faults = o.faults.empty() ? listed : o.faults;
+    const std::vector<abi::ListedFault> listed = abi::split_fault_list(library->api().fault_names);
+    std::vector<std::string> faults = o.faults;
+    if (faults.empty())
+        for (const abi::ListedFault& f : listed) faults.push_back(f.name);
     for (const std::string& f : faults)
-        require(std::find(listed.begin(), listed.end(), f) != listed.end(), "engine ", library->api().name,
+        require(abi::lists_fault(library->api().fault_names, f), "engine ", library->api().name,
                 " has no fault switch '", f, "': its switches are ",
                 listed.empty() ? std::string("(none)") : std::string(library->api().fault_names));
     require(!faults.empty(), "engine ", library->api().name, " lists no fault switches: nothing to kill");
@@ -49,15 +52,22 @@ ServeMutantsResult run_serve_mutants(const ServeMutantsOptions& o,
         const ServeSwarmResult s = swarm_with(o, fault);
         ServeMutantRow row;
         row.fault = fault;
+        for (const abi::ListedFault& f : listed)
+            if (f.name == fault && !f.classes.empty()) row.expected = Detections::parse(f.classes);
         for (const ServeResult& seed : s.seeds) {
             ++row.by_verdict[std::size_t(seed.verdict)];
-            if (seed.verdict != Verdict::pass && !row.first_seed) {
+            if (seed.verdict == Verdict::pass) continue;
+            if (!row.first_seed) {
                 row.first_seed = seed.config.seed;
                 row.failure = seed.failure;
             }
+            if (row.expected && !matches(*row.expected, seed.verdict) && !row.outside_seed)
+                row.outside_seed = seed.config.seed;
         }
         if (progress)
-            progress(cat(fault, ": ", row.killed() ? cat("killed, first at seed ", *row.first_seed) : "survived"));
+            progress(cat(fault, ": ", row.killed()   ? cat("killed, first at seed ", *row.first_seed)
+                                      : row.caught() ? "caught, but not as declared"
+                                                     : "survived"));
         r.rows.push_back(std::move(row));
     }
     return r;
@@ -68,16 +78,25 @@ std::string serve_mutants_table(const ServeMutantsResult& r, const ServeMutantsO
                           " ops each\n", r.clean.oracles.describe(), "\n");
     out += cat("clean engine: ", o.seeds - r.clean.failures, " of ", o.seeds, " seeds pass\n");
     char line[256];
-    std::snprintf(line, sizeof line, "%-22s %-8s %-14s %s\n", "fault", "killed", "seeds-to-kill", "outcomes");
+    std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", "fault", "killed", "seeds-to-kill",
+                  "declared classes", "outcomes");
     out += line;
     for (const ServeMutantRow& row : r.rows) {
         std::string outcomes;
         for (int v = 0; v < kVerdicts; ++v)
             if (row.by_verdict[std::size_t(v)])
                 outcomes += cat(outcomes.empty() ? "" : ", ", to_string(Verdict(v)), " ", row.by_verdict[std::size_t(v)]);
-        std::snprintf(line, sizeof line, "%-22s %-8s %-14s %s\n", row.fault.c_str(), row.killed() ? "yes" : "NO",
-                      row.killed() ? std::to_string(*row.first_seed + 1).c_str() : "-", outcomes.c_str());
+        std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", row.fault.c_str(), row.killed() ? "yes" : "NO",
+                      row.caught() ? std::to_string(*row.first_seed + 1).c_str() : "-",
+                      row.expected ? row.expected->describe().c_str() : "(none declared)", outcomes.c_str());
         out += line;
+    }
+    for (const ServeMutantRow& row : r.rows) {
+        if (!row.expected)
+            out += cat("  ", row.fault, ": the plugin declares no classes for it (ABI 4: \"name:class|class\" in "
+                       "fault_names), so its failures cannot be judged\n");
+        if (row.outside_seed)
+            out += cat("  ", row.fault, ": seed ", *row.outside_seed, " failed outside its declared classes\n");
     }
     for (const ServeMutantRow& row : r.rows)
         if (row.failure)

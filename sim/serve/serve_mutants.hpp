@@ -1,9 +1,13 @@
 // The kill matrix for an engine behind the ABI: the clean engine must pass
 // every seed, and each of the fault switches the plugin lists
-// (api.fault_names) must be caught on at least one seed of the same budget.
-// Every seed runs for every fault; the table shows the outcome per class.
+// (api.fault_names) must be caught on at least one seed of the same budget,
+// every failing seed in one of the classes the plugin declares for it
+// ("name:class|class", ABI version 4). A fault without declared classes
+// cannot be judged and fails its row. Every seed runs for every fault; the
+// table shows the outcome per class.
 #pragma once
 
+#include "engine/faults.hpp"
 #include "sim/serve/serve_run.hpp"
 
 #include <array>
@@ -23,10 +27,14 @@ struct ServeMutantsOptions {
 
 struct ServeMutantRow {
     std::string fault;
+    std::optional<Detections> expected;                 // the declared classes (nullopt: none declared)
     std::array<std::uint64_t, kVerdicts> by_verdict{};  // seeds per verdict, pass included
     std::optional<std::uint64_t> first_seed;           // the first failing seed
     std::optional<Failure> failure;                    // its failure
-    bool killed() const { return first_seed.has_value(); }
+    std::optional<std::uint64_t> outside_seed;         // the first seed that failed outside `expected`
+    bool caught() const { return first_seed.has_value(); }
+    // Caught, and every failing seed in a declared class.
+    bool killed() const { return caught() && expected && !outside_seed; }
 };
 
 struct ServeMutantsResult {

@@ -188,6 +188,8 @@ std::string serve_reproduce_command(const ServeConfig& c, int steps) {
     std::string cmd = cat("kvweld sim --engine ", c.engine.engine, " --seed ", c.seed, " --steps ", steps,
                           " --model ", c.model_name);
     if (!c.engine.params.empty()) cmd += cat(" --params ", c.engine.params);
+    if (c.engine.seqs) cmd += cat(" --seqs ", c.engine.seqs);
+    if (c.engine.n_ctx) cmd += cat(" --n-ctx ", c.engine.n_ctx);
     if (!c.engine.faults.empty()) cmd += cat(" --fault ", c.engine.faults);
     return cmd;
 }
@@ -206,6 +208,7 @@ std::string stats_rows(const ServeStats& s, const OracleReport& oracles) {
         out += table_row("plans run / reused", cat(s.plans, " / ", s.reused));
         out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),
                                                      s.may_reuse ? cat(", +", s.may_reuse, " allowed") : "", ")"));
+        out += table_row("reuse required (of a shared plan)", cat(s.must_reuse, " (", s.must_reuse_shared, ")"));
     }
     return out;
 }

@@ -47,6 +47,7 @@ void ServeStats::add(const ServeStats& o) {
     plans += o.plans;
     reused += o.reused;
     must_reuse += o.must_reuse;
+    must_reuse_shared += o.must_reuse_shared;
     may_reuse += o.may_reuse;
     builds += o.builds;
     rebinds += o.rebinds;
@@ -57,7 +58,9 @@ std::string OracleReport::describe() const {
     auto one = [](const char* name, bool on, const std::string& why) {
         return cat("; ", name, on ? " on" : cat(" unavailable (", why, ")"));
     };
-    return cat("  oracles: data on", one("accounting", accounting, accounting_why_not), one("kv", kv, kv_why_not),
+    return cat("  oracles: data on", one("accounting", accounting, accounting_why_not),
+               accounting ? one("plan identity", plan_identity, plan_identity_why_not) : "",
+               one("kv", kv, kv_why_not),
                one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not));
 }
 
@@ -71,6 +74,10 @@ ServeSimulator::ServeSimulator(const ServeConfig& config)
     else
         rule_ = reuse_rule_for(engine_->name(), config_, oracles_.accounting_why_not);
     oracles_.accounting = rule_ != nullptr;
+    oracles_.plan_identity = rule_ && (engine_->capabilities() & KVWELD_CAP_PLAN_SERIAL);
+    if (!oracles_.plan_identity)
+        oracles_.plan_identity_why_not = cat("engine ", engine_->name(), " reports no plan serial");
+    read_counters();  // the first report is the baseline every later one must not fall below
     oracles_.kv = engine_->capabilities() & KVWELD_CAP_READ_KV;
     if (!oracles_.kv) oracles_.kv_why_not = cat("engine ", engine_->name(), " cannot read back its KV rows");
     oracles_.weld = engine_->capabilities() & KVWELD_CAP_STORAGE;
@@ -168,6 +175,7 @@ bool ServeSimulator::apply(const ServeOp& op, std::size_t op_index) {
             case ServeOpKind::grow: pool_op(op.kind); break;
         }
         check_blocks(false);
+        read_counters();
     } catch (const Stop&) {
         return false;
     } catch (const Error& e) {  // the engine refused a valid op
@@ -346,7 +354,7 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
         seqs.push_back(p.seq);
         tokens.push_back(p.token);
     }
-    const auto before = rule_ ? engine_->counters() : std::nullopt;
+    const auto before = read_counters();
     const auto start = std::chrono::steady_clock::now();
     const std::vector<float> got = engine_->decode(seqs, tokens);
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -379,8 +387,9 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
     std::vector<int> seqs;
     for (const Pair& p : pairs) seqs.push_back(p.seq);
     const ReuseExpectation e = rule_->on_decode(seqs);
-    const auto after = engine_->counters();
+    const auto after = read_counters();
     require(before && after, "engine ", engine_->name(), " stopped reporting its counters");
+    if (oracles_.plan_identity) check_plan_identity(pairs, std::int64_t(after->builds - before->builds));
     const auto delta = [](std::uint64_t a, std::uint64_t b) { return std::int64_t(a) - std::int64_t(b); };
     const std::int64_t reused = delta(after->reused, before->reused);
     const std::int64_t builds = delta(after->builds, before->builds);
@@ -388,6 +397,7 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
     stats_.plans += std::uint64_t(e.plans);
     stats_.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
     stats_.must_reuse += std::uint64_t(e.must_reuse);
+    stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
     stats_.builds += std::uint64_t(std::max<std::int64_t>(0, builds));
     stats_.rebinds += std::uint64_t(std::max<std::int64_t>(0, rebound));
@@ -403,8 +413,6 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
                    e.may_reuse ? cat("..", e.must_reuse + e.may_reuse) : "", e.builds ? cat(", builds ", *e.builds) : "",
                    e.rebinds ? cat(", rebinds ", *e.rebinds) : "", " (", rule_->why_last(), ")");
     };
-    if (reused < 0 || builds < 0 || rebound < 0)
-        fail(Verdict::engine_error, Oracle::accounting, cat("counters went backwards: ", counted()));
     // Less preparation than the rule justifies is missed: more reuse than
     // allowed, fewer builds, or fewer builds and rebinds together (judged
     // first: a build done as a rebind is a missed build). More is spurious.
@@ -415,6 +423,38 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
         fail(Verdict::missed_invalidation, Oracle::accounting, counted());
     if (reused < e.must_reuse || (e.builds && builds > *e.builds) || (counts_preparation && prepared > justified))
         fail(Verdict::spurious_invalidation, Oracle::accounting, counted());
+}
+
+std::optional<kvweld_engine_counters> ServeSimulator::read_counters() {
+    if (!rule_) return std::nullopt;
+    const auto now = engine_->counters();
+    require(now.has_value(), "engine ", engine_->name(), " stopped reporting its counters");
+    const auto was = last_counters_;
+    last_counters_ = now;
+    if (was && (now->builds < was->builds || now->reused < was->reused || now->rebound < was->rebound))
+        fail(Verdict::engine_error, Oracle::accounting,
+             cat("counters went down: builds ", was->builds, " -> ", now->builds, ", reused ", was->reused, " -> ",
+                 now->reused, ", rebound ", was->rebound, " -> ", now->rebound,
+                 " (a counter that restarts hides the work it counted)"));
+    return now;
+}
+
+void ServeSimulator::check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds) {
+    std::set<std::uint64_t> fresh;  // serials this call showed for the first time in the run
+    std::set<int> asked;
+    for (const Pair& p : pairs) {
+        if (!asked.insert(p.seq).second) continue;
+        const std::uint64_t serial = engine_->plan_serial(p.seq);
+        if (serial == 0)
+            fail(Verdict::engine_error, Oracle::accounting,
+                 cat("sequence ", p.seq, " was decoded but reports no plan serial"));
+        if (!plan_serials_.count(serial)) fresh.insert(serial);
+    }
+    plan_serials_.insert(fresh.begin(), fresh.end());
+    if (std::int64_t(fresh.size()) > builds || (builds > 0 && fresh.empty()))
+        fail(Verdict::engine_error, Oracle::accounting,
+             cat("the counters say ", builds, " builds but the call's sequences show ", fresh.size(),
+                 " plan serials never seen before: the counters do not describe what the engine did"));
 }
 
 }  // namespace kvweld::sim

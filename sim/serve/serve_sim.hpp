@@ -41,6 +41,7 @@ struct ServeStats {
     std::uint64_t plans = 0;       // plans the rule says the calls ran
     std::uint64_t reused = 0;      // reuses the engine counted
     std::uint64_t must_reuse = 0;  // reuses the rule required
+    std::uint64_t must_reuse_shared = 0;  // of them, of a plan serving several sequences
     std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
     std::uint64_t builds = 0, rebinds = 0;  // what the engine counted besides reuses
     double max_logit_error = 0.0;
@@ -54,7 +55,8 @@ struct ServeStats {
 // Which oracles ran, and why the others could not.
 struct OracleReport {
     bool accounting = false, weld = false, kv = false, blocks = false;
-    std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not;
+    bool plan_identity = false;  // part of accounting: counted builds against the plan serial
+    std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not;
     std::string describe() const;
 };
 
@@ -130,6 +132,13 @@ private:
     // One engine call, every row checked; returns the reference's logits per pair.
     std::vector<std::vector<float>> checked_decode(const std::vector<Pair>& pairs);
     void check_accounting(const std::vector<Pair>& pairs, const std::optional<kvweld_engine_counters>& before);
+    // The engine's counters (nullopt without a rule), checked against the
+    // last read: they never go down, across every op, reloads included.
+    std::optional<kvweld_engine_counters> read_counters();
+    // The plan identity (KVWELD_CAP_PLAN_SERIAL): after a call, each plan
+    // serial first seen on one of its sequences needs a build the call
+    // counted, and a call that counts builds must show a new serial.
+    void check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds);
     void record(Verdict v, Oracle o, std::string detail);
     void fail(Verdict v, Oracle o, std::string detail);  // record, then end the op (throws Stop)
 
@@ -141,6 +150,8 @@ private:
     OracleReport oracles_;
     std::vector<std::optional<ServeRequest>> requests_;  // per sequence id
     std::set<std::uint64_t> seen_serials_;               // every storage serial accepted this run
+    std::optional<kvweld_engine_counters> last_counters_;  // the last counters read
+    std::set<std::uint64_t> plan_serials_;               // every plan serial seen this run
     std::optional<BlockModel> blocks_;                   // paged engines: the block ownership the op log implies
     std::uint64_t pool_storage_ = 0;                     // the pool storage the simulator accepted
     int pool_grows_ = 0;                                 // the block model's grows it was accepted at

@@ -2,6 +2,7 @@
 // llama.cpp as plugins agree with the reference on interleaved sequences,
 // truncate, clear and copy; every broken plugin is a clear Error, never a
 // crash.
+#include "adapters/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
@@ -10,6 +11,7 @@
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
 #include "sim/engine_plugin.hpp"
+#include "sim/tests/llama_required.hpp"
 
 #include <gtest/gtest.h>
 
@@ -146,7 +148,7 @@ void PrintTo(const PluginCase& c, std::ostream* os) { *os << c.name; }
 class Plugin : public ::testing::TestWithParam<PluginCase> {
 protected:
     void SetUp() override {
-        if (!*GetParam().path) GTEST_SKIP() << GetParam().name << " plugin not built (llama.cpp not found: scripts/setup)";
+        if (!*GetParam().path) KVWELD_WITHOUT_LLAMA(GetParam().name << " plugin not built (llama.cpp not found: scripts/setup)");
         library_ = PluginLibrary::open(GetParam().path);
         model_path_ = write_model(*library_, model_);
         engine_ = std::make_unique<PluginEngine>(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, nullptr});
@@ -373,12 +375,34 @@ TEST(PluginFaults, RandomOpsCatchThem) {
     std::filesystem::remove(path);
 }
 
+// Version 4: each fault a plugin lists carries the classes its failures
+// may show as, and they parse; kvweld's own come from the engine's table.
+TEST(PluginFaultClasses, EveryBuiltinPluginDeclaresThem) {
+    for (const char* path : {KVWELD_PLUGIN_PATH, KVWELD_PAGED_PLUGIN_PATH, LLAMACPP_PLUGIN_PATH}) {
+        if (!*path) continue;
+        const auto library = PluginLibrary::open(path);
+        const auto listed = abi::split_fault_list(library->api().fault_names);
+        EXPECT_EQ(listed.empty(), !kFaultsCompiled && std::string(library->api().name) != "llamacpp") << path;
+        for (const abi::ListedFault& f : listed) {
+            ASSERT_FALSE(f.classes.empty()) << path << ": " << f.name;
+            EXPECT_FALSE(Detections::parse(f.classes).empty()) << f.name;
+            for (const FaultInfo& info : all_faults())
+                if (info.name == f.name) {
+                    EXPECT_EQ(f.classes, info.expected.describe()) << f.name;
+                }
+        }
+    }
+}
+
 TEST(BrokenPlugins, AreRefusedWithTheReason) {
     expect_error([] { PluginLibrary::open("/nonexistent/plugin.so"); }, {"/nonexistent/plugin.so", "cannot load"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_4); }, {"has no symbol 'kvweld_engine_entry'"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_1); },
                  {cat("ABI version ", KVWELD_ENGINE_ABI_VERSION + 98), cat("speaks versions 2..", KVWELD_ENGINE_ABI_VERSION)});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_2); }, {"required function"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_5); },
+                 {"fault 'lies' with bad classes", "'wrong_answer'", "stale_decode, spurious_invalidation"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_6); }, {"version 4 capability in an older table"});
     const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
     expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr}); },
                  {"engine broken: create failed: no model here"});

@@ -7,7 +7,9 @@
 #include "engine/faults.hpp"
 #include "sim/serve/engine_choice.hpp"
 #include "sim/serve/reuse_rule.hpp"
+#include "sim/serve/serve_mutants.hpp"
 #include "sim/serve/serve_run.hpp"
+#include "sim/tests/llama_required.hpp"
 
 #include <gtest/gtest.h>
 
@@ -62,9 +64,18 @@ TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
     c.seqs = 8;  // 512 cells: the window follows occupancy
     auto loose = llamacpp_reuse_rule(c);
     decode(*loose, {0});
-    const ReuseExpectation e = decode(*loose, {1});
-    EXPECT_EQ(e.must_reuse, 0);
-    EXPECT_EQ(e.may_reuse, 1);
+    // Two tokens placed since the cache was empty: the window is provably
+    // 256, so a same-shape graph must be reused.
+    EXPECT_EQ(decode(*loose, {1}).must_reuse, 1);
+    const std::vector<int> long_run(150, 2);
+    decode(*loose, long_run);  // 152 placed
+    EXPECT_EQ(decode(*loose, long_run).must_reuse, 0);  // 302 placed: the window may have grown
+    EXPECT_EQ(decode(*loose, long_run).may_reuse, 1);
+    loose->on_clear_all();  // every cell freed, the head back at 0
+    decode(*loose, {3});    // the previous graph's window was past the bound
+    const ReuseExpectation e = decode(*loose, {3});
+    EXPECT_EQ(e.must_reuse, 1);
+    EXPECT_EQ(e.may_reuse, 0);
 }
 
 TEST(LlamacppRule, DisabledReuseMeansNone) {
@@ -100,7 +111,7 @@ protected:
         try {
             engine_plugin_path(GetParam());
         } catch (const Error& e) {
-            GTEST_SKIP() << e.what();
+            KVWELD_WITHOUT_LLAMA(e.what());
         }
     }
 };
@@ -141,7 +152,7 @@ TEST(ServeShrink, KeepsTheFailureClassWithFewerOps) {
     try {
         engine_plugin_path("llamacpp");
     } catch (const Error& e) {
-        GTEST_SKIP() << e.what();
+        KVWELD_WITHOUT_LLAMA(e.what());
     }
     const ServeResult failing = run_serve_generated(config_for("llamacpp", 0, "", "truncate_one_short"), 200);
     ASSERT_EQ(failing.verdict, Verdict::stale_decode) << serve_report(failing);
@@ -199,7 +210,7 @@ TEST(ServeStorageOracles, UnavailableOnesAreNamedWithTheReason) {
     try {
         engine_plugin_path("llamacpp");
     } catch (const Error& e) {
-        GTEST_SKIP() << e.what();
+        KVWELD_WITHOUT_LLAMA(e.what());
     }
     const ServeResult r = run_serve_generated(config_for("llamacpp", 5), 50);
     EXPECT_FALSE(r.oracles.kv);
@@ -207,6 +218,20 @@ TEST(ServeStorageOracles, UnavailableOnesAreNamedWithTheReason) {
     EXPECT_NE(r.oracles.describe().find("weld and ledger unavailable (engine llamacpp reports no storage identity)"),
               std::string::npos)
         << r.oracles.describe();
+}
+
+// A fault row is killed only when it was caught and every failing seed is
+// in a class the plugin declared; a fault without declared classes cannot
+// be judged, so its row fails however often it was caught.
+TEST(ServeMutants, AKillNeedsEveryFailureInADeclaredClass) {
+    ServeMutantRow row;
+    row.first_seed = 0;
+    EXPECT_TRUE(row.caught());
+    EXPECT_FALSE(row.killed());  // no classes declared
+    row.expected = Detections{Detection::stale_decode};
+    EXPECT_TRUE(row.killed());
+    row.outside_seed = 3;  // a seed failed as, say, an engine error
+    EXPECT_FALSE(row.killed());
 }
 
 }  // namespace

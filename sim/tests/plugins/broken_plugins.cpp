@@ -1,6 +1,8 @@
 // Plugins that are broken on purpose, one per build (BROKEN_KIND), for the
 // loader's error tests: a wrong ABI version, a missing function, a create
-// that fails, and a library without the entry symbol.
+// that fails, a library without the entry symbol, a fault listed with a
+// class that does not exist, and a version 3 table declaring version 4's
+// plan identity.
 #include "kvweld/engine_abi.h"
 
 #include <cstring>
@@ -22,17 +24,30 @@ int all(kvweld_engine*, char*, size_t) { return 0; }
 constexpr kvweld_engine_api kApi = {
 #if BROKEN_KIND == 1
     KVWELD_ENGINE_ABI_VERSION + 98,
+#elif BROKEN_KIND == 6
+    3,
 #else
     KVWELD_ENGINE_ABI_VERSION,
 #endif
-    "broken", "llama2c", 0, "", fail_create, destroy,
+    "broken", "llama2c",
+#if BROKEN_KIND == 6
+    KVWELD_CAP_PLAN_SERIAL,
+#else
+    0,
+#endif
+#if BROKEN_KIND == 5
+    "lies:stale_decode|wrong_answer",
+#else
+    "",
+#endif
+    fail_create, destroy,
 #if BROKEN_KIND == 2
     nullptr,
 #else
     vocab,
 #endif
     seq_op, seq_op, decode, trunc, seq_op, all, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-    nullptr, nullptr, nullptr, nullptr,
+    nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 }  // namespace
