@@ -126,6 +126,7 @@ std::span<const float> CpuPlan::run(const StepParams& step) {
     require(!paged_ || !step.blocks.empty(), "paged plan: the step brings no block table");
     const std::span<const int> table = paged_ ? table_of(step) : std::span<const int>{};
     for (const Op& op : ops_) exec(op, step, table);
+    written_ = std::max(written_, step.pos + 1);
     return logits_;
 }
 
@@ -204,6 +205,7 @@ void CpuPlan::exec(const Op& op, const StepParams& step, std::span<const int> ta
             break;
         }
         case OpKind::kv_write:
+            if (fault_on(Fault::refeed_write_skipped) && step.pos < written_) break;
             // The fault writes every token at the offset the plan was built at.
             write_kv(op.layer, fault_on(Fault::offset_not_rebound) ? key_.position : step.pos, table);
             break;

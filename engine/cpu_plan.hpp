@@ -89,6 +89,7 @@ private:
     std::vector<KvLayer> kv_;  // the welded KV storage, pinned (dense)
     std::shared_ptr<PoolStorage> paged_;  // the welded pool storage, pinned (paged)
     int block_size_ = 0;
+    int written_ = 0;  // positions this plan has written up to (the refeed_write_skipped fault)
     std::vector<int> first_table_;  // read only under the stale_block_table fault
     std::vector<const float*> k_blocks_, v_blocks_;  // one step's block rows, per layer
     std::vector<float> zero_block_;

@@ -46,6 +46,11 @@ constexpr std::array kFaults = {
               "model identity by a digest of its weights (a same-weights reload keeps the plan)", FaultDesign::both},
     FaultInfo{Fault::build_counted_as_kept, "build_counted_as_kept", {D::engine_error},
               "the session counts a rebuild as a kept plan (a reuse counter that lies)"},
+    // A prefix cache keyed by position, not by token: after a rewind the
+    // rows fed again are taken as still written. Fed the same tokens they
+    // are, so only a re-feed of other tokens (or poisoned rows) shows it.
+    FaultInfo{Fault::refeed_write_skipped, "refeed_write_skipped", {D::stale_decode},
+              "a position below the plan's high-water mark skips its KV write (rows fed again are taken as written)"},
     FaultInfo{Fault::stale_block_table, "stale_block_table", {D::stale_decode},
               "the paged plan keeps the block table it first ran with (not rebound per step)", FaultDesign::paged},
     FaultInfo{Fault::freed_block_in_table, "freed_block_in_table", {D::stale_decode},
@@ -53,7 +58,7 @@ constexpr std::array kFaults = {
     FaultInfo{Fault::cow_skipped, "cow_skipped", {D::stale_decode},
               "copy on write skipped: a shared prefix block is written in place", FaultDesign::paged},
     FaultInfo{Fault::grow_keeps_id, "grow_keeps_id", kStaleOrMissed,
-              "a pool grow replaces the storage but keeps the pool's id", FaultDesign::paged},
+              "a pool grow or reset replaces the storage but keeps the pool's id", FaultDesign::paged},
     FaultInfo{Fault::compact_skips_table, "compact_skips_table", {D::stale_decode},
               "compaction moves a block without re-pointing one table that holds it", FaultDesign::paged},
     FaultInfo{Fault::refcount_off_by_one, "refcount_off_by_one", {D::stale_decode},

@@ -31,11 +31,12 @@ enum class Fault : std::uint8_t {
     position_in_key,         // per-token data in the key
     model_key_by_content,    // model identity by a digest of the weights
     build_counted_as_kept,   // the session counts a rebuild as a kept plan
+    refeed_write_skipped,    // a position below the plan's high-water mark is taken as written
     // Paged KV (engine/kv_pool.hpp): only the paged design can show these.
     stale_block_table,     // the plan keeps the block table it first ran with
     freed_block_in_table,  // truncate frees blocks but leaves them in the table
     cow_skipped,           // a write into a shared block goes in place
-    grow_keeps_id,         // grow replaces the storage but keeps the pool's id
+    grow_keeps_id,         // grow (or reset) replaces the storage but keeps the pool's id
     compact_skips_table,   // compaction moves a block without re-pointing one table
     refcount_off_by_one,   // fork takes no reference on the last block
 };

@@ -161,7 +161,7 @@ void KvPool::reset() {
     std::fill(refs_.begin(), refs_.end(), 0);
     free_.clear();
     for (int b = n_blocks() - 1; b >= 0; --b) free_.push_back(b);
-    alloc_id_ = KvAllocId::mint();
+    if (!fault_on(Fault::grow_keeps_id)) alloc_id_ = KvAllocId::mint();
 }
 
 std::pair<int, int> PagedSequence::locate(const KvPool& pool, int pos) const {

@@ -26,4 +26,10 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
 // logits of order 1 it is an absolute difference; for larger ones, relative.
 double logit_error(std::span<const float> got, std::span<const float> want);
 
+// The data and kv oracles' tolerance on logit_error, one value for every
+// simulator and test that judges an engine: the CPU reference and a plan
+// agree to about 1e-6 (reports show it), and one stale KV row moves the
+// logits by far more (sim/tests/oracles_test.cpp measures the margin).
+inline constexpr double kDataTolerance = 1e-4;
+
 }  // namespace kvweld

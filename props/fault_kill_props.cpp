@@ -44,6 +44,7 @@ const std::vector<Expected>& expected_kills() {
         {Fault::position_in_key, {P::validity, P::accounting}},
         {Fault::model_key_by_content, {P::validity, P::accounting}},
         {Fault::build_counted_as_kept, {P::accounting}},
+        {Fault::refeed_write_skipped, {P::data}},
     };
     return table;
 }

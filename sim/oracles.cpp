@@ -27,7 +27,6 @@ namespace {
 
 // Data and KV oracle tolerance on logit_error() (engine/reference.hpp). For
 // values of order 1 (all simulated models) this is an absolute 1e-4.
-constexpr double kTolerance = 1e-4;
 
 bool rows_equal(const KvStorage& a, const KvStorage& b, int rows) {
     const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(a.kv_dim());
@@ -112,8 +111,8 @@ void Simulator::count_blindness(const Blindness& b, const Request& r, int pos) {
     const int kv_dim = config_.model.kv_dim();
     for (std::size_t i = 0; kv_blind && i < b.layers.size(); ++i) {
         const auto l = static_cast<std::size_t>(b.layers[i]);
-        kv_blind = logit_error(b.key_before[i], row_of(r.shadow->key[l], pos, kv_dim)) <= kTolerance &&
-                   logit_error(b.value_before[i], row_of(r.shadow->value[l], pos, kv_dim)) <= kTolerance;
+        kv_blind = logit_error(b.key_before[i], row_of(r.shadow->key[l], pos, kv_dim)) <= kDataTolerance &&
+                   logit_error(b.value_before[i], row_of(r.shadow->value[l], pos, kv_dim)) <= kDataTolerance;
     }
     if (!(b.data_blind && kv_blind)) return;
     ++stats_.independent_blind;
@@ -175,10 +174,10 @@ void Simulator::check_data(int s, int token, std::span<const float> logits, std:
     const int pos = static_cast<int>(slots_[s].request->history.size());
     const double err = logit_error(logits, want);
     stats_.max_logit_error = std::max(stats_.max_logit_error, err);
-    if (!(err <= kTolerance))
+    if (!(err <= kDataTolerance))
         fail(Verdict::stale_decode, Oracle::data,
              cat("slot ", s, " position ", pos, " token ", token,
-                 ": max |logit - reference| / max(1, |reference|) = ", err, " > ", kTolerance));
+                 ": max |logit - reference| / max(1, |reference|) = ", err, " > ", kDataTolerance));
 }
 
 // Reads the ledger's storage, never the plan's: a stale plan that writes
@@ -194,10 +193,10 @@ void Simulator::check_kv(int s, int pos) {
         const double err = std::max(logit_error(row_of(got.key_row(pos), kv_dim), row_of(want.key[l], pos, kv_dim)),
                                     logit_error(row_of(got.value_row(pos), kv_dim), row_of(want.value[l], pos, kv_dim)));
         stats_.max_kv_error = std::max(stats_.max_kv_error, err);
-        if (!(err <= kTolerance))
+        if (!(err <= kDataTolerance))
             fail(Verdict::stale_decode, Oracle::kv,
                  cat("slot ", s, " position ", pos, " layer ", l, ": the storage the cache holds (serial ",
-                     got.serial().get(), ") has K/V error ", err, " > ", kTolerance,
+                     got.serial().get(), ") has K/V error ", err, " > ", kDataTolerance,
                      " against the reference: the decode wrote somewhere else"));
     }
 }

@@ -68,7 +68,7 @@ int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
 int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
            size_t err_len) {
     return guarded(e, err, err_len, [&] {
-        require(n >= 0, "decode of ", n, " pairs");
+        kvweld::abi::require_batch(e, seqs, tokens, n, [&](int32_t seq) { return seq_of(e, seq).cache.cached_len(); });
         const auto v = static_cast<std::size_t>(vocab(e));
         for (int32_t i = 0; i < n; ++i) {
             kvweld_engine::Seq& s = seq_of(e, seqs[i]);
@@ -95,6 +95,7 @@ int clear_all(kvweld_engine* e, char* err, size_t err_len) {
 // dst gets a cache of its own holding src's rows (new storage, new id).
 int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
+        kvweld::abi::require_distinct(src, dst);
         const kvweld_engine::Seq& from = seq_of(e, src);
         kvweld_engine::Seq& to = seq_of(e, dst);
         kvweld::KvCache copy = fresh_cache(e);

@@ -80,12 +80,11 @@ bool needs_block(const kvweld::KvPool& pool, const kvweld::PagedSequence& s) {
 int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
            size_t err_len) {
     return guarded(e, err, err_len, [&] {
-        require(n >= 0, "decode of ", n, " pairs");
+        kvweld::abi::require_batch(e, seqs, tokens, n, [&](int32_t seq) { return seq_of(e, seq).length(); });
         const auto v = static_cast<std::size_t>(vocab(e));
         kvweld::KvPool& pool = *e->pool_kv;
         for (int32_t i = 0; i < n; ++i) {
             kvweld::PagedSequence& s = seq_of(e, seqs[i]);
-            require(s.length() < e->n_ctx, "sequence ", seqs[i], " is full: n_ctx is ", e->n_ctx);
             if (pool.free_blocks() == 0 && needs_block(pool, s)) pool.grow(kvweld::abi::grown_blocks(pool.n_blocks()));
             const std::span<const float> row = e->session.decode(*e->model, pool, s, tokens[i]);
             std::copy(row.begin(), row.end(), logits + static_cast<std::size_t>(i) * v);
@@ -110,9 +109,9 @@ int clear_all(kvweld_engine* e, char* err, size_t err_len) {
 // dst shares every block of src (prefix sharing; copy on write later).
 int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
+        kvweld::abi::require_distinct(src, dst);
         const kvweld::PagedSequence& from = seq_of(e, src);
         kvweld::PagedSequence& to = seq_of(e, dst);
-        if (src == dst) return;
         to.release_all(*e->pool_kv);
         to = from.fork(*e->pool_kv);
     });
@@ -174,7 +173,12 @@ int pool_op(kvweld_engine* e, int32_t op, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
         kvweld::KvPool& pool = *e->pool_kv;
         if (op == KVWELD_POOL_GROW) return pool.grow(kvweld::abi::grown_blocks(pool.n_blocks()));
-        require(op == KVWELD_POOL_COMPACT, "pool_op: op ", op, ": expected KVWELD_POOL_COMPACT or KVWELD_POOL_GROW");
+        if (op == KVWELD_POOL_RESET) {
+            for (auto& [id, s] : e->seqs) s.release_all(pool);
+            return pool.reset();
+        }
+        require(op == KVWELD_POOL_COMPACT, "pool_op: op ", op,
+                ": expected KVWELD_POOL_COMPACT, KVWELD_POOL_GROW or KVWELD_POOL_RESET");
         std::vector<kvweld::PagedSequence*> live;
         for (auto& [id, s] : e->seqs) live.push_back(&s);
         pool.compact(live);

@@ -13,6 +13,7 @@
 #include "kvweld/engine_abi.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,27 @@ template <class Engine>
 void require_openable(const Engine* e, int32_t seq) {
     require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
     require(!e->seqs.count(seq), "sequence ", seq, " is already open");
+}
+
+// A batch is checked whole before any pair is decoded, so a refused call
+// changes nothing: every sequence open, every token in the vocabulary, and
+// no sequence fed past its n_ctx positions. `length(seq)` is its length now.
+template <class Engine, class Length>
+void require_batch(Engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, Length&& length) {
+    require(n >= 0, "decode of ", n, " pairs");
+    const int vocab = e->model->config().vocab;
+    std::map<int32_t, int> fed;
+    for (int32_t i = 0; i < n; ++i) {
+        seq_of(e, seqs[i]);
+        require(tokens[i] >= 0 && tokens[i] < vocab, "pair ", i, ": token ", tokens[i], " out of range 0..", vocab - 1);
+        const int at = length(seqs[i]) + fed[seqs[i]]++;
+        require(at < e->n_ctx, "pair ", i, ": sequence ", seqs[i], " is full: n_ctx is ", e->n_ctx);
+    }
+}
+
+// copy_seq's own refusal: a sequence copied onto itself.
+inline void require_distinct(int32_t src, int32_t dst) {
+    require(src != dst, "copy_seq: source and destination are both sequence ", src);
 }
 
 // The faults `design` can show through this ABI, by `reachable`, each with

@@ -232,7 +232,8 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
         } free_batch{batch};
         for (int32_t i = 0; i < n; ++i) {
             len_of(e, seqs[i]);
-            require(tokens[i] >= 0 && tokens[i] < e->vocab, "token ", tokens[i], " out of range: vocab is ", e->vocab);
+            require(tokens[i] >= 0 && tokens[i] < e->vocab, "pair ", i, ": token ", tokens[i], " out of range 0..",
+                    e->vocab - 1);
         }
         for (int32_t i = 0; i < n; ++i) {
             const int32_t seq = i == 0 && (e->faults & decode_wrong_seq) ? next_open(e, seqs[0]) : seqs[i];
@@ -290,6 +291,7 @@ int clear_all(kvweld_engine* e, char* err, size_t err_len) {
 
 int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
+        require(src != dst, "copy_seq: source and destination are both sequence ", src);
         const int n = len_of(e, src);
         int& to = len_of(e, dst);
         llama_memory_seq_rm(memory(e), dst, -1, -1);

@@ -301,7 +301,9 @@ std::vector<StorageSerial> CudaPlan::bound_serials() const {
 std::span<const float> CudaPlan::run(const StepParams& step) {
     const auto lock = device_lock();
     cudaStream_t s = stream_.get();
-    *host_step_ = StepData{step.token, step.pos, step.mask_len};
+    const bool skip_write = fault_on(Fault::refeed_write_skipped) && step.pos < written_;
+    *host_step_ = StepData{step.token, step.pos, step.mask_len, skip_write ? 0 : 1};
+    written_ = std::max(written_, step.pos + 1);
     KVWELD_CUDA_CHECK(cudaMemcpyAsync(step_.get(), host_step_.get(), sizeof(StepData), cudaMemcpyHostToDevice, s));
     if (paged_) upload_table(step.blocks);
     if (mode_ == Mode::graph)

@@ -103,6 +103,7 @@ private:
     std::vector<KvLayer> kv_;                     // pinned: the graph writes them (dense)
     std::shared_ptr<PoolStorage> paged_;          // pinned: the graph writes it (paged)
     int block_size_ = 0;
+    int written_ = 0;  // positions this plan has written up to (the refeed_write_skipped fault)
     DeviceBuffer<int> table_;                     // paged: the step's block table
     std::unique_ptr<int, PinnedDeleter> host_table_;
     std::size_t uploaded_ = 0;                    // table entries uploaded (the stale_block_table fault)

@@ -114,7 +114,7 @@ __device__ long long kv_row(const int* table, int block_size, int n_blocks, int 
 
 __global__ void kv_write_kernel_impl(KvWriteArgs a) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= a.kv_dim) return;
+    if (i >= a.kv_dim || !a.step->write) return;
     const int pos = a.fixed_pos >= 0 ? a.fixed_pos : a.step->pos;
     const long long row = kv_row(a.table, a.block_size, a.n_blocks, a.kv_dim, pos);
     if (row < 0) return;

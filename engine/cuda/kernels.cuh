@@ -16,6 +16,7 @@ struct StepData {
     int token;
     int pos;       // KV write offset and RoPE row
     int mask_len;  // attention length
+    int write = 1; // 0: the KV write is skipped (the refeed_write_skipped fault)
 };
 
 struct EmbedArgs {

@@ -28,8 +28,11 @@ extern "C" {
  * 3: paged KV: the blocks and pool_ops capabilities (new fields at the end
  *    of the table; a version 2 plugin still loads, without them).
  * 4: plan_serial (a plan identity per sequence, the plan_serial
- *    capability; a new field at the end of the table), and fault classes
- *    in api.fault_names ("name:class|class"). */
+ *    capability; a new field at the end of the table), fault classes in
+ *    api.fault_names ("name:class|class"), KVWELD_POOL_RESET, and the
+ *    refusals spelled out below (copy_seq onto itself, a token out of
+ *    range, a truncate past the length, a decode on a closed sequence): a
+ *    refused call changes nothing, a whole batch included. */
 #define KVWELD_ENGINE_ABI_VERSION 4u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
@@ -77,6 +80,8 @@ typedef struct kvweld_pool_info {
 
 #define KVWELD_POOL_COMPACT 0 /* move blocks in use to the lowest numbers, in place */
 #define KVWELD_POOL_GROW 1    /* replace the pool's storage with a larger one */
+#define KVWELD_POOL_RESET 2   /* version 4: empty every open sequence and replace the pool's
+                                 storage (same block count, every block free) */
 
 typedef struct kvweld_engine_api {
     uint32_t abi_version;     /* KVWELD_ENGINE_ABI_VERSION the plugin was built with */
@@ -99,13 +104,18 @@ typedef struct kvweld_engine_api {
     int (*open_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
     int (*close_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
     /* n pairs; sequence seqs[i] gets tokens[i] at its next position;
-     * logits[i * vocab .. (i + 1) * vocab) receives that pair's logits. */
+     * logits[i * vocab .. (i + 1) * vocab) receives that pair's logits.
+     * A pair on a sequence that is not open, a token outside 0..vocab-1 or
+     * a sequence past its n_ctx positions fails the whole call, naming the
+     * value, before any pair is decoded. */
     int (*decode)(kvweld_engine* engine, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits,
                   char* err, size_t err_len);
+    /* Keeps the first n positions; n past the length fails, naming it. */
     int (*truncate)(kvweld_engine* engine, int32_t seq, int32_t n, char* err, size_t err_len);
     int (*clear_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
     int (*clear_all)(kvweld_engine* engine, char* err, size_t err_len);
-    /* Optional (NULL unless the capability is declared). */
+    /* Optional (NULL unless the capability is declared). copy_seq: dst (open,
+     * empty or not) gets src's positions; src == dst fails. */
     int (*copy_seq)(kvweld_engine* engine, int32_t src, int32_t dst, char* err, size_t err_len);
     int (*counters)(const kvweld_engine* engine, kvweld_engine_counters* out, char* err, size_t err_len);
     /* Replace the model with the one in model_path (same format and shape),
@@ -134,7 +144,8 @@ typedef struct kvweld_engine_api {
     int (*block_table)(const kvweld_engine* engine, int32_t seq, int32_t* out, int32_t cap, int32_t* n, char* err,
                        size_t err_len);
     int (*block_refcount)(const kvweld_engine* engine, int32_t block, int32_t* out, char* err, size_t err_len);
-    /* KVWELD_CAP_POOL_OPS: op = KVWELD_POOL_COMPACT or KVWELD_POOL_GROW. */
+    /* KVWELD_CAP_POOL_OPS: op = KVWELD_POOL_COMPACT, KVWELD_POOL_GROW or
+     * (version 4) KVWELD_POOL_RESET; another op fails, naming it. */
     int (*pool_op)(kvweld_engine* engine, int32_t op, char* err, size_t err_len);
     /* Version 4, KVWELD_CAP_PLAN_SERIAL: the identity of the plan that
      * decodes sequence `seq`, a serial minted per build (a rebind or a kept

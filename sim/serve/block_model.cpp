@@ -21,8 +21,7 @@ bool BlockModel::append(int seq) {
     bool grew = false;
     if (full || shared) {
         if (in_use() == n_blocks_) {
-            n_blocks_ = abi::grown_blocks(n_blocks_);
-            ++grows_;
+            grow();
             grew = true;
         }
         if (shared) {
@@ -70,6 +69,12 @@ void BlockModel::clear_all() {
 void BlockModel::grow() {
     n_blocks_ = abi::grown_blocks(n_blocks_);
     ++grows_;
+    ++replacements_;
+}
+
+void BlockModel::reset() {
+    clear_all();
+    ++replacements_;
 }
 
 int BlockModel::length(int seq) const {

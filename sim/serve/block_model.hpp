@@ -32,6 +32,7 @@ public:
     int n_blocks() const { return n_blocks_; }
     int in_use() const { return int(refs_.size()); }
     int grows() const { return grows_; }
+    int replacements() const { return replacements_; }  // the pool's storage replaced: grows and resets
 
     // A decode appends one position to `seq`: a new block when its last is
     // full or shared (copy on write). Returns true when the pool had to
@@ -43,6 +44,7 @@ public:
     void clear_all();
     void fork(int src, int dst);  // dst's own blocks go first
     void grow();                  // an explicit grow: twice the blocks
+    void reset();                 // every sequence emptied, the storage replaced, the same blocks
 
     int length(int seq) const;
     // The first difference between this model and what the engine reports:
@@ -64,6 +66,7 @@ private:
 
     int block_size_, n_blocks_;
     int grows_ = 0;
+    int replacements_ = 0;
     std::uint64_t next_ = 1;
     std::map<int, Seq> seqs_;
     std::map<std::uint64_t, int> refs_;  // abstract block -> tables holding it

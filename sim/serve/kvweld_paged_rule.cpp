@@ -6,7 +6,7 @@
 // Clause 1: the first pair ever builds the plan.
 // Clause 2: the first pair after a reload builds (a new model instance).
 // Clause 3: the first pair after the pool's storage was replaced rebinds:
-//   an explicit grow, or this pair's own growth (it needed a block when
+//   an explicit grow or reset, or this pair's own growth (it needed a block when
 //   none was free: the pool doubles first). The block model
 //   (sim/serve/block_model.hpp) says when, from the op log alone.
 // Clause 4: every other pair reuses the plan as kept: opening, closing,
@@ -67,8 +67,8 @@ public:
         reloaded_ = true;
     }
     void on_pool_op(int op) override {
-        if (op != KVWELD_POOL_GROW) return;
-        blocks_.grow();
+        if (op == KVWELD_POOL_COMPACT) return;
+        op == KVWELD_POOL_GROW ? blocks_.grow() : blocks_.reset();
         replaced_ = true;
     }
 

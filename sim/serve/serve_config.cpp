@@ -77,12 +77,14 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     // Without admit and step nothing is decoded; clear_all is rare by nature.
     c.weights[int(ServeOpKind::admit)] = int(rng.range(10, 60));
     c.weights[int(ServeOpKind::step)] = int(rng.range(60, 100));
-    for (ServeOpKind rare : {ServeOpKind::clear_all, ServeOpKind::reload, ServeOpKind::grow})
+    for (ServeOpKind rare : {ServeOpKind::clear_all, ServeOpKind::reload, ServeOpKind::grow, ServeOpKind::reset})
         c.weights[int(rare)] = std::min(c.weights[int(rare)], 3);
+    c.weights[int(ServeOpKind::invalid)] = std::min(c.weights[int(ServeOpKind::invalid)], 10);
     if (!(capabilities & KVWELD_CAP_COPY_SEQ)) c.weights[int(ServeOpKind::fork)] = 0;
     if (!(capabilities & KVWELD_CAP_RELOAD)) c.weights[int(ServeOpKind::reload)] = 0;
     if (!(capabilities & KVWELD_CAP_SWAP_LAYER)) c.weights[int(ServeOpKind::swap_layer)] = 0;
-    if (!(capabilities & KVWELD_CAP_POOL_OPS)) c.weights[int(ServeOpKind::compact)] = c.weights[int(ServeOpKind::grow)] = 0;
+    if (!(capabilities & KVWELD_CAP_POOL_OPS))
+        for (ServeOpKind pool_op : {ServeOpKind::compact, ServeOpKind::grow, ServeOpKind::reset}) c.weights[int(pool_op)] = 0;
     c.seqs = int(rng.range(1, 16));
     c.sampled = rng.chance(0.5);
     const std::vector<std::string_view> models = serve_model_names();
@@ -148,8 +150,8 @@ ServeConfig serve_config_from_json(const nlohmann::json& j) {
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
     for (int k = 0; k < kServeOpKinds; ++k) {
         const std::string name(to_string(ServeOpKind(k)));
-        // compact and grow came later: a trace from before has no weight for them.
-        const bool later = ServeOpKind(k) == ServeOpKind::compact || ServeOpKind(k) == ServeOpKind::grow;
+        // Kinds that came later: a trace from before has no weight for them.
+        const bool later = ServeOpKind(k) >= ServeOpKind::compact;
         c.weights[k] = later && !w.contains(name) ? 0 : json_int_in(w, name.c_str(), 0, 100);
     }
     require(c.weights[int(ServeOpKind::admit)] > 0 && c.weights[int(ServeOpKind::step)] > 0,

@@ -20,6 +20,8 @@ constexpr NameTable<ServeOpKind, kServeOpKinds> kServeOpNames{{
     {ServeOpKind::swap_layer, "swap_layer"},
     {ServeOpKind::compact, "compact"},
     {ServeOpKind::grow, "grow"},
+    {ServeOpKind::reset, "reset"},
+    {ServeOpKind::invalid, "invalid"},
 }};
 
 std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
@@ -27,6 +29,18 @@ std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
     for (int v : values) require(v >= 0, "field '", name, "' holds a negative value ", v);
     return values;
 }
+// A rewrite is written only when drawn (its seed with it).
+void add_rewrite(nlohmann::json& j, const ServeOp& op) {
+    if (!op.rewrite) return;
+    j["rewrite"] = true;
+    j["seed"] = op.seed;
+}
+
+void read_rewrite(const nlohmann::json& j, ServeOp& op) {
+    op.rewrite = j.contains("rewrite") && json_field<bool>(j, "rewrite");
+    if (op.rewrite) op.seed = json_field<std::uint64_t>(j, "seed");
+}
+
 }  // namespace
 
 std::string_view to_string(ServeOpKind k) { return name_in(kServeOpNames, k); }
@@ -38,13 +52,19 @@ void to_json(nlohmann::json& j, const ServeOp& op) {
     switch (op.kind) {
         case ServeOpKind::admit: j["pick"] = op.pick; j["prompt"] = op.tokens; j["max_new"] = op.max_new; break;
         case ServeOpKind::step: j["wants"] = op.wants; j["seed"] = op.seed; break;
-        case ServeOpKind::truncate: j["pick"] = op.pick; j["length"] = op.length; break;
-        case ServeOpKind::fork: j["pick"] = op.pick; j["to"] = op.pick2; break;
-        case ServeOpKind::preempt:
+        case ServeOpKind::truncate: j["pick"] = op.pick; j["length"] = op.length; add_rewrite(j, op); break;
+        case ServeOpKind::fork:
+            j["pick"] = op.pick;
+            j["to"] = op.pick2;
+            if (op.onto_open) j["onto_open"] = true;
+            break;
+        case ServeOpKind::invalid: j["pick"] = op.pick; j["call"] = op.pick2; j["seed"] = op.seed; break;
+        case ServeOpKind::preempt: j["pick"] = op.pick; add_rewrite(j, op); break;
         case ServeOpKind::retire: j["pick"] = op.pick; break;
         case ServeOpKind::clear_all:
         case ServeOpKind::compact:
-        case ServeOpKind::grow: break;
+        case ServeOpKind::grow:
+        case ServeOpKind::reset: break;
         case ServeOpKind::reload: j["same_weights"] = op.same_weights; j["seed"] = op.seed; break;
         case ServeOpKind::swap_layer: j["pick"] = op.pick; j["layer"] = op.layer; break;
     }
@@ -69,16 +89,27 @@ ServeOp serve_op_from_json(const nlohmann::json& j) {
         case ServeOpKind::truncate:
             op.pick = json_field<std::uint32_t>(j, "pick");
             op.length = json_field<std::uint32_t>(j, "length");
+            read_rewrite(j, op);
             break;
         case ServeOpKind::fork:
             op.pick = json_field<std::uint32_t>(j, "pick");
             op.pick2 = json_field<std::uint32_t>(j, "to");
+            op.onto_open = j.contains("onto_open") && json_field<bool>(j, "onto_open");
+            break;
+        case ServeOpKind::invalid:
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.pick2 = json_field<std::uint32_t>(j, "call");
+            op.seed = json_field<std::uint64_t>(j, "seed");
             break;
         case ServeOpKind::preempt:
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            read_rewrite(j, op);
+            break;
         case ServeOpKind::retire: op.pick = json_field<std::uint32_t>(j, "pick"); break;
         case ServeOpKind::clear_all:
         case ServeOpKind::compact:
-        case ServeOpKind::grow: break;
+        case ServeOpKind::grow:
+        case ServeOpKind::reset: break;
         case ServeOpKind::reload:
             op.same_weights = json_field<bool>(j, "same_weights");
             op.seed = json_field<std::uint64_t>(j, "seed");

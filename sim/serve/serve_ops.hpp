@@ -16,8 +16,8 @@ namespace kvweld::sim {
 enum class ServeOpKind : std::uint8_t {
     admit,      // open a free sequence for a new request; its prompt is fed by later steps
     step,       // one engine call for every sequence that takes part (continuous batching)
-    truncate,   // rewind a sequence; the dropped tokens are fed again
-    preempt,    // clear a sequence; its whole history is fed again (re-prefill)
+    truncate,   // rewind a sequence; the dropped tokens are fed again (or others: rewrite)
+    preempt,    // clear a sequence; its whole history is fed again (re-prefill; or another: rewrite)
     fork,       // copy a sequence into a free one; both go on (prefix sharing)
     retire,     // close a sequence
     clear_all,  // clear every sequence; each re-prefills
@@ -25,15 +25,18 @@ enum class ServeOpKind : std::uint8_t {
     swap_layer, // offload and restore: one layer of a sequence's KV moves to new storage, same content
     compact,    // paged KV: the engine moves blocks in use to the lowest numbers, in place
     grow,       // paged KV: the engine replaces its pool's storage with a larger one
+    reset,      // paged KV: every sequence emptied, the pool's storage replaced; every sequence re-prefills
+    invalid,    // a call the engine must refuse, naming the bad value, and that changes nothing
 };
-inline constexpr int kServeOpKinds = 11;
+inline constexpr int kServeOpKinds = 13;
 std::string_view to_string(ServeOpKind k);
 ServeOpKind serve_op_kind_from_string(std::string_view s);  // throws Error naming s
 
 struct ServeOp {
     ServeOpKind kind = ServeOpKind::step;
     std::uint32_t pick = 0;    // which eligible sequence (fork: the source)
-    std::uint32_t pick2 = 0;   // fork: which free sequence
+    std::uint32_t pick2 = 0;   // fork: which destination; invalid: which bad call (of those the state allows)
+    bool onto_open = false;    // fork: onto another open sequence (its positions replaced), where there is one
     std::vector<int> tokens;   // admit: the prompt
     int max_new = 0;           // admit: output budget
     // step: tokens asked of each sequence id (0 = sits out). A sequence in
@@ -41,9 +44,15 @@ struct ServeOp {
     // feeds its pending token and up to wants-1 speculative drafts.
     std::vector<int> wants;
     std::uint32_t length = 0;  // truncate: the new length (mod length + 1)
+    // truncate, preempt: the dropped tokens are fed again changed (each one
+    // replaced by another, drawn from `seed`), so the KV rows at those
+    // positions must be written anew: an engine that skips that write
+    // decodes over the old rows and the data oracle sees it.
+    bool rewrite = false;
     int layer = 0;             // swap_layer: which layer (mod the model's layers)
     bool same_weights = false; // reload: the weights it has now, or new ones from `seed`
-    std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights
+    std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights; rewrite:
+                               // tokens; invalid: the bad value
 };
 
 inline ServeOp serve_op(ServeOpKind kind, std::uint32_t pick = 0) {

@@ -23,7 +23,6 @@ namespace kvweld::sim {
 
 namespace {
 
-constexpr double kTolerance = 1e-4;
 
 std::string serials_text(const std::vector<std::uint64_t>& s) {
     std::string out;
@@ -93,10 +92,10 @@ void ServeSimulator::check_storage(const std::vector<Pair>& pairs) {
             const double err = std::max(logit_error(k, row(r.shadow.key[std::size_t(l)])),
                                         logit_error(v, row(r.shadow.value[std::size_t(l)])));
             stats_.max_kv_error = std::max(stats_.max_kv_error, std::isfinite(err) ? err : 1e300);
-            if (!(err <= kTolerance))
+            if (!(err <= kDataTolerance))
                 fail(Verdict::stale_decode, Oracle::kv,
                      cat("sequence ", p.seq, " position ", p.pos, " layer ", l, ": the K/V the sequence holds has error ",
-                         err, " > ", kTolerance, " against the reference: the decode wrote somewhere else"));
+                         err, " > ", kDataTolerance, " against the reference: the decode wrote somewhere else"));
         }
     }
 }
@@ -104,8 +103,8 @@ void ServeSimulator::check_storage(const std::vector<Pair>& pairs) {
 // The block ledger: every open sequence's table and every block's count
 // must be what the simulator's block model says from the op log alone.
 // The pool weld: the pool's storage must be new (never seen) exactly when
-// the model says the pool grew, and right after a decode the held plan
-// must read and write that storage.
+// the model says it was replaced (a grow or a reset), and right after a
+// decode the held plan must read and write that storage.
 void ServeSimulator::check_blocks(bool decoded) {
     if (!blocks_) return;
     const kvweld_pool_info info = engine_->pool_info();
@@ -115,18 +114,18 @@ void ServeSimulator::check_blocks(bool decoded) {
     const auto refcount = [&](int block) { return engine_->block_refcount(block); };
     if (const auto problem = blocks_->mismatch(tables, refcount, info.n_blocks, info.free_blocks))
         fail(Verdict::stale_decode, Oracle::blocks, cat("after ", to_string(op_kind_), ": ", *problem));
-    const bool grew = blocks_->grows() != pool_grows_;
-    if (grew && (info.storage == 0 || info.storage == pool_storage_ || seen_serials_.count(info.storage)))
+    const bool replaced = blocks_->replacements() != pool_replacements_;
+    if (replaced && (info.storage == 0 || info.storage == pool_storage_ || seen_serials_.count(info.storage)))
         fail(Verdict::engine_error, Oracle::ledger,
-             cat("the pool grew (", blocks_->n_blocks(), " blocks) but reports storage ", info.storage,
-                 ", which this run has seen before"));
-    if (!grew && info.storage != pool_storage_)
+             cat("the pool's storage was replaced (", blocks_->n_blocks(), " blocks, by a ", to_string(op_kind_),
+                 ") but it reports storage ", info.storage, ", which this run has seen before"));
+    if (!replaced && info.storage != pool_storage_)
         fail(Verdict::engine_error, Oracle::ledger,
              cat("the pool's storage changed from ", pool_storage_, " to ", info.storage, " in a ",
                  to_string(op_kind_), ", which keeps it"));
     seen_serials_.insert(pool_storage_);
     pool_storage_ = info.storage;
-    pool_grows_ = blocks_->grows();
+    pool_replacements_ = blocks_->replacements();
     if (decoded && info.plan_storage != pool_storage_)
         fail(Verdict::stale_decode, Oracle::weld,
              cat("the held plan reads and writes pool storage ", info.plan_storage, " but the pool's is ",

@@ -49,18 +49,33 @@ ServeOp draw_serve_op(const ServeSimulator& sim, Rng& rng) {
             for (int& want : op.wants) want = rng.chance(0.75) ? int(rng.range(1, c.max_chunk)) : 0;
             op.seed = rng.next();
             break;
-        case ServeOpKind::truncate: op.length = draw32(rng); break;
-        case ServeOpKind::fork: op.pick2 = draw32(rng); break;
+        case ServeOpKind::truncate:
+            op.length = draw32(rng);
+            op.rewrite = rng.chance(0.5);
+            op.seed = op.rewrite ? rng.next() : 0;
+            break;
+        case ServeOpKind::fork:
+            op.pick2 = draw32(rng);
+            op.onto_open = rng.chance(0.3);
+            break;
+        case ServeOpKind::invalid:
+            op.pick2 = draw32(rng);
+            op.seed = rng.next();
+            break;
         case ServeOpKind::reload:
             op.same_weights = rng.chance(0.5);
             op.seed = rng.next();
             break;
         case ServeOpKind::swap_layer: op.layer = int(rng.below(std::uint64_t(c.model.n_layers))); break;
         case ServeOpKind::preempt:
+            op.rewrite = rng.chance(0.5);
+            op.seed = op.rewrite ? rng.next() : 0;
+            break;
         case ServeOpKind::retire:
         case ServeOpKind::clear_all:
         case ServeOpKind::compact:
-        case ServeOpKind::grow: break;
+        case ServeOpKind::grow:
+        case ServeOpKind::reset: break;
     }
     return op;
 }
@@ -204,6 +219,7 @@ std::string stats_rows(const ServeStats& s, const OracleReport& oracles) {
     out += table_row("rows checked (max logit / K/V error)",
                cat(s.rows, " (", sci(s.max_logit_error), " / ", oracles.kv ? sci(s.max_kv_error) : "-", ")"));
     out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
+    out += table_row("invalid calls refused", cat(s.refused));
     if (accounting) {
         out += table_row("plans run / reused", cat(s.plans, " / ", s.reused));
         out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),

@@ -14,7 +14,6 @@ namespace kvweld::sim {
 
 namespace {
 
-constexpr double kTolerance = 1e-4;  // the data oracle's, as in kvweld's own simulator
 constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
 
 // "4x1": four sequences, one token each; "2x1-5": two, one to five tokens.
@@ -44,6 +43,7 @@ void ServeStats::add(const ServeStats& o) {
     batched_calls += o.batched_calls;
     drafts += o.drafts;
     rejected += o.rejected;
+    refused += o.refused;
     plans += o.plans;
     reused += o.reused;
     must_reuse += o.must_reuse;
@@ -111,6 +111,8 @@ std::vector<int> ServeSimulator::eligible(ServeOpKind kind) const {
     if (kind == ServeOpKind::reload)  // needs no sequence, only the capability
         return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
     if (kind == ServeOpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
+    if (kind == ServeOpKind::reset)
+        return engine_->capabilities() & KVWELD_CAP_POOL_OPS ? std::vector<int>{0} : std::vector<int>{};
     if (kind == ServeOpKind::compact || kind == ServeOpKind::grow) {  // the pool's, not a sequence's
         if (!(engine_->capabilities() & KVWELD_CAP_POOL_OPS)) return {};
         // A server grows its pool within a memory budget: here, four times
@@ -132,8 +134,8 @@ std::vector<int> ServeSimulator::eligible(ServeOpKind kind) const {
         const bool ok = kind == ServeOpKind::step        ? !r->done()
                         : kind == ServeOpKind::truncate  ? !r->history.empty()
                         : kind == ServeOpKind::preempt   ? !r->history.empty()
-                        : kind == ServeOpKind::fork      ? !r->history.empty() && !free_seqs().empty()
-                                                         : true;  // retire, clear_all, swap_layer
+                        : kind == ServeOpKind::fork      ? !r->history.empty() && config_.seqs > 1
+                                                         : true;  // retire, clear_all, swap_layer, invalid
         if (ok) out.push_back(s);
     }
     return out;
@@ -159,14 +161,12 @@ bool ServeSimulator::apply(const ServeOp& op, std::size_t op_index) {
                 }
                 break;
             case ServeOpKind::truncate:
-                truncate(seq, int(op.length % (requests_[std::size_t(seq)]->history.size() + 1)));
+                truncate(op, seq, int(op.length % (requests_[std::size_t(seq)]->history.size() + 1)));
                 break;
-            case ServeOpKind::preempt: preempt(seq); break;
-            case ServeOpKind::fork: {
-                const std::vector<int> to = free_seqs();
-                fork(seq, to[op.pick2 % to.size()]);
-                break;
-            }
+            case ServeOpKind::preempt: preempt(op, seq); break;
+            case ServeOpKind::fork: fork(seq, fork_destination(op, seq)); break;
+            case ServeOpKind::reset: reset(); break;
+            case ServeOpKind::invalid: invalid(op, seq); break;
             case ServeOpKind::retire: retire(seq); break;
             case ServeOpKind::clear_all: clear_all(); break;
             case ServeOpKind::reload: reload(op); break;
@@ -216,25 +216,52 @@ void ServeSimulator::requeue_from(ServeRequest& r, std::size_t n) {
     r.history.resize(n);
 }
 
-void ServeSimulator::truncate(int seq, int n) {
+void ServeSimulator::rewrite_requeued(const ServeOp& op, ServeRequest& r, std::size_t n) const {
+    if (!op.rewrite) return;
+    Rng rng(op.seed);
+    const auto vocab = std::uint64_t(config_.model.vocab);
+    for (std::size_t i = 0; i < n && i < r.queue.size() && vocab > 1; ++i)
+        r.queue[i] = int((std::uint64_t(r.queue[i]) + 1 + rng.below(vocab - 1)) % vocab);
+}
+
+void ServeSimulator::truncate(const ServeOp& op, int seq, int n) {
     engine_->truncate(seq, n);
     if (blocks_) blocks_->truncate(seq, n);
     if (rule_) rule_->on_truncate(seq, n);
-    requeue_from(*requests_[std::size_t(seq)], std::size_t(n));
+    ServeRequest& r = *requests_[std::size_t(seq)];
+    const std::size_t dropped = r.history.size() - std::size_t(n);
+    requeue_from(r, std::size_t(n));
+    rewrite_requeued(op, r, dropped);
     ledger_after(ServeOpKind::truncate, seq);
 }
 
-void ServeSimulator::preempt(int seq) {
+void ServeSimulator::preempt(const ServeOp& op, int seq) {
     engine_->clear(seq);
     if (blocks_) blocks_->clear(seq);
     if (rule_) rule_->on_clear(seq);
-    requeue_from(*requests_[std::size_t(seq)], 0);
+    ServeRequest& r = *requests_[std::size_t(seq)];
+    const std::size_t dropped = r.history.size();
+    requeue_from(r, 0);
+    rewrite_requeued(op, r, dropped);
     ledger_after(ServeOpKind::preempt, seq);
 }
 
+// A free sequence, or with onto_open (or none free) another open one,
+// whose positions the copy replaces.
+int ServeSimulator::fork_destination(const ServeOp& op, int src) const {
+    std::vector<int> open;
+    for (int s = 0; s < config_.seqs; ++s)
+        if (s != src && requests_[std::size_t(s)]) open.push_back(s);
+    const std::vector<int> free = free_seqs();
+    const std::vector<int>& to = (op.onto_open && !open.empty()) || free.empty() ? open : free;
+    return to[op.pick2 % to.size()];
+}
+
 void ServeSimulator::fork(int src, int dst) {
-    engine_->open(dst);
-    if (rule_) rule_->on_open(dst);
+    if (!requests_[std::size_t(dst)]) {
+        engine_->open(dst);
+        if (rule_) rule_->on_open(dst);
+    }
     engine_->copy(src, dst);
     if (blocks_) blocks_->fork(src, dst);
     if (rule_) rule_->on_copy(src, dst);
@@ -281,6 +308,14 @@ void ServeSimulator::swap_layer(int seq, int layer) {
     engine_->swap_layer(seq, layer);
     if (rule_) rule_->on_swap_layer(seq, layer);
     ledger_after(ServeOpKind::swap_layer, seq, layer);
+}
+
+void ServeSimulator::reset() {
+    engine_->pool_op(KVWELD_POOL_RESET);
+    if (blocks_) blocks_->reset();
+    if (rule_) rule_->on_pool_op(KVWELD_POOL_RESET);
+    for (int s = 0; s < config_.seqs; ++s)
+        if (auto& r = requests_[std::size_t(s)]) requeue_from(*r, 0);
 }
 
 void ServeSimulator::pool_op(ServeOpKind kind) {
@@ -370,10 +405,10 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
         const double err = logit_error(std::span<const float>(got).subspan(i * v, v), want.back());
         ++stats_.rows;
         stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);
-        if (!(err <= kTolerance))
+        if (!(err <= kDataTolerance))
             fail(Verdict::stale_decode, Oracle::data,
                  cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ", pairs.size(),
-                     " in the call): logit error ", err, " > ", kTolerance, " against the reference"));
+                     " in the call): logit error ", err, " > ", kDataTolerance, " against the reference"));
     }
     check_storage(pairs);
     check_blocks(true);

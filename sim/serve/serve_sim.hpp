@@ -37,6 +37,7 @@ struct ServeStats {
     std::uint64_t rows = 0;         // rows of logits checked (one per token fed)
     std::uint64_t batched_calls = 0;  // calls carrying more than one sequence
     std::uint64_t drafts = 0, rejected = 0;
+    std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
     // accounting, over the calls the rule judged
     std::uint64_t plans = 0;       // plans the rule says the calls ran
     std::uint64_t reused = 0;      // reuses the engine counted
@@ -111,9 +112,14 @@ private:
     };
     void admit(const ServeOp& op, int seq);
     bool step(const ServeOp& op);  // false: no sequence could feed a token
-    void truncate(int seq, int n);
-    void preempt(int seq);
+    void truncate(const ServeOp& op, int seq, int n);
+    void preempt(const ServeOp& op, int seq);
     void fork(int src, int dst);
+    int fork_destination(const ServeOp& op, int src) const;
+    void reset();
+    // The invalid calls (one table, serve_invalid.cpp): each must be refused
+    // with an error naming the bad value, and must change nothing.
+    void invalid(const ServeOp& op, int seq);
     void retire(int seq);
     void clear_all();
     void reload(const ServeOp& op);
@@ -128,6 +134,8 @@ private:
     // engines with a block model; `decoded`: right after a decode call.
     void check_blocks(bool decoded);
     void requeue_from(ServeRequest& r, std::size_t n);  // history[n:] goes back to the queue
+    // op.rewrite: the first `n` queued tokens (the ones fed again) each become another token.
+    void rewrite_requeued(const ServeOp& op, ServeRequest& r, std::size_t n) const;
 
     // One engine call, every row checked; returns the reference's logits per pair.
     std::vector<std::vector<float>> checked_decode(const std::vector<Pair>& pairs);
@@ -154,7 +162,7 @@ private:
     std::set<std::uint64_t> plan_serials_;               // every plan serial seen this run
     std::optional<BlockModel> blocks_;                   // paged engines: the block ownership the op log implies
     std::uint64_t pool_storage_ = 0;                     // the pool storage the simulator accepted
-    int pool_grows_ = 0;                                 // the block model's grows it was accepted at
+    int pool_replacements_ = 0;                          // the block model's storage replacements it was accepted at
     ServeStats stats_;
     std::map<std::string, ShapeStats> shapes_;
     double decode_seconds_ = 0.0;

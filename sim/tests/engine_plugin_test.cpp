@@ -23,7 +23,6 @@
 namespace kvweld::sim {
 namespace {
 
-constexpr double kTolerance = 1e-4;
 
 std::string temp_path(const char* name) {
     return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name)).string();
@@ -87,7 +86,7 @@ std::string random_ops_failure(PluginEngine& engine, const Model& model, std::ui
                         }
                     if (!seqs.empty()) {
                         const double err = checked_step(engine, model, seqs, tokens, shadows);
-                        if (!(err <= kTolerance)) return where + ": logit error " + std::to_string(err);
+                        if (!(err <= kDataTolerance)) return where + ": logit error " + std::to_string(err);
                     }
                 } else if (r < 70) {
                     const int n = int(rng.below(std::uint64_t(shadow[s]->len) + 1));
@@ -185,7 +184,7 @@ TEST_P(Plugin, InterleavedSequencesMatchTheReference) {
     engine_->clear(1);
     b = Shadow(model_);
     for (int i = 0; i < 10; ++i) worst = std::max(worst, step({1, 0}, {i, 2 * i}, {&b, &a}));
-    EXPECT_LE(worst, kTolerance);
+    EXPECT_LE(worst, kDataTolerance);
     const auto counters = engine_->counters();
     ASSERT_TRUE(counters.has_value());
     if (engine_->name() == "kvweld") {
@@ -222,7 +221,7 @@ TEST_P(Plugin, BadCallsAreErrorsThatNameTheProblem) {
                  {"token 64 out of range"});
     // The refused calls changed nothing: sequence 0 still decodes from position 0.
     Shadow a(model_);
-    EXPECT_LE(step({0}, {5}, {&a}), kTolerance);
+    EXPECT_LE(step({0}, {5}, {&a}), kDataTolerance);
     expect_error([&] { PluginEngine(library_, kvweld_engine_options{"/nonexistent.bin", 64, 4, 1, nullptr, nullptr}); },
                  {"create failed", "/nonexistent.bin"});
 }
@@ -233,17 +232,17 @@ TEST_P(Plugin, ReloadEmptiesSequencesAndRefusesAnotherShape) {
     ASSERT_TRUE(engine_->capabilities() & KVWELD_CAP_RELOAD);
     engine_->open(0);
     Shadow a(model_);
-    for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kTolerance);
+    for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kDataTolerance);
     const Model next = Model::random(config_by_name("tiny"), 99);
     const std::string path = write_model(*library_, next);
     engine_->reload(path);
     Shadow b(next);
     double worst = 0.0;
     for (int t : {5, 9, 2}) worst = std::max(worst, checked_step(*engine_, next, {0}, {t}, {&b}));
-    EXPECT_LE(worst, kTolerance);
+    EXPECT_LE(worst, kDataTolerance);
     const std::string other = write_model(*library_, Model::random(config_by_name("tiny-mha"), 1));
     expect_error([&] { engine_->reload(other); }, {"reload failed", "another shape"});
-    EXPECT_LE(checked_step(*engine_, next, {0}, {7}, {&b}), kTolerance);  // still the reloaded model, position 3
+    EXPECT_LE(checked_step(*engine_, next, {0}, {7}, {&b}), kDataTolerance);  // still the reloaded model, position 3
     std::filesystem::remove(path);
     std::filesystem::remove(other);
 }
@@ -257,13 +256,13 @@ TEST_P(Plugin, StorageReportsAndKvReadsWhereDeclared) {
     const int n = model_.config().n_layers, kv_dim = model_.config().kv_dim();
     engine_->open(0);
     Shadow a(model_);
-    for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kTolerance);
+    for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kDataTolerance);
     const auto held = engine_->storage(0, KVWELD_STORAGE_HELD, n);
     EXPECT_EQ(engine_->storage(0, KVWELD_STORAGE_PLAN, n), held);
     std::vector<float> k(static_cast<std::size_t>(kv_dim)), v(static_cast<std::size_t>(kv_dim));
     engine_->read_kv(0, 1, 2, k, v);
     EXPECT_LE(logit_error(k, std::span<const float>(a.kv.key[1]).subspan(2 * std::size_t(kv_dim), std::size_t(kv_dim))),
-              kTolerance);
+              kDataTolerance);
     engine_->swap_layer(0, 1);
     const auto swapped = engine_->storage(0, KVWELD_STORAGE_HELD, n);
     EXPECT_EQ(swapped[0], held[0]);
@@ -292,7 +291,7 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     EXPECT_EQ(start.plan_storage, 0u);  // no plan yet
     engine_->open(0);
     Shadow a(model_);
-    for (int t : {3, 1, 4, 1, 5, 9}) EXPECT_LE(step({0}, {t}, {&a}), kTolerance);  // 6 positions: a second block
+    for (int t : {3, 1, 4, 1, 5, 9}) EXPECT_LE(step({0}, {t}, {&a}), kDataTolerance);  // 6 positions: a second block
     const kvweld_pool_info grown = engine_->pool_info();
     EXPECT_EQ(grown.n_blocks, 2);
     EXPECT_NE(grown.storage, start.storage);
@@ -306,14 +305,14 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     EXPECT_EQ(engine_->block_table(1), engine_->block_table(0));
     EXPECT_EQ(engine_->block_refcount(engine_->block_table(0)[1]), 2);
     Shadow b = a;
-    EXPECT_LE(step({1}, {2}, {&b}), kTolerance);  // position 6, in the shared block: copied first
+    EXPECT_LE(step({1}, {2}, {&b}), kDataTolerance);  // position 6, in the shared block: copied first
     EXPECT_EQ(engine_->pool_info().n_blocks, 4);    // both blocks were in use: the copy needed a grow
     EXPECT_NE(engine_->block_table(1)[1], engine_->block_table(0)[1]);
     EXPECT_EQ(engine_->block_refcount(engine_->block_table(0)[1]), 1);
     engine_->close(0);
     engine_->pool_op(KVWELD_POOL_COMPACT);
     EXPECT_EQ(engine_->pool_info().storage, engine_->pool_info().plan_storage);  // compaction keeps the storage
-    EXPECT_LE(step({1}, {6}, {&b}), kTolerance);
+    EXPECT_LE(step({1}, {6}, {&b}), kDataTolerance);
     counters = engine_->counters();
     EXPECT_EQ(counters->builds, 1u);
     EXPECT_EQ(counters->rebound, 2u);  // one per grow; copy, close and compaction kept the plan

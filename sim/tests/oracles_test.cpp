@@ -1,11 +1,16 @@
 // The oracles that read no engine report see what they are for, and the
 // ledger refuses storage that is not new.
+#include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
+#include "engine/reference.hpp"
+#include "engine/rng.hpp"
 #include "sim/ledger.hpp"
 #include "sim/run.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 namespace kvweld::sim {
 namespace {
@@ -28,6 +33,44 @@ TEST(Ledger, AcceptsNewDistinctStorageOnly) {
     EXPECT_NE(shared->find("shared with another layer"), std::string::npos) << *shared;
     // A refused report records nothing: c is still new.
     EXPECT_FALSE(ledger.accept({c}).has_value());
+}
+
+// What one skipped KV write looks like to the data oracle: a sequence
+// rewound and fed a different token at position p, whose K/V rows an
+// engine failed to write, so every layer still holds the old token's rows
+// there. The next position's logits, against the reference's, must be far
+// above the tolerance for every model the swarms draw; the smallest
+// margin is printed (a ratio to kDataTolerance).
+TEST(DataOracleMargin, OneStaleKvRowIsFarAboveTheTolerance) {
+    double smallest = 1e300;
+    std::string where;
+    for (std::string_view name : swarm_model_names()) {
+        const ModelConfig config = config_by_name(name);
+        const Model model = Model::random(config, 5);
+        Rng rng(17);
+        for (int trial = 0; trial < 8; ++trial) {
+            const int len = int(rng.range(2, std::min(24, config.max_seq_len - 1)));
+            const int p = int(rng.below(std::uint64_t(len)));
+            std::vector<int> tokens(std::size_t(len) + 1);
+            for (int& t : tokens) t = int(rng.below(std::uint64_t(config.vocab)));
+            ReferenceKv right(config), stale(config);
+            for (int i = 0; i < len; ++i) {
+                // `stale` wrote the old token's rows at p: the write of the new one was skipped.
+                const int old = (tokens[std::size_t(i)] + 1) % config.vocab;
+                reference_forward(model, right, tokens[std::size_t(i)], i);
+                reference_forward(model, stale, i == p ? old : tokens[std::size_t(i)], i);
+            }
+            const std::vector<float> want = reference_forward(model, right, tokens.back(), len);
+            const std::vector<float> got = reference_forward(model, stale, tokens.back(), len);
+            const double margin = logit_error(got, want) / kDataTolerance;
+            if (margin < smallest) {
+                smallest = margin;
+                where = cat(name, ", length ", len, ", stale position ", p);
+            }
+        }
+    }
+    std::printf("one stale KV row: smallest logit error %.3g x the tolerance (%s)\n", smallest, where.c_str());
+    EXPECT_GT(smallest, 10.0) << where;
 }
 
 struct Kills {

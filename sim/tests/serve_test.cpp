@@ -24,7 +24,7 @@ ServeConfig config_for(const std::string& engine, std::uint64_t seed, const std:
 ReuseExpectation decode(ReuseRule& rule, std::vector<int> seqs) { return rule.on_decode(seqs); }
 
 TEST(LlamacppRule, SplitsPerStreamBatchesByConsecutiveSequenceIds) {
-    ServeConfig c = config_for("llamacpp", 1);
+    ServeConfig c = config_for("llamacpp", 1, "kv_unified=0,graph_reuse=1");
     c.n_ctx = 64;
     auto rule = llamacpp_reuse_rule(c);
     // Sequences 0, 1, 2 one token each, then 0 two more: the first ubatch
@@ -53,7 +53,7 @@ TEST(LlamacppRule, SplitsPerStreamBatchesByConsecutiveSequenceIds) {
 }
 
 TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
-    ServeConfig c = config_for("llamacpp", 1, "kv_unified=1");
+    ServeConfig c = config_for("llamacpp", 1, "kv_unified=1,graph_reuse=1");
     c.n_ctx = 64;
     c.seqs = 4;  // 256 cells: the window is fixed
     auto rule = llamacpp_reuse_rule(c);
@@ -154,7 +154,7 @@ TEST(ServeShrink, KeepsTheFailureClassWithFewerOps) {
     } catch (const Error& e) {
         KVWELD_WITHOUT_LLAMA(e.what());
     }
-    const ServeResult failing = run_serve_generated(config_for("llamacpp", 0, "", "truncate_one_short"), 200);
+    const ServeResult failing = run_serve_generated(config_for("llamacpp", 4, "", "truncate_one_short"), 200);
     ASSERT_EQ(failing.verdict, Verdict::stale_decode) << serve_report(failing);
     const ServeShrinkResult s = shrink_serve(failing.config, failing.ops, failing.steps, failing.verdict);
     EXPECT_EQ(s.result.verdict, Verdict::stale_decode);
@@ -218,6 +218,124 @@ TEST(ServeStorageOracles, UnavailableOnesAreNamedWithTheReason) {
     EXPECT_NE(r.oracles.describe().find("weld and ledger unavailable (engine llamacpp reports no storage identity)"),
               std::string::npos)
         << r.oracles.describe();
+}
+
+// A rewind fed the same tokens again leaves rows that equal what a skipped
+// write would have left, so an engine that skips it passes; fed other
+// tokens (a rewrite) it decodes over the old rows and the data oracle
+// sees it.
+TEST(ServeRewrite, ARefeedOfOtherTokensShowsASkippedKvWrite) {
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
+    const ServeConfig c = config_for("kvweld", 3, "", "refeed_write_skipped");
+    // One token per sequence and call: no drafts, so nothing is rewound but
+    // the truncate itself.
+    auto ops_with = [&](bool rewrite) {
+        ServeOp admit = serve_op(ServeOpKind::admit);
+        admit.tokens = {5, 9, 2, 7, 1, 3};
+        admit.max_new = 10;
+        ServeOp step = serve_op(ServeOpKind::step);
+        step.wants.assign(std::size_t(c.seqs), 1);
+        ServeOp truncate = serve_op(ServeOpKind::truncate);
+        truncate.length = 2;
+        truncate.rewrite = rewrite;
+        truncate.seed = 11;
+        std::vector<ServeOp> ops{admit};
+        ops.insert(ops.end(), 8, step);
+        ops.push_back(truncate);
+        ops.insert(ops.end(), 8, step);
+        return ops;
+    };
+    const ServeResult same = run_serve_ops(c, ops_with(false), 18);
+    EXPECT_EQ(same.verdict, Verdict::pass) << serve_report(same);
+    const ServeResult other = run_serve_ops(c, ops_with(true), 18);
+    EXPECT_EQ(other.verdict, Verdict::stale_decode) << serve_report(other);
+}
+
+// Every invalid call (serve_invalid.cpp) on every built-in engine: each is
+// refused naming the bad value, and the rows decoded after it still match
+// the reference (nothing changed). Before ABI 4 kvweld's plugins decoded a
+// batch's good pairs before refusing its bad one, and both kvweld's and the
+// llama.cpp adapter accepted a copy onto itself (the adapter emptied it).
+TEST(ServeInvalid, EveryEngineRefusesEveryCallAndNothingChanges) {
+    for (const char* engine : {"kvweld", "kvweld-paged", "llamacpp"}) {
+        try {
+            engine_plugin_path(engine);
+        } catch (const Error& e) {
+            KVWELD_WITHOUT_LLAMA(e.what());
+        }
+        ServeConfig c = config_for(engine, 4);
+        c.seqs = 3;
+        std::vector<ServeOp> ops;
+        ServeOp admit = serve_op(ServeOpKind::admit);
+        admit.tokens = {4, 8, 15, 16};
+        admit.max_new = 30;
+        ServeOp step = serve_op(ServeOpKind::step);
+        step.wants.assign(std::size_t(c.seqs), 3);
+        step.seed = 1;
+        ops = {admit, admit, step, step};
+        constexpr int kCalls = 7;  // every call serve_invalid.cpp has in this state, twice over
+        for (std::uint32_t call = 0; call < 2 * kCalls; ++call) {
+            ServeOp bad = serve_op(ServeOpKind::invalid, call);
+            bad.pick2 = call;
+            bad.seed = call;
+            ops.push_back(bad);
+            ops.push_back(step);
+        }
+        const ServeResult r = run_serve_ops(c, ops, int(ops.size()));
+        EXPECT_EQ(r.verdict, Verdict::pass) << engine << "\n" << serve_report(r);
+        EXPECT_EQ(r.stats.refused, 2u * kCalls) << engine;
+        EXPECT_GT(r.stats.rows, 0u) << engine;
+    }
+}
+
+// A pool reset under the held plan replaces the storage: the next pair
+// rebinds, and a pool that keeps its id there (grow_keeps_id) leaves the
+// plan on the old storage.
+std::vector<ServeOp> reset_under_a_held_plan(const ServeConfig& c) {
+    ServeOp admit = serve_op(ServeOpKind::admit);
+    admit.tokens = {3, 1, 4, 1, 5};
+    admit.max_new = 20;
+    ServeOp step = serve_op(ServeOpKind::step);
+    step.wants.assign(std::size_t(c.seqs), 4);
+    return {admit, step, step, serve_op(ServeOpKind::reset), step, step};
+}
+
+TEST(ServeReset, RebindsTheHeldPlanAndAKeptIdIsCaught) {
+    const ServeConfig c = config_for("kvweld-paged", 6, "block=4,blocks=64");
+    const ServeResult clean = run_serve_ops(c, reset_under_a_held_plan(c), 6);
+    EXPECT_EQ(clean.verdict, Verdict::pass) << serve_report(clean);
+    EXPECT_EQ(clean.stats.rebinds, 1u) << serve_report(clean);  // the reset, and no grow
+    if (!kFaultsCompiled) return;
+    const ServeConfig faulty = config_for("kvweld-paged", 6, "block=4,blocks=64", "grow_keeps_id");
+    const ServeResult r = run_serve_ops(faulty, reset_under_a_held_plan(faulty), 6);
+    EXPECT_NE(r.verdict, Verdict::pass) << serve_report(r);
+}
+
+// copy_seq onto an open sequence replaces its positions: kvweld's engine
+// rebinds that sequence's plan (new storage), llama.cpp copies the cells.
+TEST(ServeFork, OntoAnOpenSequenceReplacesItsPositions) {
+    for (const char* engine : {"kvweld", "kvweld-paged", "llamacpp"}) {
+        try {
+            engine_plugin_path(engine);
+        } catch (const Error& e) {
+            KVWELD_WITHOUT_LLAMA(e.what());
+        }
+        ServeConfig c = config_for(engine, 8);
+        c.seqs = 2;
+        ServeOp admit = serve_op(ServeOpKind::admit);
+        admit.tokens = {2, 7, 1, 8};
+        admit.max_new = 20;
+        ServeOp step = serve_op(ServeOpKind::step);
+        step.wants.assign(2, 3);
+        ServeOp fork = serve_op(ServeOpKind::fork, 0);
+        fork.onto_open = true;
+        const ServeResult r = run_serve_ops(c, {admit, admit, step, step, fork, step, step}, 7);
+        EXPECT_EQ(r.verdict, Verdict::pass) << engine << "\n" << serve_report(r);
+        EXPECT_EQ(r.stats.requests, 3u) << engine;  // two admitted, one forked over the other
+        if (std::string(engine) == "kvweld") {
+            EXPECT_EQ(r.stats.rebinds, 1u) << serve_report(r);
+        }
+    }
 }
 
 // A fault row is killed only when it was caught and every failing seed is

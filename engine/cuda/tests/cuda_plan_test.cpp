@@ -13,7 +13,6 @@
 namespace kvweld::cuda {
 namespace {
 
-constexpr double kTolerance = 1e-4;  // max |logit - ref| / max(1, max |ref|)
 
 double error(std::span<const float> got, const std::vector<float>& want) { return logit_error(got, want); }
 
@@ -47,7 +46,7 @@ TEST(CudaPlan, HeldGraphMatchesReference) {
     for (Family f : {Family::llama, Family::qwen3}) {
         const Model model = Model::random(tiny_config(f), 3);
         CudaRequest r(model);
-        EXPECT_LE(r.steps(200, 1), kTolerance) << to_string(f);
+        EXPECT_LE(r.steps(200, 1), kDataTolerance) << to_string(f);
         EXPECT_EQ(r.session.counters().builds, 1u);
         EXPECT_EQ(r.session.counters().kept, 199u);
     }
@@ -76,7 +75,7 @@ TEST(CudaPlan, TruncateKeepsTheGraph) {
     const KvAllocId id = r.cache.alloc_id();
     r.cache.truncate_to(3);
     EXPECT_EQ(r.cache.alloc_id(), id);
-    EXPECT_LE(r.steps(5, 3), kTolerance);
+    EXPECT_LE(r.steps(5, 3), kDataTolerance);
     EXPECT_EQ(r.session.counters().builds, 1u);
     EXPECT_EQ(r.session.counters().rebinds, 0u);
 }
@@ -105,18 +104,18 @@ TEST(CudaPlan, ClearAndSetLayerRebindTheGraph) {
     const KvLayer old = r.cache.layer(1);
     r.cache.set_layer(1, r.cache.layer(1)->copy());  // device content cloned
     EXPECT_NE(r.session.bound_serials(), r.cache.storage_serials());
-    EXPECT_LE(r.steps(4, 5), kTolerance);
+    EXPECT_LE(r.steps(4, 5), kDataTolerance);
     EXPECT_EQ(r.session.counters().rebinds, 1u);
     EXPECT_EQ(r.session.bound_serials(), r.cache.storage_serials());
     // The copy holds identical rows, so logits alone cannot tell whether the
     // graph really moved: read the device back. Rows 8..11 were written
     // after the rebind: the new buffer has them, the old one does not.
-    EXPECT_LE(logit_error(device_keys(*r.cache.layer(1), 8, 4), shadow_keys(r.shadow, 1, 8, 4, kv_dim)), kTolerance);
+    EXPECT_LE(logit_error(device_keys(*r.cache.layer(1), 8, 4), shadow_keys(r.shadow, 1, 8, 4, kv_dim)), kDataTolerance);
     EXPECT_TRUE(all_zero(device_keys(*old, 8, 4)));
-    EXPECT_LE(logit_error(device_keys(*old, 0, 8), shadow_keys(r.shadow, 1, 0, 8, kv_dim)), kTolerance);
+    EXPECT_LE(logit_error(device_keys(*old, 0, 8), shadow_keys(r.shadow, 1, 0, 8, kv_dim)), kDataTolerance);
     r.cache.clear();
     r.shadow = ReferenceKv(model.config());
-    EXPECT_LE(r.steps(6, 6), kTolerance);
+    EXPECT_LE(r.steps(6, 6), kDataTolerance);
     EXPECT_EQ(r.session.counters().rebinds, 2u);
     EXPECT_EQ(r.session.counters().builds, 1u);
 }
@@ -128,7 +127,7 @@ TEST(CudaPlan, ModelSwapRecaptures) {
     r.steps(4, 7);
     EXPECT_EQ(r.session.check(b, r.cache), Validity::stale(StaleReason::model_instance));
     r.model = &b;
-    EXPECT_LE(r.steps(4, 8), kTolerance);
+    EXPECT_LE(r.steps(4, 8), kDataTolerance);
     EXPECT_EQ(r.session.counters().builds, 2u);
 }
 
@@ -160,17 +159,17 @@ TEST(CudaPlan, FailedNodeUpdateRollsTheRebindBack) {
         const std::vector<float> want = reference_forward(model, shadow, ts[std::size_t(pos)], pos);
         return logit_error(plan.run({ts[std::size_t(pos)], pos, pos + 1}), want);
     };
-    for (int pos = 0; pos < 5; ++pos) ASSERT_LE(decode(pos), kTolerance);
+    for (int pos = 0; pos < 5; ++pos) ASSERT_LE(decode(pos), kDataTolerance);
     const auto serials = plan.bound_serials();
     std::vector<KvLayer> next = {b.layer(0), b.layer(1)};
     plan.fail_node_update(2);  // the third of four node updates fails
     EXPECT_THROW(plan.rebind(next), Error);
     plan.fail_node_update(std::nullopt);
     EXPECT_EQ(plan.bound_serials(), serials);
-    for (int pos = 5; pos < 10; ++pos) EXPECT_LE(decode(pos), kTolerance) << pos;
+    for (int pos = 5; pos < 10; ++pos) EXPECT_LE(decode(pos), kDataTolerance) << pos;
     for (int l = 0; l < 2; ++l) {
         EXPECT_TRUE(all_zero(device_keys(*b.layer(l), 0, 10))) << "layer " << l;
-        EXPECT_LE(logit_error(device_keys(*a.layer(l), 0, 10), shadow_keys(shadow, l, 0, 10, kv_dim)), kTolerance);
+        EXPECT_LE(logit_error(device_keys(*a.layer(l), 0, 10), shadow_keys(shadow, l, 0, 10, kv_dim)), kDataTolerance);
     }
 }
 
@@ -199,10 +198,10 @@ TEST(CudaPlan, SlotReuseWithoutTheKeyCheckDecodesStaleKv) {
         }
         return worst;
     };
-    EXPECT_LE(run({}), kTolerance);
+    EXPECT_LE(run({}), kDataTolerance);
     FaultSet bypass;
     bypass.add(Fault::geometry_only_key);
-    EXPECT_GT(run(bypass), 100 * kTolerance);
+    EXPECT_GT(run(bypass), 100 * kDataTolerance);
 }
 
 TEST(CudaPlan, UnavailableBackendErrorIsClear) {

@@ -1,0 +1,92 @@
+// The invalid calls the serving simulator draws (ServeOpKind::invalid): a
+// truncate past the length, a decode of a token outside the vocabulary, on
+// a closed sequence or past n_ctx, an open of an open or out-of-range
+// sequence, a copy onto itself. Each must be refused with an error that
+// names the bad value (engine_abi.h) and must change nothing: a batch that
+// holds a good pair beside the bad one is refused whole, and every row
+// decoded afterwards is checked against the reference as usual, so an
+// engine that half-applied the call is caught there.
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "sim/serve/serve_sim.hpp"
+
+#include <cctype>
+#include <functional>
+
+namespace kvweld::sim {
+
+namespace {
+
+struct Call {
+    std::string what;   // for messages
+    std::string value;  // the bad value the refusal must name
+    std::function<void()> run;
+};
+
+// `value` as a whole number in `text` (not the 1 of "12" or of "-1").
+bool names(const std::string& text, const std::string& value) {
+    for (auto at = text.find(value); at != std::string::npos; at = text.find(value, at + 1)) {
+        const bool starts = at == 0 || (!std::isdigit(static_cast<unsigned char>(text[at - 1])) && text[at - 1] != '-');
+        const std::size_t end = at + value.size();
+        const bool ends = end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]));
+        if (starts && ends) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+void ServeSimulator::invalid(const ServeOp& op, int seq) {
+    const ServeRequest& r = *requests_[std::size_t(seq)];
+    const int len = int(r.history.size()), vocab = config_.model.vocab;
+    const std::uint64_t v = op.seed;
+    // A pair the sequence could take, so a batch is refused for its bad pair alone.
+    const auto batch = [&](std::vector<std::int32_t> seqs, std::vector<std::int32_t> tokens) {
+        if (!r.queue.empty() && len < config_.n_ctx) {
+            seqs.insert(seqs.begin(), seq);
+            tokens.insert(tokens.begin(), r.queue.front());
+        }
+        engine_->decode(seqs, tokens);
+    };
+    std::vector<Call> calls;
+    const int past = len + 1 + int(v % 4);
+    calls.push_back({cat("truncate(", seq, ", ", past, ") past its length ", len), std::to_string(past),
+                     [&] { engine_->truncate(seq, past); }});
+    const int token = v % 2 ? vocab + int(v % 7) : -1 - int(v % 3);
+    calls.push_back({cat("a decode of token ", token, " (vocab ", vocab, ")"), std::to_string(token),
+                     [&] { batch({seq}, {token}); }});
+    calls.push_back({cat("an open of sequence ", seq, ", which is open"), std::to_string(seq),
+                     [&] { engine_->open(seq); }});
+    const int beyond = config_.seqs + int(v % 3);
+    calls.push_back({cat("an open of sequence ", beyond, " (", config_.seqs, " sequences)"), std::to_string(beyond),
+                     [&] { engine_->open(beyond); }});
+    const std::vector<int> free = free_seqs();
+    const int closed = free.empty() ? -1 : free[v % free.size()];
+    if (closed >= 0)
+        calls.push_back({cat("a decode on sequence ", closed, ", which is closed"), std::to_string(closed),
+                         [&] { batch({closed}, {0}); }});
+    if (engine_->capabilities() & KVWELD_CAP_COPY_SEQ)
+        calls.push_back({cat("a copy of sequence ", seq, " onto itself"), std::to_string(seq),
+                         [&] { engine_->copy(seq, seq); }});
+    // One position more than the sequence has room for.
+    const int over = config_.n_ctx - len + 1;
+    calls.push_back({cat("a decode of ", over, " tokens on sequence ", seq, " at length ", len, " (n_ctx ",
+                         config_.n_ctx, ")"),
+                     std::to_string(config_.n_ctx),
+                     [&] { engine_->decode(std::vector<std::int32_t>(std::size_t(over), seq),
+                                           std::vector<std::int32_t>(std::size_t(over), 0)); }});
+
+    const Call& call = calls[op.pick2 % calls.size()];
+    try {
+        call.run();
+    } catch (const Error& e) {
+        if (!names(e.what(), call.value))
+            fail(Verdict::engine_error, Oracle::engine,
+                 cat("the engine refused ", call.what, " without naming ", call.value, ": ", e.what()));
+        ++stats_.refused;
+        return;
+    }
+    fail(Verdict::engine_error, Oracle::engine, cat("the engine accepted ", call.what, ": it must be refused"));
+}
+
+}  // namespace kvweld::sim
