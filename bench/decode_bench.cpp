@@ -6,7 +6,7 @@
 // the plugin ABI, the interface the simulator drives (decode/abi/...).
 // tokens/s is a counter.
 #include "engine/decode_session.hpp"
-#include "sim/serve/engine_choice.hpp"
+#include "engines/registry.hpp"
 #ifdef KVWELD_HAVE_LLAMA
 #include "bench/llamacpp_runner.hpp"
 #endif
@@ -136,20 +136,16 @@ void register_llamacpp() {
 }
 #endif
 
-// One sequence through the plugin ABI (sim/engine_plugin.hpp), one token
+// One sequence through the plugin ABI (engines/plugin_host.hpp), one token
 // per call, one thread: what the simulator's interface costs each engine.
 void abi_loop(benchmark::State& state, const ModelConfig& config, const std::string& engine) {
-    sim::ServeConfig c;
-    c.engine.engine = engine;
-    c.model = config;
-    c.seqs = 1;
-    c.n_ctx = config.max_seq_len;
+    const engines::EngineSetup setup{"", 1, config.max_seq_len};
     const Model model = Model::random(config, 1);
-    const std::unique_ptr<sim::PluginEngine> plugin = sim::open_engine(c, model);
+    const std::unique_ptr<engines::Engine> plugin = engines::open_engine(engine, "", setup, model);
     plugin->open(0);
     int token = 1, len = 0;
     for (auto _ : state) {
-        if (len == c.n_ctx) plugin->truncate(0, len = 0);
+        if (len == setup.n_ctx) plugin->truncate(0, len = 0);
         benchmark::DoNotOptimize(plugin->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{token}).data());
         ++len;
         token = (token * 31 + 7) % config.vocab;
@@ -160,7 +156,7 @@ void abi_loop(benchmark::State& state, const ModelConfig& config, const std::str
 void register_abi() {
     for (const char* engine : {"kvweld", "llamacpp"}) {
         try {
-            sim::engine_plugin_path(engine);
+            engines::engine_plugin_path(engine);
         } catch (const Error&) {
             continue;  // not built here
         }

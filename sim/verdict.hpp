@@ -20,7 +20,7 @@ inline constexpr int kVerdicts = 5;
 
 // engine: the engine refused a valid op; ledger: a cache broke the storage
 // contract (sim/ledger.hpp); blocks: a paged engine's block tables and
-// counts broke the block ledger (sim/serve/block_model.hpp); the rest are
+// counts broke the block ledger (engines/kvweld/block_model.hpp); the rest are
 // the per-decode oracles.
 enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks };
 

@@ -91,7 +91,7 @@ TEST(Checkpoint, MissingFileAndQwen3AreErrors) {
 
 // The GGUF export's framing: magic, version, counts, and every tensor's
 // data present and aligned. (llama.cpp loading it and agreeing with the
-// reference is adapters/llamacpp/tests.)
+// reference is engines/llamacpp/tests.)
 TEST(Gguf, HeaderAndSize) {
     const Model model = Model::random(tiny_config(), 4);
     const std::vector<std::byte> bytes = serialize_gguf(model);

@@ -1,6 +1,6 @@
 #include "sim/serve/paged_seed.hpp"
 
-#include "sim/serve/engine_choice.hpp"
+#include "engines/registry.hpp"
 #include "sim/serve/serve_run.hpp"
 
 namespace kvweld::sim {

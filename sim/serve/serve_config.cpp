@@ -3,7 +3,7 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "engine/rng.hpp"
-#include "adapters/kvweld/paged_params.hpp"
+#include "engines/registry.hpp"
 #include "kvweld/engine_abi.h"
 #include "sim/json_field.hpp"
 #include "sim/sim_config.hpp"
@@ -21,33 +21,6 @@ std::vector<std::string_view> serve_model_names() {
     std::vector<std::string_view> out;
     for (std::string_view name : swarm_model_names())
         if (config_by_name(name).family == Family::llama) out.push_back(name);
-    return out;
-}
-
-// kvweld's paged engine: a block size (16 most often, as serving engines
-// use) and a starting pool from one block up to every sequence full, so
-// that most runs exhaust it and grow; a setting given (--params) wins.
-std::string with_drawn_paged_params(const ServeConfig& c, Rng& rng) {
-    constexpr int kBlocks[] = {1, 2, 4, 8, 16, 16, 16, 32, 64};
-    const int drawn = kBlocks[rng.below(std::size(kBlocks))];
-    const auto given = abi::parse_params(c.engine.params.c_str(), {"block", "blocks", "backend"});
-    const int block = given.count("block") ? abi::paged_params(c.engine.params.c_str(), c.seqs, c.n_ctx).block : drawn;
-    const int full = c.seqs * ((c.n_ctx + block - 1) / block);
-    const std::int64_t blocks = rng.range(1, std::max(1, full));
-    std::string out = c.engine.params;
-    if (!given.count("block")) out += cat(out.empty() ? "" : ",", "block=", block);
-    if (!given.count("blocks")) out += cat(out.empty() ? "" : ",", "blocks=", blocks);
-    return out;
-}
-
-// llama.cpp: either KV layout, graph reuse mostly on (off, a reload must
-// still build nothing it could reuse); a setting given (--params) wins.
-std::string with_drawn_llamacpp_params(const ServeConfig& c, Rng& rng) {
-    const auto given = abi::parse_params(c.engine.params.c_str(), {"kv_unified", "graph_reuse"});
-    const bool unified = rng.chance(0.5), reuse = rng.chance(0.8);
-    std::string out = c.engine.params;
-    if (!given.count("kv_unified")) out += cat(out.empty() ? "" : ",", "kv_unified=", unified ? 1 : 0);
-    if (!given.count("graph_reuse")) out += cat(out.empty() ? "" : ",", "graph_reuse=", reuse ? 1 : 0);
     return out;
 }
 
@@ -99,12 +72,7 @@ ServeConfig draw_serve_config(std::uint64_t seed, const EngineChoice& engine, co
     const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
     c.n_ctx = int(rng.range(std::min(ctx_max, c.max_prompt + 1), ctx_max));
     apply_fixed_shape(c, engine);
-    try {  // a bad --params is named
-        if (c.engine.engine == "kvweld-paged") c.engine.params = with_drawn_paged_params(c, rng);
-        if (c.engine.engine == "llamacpp") c.engine.params = with_drawn_llamacpp_params(c, rng);
-    } catch (const std::runtime_error& e) {
-        throw Error(cat("engine ", c.engine.engine, ": ", e.what()));
-    }
+    c.engine.params = draw_engine_settings(c.engine.engine, c.setup(), rng);
     return c;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/config.hpp"
+#include "engines/engine.hpp"
 #include "sim/serve/serve_ops.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -15,6 +16,9 @@
 #include <string>
 
 namespace kvweld::sim {
+
+// The simulator drives engines through engines/: their types are its own.
+using namespace kvweld::engines;
 
 // What the command line fixes for every seed; the rest is drawn per seed.
 struct EngineChoice {
@@ -41,6 +45,8 @@ struct ServeConfig {
     float accept_mean = 0.5f;
 
     std::string describe() const;
+    // What the engine, its rule and its block model are opened with.
+    EngineSetup setup() const { return {engine.params, seqs, n_ctx}; }
 };
 
 // The most positions per sequence a drawn config asks for: llama.cpp pads

@@ -1,10 +1,10 @@
 #include "sim/serve/serve_mutants.hpp"
 
-#include "adapters/abi_lists.hpp"
+#include "engines/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "sim/mutants.hpp"
-#include "sim/serve/engine_choice.hpp"
+#include "engines/registry.hpp"
 
 #include <cstdio>
 

@@ -30,6 +30,19 @@ std::string serials_text(const std::vector<std::uint64_t>& s) {
     return out;
 }
 
+// What an op did to the sequence's storage, in the rules' terms.
+SeqOp seq_op_of(ServeOpKind kind) {
+    switch (kind) {
+        case ServeOpKind::step: return SeqOp::decode;
+        case ServeOpKind::truncate: return SeqOp::truncate;
+        case ServeOpKind::admit: return SeqOp::open;
+        case ServeOpKind::fork: return SeqOp::copy_into;
+        case ServeOpKind::reload: return SeqOp::reload;
+        case ServeOpKind::swap_layer: return SeqOp::swap_layer;
+        default: return SeqOp::clear;  // preempt, clear_all, and the pool's ops (no per-sequence storage)
+    }
+}
+
 }  // namespace
 
 void ServeSimulator::ledger_after(ServeOpKind kind, int seq, std::optional<int> layer) {
@@ -39,8 +52,8 @@ void ServeSimulator::ledger_after(ServeOpKind kind, int seq, std::optional<int> 
     const std::vector<std::uint64_t> now = engine_->storage(seq, KVWELD_STORAGE_HELD, n);
     const bool fresh = r.ledger.empty();  // nothing recorded yet: a new sequence
     const StorageEffect effect = fresh ? StorageEffect::replaces
-                                 : rule_ ? rule_->storage_effect(kind)
-                                         : default_storage_effect(kind);
+                                 : rule_ ? rule_->storage_effect(seq_op_of(kind))
+                                         : default_storage_effect(seq_op_of(kind));
     std::vector<std::uint64_t> accepted = fresh ? std::vector<std::uint64_t>(std::size_t(n), 0) : r.ledger;
     std::set<std::uint64_t> mine;
     for (int l = 0; l < n; ++l) {

@@ -7,7 +7,7 @@
 #include "sim/jsonl.hpp"
 #include "sim/report.hpp"
 #include "sim/seed_pool.hpp"
-#include "sim/serve/engine_choice.hpp"
+#include "engines/registry.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -3,7 +3,7 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "sim/choose.hpp"
-#include "sim/serve/engine_choice.hpp"
+#include "engines/registry.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -66,13 +66,13 @@ std::string OracleReport::describe() const {
 
 ServeSimulator::ServeSimulator(const ServeConfig& config)
     : config_(config), model_(Model::random(config.model, config.weights_seed)), weights_seed_(config.weights_seed) {
-    engine_ = open_engine(config_, model_);
+    engine_ = open_engine(config_.engine.engine, config_.engine.faults, config_.setup(), model_);
     require(engine_->vocab() == config_.model.vocab, "engine ", engine_->name(), " reports vocab ", engine_->vocab(),
             " for a model of vocab ", config_.model.vocab);
     if (!(engine_->capabilities() & KVWELD_CAP_PLAN_COUNTERS))
         oracles_.accounting_why_not = cat("engine ", engine_->name(), " declares no plan counters");
     else
-        rule_ = reuse_rule_for(engine_->name(), config_, oracles_.accounting_why_not);
+        rule_ = reuse_rule_for(engine_->name(), config_.setup(), oracles_.accounting_why_not);
     oracles_.accounting = rule_ != nullptr;
     oracles_.plan_identity = rule_ && (engine_->capabilities() & KVWELD_CAP_PLAN_SERIAL);
     if (!oracles_.plan_identity)
@@ -89,12 +89,10 @@ ServeSimulator::ServeSimulator(const ServeConfig& config)
     requests_.resize(std::size_t(config_.seqs));
     if (!(engine_->capabilities() & KVWELD_CAP_BLOCKS))
         oracles_.blocks_why_not = cat("engine ", engine_->name(), " has no paged KV pool to report");
-    else if (engine_->name() != "kvweld-paged")
-        oracles_.blocks_why_not = cat("no block model for engine '", engine_->name(), "' (sim/serve/block_model.hpp)");
-    else {
-        blocks_.emplace(BlockModel::for_kvweld_paged(config_));
+    else if (!(blocks_ = block_model_for(engine_->name(), config_.setup())))
+        oracles_.blocks_why_not = cat("no block model for engine '", engine_->name(), "' (engines/registry.cpp)");
+    else
         pool_storage_ = engine_->pool_info().storage;  // the first report is the pool's birth
-    }
     oracles_.blocks = blocks_.has_value();
 }
 

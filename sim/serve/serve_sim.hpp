@@ -1,11 +1,11 @@
 // The serving simulator: drives any engine through the engine interface
-// (sim/engine_plugin.hpp, the plugin ABI) the way a server does: requests
+// (engines/plugin_host.hpp, the plugin ABI) the way a server does: requests
 // are admitted to sequences, prefilled in chunks and decoded with
 // speculative drafts in batched steps (continuous batching), rewound,
 // preempted, forked and retired. Every row of logits the engine returns is
 // checked against kvweld's reference forward over that sequence's own
 // history (the data oracle), and every call's plan counters against the
-// engine's reuse rule (the accounting oracle, sim/serve/reuse_rule.hpp).
+// engine's reuse rule (the accounting oracle, engines/reuse_rule.hpp).
 // The next token is chosen from the reference's logits, so what is fed
 // never depends on what the engine says.
 #pragma once
@@ -13,9 +13,9 @@
 #include "engine/model.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
-#include "sim/engine_plugin.hpp"
-#include "sim/serve/block_model.hpp"
-#include "sim/serve/reuse_rule.hpp"
+#include "engines/engine.hpp"
+#include "engines/kvweld/block_model.hpp"
+#include "engines/reuse_rule.hpp"
 #include "sim/serve/serve_config.hpp"
 #include "sim/serve/serve_ops.hpp"
 #include "sim/verdict.hpp"
@@ -153,7 +153,7 @@ private:
     ServeConfig config_;
     Model model_;
     std::uint64_t weights_seed_;
-    std::unique_ptr<PluginEngine> engine_;
+    std::unique_ptr<Engine> engine_;
     std::unique_ptr<ReuseRule> rule_;
     OracleReport oracles_;
     std::vector<std::optional<ServeRequest>> requests_;  // per sequence id

@@ -4,7 +4,7 @@
 #include "engine/error.hpp"
 #include "sim/distributions.hpp"
 #include "sim/report.hpp"
-#include "sim/serve/engine_choice.hpp"
+#include "engines/registry.hpp"
 
 #include <chrono>
 
@@ -192,7 +192,7 @@ namespace {
 
 // Seconds for `calls` one-token decodes of sequence 0 at position 0; the
 // reuse counter's increase in *reused.
-double time_same_shape(PluginEngine& engine, int calls, std::uint64_t* reused) {
+double time_same_shape(Engine& engine, int calls, std::uint64_t* reused) {
     const auto before = engine.counters();
     const std::vector<std::int32_t> seqs{0}, tokens{1};
     const auto start = std::chrono::steady_clock::now();
@@ -215,9 +215,9 @@ double measure_build_seconds(const EngineChoice& reuse, const EngineChoice& no_r
     c.seqs = 1;
     c.n_ctx = std::min(c.model.max_seq_len, 64);
     const Model weights = Model::random(c.model, c.weights_seed);
-    const std::unique_ptr<PluginEngine> kept = open_engine(c, weights);
+    const std::unique_ptr<Engine> kept = open_engine(c.engine.engine, "", c.setup(), weights);
     c.engine = no_reuse;
-    const std::unique_ptr<PluginEngine> built = open_engine(c, weights);
+    const std::unique_ptr<Engine> built = open_engine(c.engine.engine, "", c.setup(), weights);
     kept->open(0);
     built->open(0);
     double best_kept = 1e300, best_built = 1e300;

@@ -2,7 +2,7 @@
 // llama.cpp as plugins agree with the reference on interleaved sequences,
 // truncate, clear and copy; every broken plugin is a clear Error, never a
 // crash.
-#include "adapters/abi_lists.hpp"
+#include "engines/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
@@ -10,7 +10,7 @@
 #include "engine/faults.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
-#include "sim/engine_plugin.hpp"
+#include "engines/plugin_host.hpp"
 #include "sim/tests/llama_required.hpp"
 
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@
 #include <filesystem>
 #include <optional>
 
-namespace kvweld::sim {
+namespace kvweld::engines {
 namespace {
 
 
@@ -408,4 +408,4 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
 }
 
 }  // namespace
-}  // namespace kvweld::sim
+}  // namespace kvweld::engines

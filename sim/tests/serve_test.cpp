@@ -5,8 +5,8 @@
 // fails in the right class).
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
-#include "sim/serve/engine_choice.hpp"
-#include "sim/serve/reuse_rule.hpp"
+#include "engines/registry.hpp"
+#include "engines/reuse_rule.hpp"
 #include "sim/serve/serve_mutants.hpp"
 #include "sim/serve/serve_run.hpp"
 #include "sim/tests/llama_required.hpp"
@@ -26,7 +26,7 @@ ReuseExpectation decode(ReuseRule& rule, std::vector<int> seqs) { return rule.on
 TEST(LlamacppRule, SplitsPerStreamBatchesByConsecutiveSequenceIds) {
     ServeConfig c = config_for("llamacpp", 1, "kv_unified=0,graph_reuse=1");
     c.n_ctx = 64;
-    auto rule = llamacpp_reuse_rule(c);
+    auto rule = llamacpp_reuse_rule(c.setup());
     // Sequences 0, 1, 2 one token each, then 0 two more: the first ubatch
     // takes 0, 1, 2 once; the second 0's two others.
     ReuseExpectation e = decode(*rule, {0, 0, 0, 1, 2});
@@ -56,13 +56,13 @@ TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
     ServeConfig c = config_for("llamacpp", 1, "kv_unified=1,graph_reuse=1");
     c.n_ctx = 64;
     c.seqs = 4;  // 256 cells: the window is fixed
-    auto rule = llamacpp_reuse_rule(c);
+    auto rule = llamacpp_reuse_rule(c.setup());
     EXPECT_EQ(decode(*rule, {0, 2}).plans, 1);
     EXPECT_EQ(decode(*rule, {1, 3}).must_reuse, 1);  // same shape: 2 tokens, 2 sequences
     rule->on_copy(0, 1);                               // one stream: nothing to copy
     EXPECT_EQ(decode(*rule, {1, 3}).must_reuse, 1);
     c.seqs = 8;  // 512 cells: the window follows occupancy
-    auto loose = llamacpp_reuse_rule(c);
+    auto loose = llamacpp_reuse_rule(c.setup());
     decode(*loose, {0});
     // Two tokens placed since the cache was empty: the window is provably
     // 256, so a same-shape graph must be reused.
@@ -79,13 +79,13 @@ TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
 }
 
 TEST(LlamacppRule, DisabledReuseMeansNone) {
-    auto rule = llamacpp_reuse_rule(config_for("llamacpp", 1, "graph_reuse=0"));
+    auto rule = llamacpp_reuse_rule(config_for("llamacpp", 1, "graph_reuse=0").setup());
     decode(*rule, {0});
     EXPECT_EQ(decode(*rule, {0}).must_reuse + decode(*rule, {0}).may_reuse, 0);
 }
 
 TEST(KvweldRule, BuildsOnceRebindsAfterReplacedStorageKeepsOtherwise) {
-    auto rule = kvweld_reuse_rule();
+    auto rule = kvweld_reuse_rule({});
     ReuseExpectation e = decode(*rule, {0, 0, 1});
     EXPECT_EQ(*e.builds, 2);
     EXPECT_EQ(e.must_reuse, 1);

@@ -1,0 +1,72 @@
+// The kvweld command line: each subcommand registers itself on the app and,
+// when chosen, stores the function that runs it.
+#pragma once
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "engine/faults.hpp"
+#include "sim/serve/serve_config.hpp"
+#include "sim/sim_config.hpp"
+#include "sim/verdict.hpp"
+#include "sim/traffic.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvweld::cli {
+
+void add_decode_command(CLI::App& app, std::function<int()>& action);
+void add_convert_command(CLI::App& app, std::function<int()>& action);
+void add_sim_commands(CLI::App& app, std::function<int()>& action);
+void add_swarm_command(CLI::App& app, std::function<int()>& action);
+void add_merge_command(CLI::App& app, std::function<int()>& action);
+void add_mutants_command(CLI::App& app, std::function<int()>& action);
+void add_traffic_command(CLI::App& app, std::function<int()>& action);
+
+// Options every simulating command shares.
+struct RunOptions {
+    int steps = 300;
+    std::string model;
+    std::string backend = "cpu";
+    std::vector<std::string> faults;
+    std::string engine;  // "": kvweld's own engine in-process (every oracle)
+    std::string params;  // the engine's settings
+    int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (with --engine; 0: drawn per seed)
+};
+void add_run_options(CLI::App* cmd, RunOptions& options);
+sim::DrawOptions draw_options(const RunOptions& options);  // throws Error on a bad name
+FaultSet parse_faults(const std::vector<std::string>& names);
+void write_json(const std::string& path, const nlohmann::json& j);
+// shrink's closing lines: sizes, runs, the class kept, the failure, how to replay.
+void print_shrink_summary(std::size_t before, std::size_t after, int runs, sim::Verdict verdict,
+                          const std::optional<sim::Failure>& failure, const std::string& out);
+
+// --engine: the same commands over an engine behind the plugin ABI
+// (cli/engine_cmds.cpp, the serving simulator in sim/serve/).
+sim::EngineChoice engine_choice(const RunOptions& options);  // throws Error on a bad combination
+int run_engine_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace, const std::string& json);
+int run_engine_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs);
+int run_engine_replay(const std::string& text, const std::string& path);
+int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out);
+int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs);
+struct EngineTrafficArgs {
+    std::string engine, params, csv, plot;
+    int chunk = 16;   // prefill tokens per sequence per step
+    int repeat = 3;   // runs per setting; the decode time is the best
+    bool sweep = false;
+};
+int run_engine_traffic_cmd(const sim::TrafficParams& traffic, const EngineTrafficArgs& args);
+
+// A decimal unsigned integer and nothing else ("-3" is not 2^64 - 3).
+std::optional<std::uint64_t> parse_u64(std::string_view text);
+// For a seed option: refuses anything parse_u64 refuses, naming the text.
+CLI::Validator seed_validator();
+
+}  // namespace kvweld::cli

@@ -1,0 +1,54 @@
+// `kvweld convert`: a llama2.c checkpoint (or a seeded random model) to a
+// GGUF file that llama.cpp loads, over the very same weights; or a seeded
+// random model to a llama2.c checkpoint (an output ending in .bin), for
+// run.c and other llama2.c-format engines.
+#include "cli/commands.hpp"
+
+#include "engine/checkpoint.hpp"
+#include "engine/gguf.hpp"
+
+#include <cstdio>
+
+namespace kvweld::cli {
+
+namespace {
+
+struct ConvertArgs {
+    std::string input, output;
+    std::string config;
+    std::uint64_t seed = 1;
+};
+
+int run_convert(const ConvertArgs& a) {
+    require(!a.output.empty(), "convert: no output file given");
+    require(a.input.empty() != a.config.empty(), "convert: give either a checkpoint or --config (a random model)");
+    const Model model = a.config.empty() ? load_llama2c(a.input) : Model::random(config_by_name(a.config), a.seed);
+    if (a.output.ends_with(".bin"))
+        save_llama2c(model, a.output);
+    else
+        save_gguf(model, a.output);
+    std::printf("convert: %s -> %s (%s)\n", a.config.empty() ? a.input.c_str() : cat("random ", a.config, " seed ", a.seed).c_str(),
+                a.output.c_str(), model.config().describe().c_str());
+    return 0;
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app, std::function<int()>& action) {
+    auto args = std::make_shared<ConvertArgs>();
+    CLI::App* cmd = app.add_subcommand(
+        "convert", "Write a model as GGUF for llama.cpp (llama family, F32, no vocabulary): "
+                   "kvweld convert model.bin out.gguf, or kvweld convert --config NAME --seed S out.gguf; "
+                   "an OUTPUT ending in .bin is written as a llama2.c checkpoint instead");
+    cmd->add_option("INPUT", args->input, "a llama2.c checkpoint (omit with --config)");
+    cmd->add_option("OUTPUT", args->output, "the file to write: GGUF, or a llama2.c checkpoint if it ends in .bin");
+    cmd->add_option("--config", args->config, cat("a seeded random model of these dims: ", preset_names()));
+    cmd->add_option("--seed", args->seed, "weight seed with --config")->capture_default_str()->check(seed_validator());
+    cmd->callback([args, &action] {
+        // One positional means OUTPUT (with --config); two mean INPUT OUTPUT.
+        if (args->output.empty()) std::swap(args->input, args->output);
+        action = [args] { return run_convert(*args); };
+    });
+}
+
+}  // namespace kvweld::cli

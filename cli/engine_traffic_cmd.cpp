@@ -1,0 +1,247 @@
+// `kvweld traffic --engine E`: the reuse study on an engine behind the ABI
+// (sim/serve/serve_traffic.hpp). For llama.cpp it runs each KV layout with
+// graph reuse on and off over the same traffic: the ratio of reused graphs
+// against the rule's ideal, and the share of decode time spent building
+// graphs, from the paired run that builds every graph.
+#include "cli/commands.hpp"
+
+#include "sim/report.hpp"
+#include "engines/registry.hpp"
+#include "sim/serve/serve_traffic.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+namespace kvweld::cli {
+
+using namespace kvweld::sim;
+
+namespace {
+
+// A setting and, when the engine can switch reuse off, its twin that
+// builds every graph (the baseline of the build share).
+struct Setting {
+    std::string params;
+    std::string no_reuse;  // "" when there is none
+};
+
+// The settings the study compares per engine; an engine not named here
+// (or given --params) runs the one setting asked for.
+// Every llama.cpp setting is given, so none is drawn per seed.
+std::vector<Setting> settings_for(const std::string& engine_name, const std::string& params) {
+    if (engine_name != "llamacpp") return {{params, ""}};
+    if (params.find("graph_reuse=") != std::string::npos) return {{params, ""}};
+    if (!params.empty()) {
+        const std::string layout = params.find("kv_unified=") == std::string::npos ? ",kv_unified=0" : "";
+        return {{params + layout + ",graph_reuse=1", params + layout + ",graph_reuse=0"}};
+    }
+    return {{"kv_unified=0,graph_reuse=1", "kv_unified=0,graph_reuse=0"},
+            {"kv_unified=1,graph_reuse=1", "kv_unified=1,graph_reuse=0"}};
+}
+
+struct Measured {
+    EngineTrafficResult result;
+    double seconds = 0.0;  // best of the repeats
+};
+
+Measured measure(const TrafficParams& p, const EngineChoice& e, int chunk, int repeat) {
+    Measured m{run_engine_traffic(p, e, chunk), 0.0};
+    m.seconds = m.result.decode_seconds;
+    for (int i = 1; i < repeat; ++i) m.seconds = std::min(m.seconds, run_engine_traffic(p, e, chunk).decode_seconds);
+    return m;
+}
+
+struct Row {
+    std::string sweep;  // "base", "arrival"
+    double arrival = 0;
+    std::string params;
+    Measured with, without;  // reuse on; reuse off (empty when none)
+    bool has_without = false;
+    double build_seconds = std::nan("");  // one graph build, measured apart (measure_build_seconds)
+    // Graph building's share of decode time: builds x one build's cost / time.
+    static double share(const Measured& m, double build_seconds) {
+        const ServeStats& s = m.result.run.stats;
+        return double(s.plans - s.reused) * build_seconds / m.seconds;
+    }
+    bool ok() const {
+        return with.result.run.verdict == Verdict::pass && (!has_without || without.result.run.verdict == Verdict::pass);
+    }
+};
+
+// One build's cost per setting, measured once per command.
+using BuildCosts = std::map<std::string, double>;
+
+BuildCosts measure_build_costs(const TrafficParams& p, const EngineChoice& base, const std::string& engine_name) {
+    BuildCosts costs;
+    for (const Setting& s : settings_for(engine_name, base.params))
+        costs[s.params] = s.no_reuse.empty() ? std::nan("")
+                                             : measure_build_seconds({base.engine, s.params, ""},
+                                                                     {base.engine, s.no_reuse, ""}, p.model);
+    return costs;
+}
+
+std::vector<Row> run_rows(const TrafficParams& p, const EngineChoice& base, int chunk, int repeat,
+                          const std::string& sweep, const std::string& engine_name, const BuildCosts& costs) {
+    std::vector<Row> rows;
+    for (const Setting& s : settings_for(engine_name, base.params)) {
+        Row row{sweep, p.arrival_rate, s.params, {}, {}, !s.no_reuse.empty(), costs.at(s.params)};
+        row.with = measure(p, {base.engine, s.params, ""}, chunk, repeat);
+        if (row.has_without) row.without = measure(p, {base.engine, s.no_reuse, ""}, chunk, repeat);
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+std::string share_text(double share) { return std::isnan(share) ? "n/a" : cat(fixed(100.0 * share, 1), "%"); }
+
+// The rule's ideal: the share of graphs it requires reused, or the range
+// up to the share it allows where it cannot predict (clause 3).
+std::string ideal_text(const ServeStats& s) {
+    if (!s.plans) return "-";
+    const std::string must = fixed(s.ideal_ratio(), 4);
+    return s.may_reuse ? cat(must, "..", fixed(double(s.must_reuse + s.may_reuse) / double(s.plans), 4)) : must;
+}
+
+void print_row(const std::string& label, const Measured& m, const std::string& share) {
+    const ServeStats& s = m.result.run.stats;
+    const ServeResult& r = m.result.run;
+    std::printf("%-30s %6llu %6llu %6llu %7.4f %-14s %8.4f %6s  %s\n", label.c_str(), (unsigned long long)s.calls,
+                (unsigned long long)s.plans, (unsigned long long)s.reused, s.reuse_ratio(), ideal_text(s).c_str(),
+                m.seconds, share.c_str(),
+                r.verdict == Verdict::pass ? "pass"
+                                           : cat("FAIL ", to_string(r.verdict), r.failure ? ": " + r.failure->detail : "").c_str());
+}
+
+void print_table(const std::vector<Row>& rows) {
+    std::printf("%-30s %6s %6s %6s %7s %-14s %8s %6s  %s\n", "setting", "calls", "graphs", "reused", "reuse",
+                "rule's ideal", "decode s", "build", "verdict");
+    for (const Row& r : rows) {
+        print_row(r.params.empty() ? "(defaults)" : r.params, r.with, share_text(Row::share(r.with, r.build_seconds)));
+        if (r.has_without)
+            print_row(r.params + ",graph_reuse=0", r.without, share_text(Row::share(r.without, r.build_seconds)));
+    }
+}
+
+void print_shapes(const Row& row) {
+    std::vector<std::pair<std::string, ShapeStats>> shapes(row.with.result.shapes.begin(), row.with.result.shapes.end());
+    std::sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) {
+        return a.second.plans != b.second.plans ? a.second.plans > b.second.plans : a.first < b.first;
+    });
+    std::printf("per batch shape (%s; sequences x tokens each), the 12 with most graphs:\n",
+                row.params.empty() ? "defaults" : row.params.c_str());
+    std::printf("  %-10s %7s %7s %10s %7s  %s\n", "shape", "calls", "graphs", "rule: must", "reused",
+                "reused where the rule allows");
+    for (std::size_t i = 0; i < shapes.size() && i < 12; ++i) {
+        const ShapeStats& s = shapes[i].second;
+        const std::uint64_t allowed = s.must_reuse + s.may_reuse;
+        std::printf("  %-10s %7llu %7llu %10llu %7llu  %s\n", shapes[i].first.c_str(), (unsigned long long)s.calls,
+                    (unsigned long long)s.plans, (unsigned long long)s.must_reuse, (unsigned long long)s.reused,
+                    allowed ? cat(fixed(100.0 * double(s.reused) / double(allowed), 1), "% of ", allowed).c_str()
+                            : "(none allowed)");
+    }
+}
+
+void write_csv(const std::string& path, const std::vector<Row>& rows) {
+    std::ofstream out(path, std::ios::trunc);
+    require(out.good(), "--csv ", path, ": cannot open for writing");
+    out << "sweep,setting,arrival_rate,calls,graphs,reused,reuse_ratio,ideal_ratio,may_reuse,decode_s,"
+           "decode_s_no_reuse,build_us,build_share,build_share_no_reuse\n";
+    for (const Row& r : rows) {
+        const ServeStats& s = r.with.result.run.stats;
+        out << r.sweep << ',' << '"' << r.params << '"' << ',' << r.arrival << ',' << s.calls << ',' << s.plans << ','
+            << s.reused << ',' << s.reuse_ratio() << ',' << s.ideal_ratio() << ',' << s.may_reuse << ','
+            << r.with.seconds << ',' << (r.has_without ? r.without.seconds : std::nan("")) << ','
+            << r.build_seconds * 1e6 << ',' << Row::share(r.with, r.build_seconds) << ','
+            << (r.has_without ? Row::share(r.without, r.build_seconds) : std::nan("")) << '\n';
+    }
+}
+
+// Two panels against arrival rate: the reuse ratio (solid) and the most
+// reuse the rule allows (dashed) per setting, and graph building's share of decode time.
+void write_plot(const std::string& png, const std::vector<Row>& rows, const std::string& engine) {
+    const std::string script = png + ".gp";
+    std::ofstream gp(script, std::ios::trunc);
+    require(gp.good(), "--plot ", png, ": cannot write ", script);
+    std::vector<std::string> settings;
+    for (const Row& r : rows)
+        if (std::find(settings.begin(), settings.end(), r.params) == settings.end()) settings.push_back(r.params);
+    for (std::size_t i = 0; i < settings.size(); ++i) {
+        gp << "$s" << i << " << EOD\n";
+        for (const Row& r : rows)
+            if (r.sweep == "arrival" && r.params == settings[i]) {
+                const double share = Row::share(r.with, r.build_seconds);
+                const ServeStats& st = r.with.result.run.stats;
+                const double allowed = st.plans ? double(st.must_reuse + st.may_reuse) / double(st.plans) : 0.0;
+                gp << r.arrival << ' ' << st.reuse_ratio() << ' ' << allowed << ' '
+                   << (std::isnan(share) ? 0.0 : 100.0 * share) << '\n';
+            }
+        gp << "EOD\n";
+    }
+    gp << "set terminal pngcairo size 1200,500 noenhanced\nset output '" << png << "'\nset key top right\nset grid\n"
+       << "set multiplot layout 1,2 title '" << engine
+       << ": graph reuse under the same synthetic traffic (every row checked against the reference)'\n"
+       << "set xlabel 'arrival rate (requests / tick)'\n";
+    for (const bool reuse : {true, false}) {
+        gp << "set ylabel '" << (reuse ? "reused graphs / graphs; dashed: the most the rule allows" : "graph building, % of decode time")
+           << "'\nplot ";
+        for (std::size_t i = 0; i < settings.size(); ++i) {
+            gp << (i ? ", " : "") << "$s" << i << " using 1:" << (reuse ? 2 : 4) << " with linespoints lw 2 lc " << i + 1
+               << " title '" << settings[i] << "'";
+            if (reuse) gp << ", $s" << i << " using 1:3 with lines dt 2 lc " << i + 1 << " notitle";
+        }
+        gp << "\n";
+    }
+    gp << "unset multiplot\n";
+    gp.close();
+    const int rc = std::system(cat("gnuplot '", script, "'").c_str());
+    require(rc == 0, "gnuplot failed on ", script, " (exit ", rc, "); is gnuplot installed? (scripts/setup)");
+}
+
+}  // namespace
+
+int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
+    const EngineChoice base{a.engine, a.params, ""};
+    engine_plugin_path(base.engine);
+    const std::string name = engine_library(base.engine)->api().name;
+    std::printf("traffic on engine %s: seed %llu, %d ticks, %d sequences, model %s, arrivals %.3g/tick, prompt mean %d"
+                " (chunks of %d), output mean %d, spec k=%d accept %.2f, preempt %.3g, offload %.3g (where the engine can swap "
+                "layers) and reload %.3g per tick. Decode s: wall time in the engine's decode calls, best of %d.\n",
+                name.c_str(), (unsigned long long)p.seed, p.ticks, p.slots, p.model.c_str(), p.arrival_rate,
+                p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept, p.preempt_rate, p.offload_rate, p.reload_rate,
+                a.repeat);
+    std::fflush(stdout);
+    const BuildCosts costs = measure_build_costs(p, base, name);
+    for (const auto& [setting, secs] : costs)
+        if (!std::isnan(secs))
+            std::printf("one graph build (%s), measured apart: %.1f us\n", setting.c_str(), secs * 1e6);
+    std::vector<Row> rows = run_rows(p, base, a.chunk, a.repeat, "base", name, costs);
+    print_table(rows);
+    for (const Row& r : rows)
+        if (r.with.result.pool.paged)
+            std::printf("pool (%s): %s\n", r.params.empty() ? "defaults" : r.params.c_str(), describe(r.with.result.pool).c_str());
+    print_shapes(rows.front());
+    bool ok = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
+    if (a.sweep) {
+        for (double rate : {0.1, 0.25, 0.5, 1.0, 2.0}) {
+            TrafficParams q = p;
+            q.arrival_rate = rate;
+            for (Row& r : run_rows(q, base, a.chunk, a.repeat, "arrival", name, costs)) rows.push_back(std::move(r));
+        }
+        ok = ok && std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
+        std::printf("sweep: arrival rate 0.1..2 per setting: %s\n", ok ? "no oracle failed" : "FAILURES, see the CSV");
+    }
+    if (!a.csv.empty()) write_csv(a.csv, rows);
+    if (!a.plot.empty()) {
+        require(a.sweep, "--plot needs --sweep (it plots the sweep)");
+        write_plot(a.plot, rows, name);
+        std::printf("plot: %s\n", a.plot.c_str());
+    }
+    std::printf("traffic verdict: %s\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+}  // namespace kvweld::cli

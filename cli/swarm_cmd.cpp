@@ -1,0 +1,128 @@
+// `kvweld swarm`: many seeds in parallel, a progress line, a closing table.
+#include "cli/commands.hpp"
+
+#include "sim/report.hpp"
+#include "sim/shard.hpp"
+#include "sim/swarm.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <chrono>
+#include <optional>
+#include <string_view>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <unistd.h>
+
+namespace kvweld::cli {
+
+using namespace kvweld::sim;
+
+namespace {
+
+struct SwarmArgs {
+    RunOptions run;
+    std::string seeds = "0..99";
+    std::string shard = "0/1";
+    int jobs = 0;
+    std::string json;
+};
+
+std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s) {
+    const auto dots = s.find("..");
+    const auto first = dots == std::string::npos ? std::nullopt : parse_u64(std::string_view(s).substr(0, dots));
+    const auto last = dots == std::string::npos ? std::nullopt : parse_u64(std::string_view(s).substr(dots + 2));
+    require(first && last, "--seeds '", s, "': expected A..B with unsigned integers, e.g. 0..299");
+    require(*first <= *last, "--seeds '", s, "': the first seed ", *first, " is after the last ", *last);
+    require(*last - *first < 100'000'000, "--seeds '", s, "': at most 100000000 seeds per swarm");
+    return {*first, *last};
+}
+
+int run_swarm_cmd(const SwarmArgs& a) {
+    SwarmOptions o;
+    const auto range = parse_seed_range(a.seeds);
+    const Shard shard = parse_shard(a.shard);
+    std::tie(o.first, o.last) = shard_range(range.first, range.second, shard);
+    o.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (!a.run.engine.empty()) {
+        require(a.json.empty(), "--json with --engine: not written yet (the table is printed)");
+        return run_engine_swarm(a.run, o.first, o.last, o.jobs);
+    }
+    o.steps = a.run.steps;
+    o.draw = draw_options(a.run);
+    const std::size_t total = static_cast<std::size_t>(o.last - o.first) + 1;
+    std::printf("swarm: seeds %llu..%llu (%zu)%s, %d steps each, %d jobs, backend %s, faults %s\n",
+                static_cast<unsigned long long>(o.first), static_cast<unsigned long long>(o.last), total,
+                shard.count == 1 ? "" : cat(", shard ", shard.index, "/", shard.count, " of ", a.seeds).c_str(),
+                o.steps, o.jobs, std::string(to_string(o.draw.backend)).c_str(), o.draw.faults.describe().c_str());
+    std::fflush(stdout);
+
+    const bool tty = isatty(STDERR_FILENO);
+    const auto start = std::chrono::steady_clock::now();
+    auto progress = [&](std::size_t done, std::size_t failures) {
+        if (!tty) return;
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "\r[swarm] %zu/%zu seeds  %.1f seeds/s  %zu failures   ", done, total,
+                     done / std::max(secs, 1e-9), failures);
+    };
+    const SwarmResult r = run_swarm(o, progress);
+    if (tty) std::fprintf(stderr, "\n");
+    const std::string table = swarm_table(r, o);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+
+    if (!a.json.empty()) write_json(a.json, swarm_json(r, o, range.first, range.second, shard));
+    return r.failures == 0 ? 0 : 1;
+}
+
+
+int run_merge_cmd(const std::vector<std::string>& paths, const std::string& json) {
+    std::vector<std::pair<std::string, nlohmann::json>> reports;
+    for (const std::string& path : paths) {
+        std::ifstream in(path);
+        require(in.good(), "merge: cannot read ", path);
+        nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+        require(!j.is_discarded(), "merge: ", path, " is not valid JSON");
+        reports.emplace_back(path, std::move(j));
+    }
+    const Merged m = merge_reports(reports);
+    std::printf("merge: %zu shard reports, seeds %llu..%llu\n", paths.size(),
+                static_cast<unsigned long long>(m.options.first), static_cast<unsigned long long>(m.options.last));
+    const std::string table = swarm_table(m.result, m.options);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    if (!json.empty()) write_json(json, m.report);
+    return m.result.failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_merge_command(CLI::App& app, std::function<int()>& action) {
+    auto paths = std::make_shared<std::vector<std::string>>();
+    auto json = std::make_shared<std::string>();
+    CLI::App* cmd = app.add_subcommand(
+        "merge", "Merge the JSON reports of every shard of one swarm (swarm --shard i/n --json) into the report "
+                 "the unsharded run writes; prints its table and the reproduce command of every failure. "
+                 "Exit 0 all pass, 1 any failure, 2 reports that are not the shards of one campaign");
+    cmd->add_option("REPORTS", *paths, "the shards' JSON reports")->required();
+    cmd->add_option("--json", *json, "write the merged report here");
+    cmd->callback([paths, json, &action] { action = [paths, json] { return run_merge_cmd(*paths, *json); }; });
+}
+
+void add_swarm_command(CLI::App& app, std::function<int()>& action) {
+    auto args = std::make_shared<SwarmArgs>();
+    CLI::App* cmd = app.add_subcommand("swarm", "Many seeds in parallel; ends with a table and the reproduce "
+                                                "command of every failure. Without --engine, one seed in four draws "
+                                                "the paged KV design (kvweld-paged through the serving simulator). "
+                                                "Exit 0 all pass, 1 any failure");
+    cmd->add_option("--seeds", args->seeds, "seed range A..B, inclusive")->capture_default_str();
+    cmd->add_option("--shard", args->shard,
+                    "run only shard i of n of the range (a contiguous block; merge the reports with kvweld merge)")
+        ->capture_default_str();
+    cmd->add_option("--jobs", args->jobs, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
+    add_run_options(cmd, args->run);
+    cmd->add_option("--json", args->json, "write every seed's report as JSON here");
+    cmd->callback([args, &action] { action = [args] { return run_swarm_cmd(*args); }; });
+}
+
+}  // namespace kvweld::cli

@@ -1,0 +1,66 @@
+// The one engine interface the simulator drives (llama.cpp's llama_memory_i
+// is the model: one interface, several implementations). An engine opens
+// sequences, decodes batches of (sequence, token) pairs into one row of
+// logits each, rewinds, clears and copies sequences, and declares the rest
+// as capabilities (the KVWELD_CAP_* bits of include/kvweld/engine_abi.h):
+// plan counters and identity, reload, storage reports and KV read-back,
+// layer swaps, a paged pool. Every failure is an Error naming the engine
+// and what went wrong; a refused call changes nothing.
+//
+// Implementations: PluginEngine (engines/plugin_host.hpp), any engine
+// behind the plugin ABI, kvweld's own plugins and llama.cpp among them.
+#pragma once
+
+#include "kvweld/engine_abi.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvweld::engines {
+
+// What an engine is opened with besides its model: its settings
+// ("k=v,..."), the sequences open at once and the positions each holds.
+// Reuse rules and block models are built from the same.
+struct EngineSetup {
+    std::string params;
+    int seqs = 1;
+    int n_ctx = 64;
+};
+
+class Engine {
+public:
+    virtual ~Engine() = default;
+
+    virtual std::string name() const = 0;
+    virtual std::uint32_t capabilities() const = 0;  // KVWELD_CAP_*
+    bool has(std::uint32_t capability) const { return (capabilities() & capability) == capability; }
+    virtual std::string model_format() const = 0;  // how a model is handed over: "llama2c" or "gguf"
+    virtual int vocab() const = 0;
+
+    virtual void open(int seq) = 0;
+    virtual void close(int seq) = 0;
+    // One row of vocab() logits per (seqs[i], tokens[i]) pair, back to back.
+    virtual std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) = 0;
+    virtual void truncate(int seq, int n) = 0;
+    virtual void clear(int seq) = 0;
+    virtual void clear_all() = 0;
+    // Capabilities: each throws Error when the engine does not declare it.
+    virtual void copy(int src, int dst) = 0;                       // KVWELD_CAP_COPY_SEQ
+    virtual void reload(const std::string& model_path) = 0;        // KVWELD_CAP_RELOAD
+    // KVWELD_CAP_STORAGE; which: KVWELD_STORAGE_HELD or _PLAN
+    virtual std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const = 0;
+    virtual void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const = 0;  // READ_KV
+    virtual void swap_layer(int seq, int layer) = 0;               // KVWELD_CAP_SWAP_LAYER
+    virtual std::optional<kvweld_engine_counters> counters() const = 0;  // nullopt without PLAN_COUNTERS
+    virtual std::uint64_t plan_serial(int seq) const = 0;          // KVWELD_CAP_PLAN_SERIAL
+    // Paged KV (KVWELD_CAP_BLOCKS, KVWELD_CAP_POOL_OPS).
+    virtual kvweld_pool_info pool_info() const = 0;
+    virtual std::vector<int> block_table(int seq) const = 0;
+    virtual int block_refcount(int block) const = 0;
+    virtual void pool_op(int op) = 0;  // KVWELD_POOL_COMPACT, _GROW or _RESET
+};
+
+}  // namespace kvweld::engines

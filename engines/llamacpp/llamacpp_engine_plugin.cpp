@@ -1,0 +1,358 @@
+// llama.cpp behind kvweld's plugin ABI (include/kvweld/engine_abi.h).
+// Sequences are llama.cpp sequence ids in one context (F32 weights from the
+// harness's GGUF file, F32 KV, flash attention off); a decode is one
+// llama_decode of the whole batch; truncate, clear and copy are llama.cpp's
+// memory operations. The counters are llama.cpp's own graph reuse count
+// (llama_perf_context().n_reused, per graph computed) and the decode calls
+// beyond it; llama.cpp may split one batch into several graphs, so `builds`
+// is a lower bound: the accounting rule (engines/llamacpp/llamacpp_rule.cpp)
+// checks `reused` only.
+//
+// Settings (options.params): kv_unified=0|1 (default 0: each sequence has
+// n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
+// LLAMA_GRAPH_REUSE_DISABLE for this context).
+//
+// Fault switches (options.faults) make this adapter use llama.cpp wrongly,
+// so the kill matrix shows the oracles catch a harness-side mistake on a
+// real engine; see kFaults.
+#include "engines/abi_guard.hpp"
+#include "engines/abi_lists.hpp"
+#include "kvweld/engine_abi.h"
+
+#include <llama.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+// The adapter's fault switches: each one a mistake a harness could make.
+enum Fault : unsigned {
+    truncate_one_short = 1u << 0,     // truncate(n) keeps n+1 positions
+    decode_wrong_seq = 1u << 1,       // a batch's first pair goes to the next open sequence
+    skip_clear = 1u << 2,             // clear_seq forgets the positions but leaves the KV
+    stale_logits = 1u << 3,           // a batch shaped like the last one gets its last row back
+    reload_drops_reuse = 1u << 4,     // reload makes the new context with graph reuse off, settings say on
+    overcount_reused = 1u << 5,       // counters report one more reused graph per decode call
+    reload_resets_counters = 1u << 6, // reload starts the counters from zero with the new context
+};
+// Each with the classes its failures may show as (ABI 4). The two that
+// put a token at a position the harness did not ask for are stale decodes,
+// or engine errors when that pushes a sequence past its context (the
+// adapter refuses "sequence N is full" before any row is read: seen on
+// seeds 7 and 37 of the kill matrix). skip_clear's is engine_error: llama.cpp itself refuses the re-prefill, since a batch's
+// first position for a sequence must follow the last one its memory holds
+// (llama_batch_allocr::init in src/llama-batch.cpp, 0.3.36), so the stale
+// KV is never read. The two accounting faults leave every row right:
+// only the accounting oracle can see them.
+constexpr struct {
+    const char* name;
+    Fault fault;
+    const char* classes;
+} kFaults[] = {{"truncate_one_short", truncate_one_short, "stale_decode|engine_error"},
+               {"decode_wrong_seq", decode_wrong_seq, "stale_decode|engine_error"},
+               {"skip_clear", skip_clear, "engine_error"},
+               {"stale_logits", stale_logits, "stale_decode"},
+               {"reload_drops_reuse", reload_drops_reuse, "spurious_invalidation"},
+               {"overcount_reused", overcount_reused, "missed_invalidation"},
+               {"reload_resets_counters", reload_resets_counters, "engine_error"}};
+
+}  // namespace
+
+struct kvweld_engine {
+    llama_model* model = nullptr;
+    llama_context* ctx = nullptr;
+    int n_ctx = 0, n_seq_max = 0, vocab = 0;
+    unsigned faults = 0;
+    std::vector<int> len;    // per sequence: positions held, -1 when closed
+    std::uint64_t calls = 0; // llama_decode calls
+    std::uint64_t reused_before = 0;  // graph reuses counted by contexts a reload replaced
+    llama_context_params cparams{};   // to create the context again on reload
+    bool graph_reuse = true;
+    std::vector<int> last_seqs;     // stale_logits: the previous batch's sequences
+    std::vector<float> last_row;    // and its last row of logits
+    ~kvweld_engine() {
+        if (ctx) llama_free(ctx);
+        if (model) llama_model_free(model);
+    }
+};
+
+namespace {
+
+template <class... Parts>
+void require(bool cond, const Parts&... parts) {
+    if (cond) return;
+    std::string msg;
+    ((msg += [&] {
+         if constexpr (std::is_arithmetic_v<Parts>) return std::to_string(parts);
+         else return std::string(parts);
+     }()),
+     ...);
+    throw std::runtime_error(msg);
+}
+
+using kvweld::abi::guarded;
+
+const char* fault_names() {
+    static const std::string names = [] {
+        std::string out;
+        for (const auto& f : kFaults) out += (out.empty() ? "" : ",") + std::string(f.name) + ":" + f.classes;
+        return out;
+    }();
+    return names.c_str();
+}
+
+int& len_of(kvweld_engine* e, int32_t seq) {
+    require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
+    require(e->len[std::size_t(seq)] >= 0, "sequence ", seq, " is not open");
+    return e->len[std::size_t(seq)];
+}
+
+llama_memory_t memory(kvweld_engine* e) { return llama_get_memory(e->ctx); }
+
+// decode_wrong_seq: the open sequence after `seq` (itself when it is alone).
+int32_t next_open(const kvweld_engine* e, int32_t seq) {
+    for (int step = 1; step < e->n_seq_max; ++step) {
+        const int32_t other = (seq + step) % e->n_seq_max;
+        if (e->len[std::size_t(other)] >= 0) return other;
+    }
+    return seq;
+}
+
+unsigned parse_faults(const char* names) {
+    unsigned out = 0;
+    for (const std::string& name : kvweld::abi::split_list(names)) {
+        unsigned bit = 0;
+        for (const auto& f : kFaults) bit |= name == f.name ? unsigned(f.fault) : 0u;
+        require(bit != 0, "unknown fault '", name, "': this adapter's faults (with their classes) are ", fault_names());
+        out |= bit;
+    }
+    return out;
+}
+
+// llama.cpp reads LLAMA_GRAPH_REUSE_DISABLE, and only it, when a context
+// is created. setenv() while other threads call getenv() (llama.cpp and
+// ggml do, while decoding) can crash them, as ASan showed: so the plugin
+// puts its own entry into the environment once, when it is loaded (on the
+// thread that loads it, before engines run), and later only flips its
+// value character in place, under a lock that serializes context creation.
+// The plugin owns the variable: its graph_reuse setting decides.
+char reuse_disable_env[] = "LLAMA_GRAPH_REUSE_DISABLE=0";
+std::mutex create_lock;
+
+void own_reuse_env() {
+    static const bool done = (putenv(reuse_disable_env), true);
+    (void)done;
+}
+
+llama_context* create_context(llama_model* model, const llama_context_params& cp, bool graph_reuse) {
+    const std::lock_guard<std::mutex> lock(create_lock);
+    char& value = reuse_disable_env[sizeof reuse_disable_env - 2];
+    value = graph_reuse ? '0' : '1';
+    llama_context* ctx = llama_init_from_model(model, cp);
+    value = '0';
+    return ctx;
+}
+
+int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        static const bool init = [] {
+            llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+            llama_backend_init();
+            return true;
+        }();
+        (void)init;
+        require(o && o->model_path, "no options or model path");
+        require(o->n_ctx >= 1 && o->n_seq_max >= 1 && o->n_seq_max <= 256, "n_ctx ", o->n_ctx, ", n_seq_max ",
+                o->n_seq_max, ": out of range");
+        auto e = std::make_unique<kvweld_engine>();
+        e->faults = parse_faults(o->faults);
+        const auto params = kvweld::abi::parse_params(o->params, {"kv_unified", "graph_reuse"});
+        llama_model_params mp = llama_model_default_params();
+        mp.n_gpu_layers = 0;
+        e->model = llama_model_load_from_file(o->model_path, mp);
+        require(e->model != nullptr, "llama.cpp cannot load ", o->model_path);
+        llama_context_params cp = llama_context_default_params();
+        // Not unified (llama.cpp's default): each sequence has n_ctx cells of its own.
+        cp.n_ctx = std::uint32_t(o->n_ctx) * std::uint32_t(o->n_seq_max);
+        cp.n_seq_max = std::uint32_t(o->n_seq_max);
+        cp.n_batch = cp.n_ubatch = 512;
+        cp.n_threads = cp.n_threads_batch = std::max(1, o->threads);
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        cp.no_perf = false;
+        cp.kv_unified = kvweld::abi::flag_param(params, "kv_unified", false);
+        e->cparams = cp;
+        e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
+        e->ctx = create_context(e->model, cp, e->graph_reuse);
+        require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx));
+        e->n_ctx = o->n_ctx;
+        e->n_seq_max = o->n_seq_max;
+        e->vocab = llama_vocab_n_tokens(llama_model_get_vocab(e->model));
+        e->len.assign(std::size_t(o->n_seq_max), -1);
+        *out = e.release();
+    });
+}
+
+void destroy(kvweld_engine* e) { delete e; }
+int32_t vocab(const kvweld_engine* e) { return e->vocab; }
+
+int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
+        require(e->len[std::size_t(seq)] < 0, "sequence ", seq, " is already open");
+        llama_memory_seq_rm(memory(e), seq, -1, -1);
+        e->len[std::size_t(seq)] = 0;
+    });
+}
+
+int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        len_of(e, seq);
+        llama_memory_seq_rm(memory(e), seq, -1, -1);
+        e->len[std::size_t(seq)] = -1;
+    });
+}
+
+int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
+           size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n >= 1 && n <= 512, "a batch of ", n, " pairs: must be 1..512");
+        std::vector<int> next(e->len);
+        llama_batch batch = llama_batch_init(n, 0, 1);
+        struct Free {
+            llama_batch& b;
+            ~Free() { llama_batch_free(b); }
+        } free_batch{batch};
+        for (int32_t i = 0; i < n; ++i) {
+            len_of(e, seqs[i]);
+            require(tokens[i] >= 0 && tokens[i] < e->vocab, "pair ", i, ": token ", tokens[i], " out of range 0..",
+                    e->vocab - 1);
+        }
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t seq = i == 0 && (e->faults & decode_wrong_seq) ? next_open(e, seqs[0]) : seqs[i];
+            int& pos = next[std::size_t(seq)];
+            require(pos < e->n_ctx, "sequence ", seq, " is full: ", e->n_ctx, " positions");
+            batch.token[i] = tokens[i];
+            batch.pos[i] = pos++;
+            batch.n_seq_id[i] = 1;
+            batch.seq_id[i][0] = seq;
+            batch.logits[i] = 1;
+        }
+        batch.n_tokens = n;
+        const int32_t rc = llama_decode(e->ctx, batch);
+        require(rc == 0, "llama_decode returned ", rc);
+        ++e->calls;
+        e->len = next;
+        const auto v = std::size_t(e->vocab);
+        for (int32_t i = 0; i < n; ++i)
+            std::memcpy(logits + std::size_t(i) * v, llama_get_logits_ith(e->ctx, i), v * sizeof(float));
+        if (e->faults & stale_logits) {
+            float* last = logits + std::size_t(n - 1) * v;
+            const std::vector<int> shape(seqs, seqs + n);
+            if (shape == e->last_seqs) std::copy(e->last_row.begin(), e->last_row.end(), last);
+            e->last_seqs = shape;
+            e->last_row.assign(last, last + v);
+        }
+    });
+}
+
+int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        int& len = len_of(e, seq);
+        require(n >= 0 && n <= len, "truncate_to(", n, "): must be in 0..", len);
+        const int keep = (e->faults & truncate_one_short) && n < len ? n + 1 : n;
+        require(llama_memory_seq_rm(memory(e), seq, keep, -1), "llama_memory_seq_rm refused");
+        len = keep;
+    });
+}
+
+int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        int& len = len_of(e, seq);
+        if (!(e->faults & skip_clear)) llama_memory_seq_rm(memory(e), seq, -1, -1);
+        len = 0;
+    });
+}
+
+int clear_all(kvweld_engine* e, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        llama_memory_clear(memory(e), true);
+        for (int& len : e->len)
+            if (len > 0) len = 0;
+    });
+}
+
+int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(src != dst, "copy_seq: source and destination are both sequence ", src);
+        const int n = len_of(e, src);
+        int& to = len_of(e, dst);
+        llama_memory_seq_rm(memory(e), dst, -1, -1);
+        llama_memory_seq_cp(memory(e), src, dst, -1, -1);
+        to = n;
+    });
+}
+
+// A new model and a new context (llama.cpp's KV lives in the context, so
+// every sequence is emptied); the new model is loaded and checked first, so
+// a bad file loses nothing.
+int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(path != nullptr, "reload: no model path");
+        llama_model_params mp = llama_model_default_params();
+        mp.n_gpu_layers = 0;
+        llama_model* model = llama_model_load_from_file(path, mp);
+        require(model != nullptr, "llama.cpp cannot load ", path);
+        // The shape a context was sized for: width, depth, heads, KV heads, context, vocabulary.
+        bool same = llama_vocab_n_tokens(llama_model_get_vocab(model)) == e->vocab;
+        for (auto dim : {llama_model_n_embd, llama_model_n_layer, llama_model_n_head, llama_model_n_head_kv,
+                         llama_model_n_ctx_train})
+            same = same && dim(model) == dim(e->model);
+        const bool reuse = e->graph_reuse && !(e->faults & reload_drops_reuse);
+        llama_context* ctx = same ? create_context(model, e->cparams, reuse) : nullptr;
+        if (!ctx) llama_model_free(model);
+        require(same, "reload: ", path, " holds a model of another shape");
+        require(ctx != nullptr, "llama.cpp: no context for the reloaded model");
+        e->reused_before += std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
+        if (e->faults & reload_resets_counters) e->reused_before = e->calls = 0;
+        llama_free(e->ctx);
+        llama_model_free(e->model);
+        e->ctx = ctx;
+        e->model = model;
+        for (int& len : e->len)
+            if (len > 0) len = 0;
+        e->last_seqs.clear();
+    });
+}
+
+int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        auto reused = e->reused_before + std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
+        const auto builds = e->calls - std::min(e->calls, reused);
+        if (e->faults & overcount_reused) reused += e->calls;
+        *out = {builds, reused, 0};
+    });
+}
+
+const kvweld_engine_api kApi = {
+    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD,
+    fault_names(),
+    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
+    nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
+    nullptr, nullptr, nullptr, nullptr,  // no paged KV pool to report
+    nullptr,  // no plan identity: llama.cpp does not expose one for its graphs
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const kvweld_engine_api* kvweld_engine_entry(void) {
+    own_reuse_env();
+    return &kApi;
+}

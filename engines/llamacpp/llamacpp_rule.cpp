@@ -1,0 +1,180 @@
+// llama.cpp 0.3.36 behind the ABI (adapters/llamacpp): when a decode call
+// is justified to reuse the previous compute graph. Read off llama.cpp's
+// source (llama-context.cpp process_ubatch, llama-graph.h allow_reuse,
+// llama-batch.cpp split_simple/split_equal, llama-kv-cache.cpp get_n_kv,
+// seq_cp); the swarm checks it against llama_perf_context().n_reused on
+// every call. The adapter asks for logits at every token and one ubatch
+// size of 512.
+//
+// Clause 1 (the split): llama.cpp runs one graph per ubatch. With a unified
+//   KV cache a batch is cut into runs of up to 512 consecutive tokens. With
+//   one KV stream per sequence (the default), each ubatch takes the first
+//   unused token's sequence and the following sequences whose ids go up by
+//   one, then the same number of tokens from each (as many rounds as all
+//   have and 512 allow).
+// Clause 2 (the shape): a graph may be reused only when the previous graph
+//   exists and its ubatch had the same shape: token count, tokens per
+//   sequence, sequence count, distinct sequences and, for the per-stream
+//   split, the same sequence ids; outputs equal tokens here.
+// Clause 3 (the window): the attention window (n_kv) must be the same. Each
+//   stream's cell count is padded to 256 and the window is padded to 256,
+//   so with one stream per sequence and n_ctx <= 256 (the simulator's
+//   bound) the window is always 256; so too in a unified cache of <= 256
+//   cells. A larger unified cache's window is max(256, pad256(used_max_p1))
+//   (llama_kv_cache::get_n_kv), which follows cell occupancy. The rule
+//   bounds it: find_slot takes the first free cells scanning from a head
+//   that is never past the highest used cell + 1 (it only moves back, or to
+//   just after the cells it placed), so used_max_p1 never exceeds the tokens
+//   placed since the cache was last emptied with its head at 0 (creation,
+//   clear_all, reload). While that count is <= 256 the window is 256 and a
+//   same-shape graph MUST be reused; past it, it MAY be.
+// Clause 4 (stream copies): copying a sequence between streams (copy_seq
+//   without a unified cache) is queued and done at the next decode's memory
+//   update, which discards every held graph: that call's first graph builds.
+// Clause 5: with graph_reuse=0 (LLAMA_GRAPH_REUSE_DISABLE) nothing is reused.
+// Clause 6: a reload makes a new context, which holds no graph.
+// Nothing else (truncate, clear, clear_all, open, close) discards a graph:
+// llama.cpp reads KV positions and masks as per-call inputs.
+#include "engines/abi_lists.hpp"
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engines/reuse_rule.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace kvweld::engines {
+
+namespace {
+
+constexpr int kUbatch = 512;  // the adapter's n_ubatch
+constexpr int kPad = 256;     // llama.cpp's cell and window padding
+
+struct UbatchShape {
+    bool equal_seqs = false;
+    int n_tokens = 0, n_seq_tokens = 0, n_seqs = 0, n_seqs_unq = 0;
+    std::vector<int> seq_ids;  // compared only for the per-stream split
+    bool operator==(const UbatchShape&) const = default;
+};
+
+// Clause 1, unified: consecutive runs of up to kUbatch tokens.
+std::vector<UbatchShape> split_simple(std::span<const int> seqs) {
+    std::vector<UbatchShape> out;
+    for (std::size_t at = 0; at < seqs.size(); at += kUbatch) {
+        const std::size_t n = std::min<std::size_t>(kUbatch, seqs.size() - at);
+        const std::set<int> distinct(seqs.begin() + long(at), seqs.begin() + long(at + n));
+        out.push_back({false, int(n), 1, int(n), int(distinct.size()), {}});
+    }
+    return out;
+}
+
+// Clause 1, one stream per sequence: the sequential equal split.
+std::vector<UbatchShape> split_equal(std::span<const int> seqs) {
+    std::vector<UbatchShape> out;
+    std::vector<bool> used(seqs.size(), false);
+    std::size_t n_used = 0;
+    while (n_used < seqs.size()) {
+        std::vector<int> set;  // this ubatch's sequences, in the order taken
+        for (std::size_t i = 0; i < seqs.size(); ++i) {
+            if (used[i] || std::find(set.begin(), set.end(), seqs[i]) != set.end()) continue;
+            if (set.empty() || seqs[i] == set.back() + 1) set.push_back(seqs[i]);
+        }
+        std::map<int, std::vector<std::size_t>> unused;  // per sequence, its unused tokens in order
+        for (std::size_t i = 0; i < seqs.size(); ++i)
+            if (!used[i]) unused[seqs[i]].push_back(i);
+        int rounds = 0;
+        const int n_seqs = int(set.size());
+        for (bool more = true; more;) {
+            for (int s : set) more = more && unused[s].size() > std::size_t(rounds);
+            if (!more) break;
+            for (int s : set) used[unused[s][std::size_t(rounds)]] = true;
+            n_used += std::size_t(n_seqs);
+            ++rounds;
+            more = (rounds + 1) * n_seqs <= kUbatch;
+        }
+        std::vector<int> ids = set;
+        std::sort(ids.begin(), ids.end());
+        out.push_back({true, rounds * n_seqs, rounds, n_seqs, n_seqs, ids});
+    }
+    return out;
+}
+
+class LlamacppRule final : public ReuseRule {
+public:
+    LlamacppRule(bool unified, bool reuse, bool window_fixed)
+        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed) {}
+
+    ReuseExpectation on_decode(std::span<const int> seqs) override {
+        ReuseExpectation e;
+        const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs) : split_equal(seqs);
+        e.plans = int(ubatches.size());
+        last_.clear();
+        for (const UbatchShape& u : ubatches) {
+            placed_ += u.n_tokens;
+            const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
+            const bool same_window = window_known && previous_window_known_;
+            const char* clause = !reuse_                  ? "5 (reuse disabled)"
+                                 : stream_copied_         ? "4 (a stream copy discarded the graph)"
+                                 : !previous_             ? "2/6 (no previous graph)"
+                                 : !(*previous_ == u)     ? "2 (another shape)"
+                                 : same_window            ? "2+3 (same shape, same window)"
+                                                          : "3 (same shape, window past the bound)";
+            if (reuse_ && !stream_copied_ && previous_ && *previous_ == u) {
+                ++(same_window ? e.must_reuse : e.may_reuse);
+                if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
+            }
+            last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, clause});
+            previous_ = u;
+            previous_window_known_ = window_known;
+            stream_copied_ = false;
+        }
+        return e;
+    }
+    std::string why_last() const override {
+        std::string out;
+        for (const Decided& d : last_)
+            out += cat(out.empty() ? "" : "; ", "ubatch of ", d.n_tokens, " tokens (", d.n_seqs, " sequences x ",
+                       d.n_seq_tokens, "): clause ", d.clause);
+        return out;
+    }
+    void on_copy(int, int) override { stream_copied_ = stream_copied_ || !unified_; }
+    void on_reload() override {
+        previous_.reset();
+        stream_copied_ = false;  // the new context has nothing queued
+        placed_ = 0;             // nor any used cell
+    }
+    void on_clear_all() override { placed_ = 0; }  // every cell freed, the head at 0
+
+private:
+    bool unified_, reuse_, window_fixed_;
+    std::optional<UbatchShape> previous_;
+    bool previous_window_known_ = false;  // the previous graph's window was 256
+    int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
+    bool stream_copied_ = false;
+    struct Decided {
+        int n_tokens, n_seqs, n_seq_tokens;
+        const char* clause;
+    };
+    std::vector<Decided> last_;  // the last call's ubatches, for why_last()
+};
+
+}  // namespace
+
+std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
+    std::map<std::string, std::string> params;
+    bool unified = false, reuse = true;
+    try {
+        params = abi::parse_params(config.params.c_str(), {"kv_unified", "graph_reuse"});
+        unified = abi::flag_param(params, "kv_unified", false);
+        reuse = abi::flag_param(params, "graph_reuse", true);
+    } catch (const std::runtime_error& e) {
+        throw Error(cat("llama.cpp ", e.what()));
+    }
+    require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
+    const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed);
+}
+
+}  // namespace kvweld::engines

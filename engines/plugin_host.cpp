@@ -1,0 +1,215 @@
+#include "engines/plugin_host.hpp"
+
+#include "engines/abi_lists.hpp"
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engine/faults.hpp"
+
+#include <dlfcn.h>
+
+#include <array>
+
+namespace kvweld::engines {
+
+namespace {
+
+constexpr std::size_t kErrLen = 512;
+
+// Version 4 fault classes must name known classes; older tables have none.
+std::string fault_classes_problem(const kvweld_engine_api& api) {
+    for (const abi::ListedFault& f : abi::split_fault_list(api.fault_names)) {
+        if (f.classes.empty()) continue;
+        if (api.abi_version < 4) return cat("lists classes for fault '", f.name, "' in a version ", api.abi_version, " table");
+        try {
+            Detections::parse(f.classes);
+        } catch (const Error& e) {
+            return cat("lists fault '", f.name, "' with bad classes: ", e.what());
+        }
+    }
+    return "";
+}
+
+}  // namespace
+
+std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path) {
+    // RTLD_LOCAL: two plugins' symbols never collide; RTLD_NOW: a missing
+    // dependency is an error here, not a crash on first call.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw Error(cat("engine plugin ", path, ": cannot load: ", dlerror()));
+    auto entry = reinterpret_cast<kvweld_engine_entry_fn>(dlsym(handle, KVWELD_ENGINE_ENTRY));
+    const kvweld_engine_api* api = entry ? entry() : nullptr;
+    std::string problem;
+    if (!entry) problem = cat("has no symbol '", KVWELD_ENGINE_ENTRY, "': not a kvweld engine plugin");
+    else if (!api) problem = cat(KVWELD_ENGINE_ENTRY, "() returned no table");
+    else if (api->abi_version < 2 || api->abi_version > KVWELD_ENGINE_ABI_VERSION)
+        problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks versions 2..",
+                      KVWELD_ENGINE_ABI_VERSION);
+    else if (api->abi_version < 3 && (api->capabilities & (KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS)))
+        problem = "declares a version 3 capability in a version 2 table";
+    else if (api->abi_version < 4 && (api->capabilities & KVWELD_CAP_PLAN_SERIAL))
+        problem = "declares a version 4 capability in an older table";
+    else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
+             !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
+        problem = "leaves a required function or name empty";
+    else if (((api->capabilities & KVWELD_CAP_COPY_SEQ) && !api->copy_seq) ||
+             ((api->capabilities & KVWELD_CAP_PLAN_COUNTERS) && !api->counters) ||
+             ((api->capabilities & KVWELD_CAP_RELOAD) && !api->reload) ||
+             ((api->capabilities & KVWELD_CAP_STORAGE) && !api->storage) ||
+             ((api->capabilities & KVWELD_CAP_READ_KV) && !api->read_kv) ||
+             ((api->capabilities & KVWELD_CAP_SWAP_LAYER) && !api->swap_layer) ||
+             ((api->capabilities & KVWELD_CAP_BLOCKS) && (!api->pool_info || !api->block_table || !api->block_refcount)) ||
+             ((api->capabilities & KVWELD_CAP_POOL_OPS) && !api->pool_op) ||
+             ((api->capabilities & KVWELD_CAP_PLAN_SERIAL) && !api->plan_serial))
+        problem = "declares a capability whose function is empty";
+    if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
+    if (!problem.empty()) {
+        dlclose(handle);
+        throw Error(cat("engine plugin ", path, " ", problem));
+    }
+    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, api));
+}
+
+PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api)
+    : path_(std::move(path)), handle_(handle), api_(api) {}
+
+PluginLibrary::~PluginLibrary() { dlclose(handle_); }
+
+template <class Fn>
+void PluginEngine::call(const char* what, Fn&& fn) const {
+    std::array<char, kErrLen> err{};
+    if (fn(err.data(), err.size()) == 0) return;
+    err.back() = '\0';  // whatever the plugin wrote, the message ends here
+    throw Error(cat("engine ", library_->api().name, ": ", what, " failed: ",
+                    err[0] ? err.data() : "(no message)"));
+}
+
+PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options)
+    : library_(std::move(library)) {
+    call("create", [&](char* e, std::size_t n) { return library_->api().create(&options, &engine_, e, n); });
+    require(engine_ != nullptr, "engine ", library_->api().name, ": create succeeded but returned no engine");
+    vocab_ = library_->api().vocab(engine_);
+    if (vocab_ <= 0) {
+        library_->api().destroy(engine_);
+        throw Error(cat("engine ", library_->api().name, ": vocab() = ", vocab_, ": must be positive"));
+    }
+}
+
+std::vector<std::string> PluginEngine::fault_names() const {
+    std::vector<std::string> out;
+    for (const abi::ListedFault& f : abi::split_fault_list(library_->api().fault_names)) out.push_back(f.name);
+    return out;
+}
+
+PluginEngine::~PluginEngine() { library_->api().destroy(engine_); }
+
+void PluginEngine::open(int seq) {
+    call("open_seq", [&](char* e, std::size_t n) { return library_->api().open_seq(engine_, seq, e, n); });
+}
+
+void PluginEngine::close(int seq) {
+    call("close_seq", [&](char* e, std::size_t n) { return library_->api().close_seq(engine_, seq, e, n); });
+}
+
+std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) {
+    require(seqs.size() == tokens.size(), "decode: ", seqs.size(), " sequences for ", tokens.size(), " tokens");
+    std::vector<float> logits(seqs.size() * static_cast<std::size_t>(vocab_));
+    call("decode", [&](char* e, std::size_t n) {
+        return library_->api().decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
+                                      logits.data(), e, n);
+    });
+    return logits;
+}
+
+void PluginEngine::truncate(int seq, int len) {
+    call("truncate", [&](char* e, std::size_t n) { return library_->api().truncate(engine_, seq, len, e, n); });
+}
+
+void PluginEngine::clear(int seq) {
+    call("clear_seq", [&](char* e, std::size_t n) { return library_->api().clear_seq(engine_, seq, e, n); });
+}
+
+void PluginEngine::clear_all() {
+    call("clear_all", [&](char* e, std::size_t n) { return library_->api().clear_all(engine_, e, n); });
+}
+
+void PluginEngine::copy(int src, int dst) {
+    require(capabilities() & KVWELD_CAP_COPY_SEQ, "engine ", name(), " cannot copy sequences (no KVWELD_CAP_COPY_SEQ)");
+    call("copy_seq", [&](char* e, std::size_t n) { return library_->api().copy_seq(engine_, src, dst, e, n); });
+}
+
+void PluginEngine::reload(const std::string& model_path) {
+    require(capabilities() & KVWELD_CAP_RELOAD, "engine ", name(), " cannot reload its model (no KVWELD_CAP_RELOAD)");
+    call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, model_path.c_str(), e, n); });
+}
+
+std::vector<std::uint64_t> PluginEngine::storage(int seq, int which, int n_layers) const {
+    require(capabilities() & KVWELD_CAP_STORAGE, "engine ", name(), " reports no storage (no KVWELD_CAP_STORAGE)");
+    std::vector<std::uint64_t> out(std::size_t(n_layers), 0);
+    call("storage", [&](char* e, std::size_t n) {
+        return library_->api().storage(engine_, seq, which, out.data(), n_layers, e, n);
+    });
+    return out;
+}
+
+void PluginEngine::read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const {
+    require(capabilities() & KVWELD_CAP_READ_KV, "engine ", name(), " cannot read KV (no KVWELD_CAP_READ_KV)");
+    require(k.size() == v.size(), "read_kv: k and v of different sizes");
+    call("read_kv", [&](char* e, std::size_t n) {
+        return library_->api().read_kv(engine_, seq, layer, pos, k.data(), v.data(), std::int32_t(k.size()), e, n);
+    });
+}
+
+void PluginEngine::swap_layer(int seq, int layer) {
+    require(capabilities() & KVWELD_CAP_SWAP_LAYER, "engine ", name(), " cannot swap layers (no KVWELD_CAP_SWAP_LAYER)");
+    call("swap_layer", [&](char* e, std::size_t n) { return library_->api().swap_layer(engine_, seq, layer, e, n); });
+}
+
+kvweld_pool_info PluginEngine::pool_info() const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    kvweld_pool_info out{};
+    call("pool_info", [&](char* e, std::size_t n) { return library_->api().pool_info(engine_, &out, e, n); });
+    return out;
+}
+
+std::vector<int> PluginEngine::block_table(int seq) const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    std::vector<std::int32_t> out(64);
+    for (;;) {
+        std::int32_t count = -1;
+        call("block_table", [&](char* e, std::size_t n) {
+            return library_->api().block_table(engine_, seq, out.data(), std::int32_t(out.size()), &count, e, n);
+        });
+        require(count >= 0 && count <= (1 << 24), "engine ", name(), ": block_table reported ", count, " blocks");
+        if (std::size_t(count) <= out.size()) return std::vector<int>(out.begin(), out.begin() + count);
+        out.resize(std::size_t(count));
+    }
+}
+
+int PluginEngine::block_refcount(int block) const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    std::int32_t out = -1;
+    call("block_refcount", [&](char* e, std::size_t n) { return library_->api().block_refcount(engine_, block, &out, e, n); });
+    return out;
+}
+
+void PluginEngine::pool_op(int op) {
+    require(capabilities() & KVWELD_CAP_POOL_OPS, "engine ", name(), " has no pool ops (no KVWELD_CAP_POOL_OPS)");
+    call(op == KVWELD_POOL_GROW ? "pool_op(grow)" : "pool_op(compact)",
+         [&](char* e, std::size_t n) { return library_->api().pool_op(engine_, op, e, n); });
+}
+
+std::uint64_t PluginEngine::plan_serial(int seq) const {
+    require(capabilities() & KVWELD_CAP_PLAN_SERIAL, "engine ", name(), " reports no plan identity (no KVWELD_CAP_PLAN_SERIAL)");
+    std::uint64_t out = 0;
+    call("plan_serial", [&](char* e, std::size_t n) { return library_->api().plan_serial(engine_, seq, &out, e, n); });
+    return out;
+}
+
+std::optional<kvweld_engine_counters> PluginEngine::counters() const {
+    if (!(capabilities() & KVWELD_CAP_PLAN_COUNTERS)) return std::nullopt;
+    kvweld_engine_counters out{};
+    call("counters", [&](char* e, std::size_t n) { return library_->api().counters(engine_, &out, e, n); });
+    return out;
+}
+
+}  // namespace kvweld::engines

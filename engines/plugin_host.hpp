@@ -1,0 +1,80 @@
+// The plugin host: an engine loaded as a plugin through the C ABI
+// (include/kvweld/engine_abi.h), behind the Engine interface. Every failure
+// (a missing file or symbol, an ABI version mismatch, a missing required
+// function, a capability or fault classes its version cannot have, an
+// error code from the plugin) is an Error naming the plugin and what went
+// wrong; nothing a plugin returns can crash kvweld.
+#pragma once
+
+#include "engines/engine.hpp"
+#include "kvweld/engine_abi.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvweld::engines {
+
+// The loaded library; unloaded when the last engine using it is gone.
+class PluginLibrary {
+public:
+    static std::shared_ptr<const PluginLibrary> open(const std::string& path);
+    ~PluginLibrary();
+    PluginLibrary(const PluginLibrary&) = delete;
+    PluginLibrary& operator=(const PluginLibrary&) = delete;
+
+    const kvweld_engine_api& api() const { return *api_; }
+    const std::string& path() const { return path_; }
+
+private:
+    PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api);
+    std::string path_;
+    void* handle_;
+    const kvweld_engine_api* api_;
+};
+
+class PluginEngine final : public Engine {
+public:
+    PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options);
+    ~PluginEngine() override;
+    PluginEngine(const PluginEngine&) = delete;
+    PluginEngine& operator=(const PluginEngine&) = delete;
+
+    std::string name() const override { return library_->api().name; }
+    // The declared capabilities; an older table has none of a later version's.
+    std::uint32_t capabilities() const override { return library_->api().capabilities; }
+    std::string model_format() const override { return library_->api().model_format; }
+    std::vector<std::string> fault_names() const;  // the switches options.faults may name
+    int vocab() const override { return vocab_; }
+
+    void open(int seq) override;
+    void close(int seq) override;
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) override;
+    void truncate(int seq, int n) override;
+    void clear(int seq) override;
+    void clear_all() override;
+    void copy(int src, int dst) override;
+    void reload(const std::string& model_path) override;
+    std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const override;
+    void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const override;
+    void swap_layer(int seq, int layer) override;
+    std::optional<kvweld_engine_counters> counters() const override;
+    std::uint64_t plan_serial(int seq) const override;
+    kvweld_pool_info pool_info() const override;
+    std::vector<int> block_table(int seq) const override;
+    int block_refcount(int block) const override;
+    void pool_op(int op) override;
+
+private:
+    template <class Fn>
+    void call(const char* what, Fn&& fn) const;
+
+    std::shared_ptr<const PluginLibrary> library_;
+    kvweld_engine* engine_ = nullptr;
+    int vocab_ = 0;
+};
+
+}  // namespace kvweld::engines

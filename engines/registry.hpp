@@ -1,0 +1,76 @@
+// The engines kvweld knows by name, one table: where each one's plugin is
+// in this build, its reuse rule, its block model and the settings a seed
+// may draw for it. Everything engine-specific the simulator needs comes
+// from here; a plugin of the user's own (a path to a .so) has no entry and
+// runs with what its capabilities allow. Opening an engine writes the
+// model in the format the plugin asks for; the harness keeps the same
+// weights for its reference.
+#pragma once
+
+#include "engine/model.hpp"
+#include "engine/rng.hpp"
+#include "engines/kvweld/block_model.hpp"
+#include "engines/plugin_host.hpp"
+#include "engines/reuse_rule.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvweld::engines {
+
+struct EngineEntry {
+    std::string_view name;
+    const char* plugin;   // its path in this build, "" when not built
+    const char* missing;  // why not, when not built
+    std::unique_ptr<ReuseRule> (*rule)(const EngineSetup&);  // nullptr: no rule (accounting off)
+    bool block_model;     // the simulator's block model (BlockModel) follows its pool
+    // The settings setup.params leaves open, drawn and appended (nullptr: none).
+    std::string (*draw_settings)(const EngineSetup& setup, Rng& rng);
+};
+
+// The entry of a built-in engine (nullptr for a plugin of the user's own).
+const EngineEntry* engine_entry(std::string_view name);
+
+// "kvweld, kvweld-paged, llamacpp (not built here: ...)" for help texts and errors.
+std::string builtin_engine_names();
+// A built-in name's plugin path, or `engine` itself when it names a file;
+// throws Error naming the engine and the built-in names otherwise.
+std::string engine_plugin_path(const std::string& engine);
+// Loaded once per process and path; later calls share it.
+std::shared_ptr<const PluginLibrary> engine_library(const std::string& engine);
+
+// The rule for the engine its plugin names (nullptr, and `why_not` says
+// so, for one without); its block model (nullopt without); `setup.params`
+// with the settings it leaves open drawn.
+std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const EngineSetup& setup,
+                                          std::string& why_not);
+std::optional<BlockModel> block_model_for(std::string_view engine_name, const EngineSetup& setup);
+std::string draw_engine_settings(std::string_view engine_name, const EngineSetup& setup, Rng& rng);
+
+// `model` written to a temporary file in `format` ("gguf" or "llama2c"),
+// removed again when this goes.
+class ModelFile {
+public:
+    ModelFile(const Model& model, const std::string& format);
+    ~ModelFile();
+    ModelFile(const ModelFile&) = delete;
+    ModelFile& operator=(const ModelFile&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+// The engine `engine` (a built-in name or a plugin's path), created over
+// `model` with the setup's sequences, positions and settings and the
+// fault switches `faults` ("a,b").
+std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string& faults, const EngineSetup& setup,
+                                    const Model& model);
+
+// Each engine's drawn settings, in its own folder.
+std::string kvweld_paged_settings(const EngineSetup& setup, Rng& rng);
+std::string llamacpp_settings(const EngineSetup& setup, Rng& rng);
+
+}  // namespace kvweld::engines

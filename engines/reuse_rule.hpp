@@ -1,0 +1,81 @@
+// Accounting: a rule, one per engine (in the engine's folder, beside its
+// adapter), of when a decode call is justified to reuse the plans it runs.
+// The simulator tells the rule every call and every memory op, in order, and
+// checks each call's counter deltas against what the rule expects: fewer
+// reuses than it must is a spurious invalidation, more than it may is a
+// missed one. An engine without a rule (or without counters) runs with the
+// accounting oracle unavailable, and every report says so.
+#pragma once
+
+#include "engines/engine.hpp"
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kvweld::engines {
+
+// What one decode call may do: it runs `plans` plans (graphs), of which at
+// least `must_reuse` and at most `must_reuse + may_reuse` reuse the plan
+// before them. `builds` and `rebinds`, when set, are exact counts.
+struct ReuseExpectation {
+    int plans = 0;
+    int must_reuse = 0;
+    int may_reuse = 0;
+    std::optional<int> builds;
+    std::optional<int> rebinds;
+    // Of must_reuse: reuses of a plan that serves more than one sequence
+    // (a ubatch of several, or one plan for a whole pool after a pair of
+    // another sequence), so a swarm can show its rule was not vacuous there.
+    int must_reuse_shared = 0;
+};
+
+// A call whose builds and rebinds the rule knows exactly: every other plan
+// must reuse.
+inline ReuseExpectation exact_expectation(int plans, int builds, int rebinds) {
+    return {plans, plans - builds - rebinds, 0, builds, rebinds, 0};
+}
+
+// What an op does to a sequence's storage (the ledger, for engines that
+// report storage): keep it, replace it, or either.
+enum class StorageEffect : std::uint8_t { keeps, replaces, may_replace };
+
+// What the simulator did to a sequence, as far as its storage goes.
+enum class SeqOp : std::uint8_t { decode, truncate, open, clear, copy_into, reload, swap_layer };
+
+// Without a rule of its own, an engine may replace a sequence's storage at
+// any memory op, but never in a decode or a truncate.
+inline StorageEffect default_storage_effect(SeqOp op) {
+    return op == SeqOp::decode || op == SeqOp::truncate ? StorageEffect::keeps : StorageEffect::may_replace;
+}
+
+class ReuseRule {
+public:
+    virtual ~ReuseRule() = default;
+    virtual StorageEffect storage_effect(SeqOp op) const { return default_storage_effect(op); }
+    // `seqs`: the call's sequence id per token, in batch order.
+    virtual ReuseExpectation on_decode(std::span<const int> seqs) = 0;
+    // The clauses that decided the last call, for failure messages: kept
+    // as numbers and formatted only when asked, so a passing call costs no
+    // text.
+    virtual std::string why_last() const = 0;
+    virtual void on_open(int /*seq*/) {}
+    virtual void on_close(int /*seq*/) {}
+    virtual void on_truncate(int /*seq*/, int /*n*/) {}
+    virtual void on_clear(int /*seq*/) {}
+    virtual void on_clear_all() {}
+    virtual void on_copy(int /*src*/, int /*dst*/) {}
+    virtual void on_reload() {}
+    virtual void on_swap_layer(int /*seq*/, int /*layer*/) {}
+    virtual void on_pool_op(int /*op*/) {}  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
+};
+
+// Each engine's rule lives in its own folder; the registry
+// (engines/registry.hpp) says which engine has which.
+std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup& setup);
+std::unique_ptr<ReuseRule> kvweld_paged_reuse_rule(const EngineSetup& setup);
+std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& setup);
+
+}  // namespace kvweld::engines
