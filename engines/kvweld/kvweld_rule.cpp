@@ -1,4 +1,4 @@
-// kvweld's own engine behind the ABI (adapters/kvweld): one session, so one
+// kvweld's own engine behind the ABI (engines/kvweld): one session, so one
 // held plan, per sequence. Its counters are builds, reuses of a kept plan
 // and rebinds.
 //
