@@ -9,6 +9,7 @@
 
 #include "engine/faults.hpp"
 #include "sim/serve/serve_config.hpp"
+#include "sim/shard.hpp"
 #include "sim/sim_config.hpp"
 #include "sim/verdict.hpp"
 #include "sim/traffic.hpp"
@@ -51,11 +52,23 @@ void print_shrink_summary(std::size_t before, std::size_t after, int runs, sim::
 // --engine: the same commands over an engine behind the plugin ABI
 // (cli/engine_cmds.cpp, the serving simulator in sim/serve/).
 sim::EngineChoice engine_choice(const RunOptions& options);  // throws Error on a bad combination
-int run_engine_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace, const std::string& json);
-int run_engine_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs);
-int run_engine_replay(const std::string& text, const std::string& path);
+// sim's --no-oracles (run unchecked) and --timing (print the throughput).
+struct Checking {
+    bool no_oracles = false;
+    bool timing = false;
+};
+int run_engine_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace, const std::string& json,
+                   const Checking& checking = {});
+// A swarm's seed range and the shard of it this run takes.
+struct SeedShard {
+    std::uint64_t range_first = 0, range_last = 0;
+    sim::Shard shard;
+};
+int run_engine_swarm(const RunOptions& options, const SeedShard& seeds, int jobs, const std::string& json);
+int run_engine_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json);
+int run_engine_replay(const std::string& text, const std::string& path, const std::string& json);
 int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out);
-int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs);
+int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json);
 struct EngineTrafficArgs {
     std::string engine, params, csv, plot;
     int chunk = 16;   // prefill tokens per sequence per step

@@ -4,6 +4,7 @@
 
 #include "sim/report.hpp"
 #include "engines/registry.hpp"
+#include "sim/serve/serve_json.hpp"
 #include "sim/serve/serve_mutants.hpp"
 #include "sim/serve/serve_run.hpp"
 
@@ -32,28 +33,6 @@ void write_text(const std::string& path, const std::string& text) {
     require(out.good(), "trace ", path, ": write failed");
 }
 
-nlohmann::json serve_json(const ServeResult& r) {
-    const ServeStats& s = r.stats;
-    nlohmann::json j = {{"config", r.config},
-                        {"ops_run", r.ops.size()},
-                        {"verdict", to_string(r.verdict)},
-                        {"oracles", {{"data", true},
-                                     {"accounting", r.oracles.accounting},
-                                     {"kv", r.oracles.kv},
-                                     {"weld", r.oracles.weld},
-                                     {"unavailable", {{"accounting", r.oracles.accounting_why_not},
-                                                      {"kv", r.oracles.kv_why_not},
-                                                      {"weld", r.oracles.weld_why_not}}}}},
-                        {"stats", {{"requests", s.requests}, {"calls", s.calls}, {"rows", s.rows},
-                                   {"plans", s.plans}, {"reused", s.reused}, {"must_reuse", s.must_reuse},
-                                   {"may_reuse", s.may_reuse}, {"max_logit_error", s.max_logit_error},
-                                   {"max_kv_error", s.max_kv_error}}}};
-    if (r.failure)
-        j["failure"] = {{"op_index", r.failure->op_index}, {"op", r.failure->op},
-                        {"oracle", to_string(r.failure->oracle)}, {"detail", r.failure->detail}};
-    return j;
-}
-
 }  // namespace
 
 EngineChoice engine_choice(const RunOptions& o) {
@@ -64,18 +43,26 @@ EngineChoice engine_choice(const RunOptions& o) {
     return e;
 }
 
-int run_engine_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, const std::string& json) {
+int run_engine_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, const std::string& json,
+                   const Checking& checking) {
     const EngineChoice engine = engine_choice(o);
     const ServeConfig config =
         draw_serve_config(seed, engine, o.model, engine_library(engine.engine)->api().capabilities);
-    const ServeResult r = run_serve_generated(config, o.steps);
+    const auto start = std::chrono::steady_clock::now();
+    const ServeResult r = run_serve_generated(config, o.steps, !checking.no_oracles);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (checking.timing)
+        std::fprintf(stderr, "timing: %llu rows in %.3f s = %.0f rows/s (oracles %s)\n",
+                     (unsigned long long)r.stats.rows, secs, double(r.stats.rows) / secs,
+                     checking.no_oracles ? "off" : "on");
     print(serve_report(r));
     if (!trace.empty()) write_text(trace, serve_trace_text(r));
     if (!json.empty()) write_json(json, serve_json(r));
     return exit_code(r.verdict);
 }
 
-int run_engine_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t last, int jobs) {
+int run_engine_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json) {
+    const auto [first, last] = shard_range(seeds.range_first, seeds.range_last, seeds.shard);
     ServeSwarmOptions s;
     s.first = first;
     s.last = last;
@@ -99,13 +86,24 @@ int run_engine_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t las
     });
     if (tty) std::fprintf(stderr, "\n");
     print(serve_swarm_table(r, s));
+    if (!json.empty()) write_json(json, serve_swarm_json(r, s, seeds.range_first, seeds.range_last, seeds.shard));
     return r.failures == 0 ? 0 : 1;
 }
 
-int run_engine_replay(const std::string& text, const std::string& path) {
+int run_engine_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json) {
+    const ServeMerged m = merge_serve_reports(reports);
+    std::printf("merge: %zu shard reports, seeds %llu..%llu\n", reports.size(), (unsigned long long)m.options.first,
+                (unsigned long long)m.options.last);
+    print(serve_swarm_table(m.result, m.options));
+    if (!json.empty()) write_json(json, m.report);
+    return m.result.failures == 0 ? 0 : 1;
+}
+
+int run_engine_replay(const std::string& text, const std::string& path, const std::string& json) {
     const ServeTrace t = parse_serve_trace(text, path);
     const ServeResult r = run_serve_ops(t.config, t.ops, t.steps);
     print(serve_report(r));
+    if (!json.empty()) write_json(json, serve_json(r));
     return exit_code(r.verdict);
 }
 
@@ -122,7 +120,7 @@ int run_engine_shrink(const std::string& text, const std::string& path, const st
     return 0;
 }
 
-int run_engine_mutants(const RunOptions& o, std::uint64_t seeds, int jobs) {
+int run_engine_mutants(const RunOptions& o, std::uint64_t seeds, int jobs, const std::string& json) {
     ServeMutantsOptions m;
     m.seeds = seeds;
     m.steps = o.steps;
@@ -135,6 +133,7 @@ int run_engine_mutants(const RunOptions& o, std::uint64_t seeds, int jobs) {
     const ServeMutantsResult r =
         run_serve_mutants(m, [](const std::string& line) { std::fprintf(stderr, "[mutants] %s\n", line.c_str()); });
     print(serve_mutants_table(r, m));
+    if (!json.empty()) write_json(json, serve_mutants_json(r, m));
     return r.ok() ? 0 : 1;
 }
 

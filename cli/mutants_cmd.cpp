@@ -25,10 +25,10 @@ struct MutantsArgs {
 
 int run_mutants_cmd(const MutantsArgs& a) {
     if (!a.engine.empty()) {
-        require(a.json.empty(), "--json with --engine: not written yet (the table is printed)");
         const RunOptions run{a.steps, a.model, a.backend, a.faults, a.engine, a.params};
         return run_engine_mutants(run, a.seeds,
-                                  a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+                                  a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                                  a.json);
     }
     require(kFaultsCompiled, "mutants needs a build with fault switches (KVWELD_FAULTS); this one has none");
     MutantsOptions o;

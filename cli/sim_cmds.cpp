@@ -103,10 +103,7 @@ struct SimArgs {
 };
 
 int run_sim(const SimArgs& a) {
-    if (!a.run.engine.empty()) {
-        require(!a.no_oracles && !a.timing, "--no-oracles and --timing are for kvweld's own engine (no --engine)");
-        return run_engine_sim(a.run, a.seed, a.trace, a.json);
-    }
+    if (!a.run.engine.empty()) return run_engine_sim(a.run, a.seed, a.trace, a.json, {a.no_oracles, a.timing});
     const SimConfig config = draw_config(a.seed, draw_options(a.run));
     if (config.paged && !a.no_oracles && !a.timing) {  // as the swarm runs it
         std::printf("seed %llu draws the paged KV design: kvweld's paged engine through the serving simulator "
@@ -132,10 +129,7 @@ int run_sim(const SimArgs& a) {
 
 int run_replay(const std::string& path, const std::string& json) {
     const std::string text = read_text_file(path);
-    if (is_serve_trace(text)) {
-        require(json.empty(), "--json: not written for a serving trace (replay prints its report)");
-        return run_engine_replay(text, path);
-    }
+    if (is_serve_trace(text)) return run_engine_replay(text, path, json);
     const Trace t = parse_trace(text, path);
     const RunResult r = run_ops(t.config, t.ops, t.steps);
     print(report_header(r));

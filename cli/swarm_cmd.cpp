@@ -2,6 +2,7 @@
 #include "cli/commands.hpp"
 
 #include "sim/report.hpp"
+#include "sim/serve/serve_json.hpp"
 #include "sim/shard.hpp"
 #include "sim/swarm.hpp"
 
@@ -46,10 +47,7 @@ int run_swarm_cmd(const SwarmArgs& a) {
     const Shard shard = parse_shard(a.shard);
     std::tie(o.first, o.last) = shard_range(range.first, range.second, shard);
     o.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (!a.run.engine.empty()) {
-        require(a.json.empty(), "--json with --engine: not written yet (the table is printed)");
-        return run_engine_swarm(a.run, o.first, o.last, o.jobs);
-    }
+    if (!a.run.engine.empty()) return run_engine_swarm(a.run, {range.first, range.second, shard}, o.jobs, a.json);
     o.steps = a.run.steps;
     o.draw = draw_options(a.run);
     const std::size_t total = static_cast<std::size_t>(o.last - o.first) + 1;
@@ -86,6 +84,8 @@ int run_merge_cmd(const std::vector<std::string>& paths, const std::string& json
         require(!j.is_discarded(), "merge: ", path, " is not valid JSON");
         reports.emplace_back(path, std::move(j));
     }
+    require(!reports.empty(), "merge: no reports given");
+    if (report_format(reports.front().second) == kServeSwarmFormat) return run_engine_merge(reports, json);
     const Merged m = merge_reports(reports);
     std::printf("merge: %zu shard reports, seeds %llu..%llu\n", paths.size(),
                 static_cast<unsigned long long>(m.options.first), static_cast<unsigned long long>(m.options.last));

@@ -104,30 +104,66 @@ std::string build_id() {
     return cat("kvweld ", KVWELD_GIT_COMMIT, kFaultsCompiled ? " faults" : " no-faults");
 }
 
+nlohmann::json swarm_header(const char* format, std::uint64_t range_first, std::uint64_t range_last, Shard shard,
+                            std::uint64_t first, std::uint64_t last, int steps) {
+    return {{"format", format},
+            {"version", kVersion},
+            {"build", build_id()},
+            {"range", {{"first", range_first}, {"last", range_last}}},
+            {"shard", {{"index", shard.index}, {"count", shard.count}, {"first", first}, {"last", last}}},
+            {"steps", steps}};
+}
+
+std::string report_format(const nlohmann::json& report) {
+    return report.is_object() && report.contains("format") && report.at("format").is_string()
+               ? report.at("format").get<std::string>()
+               : "";
+}
+
 nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint64_t range_first,
                           std::uint64_t range_last, Shard shard) {
     nlohmann::json seeds = nlohmann::json::array();
     for (const SeedResult& s : r.seeds) seeds.push_back(json_report(RunResult{s.config, o.steps, o.oracles, {}, s.stats, s.verdict, s.failure}));
-    return {{"format", kFormat},
-            {"version", kVersion},
-            {"build", build_id()},
-            {"range", {{"first", range_first}, {"last", range_last}}},
-            {"shard", {{"index", shard.index}, {"count", shard.count}, {"first", o.first}, {"last", o.last}}},
-            {"steps", o.steps},
-            {"model", o.draw.model},
-            {"backend", to_string(o.draw.backend)},
-            {"faults", fault_list(o.draw.faults)},
-            {"oracles", oracles_json(o.oracles)},
-            {"failures", r.failures},
-            {"seeds", seeds}};
+    nlohmann::json j = swarm_header(kFormat, range_first, range_last, shard, o.first, o.last, o.steps);
+    j["model"] = o.draw.model;
+    j["backend"] = to_string(o.draw.backend);
+    j["faults"] = fault_list(o.draw.faults);
+    j["oracles"] = oracles_json(o.oracles);
+    j["failures"] = r.failures;
+    j["seeds"] = seeds;
+    return j;
 }
 
 Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& reports) {
+    const nlohmann::json merged = merge_shards(reports, kIdentity);
+    Merged m;
+    m.options.first = json_field<std::uint64_t>(merged.at("range"), "first");
+    m.options.last = json_field<std::uint64_t>(merged.at("range"), "last");
+    m.options.steps = json_field<int>(merged, "steps");
+    m.options.draw.model = json_field<std::string>(merged, "model");
+    m.options.draw.backend = backend_from_string(json_field<std::string>(merged, "backend"));
+    const nlohmann::json& oracles = merged.at("oracles");
+    m.options.oracles = {json_field<bool>(oracles, "data"), json_field<bool>(oracles, "kv"),
+                         json_field<bool>(oracles, "weld"), json_field<bool>(oracles, "accounting")};
+    for (const nlohmann::json& s : merged.at("seeds")) {
+        m.result.seeds.push_back(seed_from_json(s));
+        m.result.total.add(m.result.seeds.back().stats);
+        m.result.failures += m.result.seeds.back().verdict != Verdict::pass;
+    }
+    m.report = merged;
+    m.report["failures"] = m.result.failures;
+    return m;
+}
+
+nlohmann::json merge_shards(const std::vector<std::pair<std::string, nlohmann::json>>& reports,
+                            std::span<const char* const> identity) {
     require(!reports.empty(), "merge: no reports given");
     const auto& [first_name, first] = reports.front();
+    const std::string format = report_format(first);
     for (const auto& [name, j] : reports) {
-        require(j.is_object() && j.value("format", "") == kFormat, "merge: ", name, " is not a kvweld swarm report");
-        for (const char* field : kIdentity)
+        require(!format.empty() && report_format(j) == format, "merge: ", name, " is not a ",
+                format.empty() ? "kvweld swarm" : format, " report");
+        for (const char* field : identity)
             require(j.contains(field) && j.at(field) == first.at(field), "merge: ", name, " and ", first_name,
                     " differ in '", field, "' (", j.contains(field) ? j.at(field).dump() : "missing", " vs ",
                     first.at(field).dump(), "): they are not shards of one campaign");
@@ -151,29 +187,13 @@ Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& 
     }
     for (std::uint64_t i = 0; i < count; ++i)
         require(by_index[i] != nullptr, "merge: shard ", i, "/", count, " is missing");
-
-    Merged m;
-    m.options.first = range_first;
-    m.options.last = range_last;
-    m.options.steps = json_field<int>(first, "steps");
-    m.options.draw.model = json_field<std::string>(first, "model");
-    m.options.draw.backend = backend_from_string(json_field<std::string>(first, "backend"));
-    const nlohmann::json& oracles = first.at("oracles");
-    m.options.oracles = {json_field<bool>(oracles, "data"), json_field<bool>(oracles, "kv"),
-                         json_field<bool>(oracles, "weld"), json_field<bool>(oracles, "accounting")};
     nlohmann::json seeds = nlohmann::json::array();
     for (const nlohmann::json* shard : by_index)
-        for (const nlohmann::json& s : shard->at("seeds")) {
-            seeds.push_back(s);
-            m.result.seeds.push_back(seed_from_json(s));
-            m.result.total.add(m.result.seeds.back().stats);
-            m.result.failures += m.result.seeds.back().verdict != Verdict::pass;
-        }
-    m.report = first;
-    m.report["shard"] = {{"index", 0}, {"count", 1}, {"first", range_first}, {"last", range_last}};
-    m.report["failures"] = m.result.failures;
-    m.report["seeds"] = std::move(seeds);
-    return m;
+        for (const nlohmann::json& s : shard->at("seeds")) seeds.push_back(s);
+    nlohmann::json merged = first;
+    merged["shard"] = {{"index", 0}, {"count", 1}, {"first", range_first}, {"last", range_last}};
+    merged["seeds"] = std::move(seeds);
+    return merged;
 }
 
 }  // namespace kvweld::sim

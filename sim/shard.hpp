@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,5 +48,16 @@ struct Merged {
 // or engines, a missing or repeated shard, or a shard whose seeds are not
 // its own.
 Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& named_reports);
+
+// What every swarm report shares, whichever simulator wrote it: the header
+// (format, version, build, range, shard, steps) and the identity fields
+// its kind adds; and the merge of one campaign's shards into the report
+// the unsharded run writes, seeds in order (each kind rebuilds its table
+// from them).
+nlohmann::json swarm_header(const char* format, std::uint64_t range_first, std::uint64_t range_last, Shard shard,
+                            std::uint64_t first, std::uint64_t last, int steps);
+nlohmann::json merge_shards(const std::vector<std::pair<std::string, nlohmann::json>>& named_reports,
+                            std::span<const char* const> identity);
+std::string report_format(const nlohmann::json& report);  // "" when it has none
 
 }  // namespace kvweld::sim

@@ -119,7 +119,7 @@ void ServeSimulator::check_storage(const std::vector<Pair>& pairs) {
 // the model says it was replaced (a grow or a reset), and right after a
 // decode the held plan must read and write that storage.
 void ServeSimulator::check_blocks(bool decoded) {
-    if (!blocks_) return;
+    if (!oracles_.blocks) return;
     const kvweld_pool_info info = engine_->pool_info();
     std::map<int, std::vector<int>> tables;
     for (int s = 0; s < config_.seqs; ++s)

@@ -89,8 +89,8 @@ ServeResult finish(ServeSimulator& sim, int steps, std::vector<ServeOp> ops) {
 
 }  // namespace
 
-ServeResult run_serve_generated(const ServeConfig& config, int steps) {
-    ServeSimulator sim(config);
+ServeResult run_serve_generated(const ServeConfig& config, int steps, bool checked) {
+    ServeSimulator sim(config, checked);
     Rng rng(config.seed ^ kServeOpStream);
     std::vector<ServeOp> ops;
     for (int i = 0; i < steps; ++i) {

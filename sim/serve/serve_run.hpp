@@ -24,7 +24,7 @@ struct ServeResult {
 ServeOp draw_serve_op(const ServeSimulator& sim, Rng& rng);
 
 // An engine that cannot be created (a broken plugin, a bad setting) throws Error.
-ServeResult run_serve_generated(const ServeConfig& config, int steps);
+ServeResult run_serve_generated(const ServeConfig& config, int steps, bool checked = true);
 ServeResult run_serve_ops(const ServeConfig& config, const std::vector<ServeOp>& ops, int steps);
 
 // Traces: JSON Lines, a header (format "kvweld-serve-trace", version, steps,

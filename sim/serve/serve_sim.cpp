@@ -58,13 +58,20 @@ std::string OracleReport::describe() const {
     auto one = [](const char* name, bool on, const std::string& why) {
         return cat("; ", name, on ? " on" : cat(" unavailable (", why, ")"));
     };
-    return cat("  oracles: data on", one("accounting", accounting, accounting_why_not),
+    return cat("  oracles: ", one("data", data, data_why_not).substr(2), one("accounting", accounting, accounting_why_not),
                accounting ? one("plan identity", plan_identity, plan_identity_why_not) : "",
                one("kv", kv, kv_why_not),
                one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not));
 }
 
-ServeSimulator::ServeSimulator(const ServeConfig& config)
+void OracleReport::all_off(const std::string& why) {
+    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks}) *on = false;
+    for (std::string* w : {&data_why_not, &accounting_why_not, &plan_identity_why_not, &kv_why_not, &weld_why_not,
+                           &blocks_why_not})
+        *w = why;
+}
+
+ServeSimulator::ServeSimulator(const ServeConfig& config, bool checked)
     : config_(config), model_(Model::random(config.model, config.weights_seed)), weights_seed_(config.weights_seed) {
     engine_ = open_engine(config_.engine.engine, config_.engine.faults, config_.setup(), model_);
     require(engine_->vocab() == config_.model.vocab, "engine ", engine_->name(), " reports vocab ", engine_->vocab(),
@@ -94,6 +101,10 @@ ServeSimulator::ServeSimulator(const ServeConfig& config)
     else
         pool_storage_ = engine_->pool_info().storage;  // the first report is the pool's birth
     oracles_.blocks = blocks_.has_value();
+    if (checked) return;
+    oracles_.all_off("an unchecked run (--no-oracles)");
+    rule_.reset();  // nothing judged; the block model stays, it paces the pool's growth
+    last_counters_.reset();
 }
 
 std::vector<int> ServeSimulator::free_seqs() const {
@@ -397,6 +408,11 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
     const auto v = std::size_t(config_.model.vocab);
     std::vector<std::vector<float>> want;
+    if (!oracles_.data) {  // unchecked: the engine's own rows choose what comes next
+        for (std::size_t i = 0; i < pairs.size(); ++i) want.emplace_back(got.begin() + long(i * v), got.begin() + long((i + 1) * v));
+        stats_.rows += pairs.size();
+        return want;
+    }
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         ServeRequest& r = *requests_[std::size_t(pairs[i].seq)];
         want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos));

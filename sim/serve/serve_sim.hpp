@@ -55,9 +55,11 @@ struct ServeStats {
 
 // Which oracles ran, and why the others could not.
 struct OracleReport {
+    bool data = true;
     bool accounting = false, weld = false, kv = false, blocks = false;
     bool plan_identity = false;  // part of accounting: counted builds against the plan serial
-    std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not;
+    std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not, data_why_not;
+    void all_off(const std::string& why);  // an unchecked run
     std::string describe() const;
 };
 
@@ -81,8 +83,11 @@ struct ShapeStats {
 
 class ServeSimulator {
 public:
-    // Creates the engine (throws Error if it cannot: a broken plugin, a bad setting).
-    explicit ServeSimulator(const ServeConfig& config);
+    // Creates the engine (throws Error if it cannot: a broken plugin, a bad
+    // setting). Unchecked (--no-oracles): no reference and no oracle, the
+    // next token chosen from the engine's own logits, to measure what the
+    // checks cost.
+    explicit ServeSimulator(const ServeConfig& config, bool checked = true);
 
     bool apply(const ServeOp& op, std::size_t op_index);  // false: the run failed (see failure())
 

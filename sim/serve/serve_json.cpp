@@ -1,0 +1,150 @@
+#include "sim/serve/serve_json.hpp"
+
+#include "engine/error.hpp"
+#include "sim/json_field.hpp"
+
+namespace kvweld::sim {
+
+namespace {
+
+// Every count a run's table prints, under one name each.
+constexpr struct {
+    const char* name;
+    std::uint64_t ServeStats::*field;
+} kCounts[] = {
+    {"ops_run", &ServeStats::ops_run},       {"ops_skipped", &ServeStats::ops_skipped},
+    {"requests", &ServeStats::requests},     {"calls", &ServeStats::calls},
+    {"rows", &ServeStats::rows},             {"batched_calls", &ServeStats::batched_calls},
+    {"drafts", &ServeStats::drafts},         {"rejected", &ServeStats::rejected},
+    {"refused", &ServeStats::refused},       {"plans", &ServeStats::plans},
+    {"reused", &ServeStats::reused},         {"must_reuse", &ServeStats::must_reuse},
+    {"must_reuse_shared", &ServeStats::must_reuse_shared},
+    {"may_reuse", &ServeStats::may_reuse},   {"builds", &ServeStats::builds},
+    {"rebinds", &ServeStats::rebinds},
+};
+
+nlohmann::json oracles_json(const OracleReport& o) {
+    return {{"data", true},
+            {"accounting", o.accounting},
+            {"plan_identity", o.plan_identity},
+            {"kv", o.kv},
+            {"weld", o.weld},
+            {"blocks", o.blocks},
+            {"unavailable",
+             {{"accounting", o.accounting_why_not},
+              {"plan_identity", o.plan_identity_why_not},
+              {"kv", o.kv_why_not},
+              {"weld", o.weld_why_not},
+              {"blocks", o.blocks_why_not}}}};
+}
+
+OracleReport oracles_from_json(const nlohmann::json& j) {
+    OracleReport o;
+    o.accounting = json_field<bool>(j, "accounting");
+    o.plan_identity = json_field<bool>(j, "plan_identity");
+    o.kv = json_field<bool>(j, "kv");
+    o.weld = json_field<bool>(j, "weld");
+    o.blocks = json_field<bool>(j, "blocks");
+    const nlohmann::json& why = j.at("unavailable");
+    o.accounting_why_not = json_field<std::string>(why, "accounting");
+    o.plan_identity_why_not = json_field<std::string>(why, "plan_identity");
+    o.kv_why_not = json_field<std::string>(why, "kv");
+    o.weld_why_not = json_field<std::string>(why, "weld");
+    o.blocks_why_not = json_field<std::string>(why, "blocks");
+    return o;
+}
+
+// The fields every shard of one serving campaign must share.
+constexpr const char* kIdentity[] = {"format", "version", "build", "range", "steps", "model", "engine"};
+
+}  // namespace
+
+nlohmann::json serve_json(const ServeResult& r) {
+    nlohmann::json stats = nlohmann::json::object();
+    for (const auto& c : kCounts) stats[c.name] = r.stats.*c.field;
+    stats["max_logit_error"] = r.stats.max_logit_error;
+    stats["max_kv_error"] = r.stats.max_kv_error;
+    nlohmann::json j = {{"seed", r.config.seed},          {"config", r.config}, {"steps", r.steps},
+                        {"verdict", to_string(r.verdict)}, {"oracles", oracles_json(r.oracles)}, {"stats", stats}};
+    if (r.failure)
+        j["failure"] = {{"op_index", r.failure->op_index}, {"op", r.failure->op},
+                        {"oracle", to_string(r.failure->oracle)}, {"detail", r.failure->detail}};
+    return j;
+}
+
+ServeResult serve_result_from_json(const nlohmann::json& j) {
+    ServeResult r;
+    r.config = serve_config_from_json(j.at("config"));
+    r.steps = json_field<int>(j, "steps");
+    r.verdict = verdict_from_string(json_field<std::string>(j, "verdict"));
+    r.oracles = oracles_from_json(j.at("oracles"));
+    const nlohmann::json& stats = j.at("stats");
+    for (const auto& c : kCounts) r.stats.*c.field = json_field<std::uint64_t>(stats, c.name);
+    r.stats.max_logit_error = json_field<double>(stats, "max_logit_error");
+    r.stats.max_kv_error = json_field<double>(stats, "max_kv_error");
+    if (j.contains("failure")) {
+        const nlohmann::json& f = j.at("failure");
+        r.failure = Failure{json_field<std::size_t>(f, "op_index"), json_field<std::string>(f, "op"),
+                            oracle_from_string(json_field<std::string>(f, "oracle")),
+                            json_field<std::string>(f, "detail")};
+    }
+    return r;
+}
+
+nlohmann::json serve_swarm_json(const ServeSwarmResult& r, const ServeSwarmOptions& o, std::uint64_t range_first,
+                                std::uint64_t range_last, Shard shard) {
+    nlohmann::json seeds = nlohmann::json::array();
+    for (const ServeResult& s : r.seeds) seeds.push_back(serve_json(s));
+    nlohmann::json j = swarm_header(kServeSwarmFormat, range_first, range_last, shard, o.first, o.last, o.steps);
+    j["model"] = o.model;
+    j["engine"] = {{"name", o.engine.engine}, {"params", o.engine.params}, {"faults", o.engine.faults},
+                   {"seqs", o.engine.seqs},   {"n_ctx", o.engine.n_ctx}};
+    j["failures"] = r.failures;
+    j["seeds"] = std::move(seeds);
+    return j;
+}
+
+ServeMerged merge_serve_reports(const std::vector<std::pair<std::string, nlohmann::json>>& reports) {
+    ServeMerged m;
+    m.report = merge_shards(reports, kIdentity);
+    const nlohmann::json& e = m.report.at("engine");
+    m.options.first = json_field<std::uint64_t>(m.report.at("range"), "first");
+    m.options.last = json_field<std::uint64_t>(m.report.at("range"), "last");
+    m.options.steps = json_field<int>(m.report, "steps");
+    m.options.model = json_field<std::string>(m.report, "model");
+    m.options.engine = {json_field<std::string>(e, "name"), json_field<std::string>(e, "params"),
+                        json_field<std::string>(e, "faults"), json_field<int>(e, "seqs"), json_field<int>(e, "n_ctx")};
+    for (const nlohmann::json& s : m.report.at("seeds")) {
+        m.result.seeds.push_back(serve_result_from_json(s));
+        m.result.total.add(m.result.seeds.back().stats);
+        m.result.failures += m.result.seeds.back().verdict != Verdict::pass;
+    }
+    require(!m.result.seeds.empty(), "merge: the reports hold no seeds");
+    m.result.oracles = m.result.seeds.front().oracles;
+    m.report["failures"] = m.result.failures;
+    return m;
+}
+
+nlohmann::json serve_mutants_json(const ServeMutantsResult& r, const ServeMutantsOptions& o) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const ServeMutantRow& row : r.rows) {
+        nlohmann::json outcomes = nlohmann::json::object();
+        for (int v = 0; v < kVerdicts; ++v)
+            if (row.by_verdict[std::size_t(v)]) outcomes[std::string(to_string(Verdict(v)))] = row.by_verdict[std::size_t(v)];
+        nlohmann::json j = {{"fault", row.fault},
+                            {"declared_classes", row.expected ? row.expected->describe() : ""},
+                            {"killed", row.killed()},
+                            {"outcomes", outcomes}};
+        if (row.first_seed) j["first_seed"] = *row.first_seed;
+        if (row.outside_seed) j["outside_seed"] = *row.outside_seed;
+        if (row.failure)
+            j["failure"] = {{"op_index", row.failure->op_index}, {"op", row.failure->op},
+                            {"oracle", to_string(row.failure->oracle)}, {"detail", row.failure->detail}};
+        rows.push_back(std::move(j));
+    }
+    return {{"engine", o.engine.engine}, {"params", o.engine.params}, {"seeds", o.seeds},    {"steps", o.steps},
+            {"model", o.model},          {"clean_failures", r.clean.failures},               {"rows", rows},
+            {"oracles", oracles_json(r.clean.oracles)},                                     {"verdict", r.ok() ? "PASS" : "FAIL"}};
+}
+
+}  // namespace kvweld::sim
