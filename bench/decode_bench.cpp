@@ -3,13 +3,12 @@
 // (skipped otherwise); and, where llama.cpp was built (scripts/setup),
 // llama.cpp on the same weights beside kvweld's held plan, 1 and 2 threads,
 // with the paired kvweld/llama.cpp ratio; and every built-in engine through
-// the plugin ABI, the interface the simulator drives (decode/abi/...).
+// the plugin ABI (decode/abi/...). Every engine kvweld did not write is
+// driven through the Engine interface the simulator drives (engines/).
 // tokens/s is a counter.
 #include "engine/decode_session.hpp"
+#include "engine/error.hpp"
 #include "engines/registry.hpp"
-#ifdef KVWELD_HAVE_LLAMA
-#include "bench/llamacpp_runner.hpp"
-#endif
 
 #include "engine/weight_memory.hpp"
 #include "engine/worker_pool.hpp"
@@ -76,10 +75,40 @@ void held_over_replan(benchmark::State& state, const ModelConfig& config, int bl
     state.counters["ratio"] = ratios[ratios.size() / 2];
 }
 
-#ifdef KVWELD_HAVE_LLAMA
+bool engine_built(const char* engine) {
+    try {
+        engines::engine_plugin_path(engine);
+        return true;
+    } catch (const Error&) {
+        return false;  // not built here
+    }
+}
+
+// An engine behind the Engine interface (the one the simulator drives:
+// llama.cpp through its adapter) decoding one sequence one token at a
+// time, wrapping to position 0 when the context is full.
+class EngineRunner {
+public:
+    EngineRunner(const std::string& engine, const Model& model, int threads)
+        : n_ctx_(model.config().max_seq_len),
+          engine_(engines::open_engine(engine, "", {"", 1, n_ctx_, threads}, model)) {
+        engine_->open(0);
+    }
+    std::vector<float> decode(int token) {
+        if (pos_ == n_ctx_) engine_->truncate(0, pos_ = 0);
+        ++pos_;
+        return engine_->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{token});
+    }
+    std::uint64_t reused() const { return engine_->counters().value_or(kvweld_engine_counters{}).reused; }
+
+private:
+    int n_ctx_, pos_ = 0;
+    std::unique_ptr<engines::Engine> engine_;
+};
+
 void llamacpp_loop(benchmark::State& state, const ModelConfig& config, int threads) {
     const Model model = Model::random(config, 1);
-    bench::LlamaRunner llama(model, threads);
+    EngineRunner llama("llamacpp", model, threads);
     int token = 1;
     for (auto _ : state) {
         benchmark::DoNotOptimize(llama.decode(token).data());
@@ -96,7 +125,7 @@ void llamacpp_loop(benchmark::State& state, const ModelConfig& config, int threa
 void kvweld_over_llamacpp(benchmark::State& state, const ModelConfig& config, int threads, int block) {
     using Clock = std::chrono::steady_clock;
     const Model model = Model::random(config, 1);
-    bench::LlamaRunner llama(model, threads);
+    EngineRunner llama("llamacpp", model, threads);
     KvCache cache = KvCache::with_capacity(config);
     DecodeSession held({.threads = threads});
     auto timed = [&](auto&& step) {
@@ -118,6 +147,7 @@ void kvweld_over_llamacpp(benchmark::State& state, const ModelConfig& config, in
 }
 
 void register_llamacpp() {
+    if (!engine_built("llamacpp")) return;
     for (const char* dims : {"stories15m", "110m"})
         for (int threads : {1, 2}) {
             const ModelConfig cfg = config_by_name(dims);
@@ -134,7 +164,6 @@ void register_llamacpp() {
                 ->Iterations(9);
         }
 }
-#endif
 
 // One sequence through the plugin ABI (engines/plugin_host.hpp), one token
 // per call, one thread: what the simulator's interface costs each engine.
@@ -155,11 +184,7 @@ void abi_loop(benchmark::State& state, const ModelConfig& config, const std::str
 
 void register_abi() {
     for (const char* engine : {"kvweld", "llamacpp"}) {
-        try {
-            engines::engine_plugin_path(engine);
-        } catch (const Error&) {
-            continue;  // not built here
-        }
+        if (!engine_built(engine)) continue;
         const ModelConfig cfg = config_by_name("stories15m");
         benchmark::RegisterBenchmark((std::string("decode/abi/stories15m/") + engine).c_str(),
                                      [cfg, e = std::string(engine)](benchmark::State& s) { abi_loop(s, cfg, e); })
@@ -272,9 +297,7 @@ void register_all() {
                 ->Unit(benchmark::kMicrosecond)
                 ->MinTime(1.0);
     }
-#ifdef KVWELD_HAVE_LLAMA
     register_llamacpp();
-#endif
     benchmark::RegisterBenchmark("decode/cpu/tiny/held_over_replan", [](benchmark::State& s) {
         held_over_replan(s, tiny_config(), 200);
     })->Unit(benchmark::kMillisecond)->Iterations(15);

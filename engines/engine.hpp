@@ -22,12 +22,14 @@
 namespace kvweld::engines {
 
 // What an engine is opened with besides its model: its settings
-// ("k=v,..."), the sequences open at once and the positions each holds.
+// ("k=v,..."), the sequences open at once, the positions each holds, and
+// its threads.
 // Reuse rules and block models are built from the same.
 struct EngineSetup {
     std::string params;
     int seqs = 1;
     int n_ctx = 64;
+    int threads = 1;  // the engine's decode threads
 };
 
 class Engine {

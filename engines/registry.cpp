@@ -115,7 +115,7 @@ std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string
                                     const Model& model) {
     const auto library = engine_library(engine);
     const ModelFile file(model, library->api().model_format);
-    const kvweld_engine_options options{file.path().c_str(), setup.n_ctx, setup.seqs, 1, faults.c_str(),
+    const kvweld_engine_options options{file.path().c_str(), setup.n_ctx, setup.seqs, setup.threads, faults.c_str(),
                                         setup.params.c_str()};
     return std::make_unique<PluginEngine>(library, options);
 }

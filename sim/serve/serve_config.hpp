@@ -46,7 +46,7 @@ struct ServeConfig {
 
     std::string describe() const;
     // What the engine, its rule and its block model are opened with.
-    EngineSetup setup() const { return {engine.params, seqs, n_ctx}; }
+    EngineSetup setup() const { return {engine.params, seqs, n_ctx, 1}; }
 };
 
 // The most positions per sequence a drawn config asks for: llama.cpp pads
