@@ -29,7 +29,10 @@ ServeResult run_serve_ops(const ServeConfig& config, const std::vector<ServeOp>&
 
 // Traces: JSON Lines, a header (format "kvweld-serve-trace", version, steps,
 // config) then one op per line. A corrupt one throws Error naming the line.
-inline constexpr int kServeTraceVersion = 1;
+// Version 2: reset and invalid ops, rewrites, forks onto open sequences,
+// drawn settings and --seqs/--n-ctx in the config; a version 1 trace is
+// refused (its seeds drew other ops), naming both versions.
+inline constexpr int kServeTraceVersion = 2;
 struct ServeTrace {
     ServeConfig config;
     int steps = 0;
