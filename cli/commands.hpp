@@ -70,7 +70,7 @@ int run_engine_replay(const std::string& text, const std::string& path, const st
 int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out);
 int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json);
 struct EngineTrafficArgs {
-    std::string engine, params, csv, plot;
+    std::string engine, params, csv, plot, json;
     int chunk = 16;   // prefill tokens per sequence per step
     int repeat = 3;   // runs per setting; the decode time is the best
     bool sweep = false;

@@ -5,6 +5,8 @@
 // graphs, from the paired run that builds every graph.
 #include "cli/commands.hpp"
 
+#include "sim/serve/serve_json.hpp"
+
 #include "sim/report.hpp"
 #include "engines/registry.hpp"
 #include "sim/serve/serve_traffic.hpp"
@@ -203,6 +205,29 @@ void write_plot(const std::string& png, const std::vector<Row>& rows, const std:
 
 }  // namespace
 
+// Every run as the serving report (serve_json.hpp) with its decode time and
+// graph building's share, per setting, reuse on and off.
+nlohmann::json rows_json(const std::vector<Row>& rows, const BuildCosts& costs, bool ok) {
+    const auto measured = [](const Measured& m, double build_seconds) {
+        nlohmann::json j = serve_json(m.result.run);
+        j["decode_seconds"] = m.seconds;
+        const double share = Row::share(m, build_seconds);
+        j["build_share"] = std::isnan(share) ? nlohmann::json() : nlohmann::json(share);
+        return j;
+    };
+    nlohmann::json runs = nlohmann::json::array();
+    for (const Row& r : rows) {
+        nlohmann::json j = {{"sweep", r.sweep}, {"arrival_rate", r.arrival}, {"params", r.params},
+                            {"with_reuse", measured(r.with, r.build_seconds)}};
+        if (r.has_without) j["without_reuse"] = measured(r.without, r.build_seconds);
+        runs.push_back(std::move(j));
+    }
+    nlohmann::json build_us = nlohmann::json::object();
+    for (const auto& [setting, secs] : costs)
+        build_us[setting] = std::isnan(secs) ? nlohmann::json() : nlohmann::json(secs * 1e6);
+    return {{"ok", ok}, {"build_us", build_us}, {"runs", runs}};
+}
+
 int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
     const EngineChoice base{a.engine, a.params, ""};
     engine_plugin_path(base.engine);
@@ -235,6 +260,7 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
         std::printf("sweep: arrival rate 0.1..2 per setting: %s\n", ok ? "no oracle failed" : "FAILURES, see the CSV");
     }
     if (!a.csv.empty()) write_csv(a.csv, rows);
+    if (!a.json.empty()) write_json(a.json, rows_json(rows, costs, ok));
     if (!a.plot.empty()) {
         require(a.sweep, "--plot needs --sweep (it plots the sweep)");
         write_plot(a.plot, rows, name);

@@ -175,8 +175,8 @@ void write_plot(const std::string& png, const std::vector<Row>& rows) {
 int run_traffic_cmd(const TrafficArgs& a) {
     const TrafficParams& p = a.params;
     if (!a.engine.engine.empty()) {
-        require(a.json.empty(), "--json with --engine: not written yet (use --csv)");
         EngineTrafficArgs e = a.engine;
+        e.json = a.json;
         e.csv = a.csv;
         e.plot = a.plot;
         e.sweep = a.sweep;
