@@ -16,18 +16,6 @@ namespace {
 
 constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
 
-// "4x1": four sequences, one token each; "2x1-5": two, one to five tokens.
-std::string shape_of(const std::vector<int>& seqs) {
-    std::map<int, int> tokens;
-    for (int s : seqs) ++tokens[s];
-    int lo = 1 << 30, hi = 0;
-    for (const auto& [s, n] : tokens) {
-        lo = std::min(lo, n);
-        hi = std::max(hi, n);
-    }
-    return cat(tokens.size(), "x", lo, lo == hi ? "" : cat("-", hi));
-}
-
 // A violation ends the run: thrown from deep in an op, caught in apply().
 struct Stop {};
 
@@ -406,104 +394,14 @@ std::vector<std::vector<float>> ServeSimulator::checked_decode(const std::vector
         for (int s : seqs) blocks_->append(s);
     ++stats_.calls;
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
-    const auto v = std::size_t(config_.model.vocab);
-    std::vector<std::vector<float>> want;
-    if (!oracles_.data) {  // unchecked: the engine's own rows choose what comes next
-        for (std::size_t i = 0; i < pairs.size(); ++i) want.emplace_back(got.begin() + long(i * v), got.begin() + long((i + 1) * v));
-        stats_.rows += pairs.size();
-        return want;
-    }
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-        ServeRequest& r = *requests_[std::size_t(pairs[i].seq)];
-        want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos));
-        const double err = logit_error(std::span<const float>(got).subspan(i * v, v), want.back());
-        ++stats_.rows;
-        stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);
-        if (!(err <= kDataTolerance))
-            fail(Verdict::stale_decode, Oracle::data,
-                 cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ", pairs.size(),
-                     " in the call): logit error ", err, " > ", kDataTolerance, " against the reference"));
-    }
-    check_storage(pairs);
+    // Oracles one file each (oracle_*.cpp): data, then weld and kv, then the
+    // blocks, then accounting.
+    std::vector<std::vector<float>> want = check_data(pairs, got);
+    check_weld(pairs);
+    check_kv(pairs);
     check_blocks(true);
     check_accounting(pairs, before);
     return want;
-}
-
-void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
-                                      const std::optional<kvweld_engine_counters>& before) {
-    if (!rule_) return;
-    std::vector<int> seqs;
-    for (const Pair& p : pairs) seqs.push_back(p.seq);
-    const ReuseExpectation e = rule_->on_decode(seqs);
-    const auto after = read_counters();
-    require(before && after, "engine ", engine_->name(), " stopped reporting its counters");
-    if (oracles_.plan_identity) check_plan_identity(pairs, std::int64_t(after->builds - before->builds));
-    const auto delta = [](std::uint64_t a, std::uint64_t b) { return std::int64_t(a) - std::int64_t(b); };
-    const std::int64_t reused = delta(after->reused, before->reused);
-    const std::int64_t builds = delta(after->builds, before->builds);
-    const std::int64_t rebound = delta(after->rebound, before->rebound);
-    stats_.plans += std::uint64_t(e.plans);
-    stats_.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
-    stats_.must_reuse += std::uint64_t(e.must_reuse);
-    stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
-    stats_.may_reuse += std::uint64_t(e.may_reuse);
-    stats_.builds += std::uint64_t(std::max<std::int64_t>(0, builds));
-    stats_.rebinds += std::uint64_t(std::max<std::int64_t>(0, rebound));
-    ShapeStats& shape = shapes_[shape_of(seqs)];
-    ++shape.calls;
-    shape.plans += std::uint64_t(e.plans);
-    shape.must_reuse += std::uint64_t(e.must_reuse);
-    shape.may_reuse += std::uint64_t(e.may_reuse);
-    shape.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
-    const auto counted = [&] {  // the failure message, built only on a failure
-        return cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
-                   pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
-                   e.may_reuse ? cat("..", e.must_reuse + e.may_reuse) : "", e.builds ? cat(", builds ", *e.builds) : "",
-                   e.rebinds ? cat(", rebinds ", *e.rebinds) : "", " (", rule_->why_last(), ")");
-    };
-    // Less preparation than the rule justifies is missed: more reuse than
-    // allowed, fewer builds, or fewer builds and rebinds together (judged
-    // first: a build done as a rebind is a missed build). More is spurious.
-    const int prepared = int(builds + rebound), justified = e.builds.value_or(0) + e.rebinds.value_or(0);
-    const bool counts_preparation = e.builds && e.rebinds;
-    if (reused > e.must_reuse + e.may_reuse || (e.builds && builds < *e.builds) ||
-        (counts_preparation && prepared < justified))
-        fail(Verdict::missed_invalidation, Oracle::accounting, counted());
-    if (reused < e.must_reuse || (e.builds && builds > *e.builds) || (counts_preparation && prepared > justified))
-        fail(Verdict::spurious_invalidation, Oracle::accounting, counted());
-}
-
-std::optional<kvweld_engine_counters> ServeSimulator::read_counters() {
-    if (!rule_) return std::nullopt;
-    const auto now = engine_->counters();
-    require(now.has_value(), "engine ", engine_->name(), " stopped reporting its counters");
-    const auto was = last_counters_;
-    last_counters_ = now;
-    if (was && (now->builds < was->builds || now->reused < was->reused || now->rebound < was->rebound))
-        fail(Verdict::engine_error, Oracle::accounting,
-             cat("counters went down: builds ", was->builds, " -> ", now->builds, ", reused ", was->reused, " -> ",
-                 now->reused, ", rebound ", was->rebound, " -> ", now->rebound,
-                 " (a counter that restarts hides the work it counted)"));
-    return now;
-}
-
-void ServeSimulator::check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds) {
-    std::set<std::uint64_t> fresh;  // serials this call showed for the first time in the run
-    std::set<int> asked;
-    for (const Pair& p : pairs) {
-        if (!asked.insert(p.seq).second) continue;
-        const std::uint64_t serial = engine_->plan_serial(p.seq);
-        if (serial == 0)
-            fail(Verdict::engine_error, Oracle::accounting,
-                 cat("sequence ", p.seq, " was decoded but reports no plan serial"));
-        if (!plan_serials_.count(serial)) fresh.insert(serial);
-    }
-    plan_serials_.insert(fresh.begin(), fresh.end());
-    if (std::int64_t(fresh.size()) > builds || (builds > 0 && fresh.empty()))
-        fail(Verdict::engine_error, Oracle::accounting,
-             cat("the counters say ", builds, " builds but the call's sequences show ", fresh.size(),
-                 " plan serials never seen before: the counters do not describe what the engine did"));
 }
 
 }  // namespace kvweld::sim

@@ -131,12 +131,15 @@ private:
     void swap_layer(int seq, int layer);
     void pool_op(ServeOpKind kind);
 
-    // The ledger and the storage oracles (serve_oracles.cpp), for engines
-    // that report storage and KV rows.
+    // The oracles, one file each (oracle_*.cpp). Data: the rows against the
+    // reference (returns the rows the next tokens are chosen from). The
+    // ledger and weld, for engines that report storage; kv, for engines
+    // that read back KV rows; the block ledger and pool weld, for paged
+    // engines with a block model (`decoded`: right after a decode call).
+    std::vector<std::vector<float>> check_data(const std::vector<Pair>& pairs, const std::vector<float>& got);
     void ledger_after(ServeOpKind kind, int seq, std::optional<int> layer = std::nullopt);
-    void check_storage(const std::vector<Pair>& pairs);
-    // The block ledger and the pool weld (serve_oracles.cpp), for paged
-    // engines with a block model; `decoded`: right after a decode call.
+    void check_weld(const std::vector<Pair>& pairs);
+    void check_kv(const std::vector<Pair>& pairs);
     void check_blocks(bool decoded);
     void requeue_from(ServeRequest& r, std::size_t n);  // history[n:] goes back to the queue
     // op.rewrite: the first `n` queued tokens (the ones fed again) each become another token.

@@ -1,6 +1,7 @@
-// The storage oracles of the serving simulator, for engines that report
-// storage identity (KVWELD_CAP_STORAGE) and read back KV rows
-// (KVWELD_CAP_READ_KV).
+// The ledger and the weld oracle of the serving simulator, for engines that
+// report storage identity (KVWELD_CAP_STORAGE). They trust the engine's
+// storage reports only as checked here, and the rule's word on which ops
+// may replace storage.
 //
 // The ledger is the simulator's own record of the storage each sequence
 // holds. It takes the engine's report only right after an op, and only as
@@ -9,20 +10,17 @@
 // layers, in exactly the layers replaced; an op that keeps storage must
 // show the same serials. Serials are never recycled (the ABI's promise),
 // so storage kept behind a "replacement" is caught. The weld oracle then
-// compares the storage the held plan reads and writes with the ledger's;
-// the kv oracle reads each decoded position back and compares it with the
-// reference's K and V for that sequence's own history.
+// compares the storage the held plan reads and writes with the ledger's.
 #include "engine/cat.hpp"
 #include "sim/serve/serve_sim.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <set>
 
 namespace kvweld::sim {
 
 namespace {
-
 
 std::string serials_text(const std::vector<std::uint64_t>& s) {
     std::string out;
@@ -80,8 +78,8 @@ void ServeSimulator::ledger_after(ServeOpKind kind, int seq, std::optional<int> 
 
 // Weld first: when a plan is on the wrong storage it names the storage,
 // where the kv oracle would only see the row missing.
-void ServeSimulator::check_storage(const std::vector<Pair>& pairs) {
-    const int n = config_.model.n_layers, kv_dim = config_.model.kv_dim();
+void ServeSimulator::check_weld(const std::vector<Pair>& pairs) {
+    const int n = config_.model.n_layers;
     std::set<int> decoded;
     for (const Pair& p : pairs) decoded.insert(p.seq);
     for (int seq : decoded) {
@@ -94,55 +92,6 @@ void ServeSimulator::check_storage(const std::vector<Pair>& pairs) {
                  cat("sequence ", seq, ": the held plan reads and writes storage ", serials_text(plan),
                      " but the sequence holds ", serials_text(want), " (the ledger)"));
     }
-    std::vector<float> k(static_cast<std::size_t>(kv_dim)), v(static_cast<std::size_t>(kv_dim));
-    for (const Pair& p : pairs) {
-        const ServeRequest& r = *requests_[std::size_t(p.seq)];
-        for (int l = 0; oracles_.kv && l < n; ++l) {
-            engine_->read_kv(p.seq, l, p.pos, k, v);
-            const auto row = [&](const std::vector<float>& m) {
-                return std::span<const float>(m).subspan(std::size_t(p.pos) * std::size_t(kv_dim), std::size_t(kv_dim));
-            };
-            const double err = std::max(logit_error(k, row(r.shadow.key[std::size_t(l)])),
-                                        logit_error(v, row(r.shadow.value[std::size_t(l)])));
-            stats_.max_kv_error = std::max(stats_.max_kv_error, std::isfinite(err) ? err : 1e300);
-            if (!(err <= kDataTolerance))
-                fail(Verdict::stale_decode, Oracle::kv,
-                     cat("sequence ", p.seq, " position ", p.pos, " layer ", l, ": the K/V the sequence holds has error ",
-                         err, " > ", kDataTolerance, " against the reference: the decode wrote somewhere else"));
-        }
-    }
-}
-
-// The block ledger: every open sequence's table and every block's count
-// must be what the simulator's block model says from the op log alone.
-// The pool weld: the pool's storage must be new (never seen) exactly when
-// the model says it was replaced (a grow or a reset), and right after a
-// decode the held plan must read and write that storage.
-void ServeSimulator::check_blocks(bool decoded) {
-    if (!oracles_.blocks) return;
-    const kvweld_pool_info info = engine_->pool_info();
-    std::map<int, std::vector<int>> tables;
-    for (int s = 0; s < config_.seqs; ++s)
-        if (requests_[std::size_t(s)]) tables[s] = engine_->block_table(s);
-    const auto refcount = [&](int block) { return engine_->block_refcount(block); };
-    if (const auto problem = blocks_->mismatch(tables, refcount, info.n_blocks, info.free_blocks))
-        fail(Verdict::stale_decode, Oracle::blocks, cat("after ", to_string(op_kind_), ": ", *problem));
-    const bool replaced = blocks_->replacements() != pool_replacements_;
-    if (replaced && (info.storage == 0 || info.storage == pool_storage_ || seen_serials_.count(info.storage)))
-        fail(Verdict::engine_error, Oracle::ledger,
-             cat("the pool's storage was replaced (", blocks_->n_blocks(), " blocks, by a ", to_string(op_kind_),
-                 ") but it reports storage ", info.storage, ", which this run has seen before"));
-    if (!replaced && info.storage != pool_storage_)
-        fail(Verdict::engine_error, Oracle::ledger,
-             cat("the pool's storage changed from ", pool_storage_, " to ", info.storage, " in a ",
-                 to_string(op_kind_), ", which keeps it"));
-    seen_serials_.insert(pool_storage_);
-    pool_storage_ = info.storage;
-    pool_replacements_ = blocks_->replacements();
-    if (decoded && info.plan_storage != pool_storage_)
-        fail(Verdict::stale_decode, Oracle::weld,
-             cat("the held plan reads and writes pool storage ", info.plan_storage, " but the pool's is ",
-                 pool_storage_, " (the pool ledger)"));
 }
 
 }  // namespace kvweld::sim
