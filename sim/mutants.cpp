@@ -122,15 +122,11 @@ std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
 nlohmann::json mutants_json(const MutantsResult& r, const MutantsOptions& o) {
     nlohmann::json rows = nlohmann::json::array();
     for (const MutantRow& m : r.rows) {
-        nlohmann::json outcomes = nlohmann::json::object();
-        for (int v = 0; v < kVerdicts; ++v)
-            if (m.by_verdict[static_cast<std::size_t>(v)])
-                outcomes[std::string(to_string(static_cast<Verdict>(v)))] = m.by_verdict[static_cast<std::size_t>(v)];
         nlohmann::json j = {{"fault", m.fault.name},
                             {"killed", m.killed},
                             {"expected", m.fault.expected.describe()},
                             {"classes_match", m.classes_match()},
-                            {"outcomes", outcomes}};
+                            {"outcomes", outcomes_json(m.by_verdict)}};
         if (m.killed) {
             j["seeds_to_kill"] = m.seeds_to_kill;
             j["first_seed"] = m.first_seed;

@@ -1,5 +1,7 @@
 #include "sim/report.hpp"
 
+#include "sim/json_field.hpp"
+
 #include "engine/cat.hpp"
 
 #include <nlohmann/json.hpp>
@@ -95,11 +97,7 @@ nlohmann::json json_report(const RunResult& r) {
         {"verdict", to_string(r.verdict)},
         {"exit_code", exit_code(r.verdict)},
     };
-    if (r.failure)
-        j["failure"] = {{"op_index", r.failure->op_index},
-                        {"op", r.failure->op},
-                        {"oracle", to_string(r.failure->oracle)},
-                        {"detail", r.failure->detail}};
+    if (r.failure) j["failure"] = failure_json(*r.failure);
     return j;
 }
 
@@ -116,6 +114,22 @@ std::string table_row(const char* label, const std::string& value) {
     char buf[512];
     std::snprintf(buf, sizeof buf, "  %-36s %s\n", label, value.c_str());
     return buf;
+}
+
+nlohmann::json failure_json(const Failure& f) {
+    return {{"op_index", f.op_index}, {"op", f.op}, {"oracle", to_string(f.oracle)}, {"detail", f.detail}};
+}
+
+Failure failure_from_json(const nlohmann::json& j) {
+    return Failure{json_field<std::size_t>(j, "op_index"), json_field<std::string>(j, "op"),
+                   oracle_from_string(json_field<std::string>(j, "oracle")), json_field<std::string>(j, "detail")};
+}
+
+nlohmann::json outcomes_json(const std::array<std::uint64_t, kVerdicts>& by_verdict) {
+    nlohmann::json out = nlohmann::json::object();
+    for (int v = 0; v < kVerdicts; ++v)
+        if (by_verdict[std::size_t(v)]) out[std::string(to_string(Verdict(v)))] = by_verdict[std::size_t(v)];
+    return out;
 }
 
 }  // namespace kvweld::sim

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
+#include <cstdint>
 #include <string>
 
 namespace kvweld::sim {
@@ -15,6 +17,12 @@ std::string report_header(const RunResult& r);  // seed and configuration
 std::string report_body(const RunResult& r);    // counts, ratios and the verdict
 inline std::string text_report(const RunResult& r) { return report_header(r) + report_body(r); }
 nlohmann::json json_report(const RunResult& r);
+
+// Pieces every JSON report shares, whichever simulator wrote it: a
+// failure, and a tally of seeds per verdict (only the verdicts seen).
+nlohmann::json failure_json(const Failure& f);
+Failure failure_from_json(const nlohmann::json& j);  // throws Error naming the field
+nlohmann::json outcomes_json(const std::array<std::uint64_t, kVerdicts>& by_verdict);
 
 // Fixed-point and scientific numbers, formatted the same on every run.
 std::string fixed(double v, int digits);

@@ -69,12 +69,7 @@ SeedResult seed_from_json(const nlohmann::json& j) {
     s.config = config_from_json(j.at("config"));
     s.stats = stats_from_json(j);
     s.verdict = verdict_from_string(json_field<std::string>(j, "verdict"));
-    if (j.contains("failure")) {
-        const nlohmann::json& f = j.at("failure");
-        s.failure = Failure{json_field<std::size_t>(f, "op_index"), json_field<std::string>(f, "op"),
-                            oracle_from_string(json_field<std::string>(f, "oracle")),
-                            json_field<std::string>(f, "detail")};
-    }
+    if (j.contains("failure")) s.failure = failure_from_json(j.at("failure"));
     return s;
 }
 
@@ -161,8 +156,8 @@ nlohmann::json merge_shards(const std::vector<std::pair<std::string, nlohmann::j
     const auto& [first_name, first] = reports.front();
     const std::string format = report_format(first);
     for (const auto& [name, j] : reports) {
-        require(!format.empty() && report_format(j) == format, "merge: ", name, " is not a ",
-                format.empty() ? "kvweld swarm" : format, " report");
+        require(!format.empty() && report_format(j) == format, "merge: ", name, " is not a kvweld swarm report",
+                format.empty() ? "" : cat(" of the first one's kind (", format, ")"));
         for (const char* field : identity)
             require(j.contains(field) && j.at(field) == first.at(field), "merge: ", name, " and ", first_name,
                     " differ in '", field, "' (", j.contains(field) ? j.at(field).dump() : "missing", " vs ",

@@ -2,6 +2,7 @@
 
 #include "engine/error.hpp"
 #include "sim/json_field.hpp"
+#include "sim/report.hpp"
 
 namespace kvweld::sim {
 
@@ -66,9 +67,7 @@ nlohmann::json serve_json(const ServeResult& r) {
     stats["max_kv_error"] = r.stats.max_kv_error;
     nlohmann::json j = {{"seed", r.config.seed},          {"config", r.config}, {"steps", r.steps},
                         {"verdict", to_string(r.verdict)}, {"oracles", oracles_json(r.oracles)}, {"stats", stats}};
-    if (r.failure)
-        j["failure"] = {{"op_index", r.failure->op_index}, {"op", r.failure->op},
-                        {"oracle", to_string(r.failure->oracle)}, {"detail", r.failure->detail}};
+    if (r.failure) j["failure"] = failure_json(*r.failure);
     return j;
 }
 
@@ -82,12 +81,7 @@ ServeResult serve_result_from_json(const nlohmann::json& j) {
     for (const auto& c : kCounts) r.stats.*c.field = json_field<std::uint64_t>(stats, c.name);
     r.stats.max_logit_error = json_field<double>(stats, "max_logit_error");
     r.stats.max_kv_error = json_field<double>(stats, "max_kv_error");
-    if (j.contains("failure")) {
-        const nlohmann::json& f = j.at("failure");
-        r.failure = Failure{json_field<std::size_t>(f, "op_index"), json_field<std::string>(f, "op"),
-                            oracle_from_string(json_field<std::string>(f, "oracle")),
-                            json_field<std::string>(f, "detail")};
-    }
+    if (j.contains("failure")) r.failure = failure_from_json(j.at("failure"));
     return r;
 }
 
@@ -128,18 +122,13 @@ ServeMerged merge_serve_reports(const std::vector<std::pair<std::string, nlohman
 nlohmann::json serve_mutants_json(const ServeMutantsResult& r, const ServeMutantsOptions& o) {
     nlohmann::json rows = nlohmann::json::array();
     for (const ServeMutantRow& row : r.rows) {
-        nlohmann::json outcomes = nlohmann::json::object();
-        for (int v = 0; v < kVerdicts; ++v)
-            if (row.by_verdict[std::size_t(v)]) outcomes[std::string(to_string(Verdict(v)))] = row.by_verdict[std::size_t(v)];
         nlohmann::json j = {{"fault", row.fault},
                             {"declared_classes", row.expected ? row.expected->describe() : ""},
                             {"killed", row.killed()},
-                            {"outcomes", outcomes}};
+                            {"outcomes", outcomes_json(row.by_verdict)}};
         if (row.first_seed) j["first_seed"] = *row.first_seed;
         if (row.outside_seed) j["outside_seed"] = *row.outside_seed;
-        if (row.failure)
-            j["failure"] = {{"op_index", row.failure->op_index}, {"op", row.failure->op},
-                            {"oracle", to_string(row.failure->oracle)}, {"detail", row.failure->detail}};
+        if (row.failure) j["failure"] = failure_json(*row.failure);
         rows.push_back(std::move(j));
     }
     return {{"engine", o.engine.engine}, {"params", o.engine.params}, {"seeds", o.seeds},    {"steps", o.steps},

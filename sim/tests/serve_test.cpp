@@ -23,6 +23,22 @@ ServeConfig config_for(const std::string& engine, std::uint64_t seed, const std:
 
 ReuseExpectation decode(ReuseRule& rule, std::vector<int> seqs) { return rule.on_decode(seqs); }
 
+// Hand-made ops: a request with this prompt and budget; a step in which
+// every sequence asks for `wants` tokens.
+ServeOp admit_op(std::vector<int> prompt, int max_new) {
+    ServeOp op = serve_op(ServeOpKind::admit);
+    op.tokens = std::move(prompt);
+    op.max_new = max_new;
+    return op;
+}
+
+ServeOp step_op(const ServeConfig& c, int wants, std::uint64_t seed = 0) {
+    ServeOp op = serve_op(ServeOpKind::step);
+    op.wants.assign(std::size_t(c.seqs), wants);
+    op.seed = seed;
+    return op;
+}
+
 TEST(LlamacppRule, SplitsPerStreamBatchesByConsecutiveSequenceIds) {
     ServeConfig c = config_for("llamacpp", 1, "kv_unified=0,graph_reuse=1");
     c.n_ctx = 64;
@@ -230,11 +246,8 @@ TEST(ServeRewrite, ARefeedOfOtherTokensShowsASkippedKvWrite) {
     // One token per sequence and call: no drafts, so nothing is rewound but
     // the truncate itself.
     auto ops_with = [&](bool rewrite) {
-        ServeOp admit = serve_op(ServeOpKind::admit);
-        admit.tokens = {5, 9, 2, 7, 1, 3};
-        admit.max_new = 10;
-        ServeOp step = serve_op(ServeOpKind::step);
-        step.wants.assign(std::size_t(c.seqs), 1);
+        const ServeOp admit = admit_op({5, 9, 2, 7, 1, 3}, 10);
+        const ServeOp step = step_op(c, 1);
         ServeOp truncate = serve_op(ServeOpKind::truncate);
         truncate.length = 2;
         truncate.rewrite = rewrite;
@@ -266,12 +279,8 @@ TEST(ServeInvalid, EveryEngineRefusesEveryCallAndNothingChanges) {
         ServeConfig c = config_for(engine, 4);
         c.seqs = 3;
         std::vector<ServeOp> ops;
-        ServeOp admit = serve_op(ServeOpKind::admit);
-        admit.tokens = {4, 8, 15, 16};
-        admit.max_new = 30;
-        ServeOp step = serve_op(ServeOpKind::step);
-        step.wants.assign(std::size_t(c.seqs), 3);
-        step.seed = 1;
+        const ServeOp admit = admit_op({4, 8, 15, 16}, 30);
+        const ServeOp step = step_op(c, 3, 1);
         ops = {admit, admit, step, step};
         constexpr int kCalls = 7;  // every call serve_invalid.cpp has in this state, twice over
         for (std::uint32_t call = 0; call < 2 * kCalls; ++call) {
@@ -292,11 +301,8 @@ TEST(ServeInvalid, EveryEngineRefusesEveryCallAndNothingChanges) {
 // rebinds, and a pool that keeps its id there (grow_keeps_id) leaves the
 // plan on the old storage.
 std::vector<ServeOp> reset_under_a_held_plan(const ServeConfig& c) {
-    ServeOp admit = serve_op(ServeOpKind::admit);
-    admit.tokens = {3, 1, 4, 1, 5};
-    admit.max_new = 20;
-    ServeOp step = serve_op(ServeOpKind::step);
-    step.wants.assign(std::size_t(c.seqs), 4);
+    const ServeOp admit = admit_op({3, 1, 4, 1, 5}, 20);
+    const ServeOp step = step_op(c, 4);
     return {admit, step, step, serve_op(ServeOpKind::reset), step, step};
 }
 
@@ -322,11 +328,8 @@ TEST(ServeFork, OntoAnOpenSequenceReplacesItsPositions) {
         }
         ServeConfig c = config_for(engine, 8);
         c.seqs = 2;
-        ServeOp admit = serve_op(ServeOpKind::admit);
-        admit.tokens = {2, 7, 1, 8};
-        admit.max_new = 20;
-        ServeOp step = serve_op(ServeOpKind::step);
-        step.wants.assign(2, 3);
+        const ServeOp admit = admit_op({2, 7, 1, 8}, 20);
+        const ServeOp step = step_op(c, 3);
         ServeOp fork = serve_op(ServeOpKind::fork, 0);
         fork.onto_open = true;
         const ServeResult r = run_serve_ops(c, {admit, admit, step, step, fork, step, step}, 7);
