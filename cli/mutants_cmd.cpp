@@ -1,5 +1,6 @@
 // `kvweld mutants`: the kill matrix.
 #include "cli/commands.hpp"
+#include "engines/registry.hpp"
 
 #include "sim/mutants.hpp"
 
@@ -68,8 +69,9 @@ void add_mutants_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--fault", args->faults, "only these faults (repeatable; default: all)");
     cmd->add_option("--json", args->json, "write the matrix as JSON here");
     cmd->add_option("--engine", args->engine,
-                    "an engine behind the plugin ABI (kvweld, llamacpp or a .so): the clean engine and each fault "
-                    "switch the plugin lists, through the serving simulator");
+                    cat("an engine behind the plugin ABI (", builtin_engine_names(), " or a .so): the clean engine and "
+                        "each fault switch the plugin lists, through the serving simulator, every failing seed in one "
+                        "of the classes the plugin declares for the fault"));
     cmd->add_option("--params", args->params, "the --engine's settings, k=v,...");
     cmd->callback([args, &action] { action = [args] { return run_mutants_cmd(*args); }; });
 }

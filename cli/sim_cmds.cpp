@@ -61,8 +61,8 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                         "; with --engine, one of the engine's own (see kvweld mutants --engine E)"));
     cmd->add_option("--engine", o.engine,
                     cat("drive an engine through the plugin ABI instead of kvweld's own in-process: ",
-                        builtin_engine_names(), ", or a plugin's path (.so); the data and accounting oracles run, "
-                        "kv and weld need the in-process engine"));
+                        builtin_engine_names(), ", or a plugin's path (.so); every oracle its capabilities allow "
+                        "runs, and the report says which could not and why"));
     cmd->add_option("--params", o.params,
                     "the --engine's settings, k=v,... (llamacpp: kv_unified=0|1, graph_reuse=0|1; kvweld-paged: "
                     "block=N, blocks=N, backend=cpu|cuda); a setting not given is drawn per seed");

@@ -1,6 +1,7 @@
 // `kvweld traffic`: the reuse-ratio study. Runs each serving policy over the
 // same seeded traffic, all oracles on, and prints reuse against the ideal.
 #include "cli/commands.hpp"
+#include "engines/registry.hpp"
 
 #include "sim/report.hpp"
 #include "sim/serve/serve_traffic.hpp"
@@ -266,8 +267,8 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--plot", a->plot, "draw reuse ratio and preparation share against acceptance and arrival rate (PNG; needs --sweep)");
     cmd->add_option("--json", a->json, "write every run's report as JSON here");
     cmd->add_option("--engine", a->engine.engine,
-                    "study an engine behind the plugin ABI (kvweld, llamacpp or a .so) instead of kvweld's policies; "
-                    "for llamacpp, each KV layout with graph reuse on and off");
+                    cat("study an engine behind the plugin ABI (", builtin_engine_names(), " or a .so) instead of "
+                        "kvweld's policies; for llamacpp, each KV layout with graph reuse on and off"));
     cmd->add_option("--params", a->engine.params, "the --engine's settings (default for llamacpp: both layouts)");
     cmd->add_option("--chunk", a->engine.chunk, "--engine: prefill tokens per sequence per step")
         ->capture_default_str()->check(CLI::Range(1, 512));
