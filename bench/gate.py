@@ -110,7 +110,8 @@ def main():
                   open(a.baseline, "w"), indent=2, sort_keys=True)
         print(f"bench-gate: baseline written to {a.baseline}")
         return 0
-    base = json.load(open(a.baseline)).get("ratios") or {}
+    baseline = json.load(open(a.baseline))
+    base = baseline.get("ratios") or {}
     failed = bool(ERRORS)
     print(f"{'ratio':30} {'bound':>16} {'now':>10} {'change':>8}  verdict")
     for name in gated:
@@ -131,7 +132,7 @@ def main():
         print(f"{name:30} {said:>16} {n:10.3f} {change:>8}  {'ok' if ok else 'REGRESSED'}")
     print("absolute (shown, never gated):")
     for name, v in sorted(absolute.items()):
-        was = base.get("absolute_at_baseline", {}).get(name)
+        was = (baseline.get("absolute_at_baseline") or {}).get(name)
         print(f"  {name:26} {v:12.1f}" + (f"   (baseline machine: {was:.1f})" if was else ""))
     return 1 if failed else 0
 
