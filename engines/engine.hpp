@@ -38,7 +38,6 @@ public:
 
     virtual std::string name() const = 0;
     virtual std::uint32_t capabilities() const = 0;  // KVWELD_CAP_*
-    bool has(std::uint32_t capability) const { return (capabilities() & capability) == capability; }
     virtual std::string model_format() const = 0;  // how a model is handed over: "llama2c" or "gguf"
     virtual int vocab() const = 0;
 

@@ -30,9 +30,10 @@ namespace kvweld::engines {
 namespace {
 
 const EngineEntry kEngines[] = {
-    {"kvweld", KVWELD_PLUGIN_PATH, "not built", kvweld_reuse_rule, false, nullptr},
-    {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", kvweld_paged_reuse_rule, true, kvweld_paged_settings},
-    {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, llamacpp_reuse_rule, false, llamacpp_settings},
+    {"kvweld", KVWELD_PLUGIN_PATH, "not built", kvweld_reuse_rule, nullptr, nullptr},
+    {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", kvweld_paged_reuse_rule, BlockModel::for_kvweld_paged,
+     kvweld_paged_settings},
+    {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, llamacpp_reuse_rule, nullptr, llamacpp_settings},
 };
 
 }  // namespace
@@ -61,7 +62,7 @@ std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const En
 std::optional<BlockModel> block_model_for(std::string_view engine_name, const EngineSetup& setup) {
     const EngineEntry* e = engine_entry(engine_name);
     if (!e || !e->block_model) return std::nullopt;
-    return BlockModel::for_kvweld_paged(setup);
+    return e->block_model(setup);
 }
 
 std::string draw_engine_settings(std::string_view engine_name, const EngineSetup& setup, Rng& rng) {

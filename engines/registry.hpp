@@ -25,7 +25,7 @@ struct EngineEntry {
     const char* plugin;   // its path in this build, "" when not built
     const char* missing;  // why not, when not built
     std::unique_ptr<ReuseRule> (*rule)(const EngineSetup&);  // nullptr: no rule (accounting off)
-    bool block_model;     // the simulator's block model (BlockModel) follows its pool
+    BlockModel (*block_model)(const EngineSetup&);  // the block model that follows its pool (nullptr: none)
     // The settings setup.params leaves open, drawn and appended (nullptr: none).
     std::string (*draw_settings)(const EngineSetup& setup, Rng& rng);
 };

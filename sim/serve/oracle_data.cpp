@@ -16,15 +16,16 @@ namespace kvweld::sim {
 std::vector<std::vector<float>> ServeSimulator::check_data(const std::vector<Pair>& pairs, const std::vector<float>& got) {
     const auto v = std::size_t(config_.model.vocab);
     std::vector<std::vector<float>> want;
-    stats_.rows += pairs.size();
     if (!oracles_.data) {  // unchecked: the engine's own rows choose what comes next
         for (std::size_t i = 0; i < pairs.size(); ++i) want.emplace_back(got.begin() + long(i * v), got.begin() + long((i + 1) * v));
+        stats_.rows += pairs.size();
         return want;
     }
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         ServeRequest& r = *requests_[std::size_t(pairs[i].seq)];
         want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos));
         const double err = logit_error(std::span<const float>(got).subspan(i * v, v), want.back());
+        ++stats_.rows;
         stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);
         if (!(err <= kDataTolerance))
             fail(Verdict::stale_decode, Oracle::data,

@@ -172,7 +172,7 @@ bool ServeSimulator::apply(const ServeOp& op, std::size_t op_index) {
             case ServeOpKind::grow: pool_op(op.kind); break;
         }
         check_blocks(false);
-        read_counters();
+        if (op.kind != ServeOpKind::step) read_counters();  // a step read them after its call
     } catch (const Stop&) {
         return false;
     } catch (const Error& e) {  // the engine refused a valid op
@@ -205,6 +205,14 @@ void ServeSimulator::admit(const ServeOp& op, int seq) {
     requests_[std::size_t(seq)].emplace(std::move(r));
     ledger_after(ServeOpKind::admit, seq);
     ++stats_.requests;
+}
+
+void ServeSimulator::requeue_all(ServeOpKind kind) {
+    for (int s = 0; s < config_.seqs; ++s)
+        if (auto& r = requests_[std::size_t(s)]) {
+            requeue_from(*r, 0);
+            ledger_after(kind, s);
+        }
 }
 
 void ServeSimulator::requeue_from(ServeRequest& r, std::size_t n) {
@@ -278,11 +286,7 @@ void ServeSimulator::clear_all() {
     engine_->clear_all();
     if (blocks_) blocks_->clear_all();
     if (rule_) rule_->on_clear_all();
-    for (int s = 0; s < config_.seqs; ++s)
-        if (auto& r = requests_[std::size_t(s)]) {
-            requeue_from(*r, 0);
-            ledger_after(ServeOpKind::clear_all, s);
-        }
+    requeue_all(ServeOpKind::clear_all);
 }
 
 // The reference takes the same weights the engine is given; every sequence
@@ -294,11 +298,7 @@ void ServeSimulator::reload(const ServeOp& op) {
     model_ = std::move(next);
     if (blocks_) blocks_->clear_all();
     if (rule_) rule_->on_reload();
-    for (int s = 0; s < config_.seqs; ++s)
-        if (auto& r = requests_[std::size_t(s)]) {
-            requeue_from(*r, 0);
-            ledger_after(ServeOpKind::reload, s);
-        }
+    requeue_all(ServeOpKind::reload);
 }
 
 void ServeSimulator::swap_layer(int seq, int layer) {
@@ -311,8 +311,7 @@ void ServeSimulator::reset() {
     engine_->pool_op(KVWELD_POOL_RESET);
     if (blocks_) blocks_->reset();
     if (rule_) rule_->on_pool_op(KVWELD_POOL_RESET);
-    for (int s = 0; s < config_.seqs; ++s)
-        if (auto& r = requests_[std::size_t(s)]) requeue_from(*r, 0);
+    requeue_all(ServeOpKind::reset);
 }
 
 void ServeSimulator::pool_op(ServeOpKind kind) {

@@ -142,6 +142,7 @@ private:
     void check_kv(const std::vector<Pair>& pairs);
     void check_blocks(bool decoded);
     void requeue_from(ServeRequest& r, std::size_t n);  // history[n:] goes back to the queue
+    void requeue_all(ServeOpKind kind);                 // every sequence emptied by `kind` re-prefills
     // op.rewrite: the first `n` queued tokens (the ones fed again) each become another token.
     void rewrite_requeued(const ServeOp& op, ServeRequest& r, std::size_t n) const;
 
