@@ -1,6 +1,7 @@
-// Simulator throughput: checked and unchecked decode steps per second, and
-// the cost of each oracle on its own. One fixed seed and model (tiny), so
+// Simulator throughput: checked and unchecked decoded tokens (rows) per
+// second on kvweld's engine in process. One fixed seed and model (tiny), so
 // every repetition runs the same ops.
+#include "engines/registry.hpp"
 #include "sim/run.hpp"
 
 #include <benchmark/benchmark.h>
@@ -12,15 +13,19 @@
 namespace kvweld::sim {
 namespace {
 
-void sim_loop(benchmark::State& state, OracleSwitches oracles) {
-    SimConfig config = draw_config(1, {.model = "tiny", .backend = Backend::cpu, .faults = {}});
-    std::uint64_t decodes = 0;
+SimConfig bench_config() {
+    return draw_config(1, EngineChoice{}, "tiny", engines::engine_capabilities(std::string(engines::kDefaultEngine)));
+}
+
+void sim_loop(benchmark::State& state, bool checked) {
+    const SimConfig config = bench_config();
+    std::uint64_t rows = 0;
     for (auto _ : state) {
-        const RunResult r = run_generated(config, 400, oracles);
+        const RunResult r = run_generated(config, 400, checked);
         if (r.verdict != Verdict::pass) state.SkipWithError("the simulation failed");
-        decodes += r.stats.decodes;
+        rows += r.stats.rows;
     }
-    state.counters["decodes_per_s"] = benchmark::Counter(double(decodes), benchmark::Counter::kIsRate);
+    state.counters["decodes_per_s"] = benchmark::Counter(double(rows), benchmark::Counter::kIsRate);
 }
 
 // The gated ratio: checked over unchecked throughput, measured as adjacent
@@ -29,40 +34,28 @@ void sim_loop(benchmark::State& state, OracleSwitches oracles) {
 // that fails stops early and would look fast: the benchmark errors out then.
 void BM_CheckedOverUnchecked(benchmark::State& state) {
     using Clock = std::chrono::steady_clock;
-    const SimConfig config = draw_config(1, {.model = "tiny", .backend = Backend::cpu, .faults = {}});
+    const SimConfig config = bench_config();
     bool failed = false;
-    auto seconds = [&](OracleSwitches o) {
+    auto seconds = [&](bool checked) {
         const auto start = Clock::now();
-        const RunResult r = run_generated(config, 400, o);
+        const RunResult r = run_generated(config, 400, checked);
         failed |= r.verdict != Verdict::pass;
-        benchmark::DoNotOptimize(r.stats.decodes);
+        benchmark::DoNotOptimize(r.stats.rows);
         return std::chrono::duration<double>(Clock::now() - start).count();
     };
     std::vector<double> ratios;
-    for (auto _ : state) ratios.push_back(seconds(OracleSwitches::none()) / seconds(OracleSwitches{}));
+    for (auto _ : state) ratios.push_back(seconds(false) / seconds(true));
     if (failed) return state.SkipWithError("the simulation failed: its time is not a throughput");
     std::sort(ratios.begin(), ratios.end());
     state.counters["ratio"] = ratios[ratios.size() / 2];
 }
 
-constexpr OracleSwitches only(bool data, bool kv, bool weld, bool accounting) {
-    return {data, kv, weld, accounting};
-}
-
-void BM_Unchecked(benchmark::State& s) { sim_loop(s, OracleSwitches::none()); }
-void BM_Checked(benchmark::State& s) { sim_loop(s, OracleSwitches{}); }
-void BM_DataOracleOnly(benchmark::State& s) { sim_loop(s, only(true, false, false, false)); }
-void BM_KvOracleOnly(benchmark::State& s) { sim_loop(s, only(false, true, false, false)); }
-void BM_WeldOracleOnly(benchmark::State& s) { sim_loop(s, only(false, false, true, false)); }
-void BM_AccountingOracleOnly(benchmark::State& s) { sim_loop(s, only(false, false, false, true)); }
+void BM_Unchecked(benchmark::State& s) { sim_loop(s, false); }
+void BM_Checked(benchmark::State& s) { sim_loop(s, true); }
 
 BENCHMARK(BM_Unchecked)->Name("sim/unchecked")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_Checked)->Name("sim/checked")->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_DataOracleOnly)->Name("sim/data_oracle_only")->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_KvOracleOnly)->Name("sim/kv_oracle_only")->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_WeldOracleOnly)->Name("sim/weld_oracle_only")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_CheckedOverUnchecked)->Name("sim/checked_over_unchecked")->Unit(benchmark::kMillisecond)->Iterations(15);
-BENCHMARK(BM_AccountingOracleOnly)->Name("sim/accounting_oracle_only")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 }  // namespace
 }  // namespace kvweld::sim

@@ -8,11 +8,11 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/faults.hpp"
-#include "sim/serve/serve_config.hpp"
-#include "sim/shard.hpp"
 #include "sim/sim_config.hpp"
-#include "sim/verdict.hpp"
+#include "engines/registry.hpp"
 #include "sim/traffic.hpp"
+#include "sim/shard.hpp"
+#include "sim/verdict.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -37,20 +37,17 @@ struct RunOptions {
     std::string model;
     std::string backend = "cpu";
     std::vector<std::string> faults;
-    std::string engine;  // "": kvweld's own engine in-process (every oracle)
+    std::string engine{engines::kDefaultEngine};  // a built-in name or a plugin's path
     std::string params;  // the engine's settings
     int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (with --engine; 0: drawn per seed)
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
-sim::DrawOptions draw_options(const RunOptions& options);  // throws Error on a bad name
-FaultSet parse_faults(const std::vector<std::string>& names);
 void write_json(const std::string& path, const nlohmann::json& j);
 // shrink's closing lines: sizes, runs, the class kept, the failure, how to replay.
 void print_shrink_summary(std::size_t before, std::size_t after, int runs, sim::Verdict verdict,
                           const std::optional<sim::Failure>& failure, const std::string& out);
 
-// --engine: the same commands over an engine behind the plugin ABI
-// (cli/engine_cmds.cpp, the serving simulator in sim/serve/).
+// The commands over the engine --engine names (cli/engine_cmds.cpp).
 sim::EngineChoice engine_choice(const RunOptions& options);  // throws Error on a bad combination
 // sim's --no-oracles (run unchecked) and --timing (print the throughput).
 struct Checking {
@@ -70,7 +67,7 @@ int run_engine_replay(const std::string& text, const std::string& path, const st
 int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out);
 int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json);
 struct EngineTrafficArgs {
-    std::string engine, params, csv, plot, json;
+    std::string engine{engines::kDefaultEngine}, params, csv, plot, json;
     int chunk = 16;   // prefill tokens per sequence per step
     int repeat = 3;   // runs per setting; the decode time is the best
     bool sweep = false;

@@ -1,12 +1,14 @@
-// `kvweld sim|swarm|replay|shrink|mutants --engine E`: the serving
-// simulator (sim/serve/) over an engine behind the plugin ABI.
+// `kvweld sim|swarm|merge|replay|shrink|mutants`: the simulator over the
+// engine --engine names (kvweld's own in process by default).
 #include "cli/commands.hpp"
 
 #include "sim/report.hpp"
+#include "engine/decode_session.hpp"
+#include "engines/abi_lists.hpp"
 #include "engines/registry.hpp"
-#include "sim/serve/serve_json.hpp"
-#include "sim/serve/serve_mutants.hpp"
-#include "sim/serve/serve_run.hpp"
+#include "sim/json_report.hpp"
+#include "sim/mutants.hpp"
+#include "sim/run.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -36,34 +38,46 @@ void write_text(const std::string& path, const std::string& text) {
 }  // namespace
 
 EngineChoice engine_choice(const RunOptions& o) {
-    require(o.backend == "cpu", "--backend ", o.backend, " with --engine: an engine behind the ABI picks its own");
     EngineChoice e{o.engine, o.params, "", o.seqs, o.n_ctx};
-    for (const std::string& f : o.faults) e.faults += (e.faults.empty() ? "" : ",") + f;
-    engine_plugin_path(e.engine);  // a bad name or path is an Error now, before anything runs
+    require_engine(e.engine);  // a bad name or path is an Error now, before anything runs
+    const Backend backend = backend_from_string(o.backend);
+    if (backend != Backend::cpu) {  // in process, the engine's backend setting
+        require(engine_in_process(e.engine), "--backend ", o.backend, " with --engine ", e.engine,
+                ": an engine behind the ABI picks its own (kvweld-paged: --params backend=cuda)");
+        std::string why;
+        require(cuda_backend_available(&why), "CUDA backend unavailable: ", why);
+        e.params += cat(e.params.empty() ? "" : ",", "backend=", o.backend);
+    }
+    const std::string listed = engine_fault_list(e.engine);
+    for (const std::string& f : o.faults) {
+        require(abi::lists_fault(listed.c_str(), f), "unknown fault '", f, "': engine ", e.engine, "'s faults are ",
+                listed.empty() ? "(none: a build without KVWELD_FAULTS has no fault switches)" : listed);
+        e.faults += (e.faults.empty() ? "" : ",") + f;
+    }
     return e;
 }
 
 int run_engine_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, const std::string& json,
                    const Checking& checking) {
     const EngineChoice engine = engine_choice(o);
-    const ServeConfig config =
-        draw_serve_config(seed, engine, o.model, engine_library(engine.engine)->api().capabilities);
+    const SimConfig config =
+        draw_config(seed, engine, o.model, engine_capabilities(engine.engine));
     const auto start = std::chrono::steady_clock::now();
-    const ServeResult r = run_serve_generated(config, o.steps, !checking.no_oracles);
+    const RunResult r = run_generated(config, o.steps, !checking.no_oracles);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (checking.timing)
         std::fprintf(stderr, "timing: %llu rows in %.3f s = %.0f rows/s (oracles %s)\n",
                      (unsigned long long)r.stats.rows, secs, double(r.stats.rows) / secs,
                      checking.no_oracles ? "off" : "on");
-    print(serve_report(r));
-    if (!trace.empty()) write_text(trace, serve_trace_text(r));
-    if (!json.empty()) write_json(json, serve_json(r));
+    print(text_report(r));
+    if (!trace.empty()) write_text(trace, trace_text(r));
+    if (!json.empty()) write_json(json, json_report(r));
     return exit_code(r.verdict);
 }
 
 int run_engine_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json) {
     const auto [first, last] = shard_range(seeds.range_first, seeds.range_last, seeds.shard);
-    ServeSwarmOptions s;
+    SwarmOptions s;
     s.first = first;
     s.last = last;
     s.jobs = jobs;
@@ -78,50 +92,50 @@ int run_engine_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, cons
     std::fflush(stdout);
     const bool tty = isatty(STDERR_FILENO);
     const auto start = std::chrono::steady_clock::now();
-    const ServeSwarmResult r = run_serve_swarm(s, [&](std::size_t done, std::size_t failures) {
+    const SwarmResult r = run_swarm(s, [&](std::size_t done, std::size_t failures) {
         if (!tty) return;
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::fprintf(stderr, "\r[swarm] %zu/%zu seeds  %.1f seeds/s  %zu failures   ", done, total,
                      double(done) / std::max(secs, 1e-9), failures);
     });
     if (tty) std::fprintf(stderr, "\n");
-    print(serve_swarm_table(r, s));
-    if (!json.empty()) write_json(json, serve_swarm_json(r, s, seeds.range_first, seeds.range_last, seeds.shard));
+    print(swarm_table(r, s));
+    if (!json.empty()) write_json(json, swarm_json(r, s, seeds.range_first, seeds.range_last, seeds.shard));
     return r.failures == 0 ? 0 : 1;
 }
 
 int run_engine_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json) {
-    const ServeMerged m = merge_serve_reports(reports);
+    const Merged m = merge_reports(reports);
     std::printf("merge: %zu shard reports, seeds %llu..%llu\n", reports.size(), (unsigned long long)m.options.first,
                 (unsigned long long)m.options.last);
-    print(serve_swarm_table(m.result, m.options));
+    print(swarm_table(m.result, m.options));
     if (!json.empty()) write_json(json, m.report);
     return m.result.failures == 0 ? 0 : 1;
 }
 
 int run_engine_replay(const std::string& text, const std::string& path, const std::string& json) {
-    const ServeTrace t = parse_serve_trace(text, path);
-    const ServeResult r = run_serve_ops(t.config, t.ops, t.steps);
-    print(serve_report(r));
-    if (!json.empty()) write_json(json, serve_json(r));
+    const Trace t = parse_trace(text, path);
+    const RunResult r = run_ops(t.config, t.ops, t.steps);
+    print(text_report(r));
+    if (!json.empty()) write_json(json, json_report(r));
     return exit_code(r.verdict);
 }
 
 int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out) {
-    const ServeTrace t = parse_serve_trace(text, path);
-    const ServeResult original = run_serve_ops(t.config, t.ops, t.steps);
+    const Trace t = parse_trace(text, path);
+    const RunResult original = run_ops(t.config, t.ops, t.steps);
     require(original.verdict != Verdict::pass, "shrink: ", path, " passes; there is nothing to shrink");
     std::printf("shrink: %s fails with %s after %zu ops on engine %s; minimizing...\n", path.c_str(),
                 std::string(to_string(original.verdict)).c_str(), original.ops.size(), t.config.engine.engine.c_str());
     std::fflush(stdout);
-    const ServeShrinkResult s = shrink_serve(t.config, original.ops, t.steps, original.verdict);
-    write_text(out, serve_trace_text(s.result));
+    const ShrinkResult s = shrink(t.config, original.ops, t.steps, original.verdict);
+    write_text(out, trace_text(s.result));
     print_shrink_summary(original.ops.size(), s.ops.size(), s.runs, s.result.verdict, s.result.failure, out);
     return 0;
 }
 
 int run_engine_mutants(const RunOptions& o, std::uint64_t seeds, int jobs, const std::string& json) {
-    ServeMutantsOptions m;
+    MutantsOptions m;
     m.seeds = seeds;
     m.steps = o.steps;
     m.jobs = jobs;
@@ -130,10 +144,10 @@ int run_engine_mutants(const RunOptions& o, std::uint64_t seeds, int jobs, const
     m.engine = engine_choice(no_faults);
     m.model = o.model;
     m.faults = o.faults;
-    const ServeMutantsResult r =
-        run_serve_mutants(m, [](const std::string& line) { std::fprintf(stderr, "[mutants] %s\n", line.c_str()); });
-    print(serve_mutants_table(r, m));
-    if (!json.empty()) write_json(json, serve_mutants_json(r, m));
+    const MutantsResult r =
+        run_mutants(m, [](const std::string& line) { std::fprintf(stderr, "[mutants] %s\n", line.c_str()); });
+    print(mutants_table(r, m));
+    if (!json.empty()) write_json(json, mutants_json(r, m));
     return r.ok() ? 0 : 1;
 }
 

@@ -1,15 +1,16 @@
-// `kvweld traffic --engine E`: the reuse study on an engine behind the ABI
-// (sim/serve/serve_traffic.hpp). For llama.cpp it runs each KV layout with
-// graph reuse on and off over the same traffic: the ratio of reused graphs
-// against the rule's ideal, and the share of decode time spent building
-// graphs, from the paired run that builds every graph.
+// `kvweld traffic`: the reuse study (sim/traffic.hpp) on any
+// engine, each of its settings over the same traffic beside its twin that
+// builds every plan: the ratio of reused plans against the rule's ideal,
+// and the share of decode time spent building plans. For kvweld's dense
+// engine, each rebind policy and recycled storage; for llama.cpp, each KV
+// layout with graph reuse on and off.
 #include "cli/commands.hpp"
 
-#include "sim/serve/serve_json.hpp"
+#include "sim/json_report.hpp"
 
 #include "sim/report.hpp"
 #include "engines/registry.hpp"
-#include "sim/serve/serve_traffic.hpp"
+#include "sim/traffic.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -29,13 +30,26 @@ namespace {
 struct Setting {
     std::string params;
     std::string no_reuse;  // "" when there is none
+    bool recycle = false;  // admits onto the storage a slot kept (white box)
+    std::string label() const { return cat(params.empty() ? "(defaults)" : params, recycle ? " recycle" : ""); }
 };
 
 // The settings the study compares per engine; an engine not named here
-// (or given --params) runs the one setting asked for.
-// Every llama.cpp setting is given, so none is drawn per seed.
-std::vector<Setting> settings_for(const std::string& engine_name, const std::string& params) {
-    if (engine_name != "llamacpp") return {{params, ""}};
+// (or given --params) runs the one setting asked for. Every setting is
+// given whole, so none is drawn per seed. kvweld's dense engine (its rule
+// names it): each rebind policy on fresh storage, and rebinding on recycled
+// storage, each beside its twin that builds every token.
+std::vector<Setting> settings_for(const std::string& engine, const std::string& params) {
+    const EngineEntry* entry = engine_entry(engine);
+    if (entry && entry->rule == kvweld_reuse_rule && params.empty()) {
+        const bool white_box = engine_in_process(engine);
+        std::vector<Setting> out;
+        for (const char* policy : {"policy=rebuild", "policy=rebind"})
+            out.push_back({policy, cat(policy, ",reuse=0"), false});
+        if (white_box) out.push_back({"policy=rebind", "policy=rebind,reuse=0", true});
+        return out;
+    }
+    if (engine != "llamacpp") return {{params, ""}};
     if (params.find("graph_reuse=") != std::string::npos) return {{params, ""}};
     if (!params.empty()) {
         const std::string layout = params.find("kv_unified=") == std::string::npos ? ",kv_unified=0" : "";
@@ -60,13 +74,13 @@ Measured measure(const TrafficParams& p, const EngineChoice& e, int chunk, int r
 struct Row {
     std::string sweep;  // "base", "arrival"
     double arrival = 0;
-    std::string params;
+    Setting setting;
     Measured with, without;  // reuse on; reuse off (empty when none)
     bool has_without = false;
     double build_seconds = std::nan("");  // one graph build, measured apart (measure_build_seconds)
     // Graph building's share of decode time: builds x one build's cost / time.
     static double share(const Measured& m, double build_seconds) {
-        const ServeStats& s = m.result.run.stats;
+        const RunStats& s = m.result.run.stats;
         return double(s.plans - s.reused) * build_seconds / m.seconds;
     }
     bool ok() const {
@@ -77,9 +91,9 @@ struct Row {
 // One build's cost per setting, measured once per command.
 using BuildCosts = std::map<std::string, double>;
 
-BuildCosts measure_build_costs(const TrafficParams& p, const EngineChoice& base, const std::string& engine_name) {
+BuildCosts measure_build_costs(const TrafficParams& p, const EngineChoice& base, const std::string& engine) {
     BuildCosts costs;
-    for (const Setting& s : settings_for(engine_name, base.params))
+    for (const Setting& s : settings_for(engine, base.params))
         costs[s.params] = s.no_reuse.empty() ? std::nan("")
                                              : measure_build_seconds({base.engine, s.params, ""},
                                                                      {base.engine, s.no_reuse, ""}, p.model);
@@ -87,12 +101,14 @@ BuildCosts measure_build_costs(const TrafficParams& p, const EngineChoice& base,
 }
 
 std::vector<Row> run_rows(const TrafficParams& p, const EngineChoice& base, int chunk, int repeat,
-                          const std::string& sweep, const std::string& engine_name, const BuildCosts& costs) {
+                          const std::string& sweep, const BuildCosts& costs) {
     std::vector<Row> rows;
-    for (const Setting& s : settings_for(engine_name, base.params)) {
-        Row row{sweep, p.arrival_rate, s.params, {}, {}, !s.no_reuse.empty(), costs.at(s.params)};
-        row.with = measure(p, {base.engine, s.params, ""}, chunk, repeat);
-        if (row.has_without) row.without = measure(p, {base.engine, s.no_reuse, ""}, chunk, repeat);
+    for (const Setting& s : settings_for(base.engine, base.params)) {
+        Row row{sweep, p.arrival_rate, s, {}, {}, !s.no_reuse.empty(), costs.at(s.params)};
+        TrafficParams q = p;
+        q.recycle = s.recycle;
+        row.with = measure(q, {base.engine, s.params, ""}, chunk, repeat);
+        if (row.has_without) row.without = measure(q, {base.engine, s.no_reuse, ""}, chunk, repeat);
         rows.push_back(std::move(row));
     }
     return rows;
@@ -102,15 +118,15 @@ std::string share_text(double share) { return std::isnan(share) ? "n/a" : cat(fi
 
 // The rule's ideal: the share of graphs it requires reused, or the range
 // up to the share it allows where it cannot predict (clause 3).
-std::string ideal_text(const ServeStats& s) {
+std::string ideal_text(const RunStats& s) {
     if (!s.plans) return "-";
     const std::string must = fixed(s.ideal_ratio(), 4);
     return s.may_reuse ? cat(must, "..", fixed(double(s.must_reuse + s.may_reuse) / double(s.plans), 4)) : must;
 }
 
 void print_row(const std::string& label, const Measured& m, const std::string& share) {
-    const ServeStats& s = m.result.run.stats;
-    const ServeResult& r = m.result.run;
+    const RunStats& s = m.result.run.stats;
+    const RunResult& r = m.result.run;
     std::printf("%-30s %6llu %6llu %6llu %7.4f %-14s %8.4f %6s  %s\n", label.c_str(), (unsigned long long)s.calls,
                 (unsigned long long)s.plans, (unsigned long long)s.reused, s.reuse_ratio(), ideal_text(s).c_str(),
                 m.seconds, share.c_str(),
@@ -122,9 +138,10 @@ void print_table(const std::vector<Row>& rows) {
     std::printf("%-30s %6s %6s %6s %7s %-14s %8s %6s  %s\n", "setting", "calls", "graphs", "reused", "reuse",
                 "rule's ideal", "decode s", "build", "verdict");
     for (const Row& r : rows) {
-        print_row(r.params.empty() ? "(defaults)" : r.params, r.with, share_text(Row::share(r.with, r.build_seconds)));
+        print_row(r.setting.label(), r.with, share_text(Row::share(r.with, r.build_seconds)));
         if (r.has_without)
-            print_row(r.params + ",graph_reuse=0", r.without, share_text(Row::share(r.without, r.build_seconds)));
+            print_row(cat(r.setting.no_reuse, r.setting.recycle ? " recycle" : ""), r.without,
+                      share_text(Row::share(r.without, r.build_seconds)));
     }
 }
 
@@ -134,7 +151,7 @@ void print_shapes(const Row& row) {
         return a.second.plans != b.second.plans ? a.second.plans > b.second.plans : a.first < b.first;
     });
     std::printf("per batch shape (%s; sequences x tokens each), the 12 with most graphs:\n",
-                row.params.empty() ? "defaults" : row.params.c_str());
+                row.setting.label().c_str());
     std::printf("  %-10s %7s %7s %10s %7s  %s\n", "shape", "calls", "graphs", "rule: must", "reused",
                 "reused where the rule allows");
     for (std::size_t i = 0; i < shapes.size() && i < 12; ++i) {
@@ -153,8 +170,8 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
     out << "sweep,setting,arrival_rate,calls,graphs,reused,reuse_ratio,ideal_ratio,may_reuse,decode_s,"
            "decode_s_no_reuse,build_us,build_share,build_share_no_reuse\n";
     for (const Row& r : rows) {
-        const ServeStats& s = r.with.result.run.stats;
-        out << r.sweep << ',' << '"' << r.params << '"' << ',' << r.arrival << ',' << s.calls << ',' << s.plans << ','
+        const RunStats& s = r.with.result.run.stats;
+        out << r.sweep << ',' << '"' << r.setting.label() << '"' << ',' << r.arrival << ',' << s.calls << ',' << s.plans << ','
             << s.reused << ',' << s.reuse_ratio() << ',' << s.ideal_ratio() << ',' << s.may_reuse << ','
             << r.with.seconds << ',' << (r.has_without ? r.without.seconds : std::nan("")) << ','
             << r.build_seconds * 1e6 << ',' << Row::share(r.with, r.build_seconds) << ','
@@ -170,13 +187,14 @@ void write_plot(const std::string& png, const std::vector<Row>& rows, const std:
     require(gp.good(), "--plot ", png, ": cannot write ", script);
     std::vector<std::string> settings;
     for (const Row& r : rows)
-        if (std::find(settings.begin(), settings.end(), r.params) == settings.end()) settings.push_back(r.params);
+        if (std::find(settings.begin(), settings.end(), r.setting.label()) == settings.end())
+            settings.push_back(r.setting.label());
     for (std::size_t i = 0; i < settings.size(); ++i) {
         gp << "$s" << i << " << EOD\n";
         for (const Row& r : rows)
-            if (r.sweep == "arrival" && r.params == settings[i]) {
+            if (r.sweep == "arrival" && r.setting.label() == settings[i]) {
                 const double share = Row::share(r.with, r.build_seconds);
-                const ServeStats& st = r.with.result.run.stats;
+                const RunStats& st = r.with.result.run.stats;
                 const double allowed = st.plans ? double(st.must_reuse + st.may_reuse) / double(st.plans) : 0.0;
                 gp << r.arrival << ' ' << st.reuse_ratio() << ' ' << allowed << ' '
                    << (std::isnan(share) ? 0.0 : 100.0 * share) << '\n';
@@ -205,11 +223,11 @@ void write_plot(const std::string& png, const std::vector<Row>& rows, const std:
 
 }  // namespace
 
-// Every run as the serving report (serve_json.hpp) with its decode time and
+// Every run as the serving report (json_report.hpp) with its decode time and
 // graph building's share, per setting, reuse on and off.
 nlohmann::json rows_json(const std::vector<Row>& rows, const BuildCosts& costs, bool ok) {
     const auto measured = [](const Measured& m, double build_seconds) {
-        nlohmann::json j = serve_json(m.result.run);
+        nlohmann::json j = json_report(m.result.run);
         j["decode_seconds"] = m.seconds;
         const double share = Row::share(m, build_seconds);
         j["build_share"] = std::isnan(share) ? nlohmann::json() : nlohmann::json(share);
@@ -217,7 +235,8 @@ nlohmann::json rows_json(const std::vector<Row>& rows, const BuildCosts& costs, 
     };
     nlohmann::json runs = nlohmann::json::array();
     for (const Row& r : rows) {
-        nlohmann::json j = {{"sweep", r.sweep}, {"arrival_rate", r.arrival}, {"params", r.params},
+        nlohmann::json j = {{"sweep", r.sweep}, {"arrival_rate", r.arrival}, {"params", r.setting.params},
+                            {"recycle", r.setting.recycle},
                             {"with_reuse", measured(r.with, r.build_seconds)}};
         if (r.has_without) j["without_reuse"] = measured(r.without, r.build_seconds);
         runs.push_back(std::move(j));
@@ -230,8 +249,8 @@ nlohmann::json rows_json(const std::vector<Row>& rows, const BuildCosts& costs, 
 
 int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
     const EngineChoice base{a.engine, a.params, ""};
-    engine_plugin_path(base.engine);
-    const std::string name = engine_library(base.engine)->api().name;
+    require_engine(base.engine);
+    const std::string name = engine_display_name(base.engine);
     std::printf("traffic on engine %s: seed %llu, %d ticks, %d sequences, model %s, arrivals %.3g/tick, prompt mean %d"
                 " (chunks of %d), output mean %d, spec k=%d accept %.2f, preempt %.3g, offload %.3g (where the engine can swap "
                 "layers) and reload %.3g per tick. Decode s: wall time in the engine's decode calls, best of %d.\n",
@@ -239,22 +258,22 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
                 p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept, p.preempt_rate, p.offload_rate, p.reload_rate,
                 a.repeat);
     std::fflush(stdout);
-    const BuildCosts costs = measure_build_costs(p, base, name);
+    const BuildCosts costs = measure_build_costs(p, base, base.engine);
     for (const auto& [setting, secs] : costs)
         if (!std::isnan(secs))
             std::printf("one graph build (%s), measured apart: %.1f us\n", setting.c_str(), secs * 1e6);
-    std::vector<Row> rows = run_rows(p, base, a.chunk, a.repeat, "base", name, costs);
+    std::vector<Row> rows = run_rows(p, base, a.chunk, a.repeat, "base", costs);
     print_table(rows);
     for (const Row& r : rows)
         if (r.with.result.pool.paged)
-            std::printf("pool (%s): %s\n", r.params.empty() ? "defaults" : r.params.c_str(), describe(r.with.result.pool).c_str());
+            std::printf("pool (%s): %s\n", r.setting.label().c_str(), describe(r.with.result.pool).c_str());
     print_shapes(rows.front());
     bool ok = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
     if (a.sweep) {
         for (double rate : {0.1, 0.25, 0.5, 1.0, 2.0}) {
             TrafficParams q = p;
             q.arrival_rate = rate;
-            for (Row& r : run_rows(q, base, a.chunk, a.repeat, "arrival", name, costs)) rows.push_back(std::move(r));
+            for (Row& r : run_rows(q, base, a.chunk, a.repeat, "arrival", costs)) rows.push_back(std::move(r));
         }
         ok = ok && std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
         std::printf("sweep: arrival rate 0.1..2 per setting: %s\n", ok ? "no oracle failed" : "FAILURES, see the CSV");

@@ -2,7 +2,6 @@
 #include "cli/commands.hpp"
 #include "engines/registry.hpp"
 
-#include "sim/mutants.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -21,35 +20,13 @@ struct MutantsArgs {
     int jobs = 0;
     std::string model, backend = "cpu", json;
     std::vector<std::string> faults;
-    std::string engine, params;
+    std::string engine{engines::kDefaultEngine}, params;
 };
 
 int run_mutants_cmd(const MutantsArgs& a) {
-    if (!a.engine.empty()) {
-        const RunOptions run{a.steps, a.model, a.backend, a.faults, a.engine, a.params};
-        return run_engine_mutants(run, a.seeds,
-                                  a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
-                                  a.json);
-    }
-    require(kFaultsCompiled, "mutants needs a build with fault switches (KVWELD_FAULTS); this one has none");
-    MutantsOptions o;
-    o.seeds = a.seeds;
-    o.steps = a.steps;
-    o.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    o.model = a.model;
-    o.backend = backend_from_string(a.backend);
-    std::string why;
-    require(o.backend != Backend::cuda || cuda_backend_available(&why), "CUDA backend unavailable: ", why);
-    for (const std::string& name : a.faults) {
-        o.only.push_back(require_fault(name, FaultDesign::dense));
-    }
-    const MutantsResult r = run_mutants(o, [](const std::string& line) {
-        std::fprintf(stderr, "[mutants] %s\n", line.c_str());
-    });
-    const std::string table = mutants_table(r, o);
-    std::fwrite(table.data(), 1, table.size(), stdout);
-    if (!a.json.empty()) write_json(a.json, mutants_json(r, o));
-    return r.ok() ? 0 : 1;
+    const RunOptions run{a.steps, a.model, a.backend, a.faults, a.engine, a.params};
+    const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return run_engine_mutants(run, a.seeds, jobs, a.json);
 }
 
 }  // namespace
@@ -69,9 +46,9 @@ void add_mutants_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--fault", args->faults, "only these faults (repeatable; default: all)");
     cmd->add_option("--json", args->json, "write the matrix as JSON here");
     cmd->add_option("--engine", args->engine,
-                    cat("an engine behind the plugin ABI (", builtin_engine_names(), " or a .so): the clean engine and "
-                        "each fault switch the plugin lists, through the serving simulator, every failing seed in one "
-                        "of the classes the plugin declares for the fault"));
+                    cat("the engine (", builtin_engine_names(), " or a plugin's .so): the clean engine and each fault "
+                        "switch it lists, every failing seed in one of the classes it declares for the fault"))
+        ->capture_default_str();
     cmd->add_option("--params", args->params, "the --engine's settings, k=v,...");
     cmd->callback([args, &action] { action = [args] { return run_mutants_cmd(*args); }; });
 }

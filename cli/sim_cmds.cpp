@@ -1,12 +1,11 @@
-// `kvweld sim`, `replay` and `shrink`: one run, its replay, its minimization.
+// `kvweld sim`, `replay` and `shrink`: one run, its replay, its minimization
+// (cli/engine_cmds.cpp runs them), and the options every simulating command shares.
 #include "cli/commands.hpp"
 
 #include "sim/jsonl.hpp"
 #include "sim/report.hpp"
 #include "engines/registry.hpp"
-#include "sim/serve/serve_run.hpp"
-#include "sim/shrink.hpp"
-#include "sim/trace.hpp"
+#include "sim/run.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -41,58 +40,31 @@ CLI::Validator seed_validator() {
         "SEED");
 }
 
-FaultSet parse_faults(const std::vector<std::string>& names) {
-    FaultSet set;
-    for (const std::string& name : names) {
-        set.add(require_fault(name, FaultDesign::dense));
-    }
-    require(set.empty() || kFaultsCompiled,
-            "--fault needs a build with fault switches (KVWELD_FAULTS); this one has none");
-    return set;
-}
-
 void add_run_options(CLI::App* cmd, RunOptions& o) {
     cmd->add_option("--steps", o.steps, "ops per run")->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--model", o.model,
-                    kvweld::cat("model dims: ", kvweld::preset_names(), " (default: drawn per seed)"));
-    cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
+                    kvweld::cat("model dims: ", kvweld::preset_names(),
+                                " (default: drawn per seed; behind the ABI, llama-family only)"));
+    cmd->add_option("--backend", o.backend, "cpu or cuda (kvweld's engine in process; a plugin picks its own)")
+        ->capture_default_str();
     cmd->add_option("--fault", o.faults,
-                    cat("turn a fault switch on (repeatable): ", fault_names(),
-                        "; with --engine, one of the engine's own (see kvweld mutants --engine E)"));
+                    "turn one of the engine's fault switches on (repeatable; kvweld mutants --engine E lists them)");
     cmd->add_option("--engine", o.engine,
-                    cat("drive an engine through the plugin ABI instead of kvweld's own in-process: ",
-                        builtin_engine_names(), ", or a plugin's path (.so); every oracle its capabilities allow "
-                        "runs, and the report says which could not and why"));
+                    cat("the engine: ", builtin_engine_names(), ", or a plugin's path (.so); default ", kDefaultEngine,
+                        ", kvweld's own engine in this process, with the white-box oracles. Every oracle the engine's "
+                        "capabilities allow runs, and the report says which could not and why"))
+        ->capture_default_str();
     cmd->add_option("--params", o.params,
-                    "the --engine's settings, k=v,... (llamacpp: kv_unified=0|1, graph_reuse=0|1; kvweld-paged: "
-                    "block=N, blocks=N, backend=cpu|cuda); a setting not given is drawn per seed");
-    cmd->add_option("--seqs", o.seqs, "with --engine: sequences open at once, for every seed (default: drawn, 1..16)")
+                    "the engine's settings, k=v,... (inproc and kvweld: policy=rebind|rebuild; llamacpp: "
+                    "kv_unified=0|1, graph_reuse=0|1; kvweld-paged: block=N, blocks=N, backend=cpu|cuda); a setting "
+                    "not given is drawn per seed");
+    cmd->add_option("--seqs", o.seqs, "sequences open at once, for every seed (default: drawn, 1..16)")
         ->check(CLI::Range(1, 256));
-    cmd->add_option("--n-ctx", o.n_ctx, "with --engine: positions per sequence, for every seed (default: drawn)")
+    cmd->add_option("--n-ctx", o.n_ctx, "positions per sequence, for every seed (default: drawn)")
         ->check(CLI::Range(2, 4096));
 }
 
-DrawOptions draw_options(const RunOptions& o) {
-    require(!o.seqs && !o.n_ctx, "--seqs and --n-ctx need --engine: kvweld's in-process simulator draws its slots "
-                                 "and cache capacities per seed");
-    const Backend backend = backend_from_string(o.backend);
-    std::string why;
-    require(backend != Backend::cuda || cuda_backend_available(&why), "CUDA backend unavailable: ", why);
-    return DrawOptions{o.model, backend, parse_faults(o.faults)};
-}
-
 namespace {
-
-void print(const std::string& s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
-}
-
-int finish(const RunResult& r, const std::string& json) {
-    print(report_body(r));
-    if (!json.empty()) write_json(json, json_report(r));
-    return exit_code(r.verdict);
-}
 
 struct SimArgs {
     RunOptions run;
@@ -101,55 +73,6 @@ struct SimArgs {
     bool no_oracles = false;
     bool timing = false;
 };
-
-int run_sim(const SimArgs& a) {
-    if (!a.run.engine.empty()) return run_engine_sim(a.run, a.seed, a.trace, a.json, {a.no_oracles, a.timing});
-    const SimConfig config = draw_config(a.seed, draw_options(a.run));
-    if (config.paged && !a.no_oracles && !a.timing) {  // as the swarm runs it
-        std::printf("seed %llu draws the paged KV design: kvweld's paged engine through the serving simulator "
-                    "(the same as --engine kvweld-paged)\n",
-                    static_cast<unsigned long long>(a.seed));
-        RunOptions paged = a.run;
-        paged.engine = "kvweld-paged";
-        return run_engine_sim(paged, a.seed, a.trace, a.json);
-    }
-    const RunResult header_only{config, a.run.steps, {}, {}, {}, Verdict::pass, std::nullopt};
-    print(report_header(header_only));
-    const OracleSwitches oracles = a.no_oracles ? OracleSwitches::none() : OracleSwitches{};
-    const auto start = std::chrono::steady_clock::now();
-    const RunResult r = run_generated(config, a.run.steps, oracles);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (a.timing)
-        std::fprintf(stderr, "timing: %llu decodes in %.3f s = %.0f decodes/s (oracles %s)\n",
-                     static_cast<unsigned long long>(r.stats.decodes), secs, r.stats.decodes / secs,
-                     a.no_oracles ? "off" : "on");
-    if (!a.trace.empty()) write_trace(a.trace, config, a.run.steps, r.ops);
-    return finish(r, a.json);
-}
-
-int run_replay(const std::string& path, const std::string& json) {
-    const std::string text = read_text_file(path);
-    if (is_serve_trace(text)) return run_engine_replay(text, path, json);
-    const Trace t = parse_trace(text, path);
-    const RunResult r = run_ops(t.config, t.ops, t.steps);
-    print(report_header(r));
-    return finish(r, json);
-}
-
-int run_shrink(const std::string& path, const std::string& out) {
-    const std::string text = read_text_file(path);
-    if (is_serve_trace(text)) return run_engine_shrink(text, path, out);
-    const Trace t = parse_trace(text, path);
-    const RunResult original = run_ops(t.config, t.ops, t.steps);
-    require(original.verdict != Verdict::pass, "shrink: ", path, " passes; there is nothing to shrink");
-    std::printf("shrink: %s fails with %s after %zu ops; minimizing...\n", path.c_str(),
-                std::string(to_string(original.verdict)).c_str(), original.ops.size());
-    std::fflush(stdout);
-    const ShrinkResult s = shrink(t.config, original.ops, t.steps, original.verdict);
-    write_trace(out, t.config, t.steps, s.ops);
-    print_shrink_summary(original.ops.size(), s.ops.size(), s.runs, s.result.verdict, s.result.failure, out);
-    return 0;
-}
 
 }  // namespace
 
@@ -173,8 +96,7 @@ constexpr const char* kVerdictExits =
 
 void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     auto sim = std::make_shared<SimArgs>();
-    CLI::App* cmd = app.add_subcommand("sim", cat("One simulated run: seed and config first, verdict last (a seed "
-                                                  "that draws the paged KV design runs kvweld-paged, as swarm does). ",
+    CLI::App* cmd = app.add_subcommand("sim", cat("One simulated run: seed and config first, verdict last. ",
                                                   kVerdictExits));
     cmd->add_option("--seed", sim->seed, "the one seed that decides the run")->required()->check(seed_validator());
     add_run_options(cmd, sim->run);
@@ -182,21 +104,27 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--json", sim->json, "write the report as JSON here");
     cmd->add_flag("--no-oracles", sim->no_oracles, "run unchecked (measures the harness overhead)");
     cmd->add_flag("--timing", sim->timing, "print decodes per second to stderr");
-    cmd->callback([sim, &action] { action = [sim] { return run_sim(*sim); }; });
+    cmd->callback([sim, &action] {
+        action = [sim] { return run_engine_sim(sim->run, sim->seed, sim->trace, sim->json, {sim->no_oracles, sim->timing}); };
+    });
 
     auto replay = std::make_shared<std::pair<std::string, std::string>>();
     CLI::App* rcmd = app.add_subcommand("replay", cat("Re-run a trace; prints the same report byte for byte. ",
                                                       kVerdictExits));
     rcmd->add_option("TRACE", replay->first, "trace file written by sim --trace or shrink")->required();
     rcmd->add_option("--json", replay->second, "write the report as JSON here");
-    rcmd->callback([replay, &action] { action = [replay] { return run_replay(replay->first, replay->second); }; });
+    rcmd->callback([replay, &action] {
+        action = [replay] { return run_engine_replay(read_text_file(replay->first), replay->first, replay->second); };
+    });
 
     auto shrink_args = std::make_shared<std::pair<std::string, std::string>>();
     CLI::App* scmd = app.add_subcommand("shrink", "Minimize a failing trace, keeping its failure class");
     scmd->add_option("TRACE", shrink_args->first, "a failing trace")->required();
     scmd->add_option("-o,--output", shrink_args->second, "where to write the minimized trace")->required();
     scmd->callback([shrink_args, &action] {
-        action = [shrink_args] { return run_shrink(shrink_args->first, shrink_args->second); };
+        action = [shrink_args] {
+            return run_engine_shrink(read_text_file(shrink_args->first), shrink_args->first, shrink_args->second);
+        };
     });
 }
 

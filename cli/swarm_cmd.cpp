@@ -1,10 +1,7 @@
 // `kvweld swarm`: many seeds in parallel, a progress line, a closing table.
 #include "cli/commands.hpp"
 
-#include "sim/report.hpp"
-#include "sim/serve/serve_json.hpp"
 #include "sim/shard.hpp"
-#include "sim/swarm.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -42,38 +39,10 @@ std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s) {
 }
 
 int run_swarm_cmd(const SwarmArgs& a) {
-    SwarmOptions o;
     const auto range = parse_seed_range(a.seeds);
-    const Shard shard = parse_shard(a.shard);
-    std::tie(o.first, o.last) = shard_range(range.first, range.second, shard);
-    o.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (!a.run.engine.empty()) return run_engine_swarm(a.run, {range.first, range.second, shard}, o.jobs, a.json);
-    o.steps = a.run.steps;
-    o.draw = draw_options(a.run);
-    const std::size_t total = static_cast<std::size_t>(o.last - o.first) + 1;
-    std::printf("swarm: seeds %llu..%llu (%zu)%s, %d steps each, %d jobs, backend %s, faults %s\n",
-                static_cast<unsigned long long>(o.first), static_cast<unsigned long long>(o.last), total,
-                shard.count == 1 ? "" : cat(", shard ", shard.index, "/", shard.count, " of ", a.seeds).c_str(),
-                o.steps, o.jobs, std::string(to_string(o.draw.backend)).c_str(), o.draw.faults.describe().c_str());
-    std::fflush(stdout);
-
-    const bool tty = isatty(STDERR_FILENO);
-    const auto start = std::chrono::steady_clock::now();
-    auto progress = [&](std::size_t done, std::size_t failures) {
-        if (!tty) return;
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::fprintf(stderr, "\r[swarm] %zu/%zu seeds  %.1f seeds/s  %zu failures   ", done, total,
-                     done / std::max(secs, 1e-9), failures);
-    };
-    const SwarmResult r = run_swarm(o, progress);
-    if (tty) std::fprintf(stderr, "\n");
-    const std::string table = swarm_table(r, o);
-    std::fwrite(table.data(), 1, table.size(), stdout);
-
-    if (!a.json.empty()) write_json(a.json, swarm_json(r, o, range.first, range.second, shard));
-    return r.failures == 0 ? 0 : 1;
+    const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return run_engine_swarm(a.run, {range.first, range.second, parse_shard(a.shard)}, jobs, a.json);
 }
-
 
 int run_merge_cmd(const std::vector<std::string>& paths, const std::string& json) {
     std::vector<std::pair<std::string, nlohmann::json>> reports;
@@ -85,14 +54,7 @@ int run_merge_cmd(const std::vector<std::string>& paths, const std::string& json
         reports.emplace_back(path, std::move(j));
     }
     require(!reports.empty(), "merge: no reports given");
-    if (report_format(reports.front().second) == kServeSwarmFormat) return run_engine_merge(reports, json);
-    const Merged m = merge_reports(reports);
-    std::printf("merge: %zu shard reports, seeds %llu..%llu\n", paths.size(),
-                static_cast<unsigned long long>(m.options.first), static_cast<unsigned long long>(m.options.last));
-    const std::string table = swarm_table(m.result, m.options);
-    std::fwrite(table.data(), 1, table.size(), stdout);
-    if (!json.empty()) write_json(json, m.report);
-    return m.result.failures == 0 ? 0 : 1;
+    return run_engine_merge(reports, json);
 }
 
 }  // namespace
@@ -112,9 +74,7 @@ void add_merge_command(CLI::App& app, std::function<int()>& action) {
 void add_swarm_command(CLI::App& app, std::function<int()>& action) {
     auto args = std::make_shared<SwarmArgs>();
     CLI::App* cmd = app.add_subcommand("swarm", "Many seeds in parallel; ends with a table and the reproduce "
-                                                "command of every failure. Without --engine, one seed in four draws "
-                                                "the paged KV design (kvweld-paged through the serving simulator). "
-                                                "Exit 0 all pass, 1 any failure");
+                                                "command of every failure. Exit 0 all pass, 1 any failure");
     cmd->add_option("--seeds", args->seeds, "seed range A..B, inclusive")->capture_default_str();
     cmd->add_option("--shard", args->shard,
                     "run only shard i of n of the range (a contiguous block; merge the reports with kvweld merge)")

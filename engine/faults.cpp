@@ -33,7 +33,10 @@ constexpr std::array kFaults = {
               "KV write offset kept from the build", FaultDesign::both},
     FaultInfo{Fault::mask_not_rebound, "mask_not_rebound", {D::stale_decode},
               "attention length kept from the build", FaultDesign::both},
-    FaultInfo{Fault::spec_reject_off_by_one, "spec_reject_off_by_one", {D::stale_decode},
+    // The kept row is one the scheduler does not count: the next decode
+    // lands a position late (stale), or a sequence near its capacity is
+    // refused as full one token early (an engine error, naming the capacity).
+    FaultInfo{Fault::spec_reject_off_by_one, "spec_reject_off_by_one", {D::stale_decode, D::engine_error},
               "speculative reject truncates to base+m+1"},
     FaultInfo{Fault::always_stale, "always_stale", {D::spurious_invalidation},
               "every check says Stale", FaultDesign::both},

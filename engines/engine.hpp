@@ -7,10 +7,15 @@
 // layer swaps, a paged pool. Every failure is an Error naming the engine
 // and what went wrong; a refused call changes nothing.
 //
-// Implementations: PluginEngine (engines/plugin_host.hpp), any engine
-// behind the plugin ABI, kvweld's own plugins and llama.cpp among them.
+// Implementations: DenseEngine (engines/kvweld/dense_engine.hpp), kvweld's
+// engine in this process, with the white-box capabilities only a process
+// of its own can have (engines/white_box.hpp); and PluginEngine
+// (engines/plugin_host.hpp), any engine behind the plugin ABI, kvweld's
+// own plugins and llama.cpp among them.
 #pragma once
 
+#include "engine/model.hpp"
+#include "engines/white_box.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <cstdint>
@@ -50,7 +55,9 @@ public:
     virtual void clear_all() = 0;
     // Capabilities: each throws Error when the engine does not declare it.
     virtual void copy(int src, int dst) = 0;                       // KVWELD_CAP_COPY_SEQ
-    virtual void reload(const std::string& model_path) = 0;        // KVWELD_CAP_RELOAD
+    // KVWELD_CAP_RELOAD: the same shape, new or the same weights, handed over
+    // as the engine takes models (a plugin: a file in its model_format()).
+    virtual void reload(const Model& model) = 0;
     // KVWELD_CAP_STORAGE; which: KVWELD_STORAGE_HELD or _PLAN
     virtual std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const = 0;
     virtual void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const = 0;  // READ_KV
@@ -62,6 +69,8 @@ public:
     virtual std::vector<int> block_table(int seq) const = 0;
     virtual int block_refcount(int block) const = 0;
     virtual void pool_op(int op) = 0;  // KVWELD_POOL_COMPACT, _GROW or _RESET
+    // The white-box capabilities (nullptr: none, as behind any plugin).
+    virtual WhiteBox* white_box() { return nullptr; }
 };
 
 }  // namespace kvweld::engines

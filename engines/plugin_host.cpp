@@ -4,8 +4,14 @@
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
+#include "engine/checkpoint.hpp"
+#include "engine/gguf.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
 
 #include <array>
 
@@ -137,9 +143,26 @@ void PluginEngine::copy(int src, int dst) {
     call("copy_seq", [&](char* e, std::size_t n) { return library_->api().copy_seq(engine_, src, dst, e, n); });
 }
 
-void PluginEngine::reload(const std::string& model_path) {
+ModelFile::ModelFile(const Model& model, const std::string& format) {
+    require(format == "gguf" || format == "llama2c", "model format '", format,
+            "' asked for: this kvweld writes gguf or llama2c");
+    static std::atomic<std::uint64_t> serial{0};
+    path_ = (std::filesystem::temp_directory_path() / cat("kvweld-", ::getpid(), "-", serial++, ".", format)).string();
+    if (format == "gguf")
+        save_gguf(model, path_);
+    else
+        save_llama2c(model, path_);
+}
+
+ModelFile::~ModelFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+}
+
+void PluginEngine::reload(const Model& model) {
     require(capabilities() & KVWELD_CAP_RELOAD, "engine ", name(), " cannot reload its model (no KVWELD_CAP_RELOAD)");
-    call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, model_path.c_str(), e, n); });
+    const ModelFile file(model, model_format());
+    call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, file.path().c_str(), e, n); });
 }
 
 std::vector<std::uint64_t> PluginEngine::storage(int seq, int which, int n_layers) const {

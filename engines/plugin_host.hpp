@@ -36,6 +36,20 @@ private:
     const kvweld_engine_api* api_;
 };
 
+// `model` written to a temporary file in `format` ("gguf" or "llama2c"),
+// removed again when this goes.
+class ModelFile {
+public:
+    ModelFile(const Model& model, const std::string& format);
+    ~ModelFile();
+    ModelFile(const ModelFile&) = delete;
+    ModelFile& operator=(const ModelFile&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
 class PluginEngine final : public Engine {
 public:
     PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options);
@@ -57,7 +71,7 @@ public:
     void clear(int seq) override;
     void clear_all() override;
     void copy(int src, int dst) override;
-    void reload(const std::string& model_path) override;
+    void reload(const Model& model) override;  // written to a ModelFile
     std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const override;
     void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const override;
     void swap_layer(int seq, int layer) override;

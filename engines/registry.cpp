@@ -1,16 +1,13 @@
 #include "engines/registry.hpp"
 
 #include "engine/cat.hpp"
-#include "engine/checkpoint.hpp"
 #include "engine/error.hpp"
-#include "engine/gguf.hpp"
+#include "engines/kvweld/dense_engine.hpp"
 
-#include <atomic>
 #include <filesystem>
 #include <map>
 #include <mutex>
 
-#include <unistd.h>
 
 #ifndef KVWELD_PLUGIN_PATH
 #define KVWELD_PLUGIN_PATH ""
@@ -30,10 +27,13 @@ namespace kvweld::engines {
 namespace {
 
 const EngineEntry kEngines[] = {
-    {"kvweld", KVWELD_PLUGIN_PATH, "not built", kvweld_reuse_rule, nullptr, nullptr},
-    {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", kvweld_paged_reuse_rule, BlockModel::for_kvweld_paged,
-     kvweld_paged_settings},
-    {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, llamacpp_reuse_rule, nullptr, llamacpp_settings},
+    {"inproc", "", "", open_dense_engine, kDenseCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
+     kvweld_dense_settings},
+    {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings},
+    {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_paged_reuse_rule,
+     BlockModel::for_kvweld_paged, kvweld_paged_settings},
+    {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, nullptr, 0, nullptr, llamacpp_reuse_rule, nullptr,
+     llamacpp_settings},
 };
 
 }  // namespace
@@ -44,10 +44,34 @@ const EngineEntry* engine_entry(std::string_view name) {
     return nullptr;
 }
 
+bool engine_in_process(std::string_view engine) {
+    const EngineEntry* e = engine_entry(engine);
+    return e && e->in_process;
+}
+
+std::uint32_t engine_capabilities(const std::string& engine) {
+    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process_capabilities;
+    return engine_library(engine)->api().capabilities;
+}
+
+std::string engine_fault_list(const std::string& engine) {
+    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process_faults();
+    return engine_library(engine)->api().fault_names;
+}
+
+std::string engine_display_name(const std::string& engine) {
+    if (engine_in_process(engine)) return "kvweld (in process)";
+    return engine_library(engine)->api().name;
+}
+
+void require_engine(const std::string& engine) {
+    if (!engine_in_process(engine)) engine_plugin_path(engine);
+}
+
 std::string builtin_engine_names() {
     std::string out;
     for (const EngineEntry& e : kEngines)
-        out += cat(out.empty() ? "" : ", ", e.name, *e.plugin ? "" : cat(" (", e.missing, ")"));
+        out += cat(out.empty() ? "" : ", ", e.name, *e.plugin || e.in_process ? "" : cat(" (", e.missing, ")"));
     return out;
 }
 
@@ -77,6 +101,7 @@ std::string draw_engine_settings(std::string_view engine_name, const EngineSetup
 
 std::string engine_plugin_path(const std::string& engine) {
     if (const EngineEntry* e = engine_entry(engine)) {
+        require(!e->in_process, "engine '", engine, "' runs in process: it has no plugin");
         require(*e->plugin, "engine '", engine, "' is not available in this build: ", e->missing);
         return e->plugin;
     }
@@ -96,24 +121,9 @@ std::shared_ptr<const PluginLibrary> engine_library(const std::string& engine) {
     return library;
 }
 
-ModelFile::ModelFile(const Model& model, const std::string& format) {
-    require(format == "gguf" || format == "llama2c", "model format '", format,
-            "' asked for: this kvweld writes gguf or llama2c");
-    static std::atomic<std::uint64_t> serial{0};
-    path_ = (std::filesystem::temp_directory_path() / cat("kvweld-", ::getpid(), "-", serial++, ".", format)).string();
-    if (format == "gguf")
-        save_gguf(model, path_);
-    else
-        save_llama2c(model, path_);
-}
-
-ModelFile::~ModelFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-}
-
 std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string& faults, const EngineSetup& setup,
                                     const Model& model) {
+    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process(faults, setup, model);
     const auto library = engine_library(engine);
     const ModelFile file(model, library->api().model_format);
     const kvweld_engine_options options{file.path().c_str(), setup.n_ctx, setup.seqs, setup.threads, faults.c_str(),

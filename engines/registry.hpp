@@ -22,8 +22,12 @@ namespace kvweld::engines {
 
 struct EngineEntry {
     std::string_view name;
-    const char* plugin;   // its path in this build, "" when not built
+    const char* plugin;   // its path in this build, "" when not built (or in process)
     const char* missing;  // why not, when not built
+    // In process: creates the engine (nullptr: a plugin, opened through the ABI).
+    std::unique_ptr<Engine> (*in_process)(const std::string& faults, const EngineSetup& setup, const Model& model);
+    std::uint32_t in_process_capabilities;  // what one in process declares
+    const std::string& (*in_process_faults)();  // its fault switches, as the ABI lists them ("name:a|b,...")
     std::unique_ptr<ReuseRule> (*rule)(const EngineSetup&);  // nullptr: no rule (accounting off)
     BlockModel (*block_model)(const EngineSetup&);  // the block model that follows its pool (nullptr: none)
     // The settings setup.params leaves open, drawn and appended (nullptr: none).
@@ -32,8 +36,21 @@ struct EngineEntry {
 
 // The entry of a built-in engine (nullptr for a plugin of the user's own).
 const EngineEntry* engine_entry(std::string_view name);
+// Whether `engine` runs in this process (and has the white-box capabilities).
+bool engine_in_process(std::string_view engine);
+// The ABI capabilities `engine` declares (KVWELD_CAP_*), without opening it.
+std::uint32_t engine_capabilities(const std::string& engine);
+// Its fault switches as the ABI lists them: "name:class|class,...".
+std::string engine_fault_list(const std::string& engine);
+// Its name in reports ("kvweld (in process)", or the plugin's own name).
+std::string engine_display_name(const std::string& engine);
+// Throws Error naming a bad engine name or path (before anything runs).
+void require_engine(const std::string& engine);
 
-// "kvweld, kvweld-paged, llamacpp (not built here: ...)" for help texts and errors.
+// The engine a run gets when it names none: kvweld's dense engine in this process.
+inline constexpr std::string_view kDefaultEngine = "inproc";
+
+// "inproc, kvweld, kvweld-paged, llamacpp (not built here: ...)" for help texts and errors.
 std::string builtin_engine_names();
 // A built-in name's plugin path, or `engine` itself when it names a file;
 // throws Error naming the engine and the built-in names otherwise.
@@ -49,27 +66,19 @@ std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const En
 std::optional<BlockModel> block_model_for(std::string_view engine_name, const EngineSetup& setup);
 std::string draw_engine_settings(std::string_view engine_name, const EngineSetup& setup, Rng& rng);
 
-// `model` written to a temporary file in `format` ("gguf" or "llama2c"),
-// removed again when this goes.
-class ModelFile {
-public:
-    ModelFile(const Model& model, const std::string& format);
-    ~ModelFile();
-    ModelFile(const ModelFile&) = delete;
-    ModelFile& operator=(const ModelFile&) = delete;
-    const std::string& path() const { return path_; }
-
-private:
-    std::string path_;
-};
-
-// The engine `engine` (a built-in name or a plugin's path), created over
+// The engine `engine` (a built-in name, in process or a plugin, or a plugin's path), created over
 // `model` with the setup's sequences, positions and settings and the
 // fault switches `faults` ("a,b").
 std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string& faults, const EngineSetup& setup,
                                     const Model& model);
 
+// kvweld's dense engine in this process (engines/kvweld/dense_engine.hpp);
+// `faults` are the dense design's.
+std::unique_ptr<Engine> open_dense_engine(const std::string& faults, const EngineSetup& setup, const Model& model);
+const std::string& dense_fault_list();  // every dense-design fault, the scheduler's included
+
 // Each engine's drawn settings, in its own folder.
+std::string kvweld_dense_settings(const EngineSetup& setup, Rng& rng);
 std::string kvweld_paged_settings(const EngineSetup& setup, Rng& rng);
 std::string llamacpp_settings(const EngineSetup& setup, Rng& rng);
 

@@ -43,12 +43,15 @@ inline ReuseExpectation exact_expectation(int plans, int builds, int rebinds) {
 enum class StorageEffect : std::uint8_t { keeps, replaces, may_replace };
 
 // What the simulator did to a sequence, as far as its storage goes.
-enum class SeqOp : std::uint8_t { decode, truncate, open, clear, copy_into, reload, swap_layer };
+enum class SeqOp : std::uint8_t { decode, truncate, open, recycle, clear, copy_into, reload, swap_layer, migrate };
 
 // Without a rule of its own, an engine may replace a sequence's storage at
-// any memory op, but never in a decode or a truncate.
+// any memory op, but never in a decode, a truncate, a recycling open or a
+// migration (which moves the storage it has).
 inline StorageEffect default_storage_effect(SeqOp op) {
-    return op == SeqOp::decode || op == SeqOp::truncate ? StorageEffect::keeps : StorageEffect::may_replace;
+    return op == SeqOp::decode || op == SeqOp::truncate || op == SeqOp::recycle || op == SeqOp::migrate
+               ? StorageEffect::keeps
+               : StorageEffect::may_replace;
 }
 
 class ReuseRule {
@@ -62,6 +65,9 @@ public:
     // text.
     virtual std::string why_last() const = 0;
     virtual void on_open(int /*seq*/) {}
+    // White-box ops (engines/white_box.hpp), for the engine that has them.
+    virtual void on_open_sized(int seq, int /*capacity*/, bool /*recycle*/) { on_open(seq); }
+    virtual void on_migrate(int /*from*/, int /*to*/) {}
     virtual void on_close(int /*seq*/) {}
     virtual void on_truncate(int /*seq*/, int /*n*/) {}
     virtual void on_clear(int /*seq*/) {}

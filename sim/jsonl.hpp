@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -36,7 +38,19 @@ int read_jsonl(const std::string& text, const std::string& origin, OnLine&& on_l
     return number;
 }
 
-// The whole file as text; throws Error naming the path when it cannot be read.
-std::string read_text_file(const std::string& path, const char* what = "trace");
+// The whole file as text; throws Error naming the path when it cannot be
+// read or is larger than any trace kvweld writes (256 MiB).
+inline std::string read_text_file(const std::string& path, const char* what = "trace") {
+    constexpr std::uintmax_t kMaxBytes = std::uintmax_t{256} << 20;
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
+    require(!ec || !std::filesystem::exists(path), what, " ", path, ": cannot read its size (", ec.message(), ")");
+    require(ec || size <= kMaxBytes, what, " ", path, " is ", size, " bytes: the limit is ", kMaxBytes);
+    std::ifstream in(path, std::ios::binary);
+    require(in.good(), what, " ", path, ": cannot open the file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
 
 }  // namespace kvweld::sim

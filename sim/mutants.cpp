@@ -1,142 +1,120 @@
 #include "sim/mutants.hpp"
 
+#include "engines/abi_lists.hpp"
 #include "engine/cat.hpp"
-#include "sim/report.hpp"
-
-#include <nlohmann/json.hpp>
+#include "engine/error.hpp"
+#include "engine/faults.hpp"
+#include "engines/registry.hpp"
 
 #include <cstdio>
 
 namespace kvweld::sim {
 
+bool MutantsResult::ok() const {
+    if (clean.failures != 0 || rows.empty()) return false;
+    for (const MutantRow& row : rows)
+        if (!row.killed()) return false;
+    return true;
+}
+
+namespace {
+
+// A failing seed's verdict is one of the fault's declared classes.
 bool matches(const Detections& expected, Verdict got) {
     for (Detection d : all_detections())
         if (expected.has(d) && to_string(d) == to_string(got)) return true;
     return false;
 }
 
-bool MutantsResult::ok() const {
-    if (clean.failures != 0) return false;
-    for (const MutantRow& r : rows)
-        if (!r.killed || !r.classes_match()) return false;
-    return true;
-}
-
-namespace {
-
-SwarmOptions swarm_options(const MutantsOptions& o, std::uint64_t first, std::uint64_t last) {
+SwarmResult swarm_with(const MutantsOptions& o, const std::string& faults) {
     SwarmOptions s;
-    s.first = first;
-    s.last = last;
+    s.first = 0;
+    s.last = o.seeds - 1;
     s.jobs = o.jobs;
     s.steps = o.steps;
-    s.draw = DrawOptions{o.model, o.backend, {}};
-    return s;
-}
-
-// Runs every seed of the budget with the fault on and tallies how each
-// ended. The first failing seed is the same whatever the number of jobs.
-MutantRow hunt(const FaultInfo& fault, const MutantsOptions& o) {
-    MutantRow row;
-    row.fault = fault;
-    SwarmOptions s = swarm_options(o, 0, o.seeds - 1);
-    s.draw.faults.add(fault.fault);
-    const SwarmResult r = run_swarm(s);
-    for (const SeedResult& seed : r.seeds) {
-        ++row.by_verdict[static_cast<std::size_t>(seed.verdict)];
-        if (seed.verdict == Verdict::pass) continue;
-        if (!matches(fault.expected, seed.verdict) && !row.outside_seed) row.outside_seed = seed.config.seed;
-        if (row.killed) continue;
-        row.killed = true;
-        row.first_seed = seed.config.seed;
-        row.seeds_to_kill = seed.config.seed + 1;
-        row.verdict = seed.verdict;
-        row.failure = seed.failure;
-    }
-    return row;
-}
-
-// "stale_decode 68, missed_invalidation 49, pass 83"
-std::string distribution(const MutantRow& m) {
-    std::string out;
-    for (int v = 1; v <= kVerdicts; ++v) {
-        const auto verdict = static_cast<Verdict>(v % kVerdicts);  // failures first, pass last
-        const std::uint64_t n = m.by_verdict[static_cast<std::size_t>(verdict)];
-        if (n) out += cat(out.empty() ? "" : ", ", to_string(verdict), " ", n);
-    }
-    return out;
+    s.engine = o.engine;
+    s.engine.faults = faults;
+    s.model = o.model;
+    return run_swarm(s);
 }
 
 }  // namespace
 
-MutantsResult run_mutants(const MutantsOptions& o, const std::function<void(const std::string&)>& progress) {
-    MutantsResult out;
-    out.clean = run_swarm(swarm_options(o, 0, o.seeds - 1));
-    if (progress) progress(cat("clean engine: ", out.clean.failures, " of ", o.seeds, " seeds failed"));
-    for (const FaultInfo& f : all_faults()) {
-        if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), f.fault) == o.only.end()) continue;
-        if (f.design == FaultDesign::paged) continue;  // driven through --engine kvweld-paged
-        out.rows.push_back(hunt(f, o));
-        const MutantRow& r = out.rows.back();
+MutantsResult run_mutants(const MutantsOptions& o,
+                                     const std::function<void(const std::string&)>& progress) {
+    const std::string list = engine_fault_list(o.engine.engine), name = engine_display_name(o.engine.engine);
+    const std::vector<abi::ListedFault> listed = abi::split_fault_list(list.c_str());
+    std::vector<std::string> faults = o.faults;
+    if (faults.empty())
+        for (const abi::ListedFault& f : listed) faults.push_back(f.name);
+    for (const std::string& f : faults)
+        require(abi::lists_fault(list.c_str(), f), "engine ", name, " has no fault switch '", f,
+                "': its switches are ", listed.empty() ? std::string("(none)") : list);
+    require(!faults.empty(), "engine ", name, " lists no fault switches",
+            kFaultsCompiled ? "" : " (a build without KVWELD_FAULTS has none)", ": nothing to kill");
+    MutantsResult r;
+    r.clean = swarm_with(o, "");
+    if (progress) progress(cat("clean: ", r.clean.failures, " of ", o.seeds, " seeds failed"));
+    for (const std::string& fault : faults) {
+        const SwarmResult s = swarm_with(o, fault);
+        MutantRow row;
+        row.fault = fault;
+        for (const abi::ListedFault& f : listed)
+            if (f.name == fault && !f.classes.empty()) row.expected = Detections::parse(f.classes);
+        for (const RunResult& seed : s.seeds) {
+            ++row.by_verdict[std::size_t(seed.verdict)];
+            if (seed.verdict == Verdict::pass) continue;
+            if (!row.first_seed) {
+                row.first_seed = seed.config.seed;
+                row.failure = seed.failure;
+            }
+            if (row.expected && !matches(*row.expected, seed.verdict) && !row.outside_seed)
+                row.outside_seed = seed.config.seed;
+        }
         if (progress)
-            progress(cat(f.name, ": ", r.killed ? cat("killed by seed ", r.first_seed) : std::string("SURVIVED")));
+            progress(cat(fault, ": ", row.killed()   ? cat("killed, first at seed ", *row.first_seed)
+                                      : row.caught() ? "caught, but not as declared"
+                                                     : "survived"));
+        r.rows.push_back(std::move(row));
     }
-    return out;
+    return r;
 }
 
 std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
-    std::string out = cat("kill matrix: ", o.seeds, " seeds x ", o.steps, " steps per fault, backend ",
-                          to_string(o.backend), "\n");
-    char line[512];
-    auto add = [&](const std::string& fault, const char* result, const std::string& oracle, const std::string& expected,
-                   const std::string& kill, const std::string& dist) {
-        std::snprintf(line, sizeof line, "%-24s %-9s %-11s %-40s %-8s %s\n", fault.c_str(), result, oracle.c_str(),
-                      expected.c_str(), kill.c_str(), dist.c_str());
+    std::string out = cat("kill matrix on engine ", o.engine.engine, ": seeds 0..", o.seeds - 1, ", ", o.steps,
+                          " ops each\n", r.clean.oracles.describe(), "\n");
+    out += cat("clean engine: ", o.seeds - r.clean.failures, " of ", o.seeds, " seeds pass\n");
+    char line[256];
+    std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", "fault", "killed", "seeds-to-kill",
+                  "declared classes", "outcomes");
+    out += line;
+    for (const MutantRow& row : r.rows) {
+        std::string outcomes;
+        for (int v = 0; v < kVerdicts; ++v)
+            if (row.by_verdict[std::size_t(v)])
+                outcomes += cat(outcomes.empty() ? "" : ", ", to_string(Verdict(v)), " ", row.by_verdict[std::size_t(v)]);
+        std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", row.fault.c_str(), row.killed() ? "yes" : "NO",
+                      row.caught() ? std::to_string(*row.first_seed + 1).c_str() : "-",
+                      row.expected ? row.expected->describe().c_str() : "(none declared)", outcomes.c_str());
         out += line;
-    };
-    add("fault", "result", "oracle", "expected classes", "to kill", "outcomes over the seeds");
-    add("(clean engine)", r.clean.failures == 0 ? "pass" : "FAILED", "-", "pass", "-",
-        cat("pass ", r.clean.seeds.size() - r.clean.failures, r.clean.failures ? cat(", FAILED ", r.clean.failures) : ""));
-    for (const MutantRow& m : r.rows) {
-        const char* result = !m.killed ? "SURVIVED" : m.classes_match() ? "killed" : "MISMATCH";
-        add(std::string(m.fault.name), result, m.failure ? std::string(to_string(m.failure->oracle)) : "-",
-            m.fault.expected.describe(), m.killed ? cat(m.seeds_to_kill) : cat("> ", o.seeds), distribution(m));
     }
-    auto repro = [&](const FaultInfo& f, std::uint64_t seed) {
-        SimConfig c = draw_config(seed, DrawOptions{o.model, o.backend, {}});
-        c.faults.add(f.fault);
-        return reproduce_command(c, o.steps, o.model.empty() ? c.model_name : o.model);
-    };
-    for (const MutantRow& m : r.rows) {
-        if (m.killed) out += cat("  ", m.fault.name, ": ", repro(m.fault, m.first_seed), "\n");
-        if (m.outside_seed)
-            out += cat("  ", m.fault.name, " failed outside its classes: ", repro(m.fault, *m.outside_seed), "\n");
+    for (const MutantRow& row : r.rows) {
+        if (!row.expected)
+            out += cat("  ", row.fault, ": the plugin declares no classes for it (ABI 4: \"name:class|class\" in "
+                       "fault_names), so its failures cannot be judged\n");
+        if (row.outside_seed)
+            out += cat("  ", row.fault, ": seed ", *row.outside_seed, " failed outside its declared classes\n");
     }
-    for (const SeedResult& s : r.clean.seeds)
+    for (const MutantRow& row : r.rows)
+        if (row.failure)
+            out += cat("  ", row.fault, ", seed ", *row.first_seed, ": ", to_string(row.failure->oracle), " oracle at op ",
+                       row.failure->op_index, " (", row.failure->op, "): ", row.failure->detail, "\n");
+    for (const RunResult& s : r.clean.seeds)
         if (s.verdict != Verdict::pass)
-            out += cat("  clean engine FAILED: ", reproduce_command(s.config, o.steps, s.config.model_name), "\n");
+            out += cat("clean FAIL seed ", s.config.seed, ": ", to_string(s.verdict),
+                       s.failure ? cat(": ", s.failure->detail) : "", "\n");
     out += r.ok() ? "kill matrix verdict: PASS\n" : "kill matrix verdict: FAIL\n";
     return out;
-}
-
-nlohmann::json mutants_json(const MutantsResult& r, const MutantsOptions& o) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const MutantRow& m : r.rows) {
-        nlohmann::json j = {{"fault", m.fault.name},
-                            {"killed", m.killed},
-                            {"expected", m.fault.expected.describe()},
-                            {"classes_match", m.classes_match()},
-                            {"outcomes", outcomes_json(m.by_verdict)}};
-        if (m.killed) {
-            j["seeds_to_kill"] = m.seeds_to_kill;
-            j["first_seed"] = m.first_seed;
-            j["verdict"] = to_string(m.verdict);
-            if (m.failure) j["oracle"] = to_string(m.failure->oracle);
-        }
-        rows.push_back(j);
-    }
-    return {{"seeds", o.seeds}, {"steps", o.steps}, {"backend", to_string(o.backend)},
-            {"clean_failures", r.clean.failures}, {"ok", r.ok()}, {"faults", rows}};
 }
 
 }  // namespace kvweld::sim

@@ -1,14 +1,14 @@
-// The kill matrix: the clean engine must pass a fixed swarm budget, and
-// each fault switch alone must be caught within it. Every seed of the
-// budget runs for every fault, and every failing seed must fail in one of
-// the fault's expected classes (a set: see Detections), so a fault cannot
-// pass by being caught once by luck. A fault added to the engine's table
-// joins automatically.
+// The kill matrix for an engine behind the ABI: the clean engine must pass
+// every seed, and each of the fault switches the plugin lists
+// (api.fault_names) must be caught on at least one seed of the same budget,
+// every failing seed in one of the classes the plugin declares for it
+// ("name:class|class", ABI version 4). A fault without declared classes
+// cannot be judged and fails its row. Every seed runs for every fault; the
+// table shows the outcome per class.
 #pragma once
 
-#include "sim/swarm.hpp"
-
-#include <nlohmann/json_fwd.hpp>
+#include "engine/faults.hpp"
+#include "sim/run.hpp"
 
 #include <array>
 #include <string>
@@ -16,16 +16,25 @@
 
 namespace kvweld::sim {
 
+struct MutantsOptions {
+    std::uint64_t seeds = 50;
+    int steps = 200;
+    int jobs = 1;
+    EngineChoice engine;              // faults ignored: each row sets its own
+    std::string model;
+    std::vector<std::string> faults;  // empty = every fault the plugin lists
+};
+
 struct MutantRow {
-    FaultInfo fault;
-    bool killed = false;
-    std::uint64_t seeds_to_kill = 0;  // 1 + index of the first failing seed
-    std::uint64_t first_seed = 0;
-    Verdict verdict = Verdict::pass;   // the first failing seed's
-    std::optional<Failure> failure;
+    std::string fault;
+    std::optional<Detections> expected;                 // the declared classes (nullopt: none declared)
     std::array<std::uint64_t, kVerdicts> by_verdict{};  // seeds per verdict, pass included
-    std::optional<std::uint64_t> outside_seed;         // the first seed that failed outside the set
-    bool classes_match() const { return !outside_seed.has_value(); }
+    std::optional<std::uint64_t> first_seed;           // the first failing seed
+    std::optional<Failure> failure;                    // its failure
+    std::optional<std::uint64_t> outside_seed;         // the first seed that failed outside `expected`
+    bool caught() const { return first_seed.has_value(); }
+    // Caught, and every failing seed in a declared class.
+    bool killed() const { return caught() && expected && !outside_seed; }
 };
 
 struct MutantsResult {
@@ -34,20 +43,8 @@ struct MutantsResult {
     bool ok() const;
 };
 
-struct MutantsOptions {
-    std::uint64_t seeds = 100;
-    int steps = 300;
-    int jobs = 1;
-    std::string model;  // "" = drawn per seed
-    Backend backend = Backend::cpu;
-    std::vector<Fault> only;  // empty = every fault
-};
-
-bool matches(const Detections& expected, Verdict got);
-
 MutantsResult run_mutants(const MutantsOptions& options,
-                          const std::function<void(const std::string&)>& progress = {});
+                                     const std::function<void(const std::string&)>& progress = {});
 std::string mutants_table(const MutantsResult& r, const MutantsOptions& options);
-nlohmann::json mutants_json(const MutantsResult& r, const MutantsOptions& options);
 
 }  // namespace kvweld::sim

@@ -1,7 +1,8 @@
-// The simulator's operations. Each op carries every argument that was
-// drawn for it, so a trace replays without the generator. Slot choices are
-// "picks" (an index into whatever slots are eligible when the op runs), so
-// an op stays meaningful after the shrinker removes others.
+// The serving simulator's operations (sim/simulator.hpp): what a
+// server does to an engine through the engine interface. As in sim/ops.hpp,
+// each op carries every argument drawn for it, and sequence choices are
+// picks (an index into whatever is eligible when the op runs), so a trace
+// replays without the generator and stays meaningful after shrinking.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -13,37 +14,59 @@
 namespace kvweld::sim {
 
 enum class OpKind : std::uint8_t {
-    admit,      // a request takes a free slot and is prefilled
-    decode,     // one token
-    spec,       // speculative: k decodes, accept m drafts, truncate, bonus token
-    retire,     // the request finishes; the slot becomes free
-    clear,      // preemption: clear() and re-prefill from history
-    set_layer,  // swap-in: restore one layer from a copy (same content, new storage)
-    truncate,   // rewind to an earlier length
-    reload,     // the model is reloaded (same geometry)
-    migrate,    // the request and its cache move to a free slot
+    admit,      // open a free sequence for a new request; its prompt is fed by later steps
+    step,       // one engine call for every sequence that takes part (continuous batching)
+    truncate,   // rewind a sequence; the dropped tokens are fed again (or others: rewrite)
+    preempt,    // clear a sequence; its whole history is fed again (re-prefill; or another: rewrite)
+    fork,       // copy a sequence into a free one; both go on (prefix sharing)
+    retire,     // close a sequence
+    clear_all,  // clear every sequence; each re-prefills
+    reload,     // the engine reloads the model (same shape, same or new weights); every sequence re-prefills
+    swap_layer, // offload and restore: one layer of a sequence's KV moves to new storage, same content
+    compact,    // paged KV: the engine moves blocks in use to the lowest numbers, in place
+    grow,       // paged KV: the engine replaces its pool's storage with a larger one
+    reset,      // paged KV: every sequence emptied, the pool's storage replaced; every sequence re-prefills
+    invalid,    // a call the engine must refuse, naming the bad value, and that changes nothing
+    migrate,    // white box: a request and its storage move to a free slot (whose held plan did not build on it)
 };
-inline constexpr int kOpKinds = 9;
+inline constexpr int kOpKinds = 14;
 std::string_view to_string(OpKind k);
 OpKind op_kind_from_string(std::string_view s);  // throws Error naming s
 
 struct Op {
-    OpKind kind = OpKind::decode;
-    std::uint32_t pick = 0;    // which eligible slot (mod their count)
-    std::uint32_t pick2 = 0;   // migrate: which free slot; admit: which cache capacity
-    std::vector<int> tokens;   // admit: prompt; spec: the k-1 draft tokens
-    bool fresh = true;         // admit: new cache, or truncate_to(0) on the slot's own
-    float accept = 0.0f;       // admit: the request's draft acceptance rate
+    OpKind kind = OpKind::step;
+    std::uint32_t pick = 0;    // which eligible sequence (fork: the source)
+    // fork, migrate: which destination; invalid: which bad call (of those the
+    // state allows); admit: which of the seed's capacities (white box)
+    std::uint32_t pick2 = 0;
+    bool recycle = false;      // admit (white box): on the storage the slot kept, rewound, where it kept some
+    bool onto_open = false;    // fork: onto another open sequence (its positions replaced), where there is one
+    std::vector<int> tokens;   // admit: the prompt
     int max_new = 0;           // admit: output budget
-    int m = 0;                 // spec: drafts accepted
-    int layer = 0;             // set_layer: which layer (mod n_layers)
-    std::uint32_t length = 0;  // truncate: new length (mod cached_len + 1)
-    bool same_weights = false; // reload: same weights as now, or new ones
-    std::uint64_t seed = 0;    // sampling (decode/spec/admit) or reload weights
+    // step: tokens asked of each sequence id (0 = sits out). A sequence in
+    // prefill feeds up to that many prompt tokens (a chunk); one decoding
+    // feeds its pending token and up to wants-1 speculative drafts.
+    std::vector<int> wants;
+    std::uint32_t length = 0;  // truncate: the new length (mod length + 1)
+    // truncate, preempt: the dropped tokens are fed again changed (each one
+    // replaced by another, drawn from `seed`), so the KV rows at those
+    // positions must be written anew: an engine that skips that write
+    // decodes over the old rows and the data oracle sees it.
+    bool rewrite = false;
+    int layer = 0;             // swap_layer: which layer (mod the model's layers)
+    bool same_weights = false; // reload: the weights it has now, or new ones from `seed`
+    std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights; rewrite:
+                               // tokens; invalid: the bad value
 };
 
+inline Op make_op(OpKind kind, std::uint32_t pick = 0) {
+    Op op;
+    op.kind = kind;
+    op.pick = pick;
+    return op;
+}
+
 void to_json(nlohmann::json& j, const Op& op);
-// Strict: a missing, mistyped or out-of-range field throws Error naming it.
-Op op_from_json(const nlohmann::json& j);
+Op op_from_json(const nlohmann::json& j);  // strict; throws Error naming the field
 
 }  // namespace kvweld::sim

@@ -1,9 +1,10 @@
-// A run's report, as text (seed and configuration first, verdict last) and
-// as JSON. Built from the config, ops and stats alone: no ids, pointers or
-// times, so a replay reproduces it byte for byte.
+// The pieces of a run's report (sim/run.hpp prints it, seed and
+// configuration first, verdict last; sim/json_report.hpp writes it):
+// built from the config, ops and stats alone, no ids, pointers or times, so
+// a replay reproduces it byte for byte.
 #pragma once
 
-#include "sim/run.hpp"
+#include "sim/verdict.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -12,11 +13,6 @@
 #include <string>
 
 namespace kvweld::sim {
-
-std::string report_header(const RunResult& r);  // seed and configuration
-std::string report_body(const RunResult& r);    // counts, ratios and the verdict
-inline std::string text_report(const RunResult& r) { return report_header(r) + report_body(r); }
-nlohmann::json json_report(const RunResult& r);
 
 // Pieces every JSON report shares, whichever simulator wrote it: a
 // failure, and a tally of seeds per verdict (only the verdicts seen).
@@ -30,8 +26,5 @@ std::string sci(double v);
 
 // One "label   value" line of a closing table, labels in a column.
 std::string table_row(const char* label, const std::string& value);
-
-// The one command that reproduces a seed's run.
-std::string reproduce_command(const SimConfig& c, int steps, const std::string& model_option);
 
 }  // namespace kvweld::sim

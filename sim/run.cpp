@@ -1,37 +1,32 @@
 #include "sim/run.hpp"
 
-#include "engine/faults.hpp"
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "sim/ddmin.hpp"
 #include "sim/distributions.hpp"
+#include "sim/jsonl.hpp"
+#include "sim/report.hpp"
+#include "sim/seed_pool.hpp"
+#include "engines/registry.hpp"
 
-#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
 
 namespace kvweld::sim {
 
 namespace {
 
 // The generator's PRNG is separate from the one that drew the config.
-constexpr std::uint64_t kOpStream = 0x6f70732d73747265ULL;
+constexpr std::uint64_t kServeOpStream = 0x73657276652d6f70ULL;
 
 std::uint32_t draw32(Rng& rng) { return static_cast<std::uint32_t>(rng.next() >> 32); }
 
-std::vector<int> draw_tokens(Rng& rng, int n, int vocab) {
-    std::vector<int> out(static_cast<std::size_t>(n));
-    for (int& t : out) t = static_cast<int>(rng.below(static_cast<std::uint64_t>(vocab)));
-    return out;
-}
-
-// Which op kinds can act now, weighted by the config.
-std::optional<OpKind> draw_kind(const Simulator& sim, Rng& rng) {
-    const SimConfig& c = sim.config();
+// Which op kinds can act now, weighted by the config; none: retire one.
+OpKind draw_kind(const Simulator& sim, Rng& rng) {
     std::array<int, kOpKinds> w{};
-    for (int k = 0; k < kOpKinds; ++k) {
-        const auto kind = static_cast<OpKind>(k);
-        const int room = kind == OpKind::spec ? c.spec_k + 1 : 1;
-        const bool can = kind == OpKind::reload || !sim.eligible(kind, room).empty();
-        w[k] = can ? c.weights[k] : 0;
-    }
-    const std::optional<int> k = weighted_index(w, rng);
-    return k ? std::optional<OpKind>(static_cast<OpKind>(*k)) : std::nullopt;
+    for (int k = 0; k < kOpKinds; ++k) w[k] = sim.eligible(OpKind(k)).empty() ? 0 : sim.config().weights[k];
+    return OpKind(weighted_index(w, rng).value_or(int(OpKind::retire)));
 }
 
 }  // namespace
@@ -39,64 +34,267 @@ std::optional<OpKind> draw_kind(const Simulator& sim, Rng& rng) {
 Op draw_op(const Simulator& sim, Rng& rng) {
     const SimConfig& c = sim.config();
     Op op;
-    // When nothing enabled can act (every request spent its budget), the
-    // server retires one, as a real one would.
-    op.kind = draw_kind(sim, rng).value_or(OpKind::retire);
+    op.kind = draw_kind(sim, rng);
     op.pick = draw32(rng);
-    op.seed = rng.next();
     switch (op.kind) {
         case OpKind::admit:
-            op.tokens = draw_tokens(rng, static_cast<int>(rng.range(1, c.max_prompt)), c.model.vocab);
-            op.fresh = c.cache_policy == CachePolicy::fresh ||
-                       (c.cache_policy == CachePolicy::mixed && rng.chance(0.5));
-            op.accept = std::clamp(c.accept_mean + rng.symmetric(0.25f), 0.0f, 1.0f);
-            op.max_new = static_cast<int>(rng.range(0, c.max_new));
-            op.pick2 = draw32(rng);
+            op.tokens.resize(std::size_t(rng.range(1, c.max_prompt)));
+            for (int& t : op.tokens) t = int(rng.below(std::uint64_t(c.model.vocab)));
+            op.max_new = int(rng.range(0, c.max_new));
+            op.pick2 = draw32(rng);           // which capacity (white box)
+            op.recycle = rng.chance(0.5);     // on the slot's own storage, where it kept some (white box)
             break;
-        case OpKind::spec: {
-            op.tokens = draw_tokens(rng, c.spec_k - 1, c.model.vocab);
-            const std::vector<int> slots = sim.eligible(OpKind::spec, c.spec_k + 1);
-            const float accept = sim.slot(slots[op.pick % slots.size()]).request->accept;
-            while (op.m < c.spec_k - 1 && rng.chance(accept)) ++op.m;
-            break;
-        }
-        case OpKind::set_layer: op.layer = static_cast<int>(rng.below(c.model.n_layers)); break;
-        case OpKind::truncate: op.length = draw32(rng); break;
-        case OpKind::reload: op.same_weights = rng.chance(c.same_weights_chance); break;
         case OpKind::migrate: op.pick2 = draw32(rng); break;
-        default: break;
+        case OpKind::step:
+            // Each sequence takes part with its own chance this seed... and
+            // asks for 1..max_chunk tokens.
+            op.wants.resize(std::size_t(c.seqs));
+            for (int& want : op.wants) want = rng.chance(0.75) ? int(rng.range(1, c.max_chunk)) : 0;
+            op.seed = rng.next();
+            break;
+        case OpKind::truncate:
+            op.length = draw32(rng);
+            op.rewrite = rng.chance(0.5);
+            op.seed = op.rewrite ? rng.next() : 0;
+            break;
+        case OpKind::fork:
+            op.pick2 = draw32(rng);
+            op.onto_open = rng.chance(0.3);
+            break;
+        case OpKind::invalid:
+            op.pick2 = draw32(rng);
+            op.seed = rng.next();
+            break;
+        case OpKind::reload:
+            op.same_weights = rng.chance(0.5);
+            op.seed = rng.next();
+            break;
+        case OpKind::swap_layer: op.layer = int(rng.below(std::uint64_t(c.model.n_layers))); break;
+        case OpKind::preempt:
+            op.rewrite = rng.chance(0.5);
+            op.seed = op.rewrite ? rng.next() : 0;
+            break;
+        case OpKind::retire:
+        case OpKind::clear_all:
+        case OpKind::compact:
+        case OpKind::grow:
+        case OpKind::reset: break;
     }
     return op;
 }
 
-RunResult run_generated(const SimConfig& config, int steps, OracleSwitches oracles) {
-    ScopedFaults faults(config.faults);
-    Simulator sim(config, oracles);
-    Rng rng(config.seed ^ kOpStream);
-    RunResult result{config, steps, oracles, {}, {}, Verdict::pass, std::nullopt};
-    for (int i = 0; i < steps; ++i) {
-        result.ops.push_back(draw_op(sim, rng));
-        if (!sim.apply(result.ops.back(), static_cast<std::size_t>(i))) break;
-    }
-    result.stats = sim.stats();
-    result.verdict = sim.verdict();
-    result.failure = sim.failure();
-    return result;
+namespace {
+
+RunResult finish(Simulator& sim, int steps, std::vector<Op> ops) {
+    return RunResult{sim.config(), steps,          std::move(ops), sim.stats(), sim.oracles(),
+                       sim.verdict(), sim.failure()};
 }
 
-RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps,
-                  OracleSwitches oracles) {
-    ScopedFaults faults(config.faults);
-    Simulator sim(config, oracles);
-    RunResult result{config, steps, oracles, {}, {}, Verdict::pass, std::nullopt};
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-        result.ops.push_back(ops[i]);
-        if (!sim.apply(ops[i], i)) break;
+}  // namespace
+
+RunResult run_generated(const SimConfig& config, int steps, bool checked) {
+    Simulator sim(config, checked);
+    Rng rng(config.seed ^ kServeOpStream);
+    std::vector<Op> ops;
+    for (int i = 0; i < steps; ++i) {
+        ops.push_back(draw_op(sim, rng));
+        if (!sim.apply(ops.back(), ops.size() - 1)) break;
     }
-    result.stats = sim.stats();
-    result.verdict = sim.verdict();
-    result.failure = sim.failure();
-    return result;
+    return finish(sim, steps, std::move(ops));
+}
+
+RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps) {
+    Simulator sim(config);
+    std::vector<Op> ran;
+    for (const Op& op : ops) {
+        ran.push_back(op);
+        if (!sim.apply(op, ran.size() - 1)) break;
+    }
+    return finish(sim, steps, std::move(ran));
+}
+
+std::string trace_text(const RunResult& r) {
+    const nlohmann::json header = {{"format", kTraceFormat},
+                                   {"version", kTraceVersion},
+                                   {"seed", r.config.seed},
+                                   {"steps", r.steps},
+                                   {"config", r.config}};
+    std::string out = header.dump() + "\n";
+    for (const Op& op : r.ops) out += nlohmann::json(op).dump() + "\n";
+    return out;
+}
+
+Trace parse_trace(const std::string& text, const std::string& origin) {
+    Trace t;
+    read_jsonl(text, origin, [&](int number, const nlohmann::json& j) {
+        if (number > 1) {
+            t.ops.push_back(op_from_json(j));
+            for (int token : t.ops.back().tokens)
+                require(token < t.config.model.vocab, "prompt token ", token, " out of range: the model's vocab is ",
+                        t.config.model.vocab);
+            return;
+        }
+        const std::string format = j.is_object() ? j.value("format", "") : "";
+        require(format == kTraceFormat || format == "kvweld-serve-trace",
+                "not a kvweld trace header (expected \"format\": \"", kTraceFormat, "\")");
+        const int version = j.contains("version") && j.at("version").is_number_integer() ? j.at("version").get<int>() : -1;
+        // Before version 3 there were two simulators and two formats; their
+        // seeds drew other ops, so an old trace is refused, not converted.
+        require(format == kTraceFormat && version == kTraceVersion, "trace version ", version, " (format ",
+                format, ") is not supported: this build reads ", kTraceFormat, " version ", kTraceVersion,
+                " (one simulator for every engine); record it again with kvweld sim --trace");
+        require(j.contains("steps") && j.at("steps").is_number_integer() && j.at("steps").get<int>() >= 0,
+                "header has no 'steps' >= 0");
+        require(j.contains("config"), "header has no 'config'");
+        t.steps = j.at("steps").get<int>();
+        t.config = config_from_json(j.at("config"));
+    });
+    require(t.ops.size() <= std::size_t(t.steps), "trace ", origin, ": ", t.ops.size(),
+            " ops but the header says ", t.steps, " steps");
+    return t;
+}
+
+ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps,
+                               Verdict target, int max_runs) {
+    require(target != Verdict::pass, "shrink: the trace passes; there is nothing to shrink");
+    ShrinkResult out;
+    auto try_keep = [&](const std::vector<Op>& candidate) {
+        if (out.runs >= max_runs) return false;
+        ++out.runs;
+        RunResult r = run_ops(config, candidate, steps);
+        if (r.verdict != target) return false;
+        out.ops = r.ops;
+        out.result = std::move(r);
+        return true;
+    };
+    require(try_keep(ops), "shrink: the trace does not fail with ", to_string(target));
+    using Simplify = bool (*)(Op&);
+    const Simplify simplifications[] = {
+        [](Op& op) { return zero(op.pick); },
+        [](Op& op) { return zero(op.pick2); },
+        [](Op& op) {  // halve a prompt
+            if (op.tokens.size() < 2) return false;
+            op.tokens.resize(op.tokens.size() / 2);
+            return true;
+        },
+        [](Op& op) {
+            bool changed = false;
+            for (int& t : op.tokens) changed = zero(t) || changed;
+            return changed;
+        },
+        [](Op& op) {  // fewer sequences in a step
+            for (int& w : op.wants)
+                if (w != 0) return zero(w);
+            return false;
+        },
+        [](Op& op) {  // one token each
+            bool changed = false;
+            for (int& w : op.wants) changed = (w > 1 ? (w = 1, true) : false) || changed;
+            return changed;
+        },
+        [](Op& op) { return zero(op.max_new); },
+        [](Op& op) { return zero(op.length); },
+        [](Op& op) { return zero(op.seed); },
+    };
+    shrink_ops(out.ops, simplifications, try_keep, [&] { return out.runs >= max_runs; });
+    return out;
+}
+
+std::string reproduce_command(const SimConfig& c, int steps) {
+    std::string cmd = cat("kvweld sim --engine ", c.engine.engine, " --seed ", c.seed, " --steps ", steps,
+                          " --model ", c.model_name);
+    if (!c.engine.params.empty()) cmd += cat(" --params ", c.engine.params);
+    if (c.engine.seqs) cmd += cat(" --seqs ", c.engine.seqs);
+    if (c.engine.n_ctx) cmd += cat(" --n-ctx ", c.engine.n_ctx);
+    if (!c.engine.faults.empty()) cmd += cat(" --fault ", c.engine.faults);
+    return cmd;
+}
+
+namespace {
+
+
+std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
+    const bool accounting = oracles.accounting;
+    std::string out;
+    out += table_row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
+    out += table_row("rows checked (max logit / K/V error)",
+               cat(s.rows, " (", sci(s.max_logit_error), " / ", oracles.kv ? sci(s.max_kv_error) : "-", ")"));
+    out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
+    out += table_row("invalid calls refused", cat(s.refused));
+    if (accounting) {
+        out += table_row("plans run / reused", cat(s.plans, " / ", s.reused));
+        out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),
+                                                     s.may_reuse ? cat(", +", s.may_reuse, " allowed") : "", ")"));
+        out += table_row("reuse required (of a shared plan)", cat(s.must_reuse, " (", s.must_reuse_shared, ")"));
+    }
+    if (oracles.white_box)
+        out += cat("blind spots: ", s.change_decodes, " decodes after a storage/model change; ", s.data_blind,
+                   " blind to the data oracle; ", s.independent_blind,
+                   " blind to data and kv (every oracle that reads no engine report), ", s.blind_same_weights_reload,
+                   " of them after a same-weights reload\n");
+    return out;
+}
+
+std::string failure_line(const RunResult& r) {
+    std::string out = cat("verdict: FAIL ", to_string(r.verdict));
+    if (r.failure)
+        out += cat(" at op ", r.failure->op_index, " (", r.failure->op, ", ", to_string(r.failure->oracle),
+                   " oracle): ", r.failure->detail);
+    return out;
+}
+
+}  // namespace
+
+std::string text_report(const RunResult& r) {
+    std::string out = cat("seed ", r.config.seed, ", ", r.ops.size(), " of ", r.steps, " ops\n", r.config.describe(),
+                          "\n", r.oracles.describe(), "\n");
+    out += stats_rows(r.stats, r.oracles);
+    if (r.verdict == Verdict::pass) return out + "verdict: PASS\n";
+    return out + failure_line(r) + cat("\n  reproduce: ", reproduce_command(r.config, r.steps), "\n");
+}
+
+SwarmResult run_swarm(const SwarmOptions& o,
+                                 const std::function<void(std::size_t, std::size_t)>& progress) {
+    const std::size_t n = std::size_t(o.last - o.first) + 1;
+    const std::uint32_t capabilities = engine_capabilities(o.engine.engine);
+    // A bad setting or fault name is the user's input, refused (Error) before
+    // any seed runs, not reported as an engine error on every seed.
+    { const Simulator probe(draw_config(o.first, o.engine, o.model, capabilities)); }
+    SwarmResult out;
+    out.seeds.resize(n);
+    run_indexed(
+        n, o.jobs,
+        [&](std::size_t i) {
+            const SimConfig config = draw_config(o.first + i, o.engine, o.model, capabilities);
+            try {
+                out.seeds[i] = run_generated(config, o.steps);
+            } catch (const Error& e) {  // the engine could not be created for this config
+                out.seeds[i] = RunResult{config, o.steps, {}, {}, {}, Verdict::engine_error,
+                                           Failure{0, "create", Oracle::engine, e.what()}};
+            }
+            out.seeds[i].ops.clear();
+            return out.seeds[i].verdict != Verdict::pass;
+        },
+        progress);
+    for (const RunResult& s : out.seeds) {
+        out.total.add(s.stats);
+        out.failures += s.verdict != Verdict::pass;
+    }
+    out.oracles = out.seeds.front().oracles;  // the same engine and capabilities for every seed
+    return out;
+}
+
+std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
+    std::string out = cat("results over seeds ", o.first, "..", o.last, " on engine ", o.engine.engine, ":\n",
+                          r.oracles.describe(), "\n");
+    out += table_row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
+    out += stats_rows(r.total, r.oracles);
+    for (const RunResult& s : r.seeds)
+        if (s.verdict != Verdict::pass)
+            out += cat("FAIL seed ", s.config.seed, ": ", failure_line(s).substr(std::string("verdict: FAIL ").size()),
+                       "\n  reproduce: ", reproduce_command(s.config, o.steps), "\n");
+    out += r.failures == 0 ? "swarm verdict: PASS\n" : cat("swarm verdict: FAIL (", r.failures, " seeds)\n");
+    return out;
 }
 
 }  // namespace kvweld::sim

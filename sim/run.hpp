@@ -1,33 +1,76 @@
-// Running a simulation: from a seed (ops drawn as the run goes) or from a
-// recorded list of ops (replay, shrink). Same config and ops, same result.
+// Running the serving simulator: from a seed (ops drawn as the run goes) or
+// from recorded ops (replay, shrink); traces; many seeds (swarm); shrinking.
+// Same config and ops, same result, whatever the engine's speed.
 #pragma once
 
-#include "sim/ops.hpp"
-#include "sim/sim_config.hpp"
 #include "sim/simulator.hpp"
-#include "sim/stats.hpp"
-#include "sim/verdict.hpp"
 
-#include <optional>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace kvweld::sim {
 
 struct RunResult {
     SimConfig config;
-    int steps = 0;         // ops asked for
-    OracleSwitches oracles;
-    std::vector<Op> ops;   // ops run, the failing one last
+    int steps = 0;
+    std::vector<Op> ops;  // ops run, the failing one last
     RunStats stats;
+    OracleReport oracles;
     Verdict verdict = Verdict::pass;
     std::optional<Failure> failure;
 };
 
-// Draws the next op for the simulator's current state.
 Op draw_op(const Simulator& sim, Rng& rng);
 
-RunResult run_generated(const SimConfig& config, int steps, OracleSwitches oracles = {});
-RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps,
-                  OracleSwitches oracles = {});
+// An engine that cannot be created (a broken plugin, a bad setting) throws Error.
+RunResult run_generated(const SimConfig& config, int steps, bool checked = true);
+RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps);
+
+// Traces: JSON Lines, a header (format "kvweld-trace", version, steps,
+// config) then one op per line. A corrupt one throws Error naming the line.
+// Version 3: one simulator for every engine (capacities and recycling
+// admits, migrate); a trace of an older version or of the old second format
+// ("kvweld-serve-trace") is refused (its seeds drew other ops), naming both
+// versions.
+inline constexpr const char* kTraceFormat = "kvweld-trace";
+inline constexpr int kTraceVersion = 3;
+struct Trace {
+    SimConfig config;
+    int steps = 0;
+    std::vector<Op> ops;
+};
+std::string trace_text(const RunResult& r);
+Trace parse_trace(const std::string& text, const std::string& origin = "<trace>");
+
+struct ShrinkResult {
+    std::vector<Op> ops;
+    RunResult result;
+    int runs = 0;
+};
+ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps,
+                               Verdict target, int max_runs = 2000);
+
+// What a serving run or swarm prints: the verdict last.
+std::string text_report(const RunResult& r);
+
+struct SwarmOptions {
+    std::uint64_t first = 0, last = 0;  // inclusive
+    int jobs = 1;
+    int steps = 200;
+    EngineChoice engine;
+    std::string model;  // "" = drawn per seed
+};
+struct SwarmResult {
+    std::vector<RunResult> seeds;  // in seed order, ops dropped
+    RunStats total;
+    std::size_t failures = 0;
+    OracleReport oracles;  // the first seed's (the same engine for all)
+};
+SwarmResult run_swarm(const SwarmOptions& options,
+                                 const std::function<void(std::size_t, std::size_t)>& progress = {});
+std::string swarm_table(const SwarmResult& r, const SwarmOptions& options);
+// The command that reruns one seed alone.
+std::string reproduce_command(const SimConfig& config, int steps);
 
 }  // namespace kvweld::sim

@@ -2,6 +2,7 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "engine/faults.hpp"
 #include "sim/json_field.hpp"
 #include "sim/report.hpp"
 
@@ -18,8 +19,7 @@ namespace kvweld::sim {
 
 namespace {
 
-constexpr const char* kFormat = "kvweld-swarm";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // of every swarm report's header; 2: one simulator for every engine
 
 std::optional<std::uint64_t> number(std::string_view t) {
     std::uint64_t v = 0;
@@ -27,55 +27,6 @@ std::optional<std::uint64_t> number(std::string_view t) {
     if (t.empty() || err != std::errc() || end != t.data() + t.size()) return std::nullopt;
     return v;
 }
-
-nlohmann::json oracles_json(const OracleSwitches& o) {
-    return {{"data", o.data}, {"kv", o.kv}, {"weld", o.weld}, {"accounting", o.accounting}};
-}
-
-std::vector<std::string> fault_list(const FaultSet& faults) {
-    std::vector<std::string> out;
-    for (const FaultInfo& f : all_faults())
-        if (faults.has(f.fault)) out.emplace_back(f.name);
-    return out;
-}
-
-RunStats stats_from_json(const nlohmann::json& j) {
-    RunStats s;
-    s.ops_run = json_field<std::uint64_t>(j, "ops_run");
-    s.ops_skipped = json_field<std::uint64_t>(j, "ops_skipped");
-    s.requests = json_field<std::uint64_t>(j, "requests");
-    s.decodes = json_field<std::uint64_t>(j, "decodes");
-    s.kept = json_field<std::uint64_t>(j, "kept");
-    s.rebound = json_field<std::uint64_t>(j, "rebound");
-    s.rebuilt = json_field<std::uint64_t>(j, "rebuilt");
-    const nlohmann::json& just = j.at("justified");
-    s.justified_kept = json_field<std::uint64_t>(just, "kept");
-    s.justified_rebinds = json_field<std::uint64_t>(just, "rebind");
-    s.justified_builds = json_field<std::uint64_t>(just, "build");
-    s.capacity_rebuilds = json_field<std::uint64_t>(just, "capacity_rebuilds");
-    s.spurious = json_field<std::uint64_t>(j, "spurious");
-    s.missed = json_field<std::uint64_t>(j, "missed");
-    s.change_decodes = json_field<std::uint64_t>(j, "change_decodes");
-    s.data_blind = json_field<std::uint64_t>(j, "data_blind");
-    s.independent_blind = json_field<std::uint64_t>(j, "independent_blind");
-    s.blind_same_weights_reload = json_field<std::uint64_t>(j, "blind_same_weights_reload");
-    s.max_logit_error = json_field<double>(j, "max_logit_error");
-    s.max_kv_error = json_field<double>(j, "max_kv_error");
-    return s;
-}
-
-SeedResult seed_from_json(const nlohmann::json& j) {
-    SeedResult s;
-    s.config = config_from_json(j.at("config"));
-    s.stats = stats_from_json(j);
-    s.verdict = verdict_from_string(json_field<std::string>(j, "verdict"));
-    if (j.contains("failure")) s.failure = failure_from_json(j.at("failure"));
-    return s;
-}
-
-// The fields every shard of one campaign must share.
-constexpr const char* kIdentity[] = {"format", "version", "build", "range", "steps", "model", "backend", "faults",
-                                     "oracles"};
 
 }  // namespace
 
@@ -113,41 +64,6 @@ std::string report_format(const nlohmann::json& report) {
     return report.is_object() && report.contains("format") && report.at("format").is_string()
                ? report.at("format").get<std::string>()
                : "";
-}
-
-nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint64_t range_first,
-                          std::uint64_t range_last, Shard shard) {
-    nlohmann::json seeds = nlohmann::json::array();
-    for (const SeedResult& s : r.seeds) seeds.push_back(json_report(RunResult{s.config, o.steps, o.oracles, {}, s.stats, s.verdict, s.failure}));
-    nlohmann::json j = swarm_header(kFormat, range_first, range_last, shard, o.first, o.last, o.steps);
-    j["model"] = o.draw.model;
-    j["backend"] = to_string(o.draw.backend);
-    j["faults"] = fault_list(o.draw.faults);
-    j["oracles"] = oracles_json(o.oracles);
-    j["failures"] = r.failures;
-    j["seeds"] = seeds;
-    return j;
-}
-
-Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& reports) {
-    const nlohmann::json merged = merge_shards(reports, kIdentity);
-    Merged m;
-    m.options.first = json_field<std::uint64_t>(merged.at("range"), "first");
-    m.options.last = json_field<std::uint64_t>(merged.at("range"), "last");
-    m.options.steps = json_field<int>(merged, "steps");
-    m.options.draw.model = json_field<std::string>(merged, "model");
-    m.options.draw.backend = backend_from_string(json_field<std::string>(merged, "backend"));
-    const nlohmann::json& oracles = merged.at("oracles");
-    m.options.oracles = {json_field<bool>(oracles, "data"), json_field<bool>(oracles, "kv"),
-                         json_field<bool>(oracles, "weld"), json_field<bool>(oracles, "accounting")};
-    for (const nlohmann::json& s : merged.at("seeds")) {
-        m.result.seeds.push_back(seed_from_json(s));
-        m.result.total.add(m.result.seeds.back().stats);
-        m.result.failures += m.result.seeds.back().verdict != Verdict::pass;
-    }
-    m.report = merged;
-    m.report["failures"] = m.result.failures;
-    return m;
 }
 
 nlohmann::json merge_shards(const std::vector<std::pair<std::string, nlohmann::json>>& reports,

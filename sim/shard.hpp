@@ -7,9 +7,10 @@
 // range and n, the shards are disjoint, and their union is the range.
 #pragma once
 
-#include "sim/swarm.hpp"
-
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <utility>
 
 #include <span>
 #include <string>
@@ -31,23 +32,6 @@ std::pair<std::uint64_t, std::uint64_t> shard_range(std::uint64_t first, std::ui
 
 // Identifies the binary: reports from different builds never merge.
 std::string build_id();
-
-// The swarm's JSON report: identity (build, range, shard, steps, draw
-// options, oracles), failures, and every seed's report in seed order.
-nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint64_t range_first,
-                          std::uint64_t range_last, Shard shard);
-
-struct Merged {
-    nlohmann::json report;  // as the unsharded run writes it
-    SwarmResult result;     // for the table
-    SwarmOptions options;
-};
-
-// Merges the reports of all n shards of one range. Refuses (Error naming
-// the report and the field) reports of different builds, ranges, configs
-// or engines, a missing or repeated shard, or a shard whose seeds are not
-// its own.
-Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& named_reports);
 
 // What every swarm report shares, whichever simulator wrote it: the header
 // (format, version, build, range, shard, steps) and the identity fields

@@ -1,11 +1,13 @@
-// One run's configuration. Swarm testing: the seed decides which op kinds
-// are enabled and how often, how many slots, which policies, which model,
-// how long prompts and outputs are, and how speculative decoding behaves.
+// One serving run's configuration, drawn per seed (swarm testing, as in
+// sim/sim_config.hpp): which ops and how often, how many sequences and how
+// many positions each, which model, prompt and output lengths, chunked
+// prefill and speculative decoding. The engine, its settings and its fault
+// switches come from the command line and are recorded with the rest.
 #pragma once
 
 #include "engine/config.hpp"
-#include "engine/decode_session.hpp"
-#include "engine/faults.hpp"
+#include "engines/engine.hpp"
+#include "engines/registry.hpp"
 #include "sim/ops.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -17,61 +19,57 @@
 
 namespace kvweld::sim {
 
-// How admit gets its cache: a new allocation, the slot's own cache rewound
-// with truncate_to(0), or either, drawn per request.
-enum class CachePolicy : std::uint8_t { fresh, recycle, mixed };
-std::string_view to_string(CachePolicy p);
+// The simulator drives engines through engines/: their types are its own.
+using namespace kvweld::engines;
+
+// What the command line fixes for every seed; the rest is drawn per seed.
+struct EngineChoice {
+    std::string engine{kDefaultEngine};  // a built-in name or a plugin's path
+    std::string params;             // the engine's settings, "k=v,..."; keys not given may be drawn
+    std::string faults;             // its fault switches, "a,b"
+    int seqs = 0;                   // sequences open at once (0: drawn)
+    int n_ctx = 0;                  // positions per sequence (0: drawn)
+};
 
 struct SimConfig {
     std::uint64_t seed = 0;
+    EngineChoice engine;
     std::array<int, kOpKinds> weights{};  // 0 = disabled, else 1..100
-    int slots = 1;                        // 1..16
-    CachePolicy cache_policy = CachePolicy::fresh;
-    RebindPolicy rebind_policy = RebindPolicy::rebind;
-    bool retire_keeps_cache = true;
-    bool sampled = false;  // sample from the logits, else greedy
+    int seqs = 1;    // sequences open at once: 1..16 when drawn
+    int n_ctx = 64;  // positions per sequence
+    bool sampled = false;
     std::string model_name = "tiny";
     ModelConfig model;
-    // The capacities (max_seq_len) a fresh cache may have, each in
-    // max_prompt+1..model.max_seq_len; an admit picks one. Caches smaller
-    // than the model exercise the key's capacity and refused rebinds.
-    std::vector<int> capacities;
     std::uint64_t weights_seed = 1;
-    int max_prompt = 8;     // prompts are 1..max_prompt tokens
-    int max_new = 32;       // output budgets are 0..max_new tokens
-    int spec_k = 4;         // speculative: k decodes (1 pending + k-1 drafts)
+    int max_prompt = 8;   // prompts are 1..max_prompt tokens
+    int max_new = 16;     // output budgets are 0..max_new tokens
+    int max_chunk = 8;    // tokens a sequence may feed per step: prefill chunk, or 1 + drafts
     float accept_mean = 0.5f;
-    float same_weights_chance = 0.5f;  // on reload
-    Backend backend = Backend::cpu;
-    FaultSet faults;
-    // The paged KV design: the seed is run by the serving simulator on
-    // kvweld's paged engine (one pool, one plan for every sequence) instead
-    // of this simulator's dense slots; the fields above then only record
-    // what the seed drew (see draws_paged).
-    bool paged = false;
+    // White box (an engine in process): the capacities a fresh sequence may
+    // be opened with, each in max_prompt+1..n_ctx (empty: n_ctx only).
+    std::vector<int> capacities;
 
-    std::string describe() const;  // one line per group, no ids or pointers
+    std::string describe() const;
+    std::string capacities_text() const;
+    // What the engine, its rule and its block model are opened with.
+    EngineSetup setup() const { return {engine.params, seqs, n_ctx, 1}; }
 };
 
-struct DrawOptions {
-    std::string model;  // "" = drawn per seed; else a config name
-    Backend backend = Backend::cpu;
-    FaultSet faults;
-};
+// The most positions per sequence a drawn config asks for: llama.cpp pads
+// its attention window to 256 cells, so up to here the window is a
+// sequence's whole stream and the accounting rule can predict reuse exactly.
+inline constexpr int kMaxDrawnCtx = 256;
 
-SimConfig draw_config(std::uint64_t seed, const DrawOptions& options = {});
-
-// Whether a seed of the default run draws the paged design: one seed in
-// four, from a stream of its own (so every dense config is what it was),
-// and only where the paged engine can serve the run: no dense fault
-// switch, the CPU backend, a llama-family model.
-bool draws_paged(std::uint64_t seed, const DrawOptions& options);
+// `capabilities` (KVWELD_CAP_*): fork, reload and swap_layer are drawn only
+// when the engine declares copy_seq, reload and swap_layer. The engine's
+// settings not given in engine.params are drawn per seed where the engine
+// has any (llamacpp: kv_unified, graph_reuse; kvweld-paged: block, blocks).
+// engine.seqs and engine.n_ctx, when set, replace the drawn values (checked:
+// an Error names a value out of range).
+SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
+                              std::uint32_t capabilities);
 
 void to_json(nlohmann::json& j, const SimConfig& c);
-// A trace's model spec: its name, every dimension and the weights seed.
-// Reading refuses a model no simulation here could hold.
-nlohmann::json model_to_json(const std::string& name, const ModelConfig& model, std::uint64_t weights_seed);
-ModelConfig model_from_json(const nlohmann::json& m);  // throws Error naming the field
 SimConfig config_from_json(const nlohmann::json& j);  // strict; throws Error naming the field
 
 }  // namespace kvweld::sim

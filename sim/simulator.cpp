@@ -2,312 +2,503 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
-#include "engine/faults.hpp"
+#include "sim/choose.hpp"
+#include "engines/abi_lists.hpp"
+#include "engines/registry.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace kvweld::sim {
 
 namespace {
 
-// Thrown by fail() to unwind out of the op that violated an oracle.
+constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
+
+// A violation ends the run: thrown from deep in an op, caught in apply().
 struct Stop {};
 
-// What a run may hold at once: a cache and a reference shadow per slot.
+// What a run may hold at once: per sequence the engine's KV (n_ctx
+// positions) and the reference's shadow (the model's max_seq_len).
 constexpr std::size_t kMaxSimKvBytes = std::size_t{4} << 30;
 
-void require_simulable(const SimConfig& c) {
+// Checked before anything is allocated: a trace is input.
+const SimConfig& require_simulable(const SimConfig& c) {
     c.model.validate();
-    require(!c.capacities.empty(), "the config has no cache capacities");
-    for (int cap : c.capacities)
-        require(cap > 0 && cap <= c.model.max_seq_len, "cache capacity ", cap, " is outside 1..max_seq_len = ",
-                c.model.max_seq_len);
-    const std::size_t per_slot = 2 * KvGeometry::of(c.model).bytes();
-    const std::size_t total = per_slot * static_cast<std::size_t>(c.slots);
-    require(per_slot / 2 <= kMaxCacheBytes && total <= kMaxSimKvBytes, "this run could hold ", total,
-            " bytes of KV (", c.slots, " slots x (cache + reference shadow) of ", per_slot / 2,
-            " bytes each): the limit is ", kMaxSimKvBytes, "; model ", c.model.describe());
+    require(c.seqs >= 1 && c.seqs <= 256, "sequences = ", c.seqs, ": must be in 1..256");
+    require(c.n_ctx >= 1 && c.n_ctx <= c.model.max_seq_len, "n_ctx = ", c.n_ctx, ": must be in 1..max_seq_len = ",
+            c.model.max_seq_len);
+    KvGeometry engine_kv = KvGeometry::of(c.model);
+    engine_kv.max_seq_len = c.n_ctx;
+    const std::size_t per_seq = engine_kv.bytes() + KvGeometry::of(c.model).bytes();
+    const std::size_t total = per_seq * std::size_t(c.seqs);
+    require(total <= kMaxSimKvBytes, "this run could hold ", total, " bytes of KV (", c.seqs,
+            " sequences x (engine + reference shadow) of ", per_seq, " bytes each): the limit is ", kMaxSimKvBytes,
+            "; model ", c.model.describe());
+    return c;
 }
 
 }  // namespace
 
-Simulator::Simulator(const SimConfig& config, OracleSwitches oracles)
-    : config_(config), oracles_(oracles) {
-    require_simulable(config_);
-    weights_seed_ = config_.weights_seed;
-    model_.emplace(Model::random(config_.model, weights_seed_, &pool_));
-    for (int i = 0; i < config_.slots; ++i)
-        slots_.emplace_back(Slot{{}, {}, DecodeSession({.policy = config_.rebind_policy,
-                                                         .backend = config_.backend}),
-                                 {}});
+void RunStats::add(const RunStats& o) {
+    max_kv_error = std::max(max_kv_error, o.max_kv_error);
+    ops_run += o.ops_run;
+    ops_skipped += o.ops_skipped;
+    requests += o.requests;
+    calls += o.calls;
+    rows += o.rows;
+    batched_calls += o.batched_calls;
+    drafts += o.drafts;
+    rejected += o.rejected;
+    refused += o.refused;
+    plans += o.plans;
+    reused += o.reused;
+    must_reuse += o.must_reuse;
+    must_reuse_shared += o.must_reuse_shared;
+    may_reuse += o.may_reuse;
+    builds += o.builds;
+    rebinds += o.rebinds;
+    change_decodes += o.change_decodes;
+    data_blind += o.data_blind;
+    independent_blind += o.independent_blind;
+    blind_same_weights_reload += o.blind_same_weights_reload;
+    max_logit_error = std::max(max_logit_error, o.max_logit_error);
 }
 
-std::vector<int> Simulator::free_slots() const {
+std::string OracleReport::describe() const {
+    auto one = [](const char* name, bool on, const std::string& why) {
+        return cat("; ", name, on ? " on" : cat(" unavailable (", why, ")"));
+    };
+    return cat("  oracles: ", one("data", data, data_why_not).substr(2), one("accounting", accounting, accounting_why_not),
+               accounting ? one("plan identity", plan_identity, plan_identity_why_not) : "",
+               one("kv", kv, kv_why_not),
+               one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not),
+               one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate)", white_box,
+                   white_box_why_not));
+}
+
+void OracleReport::all_off(const std::string& why) {
+    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks, &white_box}) *on = false;
+    for (std::string* w : {&data_why_not, &accounting_why_not, &plan_identity_why_not, &kv_why_not, &weld_why_not,
+                           &blocks_why_not, &white_box_why_not})
+        *w = why;
+}
+
+Simulator::Simulator(const SimConfig& config, bool checked)
+    : config_(require_simulable(config)),
+      model_(Model::random(config.model, config.weights_seed)),
+      weights_seed_(config.weights_seed) {
+    engine_ = open_engine(config_.engine.engine, config_.engine.faults, config_.setup(), model_);
+    require(engine_->vocab() == config_.model.vocab, "engine ", engine_->name(), " reports vocab ", engine_->vocab(),
+            " for a model of vocab ", config_.model.vocab);
+    if (!(engine_->capabilities() & KVWELD_CAP_PLAN_COUNTERS))
+        oracles_.accounting_why_not = cat("engine ", engine_->name(), " declares no plan counters");
+    else
+        rule_ = reuse_rule_for(engine_->name(), config_.setup(), oracles_.accounting_why_not);
+    oracles_.accounting = rule_ != nullptr;
+    oracles_.plan_identity = rule_ && (engine_->capabilities() & KVWELD_CAP_PLAN_SERIAL);
+    if (!oracles_.plan_identity)
+        oracles_.plan_identity_why_not = cat("engine ", engine_->name(), " reports no plan serial");
+    read_counters();  // the first report is the baseline every later one must not fall below
+    oracles_.kv = engine_->capabilities() & KVWELD_CAP_READ_KV;
+    if (!oracles_.kv) oracles_.kv_why_not = cat("engine ", engine_->name(), " cannot read back its KV rows");
+    oracles_.weld = engine_->capabilities() & KVWELD_CAP_STORAGE;
+    if (!oracles_.weld)
+        oracles_.weld_why_not = engine_->capabilities() & KVWELD_CAP_BLOCKS
+                                    ? cat("engine ", engine_->name(), " has one pool, not storage per sequence: its "
+                                                                      "weld is the blocks oracle's pool weld")
+                                    : cat("engine ", engine_->name(), " reports no storage identity");
+    requests_.resize(std::size_t(config_.seqs));
+    if (!(engine_->capabilities() & KVWELD_CAP_BLOCKS))
+        oracles_.blocks_why_not = cat("engine ", engine_->name(), " has no paged KV pool to report");
+    else if (!(blocks_ = block_model_for(engine_->name(), config_.setup())))
+        oracles_.blocks_why_not = cat("no block model for engine '", engine_->name(), "' (engines/registry.cpp)");
+    else
+        pool_storage_ = engine_->pool_info().storage;  // the first report is the pool's birth
+    oracles_.blocks = blocks_.has_value();
+    ledger_.resize(std::size_t(config_.seqs));
+    plans_.resize(std::size_t(config_.seqs));
+    white_box_ = engine_->white_box();
+    oracles_.white_box = white_box_ != nullptr;
+    if (!white_box_)
+        oracles_.white_box_why_not = cat("engine ", engine_->name(), " runs behind the plugin ABI");
+    for (const std::string& f : abi::split_list(config_.engine.faults.c_str()))
+        spec_reject_fault_ = spec_reject_fault_ || (white_box_ && f == "spec_reject_off_by_one");
+    if (checked) return;
+    oracles_.all_off("an unchecked run (--no-oracles)");
+    rule_.reset();  // nothing judged; the block model stays, it paces the pool's growth
+    last_counters_.reset();
+}
+
+std::vector<int> Simulator::free_seqs() const {
     std::vector<int> out;
-    for (int i = 0; i < config_.slots; ++i)
-        if (!slots_[i].request) out.push_back(i);
+    for (int s = 0; s < config_.seqs; ++s)
+        if (!requests_[std::size_t(s)]) out.push_back(s);
     return out;
 }
 
-std::vector<int> Simulator::eligible(OpKind kind, int room) const {
-    if (kind == OpKind::admit) return free_slots();
+std::vector<int> Simulator::eligible(OpKind kind) const {
     std::vector<int> out;
-    if (kind == OpKind::migrate && free_slots().empty()) return out;
-    for (int i = 0; i < config_.slots; ++i) {
-        const Slot& s = slots_[i];
-        if (!s.request) continue;
-        const std::size_t len = s.request->history.size();
-        const auto capacity = static_cast<std::size_t>(s.cache->cache.geometry().max_seq_len);
-        const bool wants_tokens = kind == OpKind::decode || kind == OpKind::spec;
-        if (wants_tokens && (len >= s.request->max_len || len + static_cast<std::size_t>(room) > capacity))
-            continue;
-        out.push_back(i);
+    if (kind == OpKind::admit) return free_seqs();
+    if (kind == OpKind::migrate && (!white_box_ || free_seqs().empty())) return {};
+    if (kind == OpKind::reload)  // needs no sequence, only the capability
+        return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
+    if (kind == OpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
+    if (kind == OpKind::reset)
+        return engine_->capabilities() & KVWELD_CAP_POOL_OPS ? std::vector<int>{0} : std::vector<int>{};
+    if (kind == OpKind::compact || kind == OpKind::grow) {  // the pool's, not a sequence's
+        if (!(engine_->capabilities() & KVWELD_CAP_POOL_OPS)) return {};
+        // A server grows its pool within a memory budget: here, four times
+        // what every sequence full would take.
+        const int full = config_.seqs * config_.n_ctx, budget = 4 * std::max(full, 1);
+        // The pool's size as the block model has it (the simulator's own
+        // account); without one, as the engine reports it.
+        if (kind == OpKind::grow && (engine_->capabilities() & KVWELD_CAP_BLOCKS)) {
+            const kvweld_pool_info info = blocks_ ? kvweld_pool_info{} : engine_->pool_info();
+            const std::int64_t positions = blocks_ ? std::int64_t(blocks_->n_blocks()) * blocks_->block_size()
+                                                   : std::int64_t(info.n_blocks) * info.block_size;
+            if (positions >= budget) return {};
+        }
+        return {0};
+    }
+    for (int s = 0; s < config_.seqs; ++s) {
+        const auto& r = requests_[std::size_t(s)];
+        if (!r) continue;
+        const bool ok = kind == OpKind::step        ? !r->done()
+                        : kind == OpKind::truncate  ? !r->history.empty()
+                        : kind == OpKind::preempt   ? !r->history.empty()
+                        : kind == OpKind::fork      ? !r->history.empty() && config_.seqs > 1
+                                                         : true;  // retire, clear_all, swap_layer, invalid
+        if (ok) out.push_back(s);
     }
     return out;
 }
 
 bool Simulator::apply(const Op& op, std::size_t op_index) {
+    if (verdict_ != Verdict::pass) return false;
     op_index_ = op_index;
     op_kind_ = op.kind;
-    const int room = op.kind == OpKind::spec ? static_cast<int>(op.tokens.size()) + 2 : 1;
-    const std::vector<int> slots = op.kind == OpKind::reload ? std::vector<int>{0} : eligible(op.kind, room);
-    if (slots.empty()) {
+    const std::vector<int> targets = eligible(op.kind);
+    if (targets.empty()) {
         ++stats_.ops_skipped;
         return true;
     }
-    const int s = slots[op.pick % slots.size()];
+    const int seq = targets[op.pick % targets.size()];
     try {
         switch (op.kind) {
-            case OpKind::admit: admit(op, s); break;
-            case OpKind::decode: decode_op(op, s); break;
-            case OpKind::spec: spec(op, s); break;
-            case OpKind::retire: retire(s); break;
-            case OpKind::clear: clear(s); break;
-            case OpKind::set_layer: set_layer(op, s); break;
-            case OpKind::truncate: truncate(op, s); break;
-            case OpKind::reload: reload(op); break;
-            case OpKind::migrate: {
-                const std::vector<int> to = free_slots();
-                migrate(s, to[op.pick2 % to.size()]);
+            case OpKind::admit: admit(op, seq); break;
+            case OpKind::step:
+                if (!step(op)) {  // nobody asked for a token they could feed
+                    ++stats_.ops_skipped;
+                    return true;
+                }
                 break;
-            }
+            case OpKind::truncate:
+                truncate(op, seq, int(op.length % (requests_[std::size_t(seq)]->history.size() + 1)));
+                break;
+            case OpKind::preempt: preempt(op, seq); break;
+            case OpKind::fork: fork(seq, fork_destination(op, seq)); break;
+            case OpKind::reset: reset(); break;
+            case OpKind::invalid: invalid(op, seq); break;
+            case OpKind::retire: retire(seq); break;
+            case OpKind::clear_all: clear_all(); break;
+            case OpKind::reload: reload(op); break;
+            case OpKind::swap_layer: swap_layer(seq, op.layer % config_.model.n_layers); break;
+            case OpKind::compact:
+            case OpKind::grow: pool_op(op.kind); break;
+            case OpKind::migrate: migrate(op, seq); break;
         }
+        check_blocks(false);
+        if (op.kind != OpKind::step) read_counters();  // a step read them after its call
     } catch (const Stop&) {
-        ++stats_.ops_run;
         return false;
-    } catch (const Error& e) {
-        ++stats_.ops_run;
-        verdict_ = Verdict::engine_error;
-        failure_ = Failure{op_index_, std::string(to_string(op_kind_)), Oracle::engine, e.what()};
+    } catch (const Error& e) {  // the engine refused a valid op
+        record(Verdict::engine_error, Oracle::engine, e.what());
         return false;
     }
     ++stats_.ops_run;
-    for (int i = 0; i < config_.slots; ++i) check_invariants(i);
     return true;
 }
 
-void Simulator::fail(Verdict v, Oracle o, std::string detail) {
+void Simulator::record(Verdict v, Oracle o, std::string detail) {
     verdict_ = v;
     failure_ = Failure{op_index_, std::string(to_string(op_kind_)), o, std::move(detail)};
+}
+
+void Simulator::fail(Verdict v, Oracle o, std::string detail) {
+    record(v, o, std::move(detail));
     throw Stop{};
 }
 
-// After the simulator replaced all of a cache's storage (construct, clear):
-// the ledger accepts the cache's report only if it is all new storage.
-void Simulator::record_replaced_storage(TrackedCache& c) {
-    std::vector<KvLayer> layers;
-    for (int l = 0; l < c.cache.n_layers(); ++l) layers.push_back(c.cache.layer(l));
-    if (const auto violation = ledger_.accept(layers)) fail(Verdict::engine_error, Oracle::ledger, *violation);
-    c.generation = ++cache_generations_;
-    c.ledger.storage = std::move(layers);
-}
-
-TrackedCache Simulator::new_cache(int capacity) {
-    KvGeometry g = KvGeometry::of(config_.model);
-    g.max_seq_len = capacity;
-    TrackedCache c{KvCache::with_capacity(g), 0, {}};
-    record_replaced_storage(c);
-    return c;
-}
-
-// A fresh cache's capacity: one of the seed's capacities, chosen by the op.
-int Simulator::capacity_for(const Op& op) const {
-    return config_.capacities[op.pick2 % config_.capacities.size()];
-}
-
-// ---- ops -------------------------------------------------------------------
-
-void Simulator::admit(const Op& op, int s) {
-    Slot& slot = slots_[s];
-    const bool recycle = !op.fresh && slot.cache.has_value();
-    if (recycle) {
-        truncate_cache(*slot.cache, 0);  // same allocation: the plan stays valid
+void Simulator::admit(const Op& op, int seq) {
+    for (int t : op.tokens)
+        require(t < config_.model.vocab, "admit: prompt token ", t, " out of range: vocab is ", config_.model.vocab);
+    Request r(config_.model);
+    r.capacity = config_.n_ctx;
+    bool recycle = false;
+    if (white_box_) {  // a capacity of the seed's, or the storage the slot kept
+        SlotLedger& slot = ledger_[std::size_t(seq)];
+        recycle = op.recycle && slot.kept_capacity > 0;
+        if (recycle) r.capacity = slot.kept_capacity;
+        else if (!config_.capacities.empty()) r.capacity = config_.capacities[op.pick2 % config_.capacities.size()];
+        white_box_->open_sized(seq, r.capacity, recycle);
+        if (rule_) rule_->on_open_sized(seq, r.capacity, recycle);
+        if (recycle) poison(seq, 0, r.capacity);  // every row is dead again
     } else {
-        slot.cache.reset();
-        slot.cache = new_cache(capacity_for(op));
+        engine_->open(seq);
+        if (rule_) rule_->on_open(seq);
     }
-    Request r;
-    r.accept = op.accept;
-    r.max_len = op.tokens.size() + static_cast<std::size_t>(op.max_new);
-    r.shadow = std::make_unique<ReferenceKv>(config_.model);
-    slot.request = std::move(r);
+    const std::size_t room = std::size_t(r.capacity);
+    r.queue.assign(op.tokens.begin(), op.tokens.begin() + long(std::min(op.tokens.size(), room)));
+    r.max_new = op.max_new;
+    requests_[std::size_t(seq)].emplace(std::move(r));
+    ledger_after(recycle ? SeqOp::recycle : SeqOp::open, seq);
     ++stats_.requests;
-    std::vector<int> prompt = op.tokens;
-    for (int& t : prompt) t %= config_.model.vocab;
-    // A prompt that does not fit the cache is cut, as a server would; a
-    // generated one always fits (capacities exceed max_prompt).
-    const auto room = static_cast<std::size_t>(slot.cache->cache.geometry().max_seq_len - 1);
-    if (prompt.size() > room) prompt.resize(room);
-    Rng chooser(op.seed);
-    prefill(s, prompt, chooser);
 }
 
-void Simulator::prefill(int s, const std::vector<int>& tokens, Rng& chooser) {
-    int next = 0;
-    for (int t : tokens) next = checked_decode(s, t, chooser);
-    slots_[s].request->pending = next;
-}
-
-void Simulator::decode_op(const Op& op, int s) {
-    Rng chooser(op.seed);
-    Request& r = *slots_[s].request;
-    r.pending = checked_decode(s, r.pending, chooser);
-}
-
-// k = drafts + 1 decodes (the pending token, then the drafts); accept m
-// drafts; truncate_to(base + 1 + m); then decode the bonus token the model
-// chose after the last accepted one.
-void Simulator::spec(const Op& op, int s) {
-    Rng chooser(op.seed);
-    Slot& slot = slots_[s];
-    Request& r = *slot.request;
-    const std::size_t base = r.history.size();
-    const int k = static_cast<int>(op.tokens.size()) + 1;
-    std::vector<int> chosen(k);
-    for (int i = 0; i < k; ++i) {
-        const int token = i == 0 ? r.pending : op.tokens[i - 1] % config_.model.vocab;
-        chosen[i] = checked_decode(s, token, chooser);
-    }
-    const int keep = static_cast<int>(base) + 1 + op.m;
-    int to = keep;
-    // The scheduler fault keeps one rejected draft's K/V in the cache.
-    if (fault_on(Fault::spec_reject_off_by_one) && op.m < k - 1) to = keep + 1;
-    truncate_cache(*slot.cache, to);
-    r.history.resize(static_cast<std::size_t>(keep));
-    r.pending = checked_decode(s, chosen[op.m], chooser);
-}
-
-void Simulator::retire(int s) {
-    Slot& slot = slots_[s];
-    slot.request.reset();
-    if (!config_.retire_keeps_cache) slot.cache.reset();
-    // The session stays with the slot: its plan is held into the next request.
-}
-
-void Simulator::clear(int s) {
-    Slot& slot = slots_[s];
-    slot.cache->cache.clear();
-    record_replaced_storage(*slot.cache);
-    Request& r = *slot.request;
-    const std::vector<int> history = std::move(r.history);
-    const int pending = r.pending;
-    r.history.clear();
-    Rng chooser(0);
-    for (int t : history) checked_decode(s, t, chooser);
-    r.pending = pending;
-}
-
-namespace {
-
-constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
-
-// A swapped-in layer as a real server restores it: the valid rows [0, rows)
-// of `from`, and nothing meaningful after them. The rows past the end are
-// NaN, so a plan that fails to write a row here leaves a NaN that the KV
-// content oracle cannot mistake for the right row (a plain copy would keep
-// rows a truncate left behind, identical to what the next decode writes).
-KvLayer swapped_in_copy(KvStorage& from, int rows) {
-    if (from.device()) from.device()->download(from, 0, rows);  // the device copy is current
-    auto out = std::make_shared<KvStorage>(from.max_seq_len(), from.kv_dim(), from.dtype());
-    for (int pos = 0; pos < from.max_seq_len(); ++pos) {
-        const bool valid = pos < rows;
-        for (int i = 0; i < from.kv_dim(); ++i) {
-            out->key_row(pos)[i] = valid ? from.key_row(pos)[i] : kPoison;
-            out->value_row(pos)[i] = valid ? from.value_row(pos)[i] : kPoison;
+void Simulator::requeue_all(SeqOp op) {
+    for (int s = 0; s < config_.seqs; ++s)
+        if (auto& r = requests_[std::size_t(s)]) {
+            requeue_from(*r, 0);
+            ledger_after(op, s);
         }
-    }
-    return out;
 }
 
-}  // namespace
-
-// Rows [n, cached_len) of the ledger's storage are dead after truncate_to(n):
-// the contract lets no plan read them before it writes them again. The
-// harness fills them with NaN (as ASan poisons freed memory), so that a
-// decode that fails to write its row cannot pass for one that wrote the same
-// bytes a truncated-away decode left there. Invariant: every row at or past
-// cached_len is zero (fresh) or NaN.
-void Simulator::truncate_cache(TrackedCache& c, int n) {
-    const int from = n, to = c.cache.cached_len();
-    c.cache.truncate_to(n);
-    if (from >= to) return;
-    for (const KvLayer& layer : c.ledger.storage) {
-        for (int pos = from; pos < to; ++pos) {
-            std::fill_n(layer->key_row(pos), layer->kv_dim(), kPoison);
-            std::fill_n(layer->value_row(pos), layer->kv_dim(), kPoison);
-        }
-        if (layer->device()) layer->device()->upload(*layer, from, to - from);
-    }
-}
-
-void Simulator::set_layer(const Op& op, int s) {
-    TrackedCache& c = *slots_[s].cache;
-    const int l = op.layer % config_.model.n_layers;
-    KvLayer copy = swapped_in_copy(*c.ledger.storage[static_cast<std::size_t>(l)], c.cache.cached_len());
-    if (const auto violation = ledger_.accept({copy})) fail(Verdict::engine_error, Oracle::ledger, *violation);
-    std::vector<KvLayer> expected = c.ledger.storage;
-    expected[static_cast<std::size_t>(l)] = copy;
-    c.cache.set_layer(l, std::move(copy));
-    // The cache must now report exactly the ledger's storage: the new layer
-    // at l, every other layer untouched.
-    for (int i = 0; i < c.cache.n_layers(); ++i)
-        if (c.cache.layer(i) != expected[static_cast<std::size_t>(i)])
-            fail(Verdict::engine_error, Oracle::ledger,
-                 cat("after set_layer(", l, ") the cache reports storage serial ", c.cache.layer(i)->serial().get(),
-                     " in layer ", i, " where the ledger holds ", expected[static_cast<std::size_t>(i)]->serial().get()));
-    c.generation = ++cache_generations_;
-    c.ledger.storage = std::move(expected);
-}
-
-void Simulator::truncate(const Op& op, int s) {
-    Slot& slot = slots_[s];
-    Request& r = *slot.request;
-    const std::size_t n = op.length % (r.history.size() + 1);
-    if (n < r.history.size()) r.pending = r.history[n];
+void Simulator::requeue_from(Request& r, std::size_t n) {
+    if (n < r.history.size()) r.decoding = false;  // the queue now starts with tokens fed before
+    r.queue.insert(r.queue.begin(), r.history.begin() + long(n), r.history.end());
     r.history.resize(n);
-    truncate_cache(*slot.cache, static_cast<int>(n));
 }
 
+void Simulator::rewrite_requeued(const Op& op, Request& r, std::size_t n) const {
+    if (!op.rewrite) return;
+    Rng rng(op.seed);
+    const auto vocab = std::uint64_t(config_.model.vocab);
+    for (std::size_t i = 0; i < n && i < r.queue.size() && vocab > 1; ++i)
+        r.queue[i] = int((std::uint64_t(r.queue[i]) + 1 + rng.below(vocab - 1)) % vocab);
+}
+
+void Simulator::truncate(const Op& op, int seq, int n) {
+    engine_->truncate(seq, n);
+    if (blocks_) blocks_->truncate(seq, n);
+    if (rule_) rule_->on_truncate(seq, n);
+    Request& r = *requests_[std::size_t(seq)];
+    poison(seq, n, int(r.history.size()) + 1);  // +1: a row the spec_reject fault may have kept
+    const std::size_t dropped = r.history.size() - std::size_t(n);
+    requeue_from(r, std::size_t(n));
+    rewrite_requeued(op, r, dropped);
+    ledger_after(SeqOp::truncate, seq);
+}
+
+void Simulator::preempt(const Op& op, int seq) {
+    engine_->clear(seq);
+    if (blocks_) blocks_->clear(seq);
+    if (rule_) rule_->on_clear(seq);
+    Request& r = *requests_[std::size_t(seq)];
+    const std::size_t dropped = r.history.size();
+    requeue_from(r, 0);
+    rewrite_requeued(op, r, dropped);
+    ledger_after(SeqOp::clear, seq);
+}
+
+// A free sequence, or with onto_open (or none free) another open one,
+// whose positions the copy replaces.
+int Simulator::fork_destination(const Op& op, int src) const {
+    std::vector<int> open;
+    for (int s = 0; s < config_.seqs; ++s)
+        if (s != src && requests_[std::size_t(s)]) open.push_back(s);
+    const std::vector<int> free = free_seqs();
+    const std::vector<int>& to = (op.onto_open && !open.empty()) || free.empty() ? open : free;
+    return to[op.pick2 % to.size()];
+}
+
+void Simulator::fork(int src, int dst) {
+    if (!requests_[std::size_t(dst)]) {
+        engine_->open(dst);
+        if (rule_) rule_->on_open(dst);
+    }
+    engine_->copy(src, dst);
+    if (blocks_) blocks_->fork(src, dst);
+    if (rule_) rule_->on_copy(src, dst);
+    requests_[std::size_t(dst)] = requests_[std::size_t(src)];
+    ledger_after(SeqOp::copy_into, dst);
+    ++stats_.requests;
+}
+
+void Simulator::retire(int seq) {
+    engine_->close(seq);
+    if (blocks_) blocks_->close(seq);
+    if (rule_) rule_->on_close(seq);
+    ledger_[std::size_t(seq)].kept_capacity = requests_[std::size_t(seq)]->capacity;  // the slot keeps its storage
+    requests_[std::size_t(seq)].reset();
+}
+
+// White box: the request and its storage move to a free slot, whose held
+// plan was built on other storage (or none); the ledger moves with them.
+void Simulator::migrate(const Op& op, int from) {
+    const std::vector<int> free = free_seqs();
+    const int to = free[op.pick2 % free.size()];
+    white_box_->migrate(from, to);
+    if (rule_) rule_->on_migrate(from, to);
+    requests_[std::size_t(to)] = std::move(requests_[std::size_t(from)]);
+    requests_[std::size_t(from)].reset();
+    ledger_[std::size_t(to)] = std::move(ledger_[std::size_t(from)]);
+    ledger_[std::size_t(from)] = SlotLedger{};
+    ledger_after(SeqOp::migrate, to);
+}
+
+void Simulator::poison(int seq, int from, int to) {
+    if (!white_box_) return;
+    for (const KvLayer& layer : ledger_[std::size_t(seq)].pinned) {
+        const int end = std::min(to, layer->max_seq_len());
+        if (from >= end) continue;
+        for (int pos = from; pos < end; ++pos) {
+            std::fill_n(layer->key_row(pos), layer->kv_dim(), std::numeric_limits<float>::quiet_NaN());
+            std::fill_n(layer->value_row(pos), layer->kv_dim(), std::numeric_limits<float>::quiet_NaN());
+        }
+        if (layer->device()) layer->device()->upload(*layer, from, end - from);
+    }
+}
+
+void Simulator::truncate_rejected(int seq, int n) {
+    const int kept = spec_reject_fault_ ? n + 1 : n;  // the scheduler's fault keeps one rejected row
+    engine_->truncate(seq, kept);
+    if (blocks_) blocks_->truncate(seq, kept);
+    if (rule_) rule_->on_truncate(seq, kept);
+    poison(seq, kept, requests_[std::size_t(seq)]->capacity);
+}
+
+void Simulator::clear_all() {
+    engine_->clear_all();
+    if (blocks_) blocks_->clear_all();
+    if (rule_) rule_->on_clear_all();
+    requeue_all(SeqOp::clear);
+}
+
+// The reference takes the same weights the engine is given; every sequence
+// starts over (the ABI's reload empties them).
 void Simulator::reload(const Op& op) {
-    // Destroy first, so the recycling resource hands the new model the old address.
-    model_.reset();
     const std::uint64_t seed = op.same_weights ? weights_seed_ : op.seed;
-    if (seed != weights_seed_) ++weights_generation_;
+    Model next = Model::random(config_.model, seed);
+    engine_->reload(next);
+    model_ = std::move(next);
+    weights_generation_ += seed != weights_seed_;
     weights_seed_ = seed;
-    model_.emplace(Model::random(config_.model, weights_seed_, &pool_));
     ++model_generation_;
+    if (blocks_) blocks_->clear_all();
+    if (rule_) rule_->on_reload();
+    requeue_all(SeqOp::reload);
 }
 
-void Simulator::migrate(int from, int to) {
-    Slot& src = slots_[from];
-    Slot& dst = slots_[to];
-    dst.cache = std::move(src.cache);
-    dst.request = std::move(src.request);
-    src.cache.reset();
-    src.request.reset();
+void Simulator::swap_layer(int seq, int layer) {
+    engine_->swap_layer(seq, layer);
+    if (rule_) rule_->on_swap_layer(seq, layer);
+    ledger_after(SeqOp::swap_layer, seq, layer);
+}
+
+void Simulator::reset() {
+    engine_->pool_op(KVWELD_POOL_RESET);
+    if (blocks_) blocks_->reset();
+    if (rule_) rule_->on_pool_op(KVWELD_POOL_RESET);
+    requeue_all(SeqOp::clear);
+}
+
+void Simulator::pool_op(OpKind kind) {
+    const int op = kind == OpKind::grow ? KVWELD_POOL_GROW : KVWELD_POOL_COMPACT;
+    engine_->pool_op(op);
+    if (blocks_ && op == KVWELD_POOL_GROW) blocks_->grow();
+    if (rule_) rule_->on_pool_op(op);
+}
+
+// One batched step: each sequence asked for tokens feeds a prefill chunk
+// or its pending token and drafts; after the call, rejected drafts are
+// truncated away and each sequence whose queue ran out gets its next token.
+bool Simulator::step(const Op& op) {
+    Rng rng(op.seed);
+    std::vector<Pair> pairs;
+    struct Part {
+        int seq;
+        std::size_t first, count;
+        int accepted;  // drafts kept (decoding) or -1 (prefill)
+    };
+    std::vector<Part> parts;
+    for (int s = 0; s < config_.seqs && s < int(op.wants.size()); ++s) {
+        auto& r = requests_[std::size_t(s)];
+        const int room = r ? r->capacity - int(r->history.size()) : 0;
+        const int budget = kMaxCallTokens - int(pairs.size());
+        int k = std::min({op.wants[std::size_t(s)], config_.max_chunk, room, budget});
+        if (!r || r->done() || k <= 0) continue;
+        Part part{s, pairs.size(), 0, -1};
+        const int pos = int(r->history.size());
+        if (r->decoding) {
+            std::vector<int> fed{r->queue.front()};
+            for (int d = 1; d < k; ++d) fed.push_back(int(rng.below(std::uint64_t(config_.model.vocab))));
+            part.accepted = 0;
+            while (part.accepted < k - 1 && rng.chance(config_.accept_mean)) ++part.accepted;
+            for (int i = 0; i < k; ++i) pairs.push_back({s, fed[std::size_t(i)], pos + i});
+            stats_.drafts += std::uint64_t(k - 1);
+            stats_.rejected += std::uint64_t(k - 1 - part.accepted);
+        } else {
+            k = std::min(k, int(r->queue.size()));
+            for (int i = 0; i < k; ++i) pairs.push_back({s, r->queue[std::size_t(i)], pos + i});
+        }
+        part.count = std::size_t(k);
+        parts.push_back(part);
+    }
+    if (pairs.empty()) return false;
+    const std::vector<std::vector<float>> want = checked_decode(pairs);
+    for (const Part& part : parts) {
+        Request& r = *requests_[std::size_t(part.seq)];
+        const std::size_t kept = part.accepted < 0 ? part.count : std::size_t(1 + part.accepted);
+        for (std::size_t i = 0; i < kept; ++i) r.history.push_back(pairs[part.first + i].token);
+        r.queue.erase(r.queue.begin(), r.queue.begin() + long(std::min(r.queue.size(), part.accepted < 0 ? part.count : 1)));
+        if (kept < part.count) truncate_rejected(part.seq, int(r.history.size()));  // rewind to what was accepted
+        r.generated += part.accepted > 0 ? part.accepted : 0;
+        if (!r.queue.empty()) continue;
+        r.decoding = false;
+        if (r.generated >= r.max_new || int(r.history.size()) >= r.capacity) continue;  // done
+        r.queue.push_back(choose_token(want[part.first + kept - 1], config_.sampled, rng));
+        r.decoding = true;
+        ++r.generated;
+    }
+    return true;
+}
+
+std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair>& pairs) {
+    std::vector<std::int32_t> seqs, tokens;
+    for (const Pair& p : pairs) {
+        seqs.push_back(p.seq);
+        tokens.push_back(p.token);
+    }
+    const auto before = read_counters();
+    // White box: what a plan that missed a change would leave unseen,
+    // measured before the decode (each sequence's first row in the call).
+    std::vector<std::pair<std::size_t, Blindness>> blind;
+    if (white_box_ && oracles_.data)
+        for (std::size_t i = 0; i < pairs.size(); ++i)
+            if (i == 0 || std::none_of(pairs.begin(), pairs.begin() + long(i), [&](const Pair& p) { return p.seq == pairs[i].seq; }))
+                blind.emplace_back(i, blindness_before(pairs[i].seq, pairs[i].pos));
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<float> got = engine_->decode(seqs, tokens);
+    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (blocks_)
+        for (int s : seqs) blocks_->append(s);
+    ++stats_.calls;
+    stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
+    // Oracles one file each (oracle_*.cpp): data, then weld and kv, then the
+    // blocks, then accounting.
+    std::vector<std::vector<float>> want = check_data(pairs, got);
+    for (const auto& [i, b] : blind) count_blindness(b, pairs[i].seq, pairs[i].pos);
+    if (white_box_)
+        for (const auto& [i, b] : blind) pin_plan(pairs[i].seq);
+    check_weld(pairs);
+    check_kv(pairs);
+    check_blocks(true);
+    check_accounting(pairs, before);
+    return want;
 }
 
 }  // namespace kvweld::sim

@@ -1,140 +1,246 @@
-// The simulated server: a pool of slots, each holding a KvCache and a
-// DecodeSession, driven one op at a time. Every decode passes through the
-// oracles (data, kv content, weld, accounting); the first violation stops
-// the run. What each oracle trusts is said in oracles.cpp.
+// The serving simulator: drives any engine through the engine interface
+// (engines/plugin_host.hpp, the plugin ABI) the way a server does: requests
+// are admitted to sequences, prefilled in chunks and decoded with
+// speculative drafts in batched steps (continuous batching), rewound,
+// preempted, forked and retired. Every row of logits the engine returns is
+// checked against kvweld's reference forward over that sequence's own
+// history (the data oracle), and every call's plan counters against the
+// engine's reuse rule (the accounting oracle, engines/reuse_rule.hpp).
+// The next token is chosen from the reference's logits, so what is fed
+// never depends on what the engine says.
 #pragma once
 
-#include "engine/decode_session.hpp"
+#include "engine/model.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
-#include "sim/ledger.hpp"
-#include "sim/ops.hpp"
+#include "engines/engine.hpp"
+#include "engines/kvweld/block_model.hpp"
+#include "engines/reuse_rule.hpp"
 #include "sim/sim_config.hpp"
-#include "sim/stats.hpp"
+#include "sim/ops.hpp"
 #include "sim/verdict.hpp"
 
-#include "engine/recycling_resource.hpp"
-
+#include <map>
+#include <set>
 #include <memory>
 #include <optional>
-#include <set>
+#include <string>
 #include <vector>
 
 namespace kvweld::sim {
 
-struct OracleSwitches {
-    bool data = true;
-    bool kv = true;
-    bool weld = true;
-    bool accounting = true;
-    static OracleSwitches none() { return {false, false, false, false}; }
+struct RunStats {
+    std::uint64_t ops_run = 0;
+    std::uint64_t ops_skipped = 0;  // precondition did not hold (replay of shrunk traces)
+    std::uint64_t requests = 0;
+    std::uint64_t calls = 0;        // engine decode calls
+    std::uint64_t rows = 0;         // rows of logits checked (one per token fed)
+    std::uint64_t batched_calls = 0;  // calls carrying more than one sequence
+    std::uint64_t drafts = 0, rejected = 0;
+    std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
+    // accounting, over the calls the rule judged
+    std::uint64_t plans = 0;       // plans the rule says the calls ran
+    std::uint64_t reused = 0;      // reuses the engine counted
+    std::uint64_t must_reuse = 0;  // reuses the rule required
+    std::uint64_t must_reuse_shared = 0;  // of them, of a plan serving several sequences
+    std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
+    std::uint64_t builds = 0, rebinds = 0;  // what the engine counted besides reuses
+    // White box, the blind spots: decodes right after a storage or model
+    // change (the plan was prepared before it) where a plan that missed the
+    // change would give the very same logits (data_blind), and also leave
+    // the right K/V rows in the storage the sequence holds (independent_blind:
+    // no oracle that reads data could see it). Of those, how many follow a
+    // reload of identical weights with the storage untouched, where a missed
+    // plan is exactly right and only the accounting oracle can call it missed.
+    std::uint64_t change_decodes = 0, data_blind = 0, independent_blind = 0, blind_same_weights_reload = 0;
+    double max_logit_error = 0.0;
+    double max_kv_error = 0.0;
+
+    double reuse_ratio() const { return plans ? double(reused) / double(plans) : 0.0; }
+    double ideal_ratio() const { return plans ? double(must_reuse) / double(plans) : 0.0; }
+    void add(const RunStats& o);
 };
 
-// A cache plus what the simulator's own op log says about it: its storage
-// generation (the simulator's counter, never the engine's KvAllocId) and
-// the storage the ledger (sim/ledger.hpp) says it holds.
-struct TrackedCache {
-    KvCache cache;
-    std::uint64_t generation = 0;
-    LedgerEntry ledger;
+// Which oracles ran, and why the others could not.
+struct OracleReport {
+    bool data = true;
+    bool accounting = false, weld = false, kv = false, blocks = false;
+    bool plan_identity = false;  // part of accounting: counted builds against the plan serial
+    // An engine in process (engines/white_box.hpp): pinned storage (kv reads
+    // it, dead rows poisoned), blindness counts, capacities, migrate.
+    bool white_box = false;
+    std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not, data_why_not,
+        white_box_why_not;
+    void all_off(const std::string& why);  // an unchecked run
+    std::string describe() const;
 };
 
 struct Request {
-    std::vector<int> history;  // tokens whose K/V the cache holds
-    int pending = 0;           // the next token to feed
-    float accept = 0.0f;
-    std::size_t max_len = 0;   // history length at which the output budget is spent
-    std::unique_ptr<ReferenceKv> shadow;  // the data oracle's KV, from history alone
+    explicit Request(const ModelConfig& model) : shadow(model) {}
+    int capacity = 0;          // positions its sequence holds (n_ctx, or a smaller capacity: white box)
+    std::vector<int> history;  // tokens whose K/V the engine holds for this sequence
+    std::vector<int> queue;    // tokens to feed next: a prompt's rest, or the pending token
+    bool decoding = false;     // queue holds one freshly chosen token: drafts may follow it
+    int generated = 0;
+    int max_new = 0;
+    ReferenceKv shadow;        // the data oracle's KV, from history alone
+    bool done() const { return queue.empty(); }
 };
 
-// The simulator's model of a slot's held plan: what it was last built or
-// rebound against, in the simulator's own terms.
-struct PlanModel {
+// The ledger's entry for one sequence slot: the storage the simulator
+// accepted it holds (kept across requests: a slot may keep its storage).
+struct SlotLedger {
+    std::vector<std::uint64_t> serials;  // per layer (empty: none accepted yet)
+    std::vector<KvLayer> pinned;         // white box: the storage objects themselves
+    int kept_capacity = 0;               // white box: the storage the slot kept when its request left (0: none)
+};
+
+// White box: what a slot's held plan was last prepared against, in the
+// simulator's own terms (for the blindness counts).
+struct PlanPins {
     bool exists = false;
-    std::uint64_t model_generation = 0;
-    std::uint64_t weights_generation = 0;
-    std::uint64_t cache_generation = 0;
-    int capacity = 0;              // the cache's max_seq_len: a rebind cannot change it
-    std::vector<KvLayer> storage;  // pinned, to measure what a stale plan would read
+    std::uint64_t model_generation = 0, weights_generation = 0;
+    std::vector<KvLayer> storage;  // pinned: what a stale plan would read
 };
 
-struct Slot {
-    std::optional<TrackedCache> cache;
-    std::optional<Request> request;
-    DecodeSession session;
-    PlanModel plan;
+// Per batch shape ("4x1": four sequences, one token each; "2x1-5": two,
+// one to five tokens), what the rule required and what the engine did.
+struct ShapeStats {
+    std::uint64_t calls = 0, plans = 0, must_reuse = 0, may_reuse = 0, reused = 0;
 };
 
 class Simulator {
 public:
-    explicit Simulator(const SimConfig& config, OracleSwitches oracles = {});
+    // Creates the engine (throws Error if it cannot: a broken plugin, a bad
+    // setting). Unchecked (--no-oracles): no reference and no oracle, the
+    // next token chosen from the engine's own logits, to measure what the
+    // checks cost.
+    explicit Simulator(const SimConfig& config, bool checked = true);
 
-    // Runs one op. Returns false when an op fails (see failure()); an op
-    // whose precondition does not hold is skipped and counted.
-    bool apply(const Op& op, std::size_t op_index);
+    bool apply(const Op& op, std::size_t op_index);  // false: the run failed (see failure())
 
-    // Slots an op of this kind may act on now (generation and execution use
-    // the same rule). `room` is the decode positions it needs.
-    std::vector<int> eligible(OpKind kind, int room = 1) const;
-    std::vector<int> free_slots() const;
-    const Slot& slot(int i) const { return slots_[static_cast<std::size_t>(i)]; }
+    // Sequences an op of this kind may act on now (the generator and the
+    // replay use the same rule).
+    std::vector<int> eligible(OpKind kind) const;
+    std::vector<int> free_seqs() const;
 
     const SimConfig& config() const { return config_; }
     const RunStats& stats() const { return stats_; }
-    const std::optional<Failure>& failure() const { return failure_; }
+    const OracleReport& oracles() const { return oracles_; }
     Verdict verdict() const { return verdict_; }
+    const std::optional<Failure>& failure() const { return failure_; }
+    std::string engine_name() const { return engine_->name(); }
+    const std::optional<Request>& request(int seq) const { return requests_[std::size_t(seq)]; }
+    // Measured, so never part of a report that must replay byte for byte.
+    double decode_seconds() const { return decode_seconds_; }
+    const std::map<std::string, ShapeStats>& shapes() const { return shapes_; }
+    // Paged engines with a block model: the pool the op log implies (nullptr otherwise).
+    const BlockModel* block_model() const { return blocks_ ? &*blocks_ : nullptr; }
 
 private:
-    // ops
-    void admit(const Op& op, int s);
-    void decode_op(const Op& op, int s);
-    void spec(const Op& op, int s);
-    void retire(int s);
-    void clear(int s);
-    void set_layer(const Op& op, int s);
-    void truncate(const Op& op, int s);
+    struct Pair {
+        int seq;
+        int token;
+        int pos;
+    };
+    void admit(const Op& op, int seq);
+    bool step(const Op& op);  // false: no sequence could feed a token
+    void truncate(const Op& op, int seq, int n);
+    void preempt(const Op& op, int seq);
+    void fork(int src, int dst);
+    int fork_destination(const Op& op, int src) const;
+    void reset();
+    // The invalid calls (one table, serve_invalid.cpp): each must be refused
+    // with an error naming the bad value, and must change nothing.
+    void invalid(const Op& op, int seq);
+    void retire(int seq);
+    void clear_all();
     void reload(const Op& op);
-    void migrate(int from, int to);
-    void prefill(int s, const std::vector<int>& tokens, Rng& chooser);
+    void swap_layer(int seq, int layer);
+    void pool_op(OpKind kind);
+    void migrate(const Op& op, int from);
+    // White box: rows [from, to) of the sequence's pinned storage are dead
+    // (truncated away): NaN, as ASan poisons freed memory, so that a decode
+    // that fails to write its row cannot pass for one that wrote the bytes a
+    // truncated-away decode left there.
+    void poison(int seq, int from, int to);
+    // The engine's truncate after a step's rejected drafts (the scheduler's
+    // spec_reject_off_by_one fault keeps one rejected row).
+    void truncate_rejected(int seq, int n);
 
-    // One checked decode: feeds `token` to slot s and runs every oracle.
-    // Returns the chosen next token; throws Stop on a violation.
-    int checked_decode(int s, int token, Rng& chooser);
-    void check_data(int s, int token, std::span<const float> logits, std::span<const float> want);
-    void check_kv(int s, int pos);
-    void check_weld(int s);
-    void check_plan_identity(int s, const SessionCounters& before, PlanSerial before_serial);
-    void check_accounting(int s, const SessionCounters& before, bool justified_build,
-                          bool justified_rebind);
-    void check_invariants(int s) const;
-    bool storage_indistinguishable(const Slot& slot, int pos) const;
-    struct Blindness;
-    Blindness blindness_before(const Slot& slot, int pos, bool model_changed, bool cache_changed) const;
-    void count_blindness(const Blindness& b, const Request& r, int pos);
-    void update_plan_model(Slot& slot);
-    int choose(std::span<const float> logits, Rng& chooser) const;
-    void fail(Verdict v, Oracle o, std::string detail);
-    TrackedCache new_cache(int capacity);
-    void record_replaced_storage(TrackedCache& c);
-    void truncate_cache(TrackedCache& c, int n);  // truncate_to(n), dead rows poisoned
-    int capacity_for(const Op& op) const;
+    // White box: the blindness counts (blindness.cpp). What a plan that
+    // missed this change would leave unseen, measured before the decode and
+    // judged once the reference has computed the right rows.
+    struct Blindness {
+        bool change = false;      // the model or the storage changed since the plan was prepared
+        bool data_blind = false;  // a stale plan would read exactly what the live storage holds
+        bool same_weights = false;
+        bool storage_changed = false;
+        // Per layer whose storage a stale plan would miss: what the live
+        // storage holds at the decoded position before the decode.
+        std::vector<int> layers;
+        std::vector<std::vector<float>> key_before, value_before;
+    };
+    Blindness blindness_before(int seq, int pos) const;
+    void count_blindness(const Blindness& b, int seq, int pos);
+    void pin_plan(int seq);
+
+    // The oracles, one file each (oracle_*.cpp). Data: the rows against the
+    // reference (returns the rows the next tokens are chosen from). The
+    // ledger and weld, for engines that report storage; kv, for engines
+    // that read back KV rows; the block ledger and pool weld, for paged
+    // engines with a block model (`decoded`: right after a decode call).
+    std::vector<std::vector<float>> check_data(const std::vector<Pair>& pairs, const std::vector<float>& got);
+    void ledger_after(SeqOp op, int seq, std::optional<int> layer = std::nullopt);
+    void pin(int seq, const std::vector<std::uint64_t>& serials);
+    void check_weld(const std::vector<Pair>& pairs);
+    void check_kv(const std::vector<Pair>& pairs);
+    // One K/V row: read back through the engine, or white box, from the pinned storage.
+    void read_row(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const;
+    void check_blocks(bool decoded);
+    void requeue_from(Request& r, std::size_t n);  // history[n:] goes back to the queue
+    void requeue_all(SeqOp op);                         // every sequence emptied by `op` re-prefills
+    // op.rewrite: the first `n` queued tokens (the ones fed again) each become another token.
+    void rewrite_requeued(const Op& op, Request& r, std::size_t n) const;
+
+    // One engine call, every row checked; returns the reference's logits per pair.
+    std::vector<std::vector<float>> checked_decode(const std::vector<Pair>& pairs);
+    void check_accounting(const std::vector<Pair>& pairs, const std::optional<kvweld_engine_counters>& before);
+    // The engine's counters (nullopt without a rule), checked against the
+    // last read: they never go down, across every op, reloads included.
+    std::optional<kvweld_engine_counters> read_counters();
+    // The plan identity (KVWELD_CAP_PLAN_SERIAL): after a call, each plan
+    // serial first seen on one of its sequences needs a build the call
+    // counted, and a call that counts builds must show a new serial.
+    void check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds);
+    void record(Verdict v, Oracle o, std::string detail);
+    void fail(Verdict v, Oracle o, std::string detail);  // record, then end the op (throws Stop)
 
     SimConfig config_;
-    OracleSwitches oracles_;
-    RecyclingResource pool_;  // recycles weight addresses on purpose
-    StorageLedger ledger_;
-    std::set<PlanSerial> plan_serials_;  // every plan identity this run has seen
-    std::optional<Model> model_;
-    std::uint64_t model_generation_ = 1;
-    std::uint64_t weights_generation_ = 1;
-    std::uint64_t weights_seed_ = 0;
-    std::uint64_t cache_generations_ = 0;
-    std::vector<Slot> slots_;
+    Model model_;
+    std::uint64_t weights_seed_;
+    std::unique_ptr<Engine> engine_;
+    std::unique_ptr<ReuseRule> rule_;
+    OracleReport oracles_;
+    std::vector<std::optional<Request>> requests_;  // per sequence id
+    std::set<std::uint64_t> seen_serials_;               // every storage serial accepted this run
+    std::optional<kvweld_engine_counters> last_counters_;  // the last counters read
+    std::set<std::uint64_t> plan_serials_;               // every plan serial seen this run
+    WhiteBox* white_box_ = nullptr;                      // an engine in process: its white-box capabilities
+    bool spec_reject_fault_ = false;                     // the scheduler's fault switch (white box)
+    std::vector<SlotLedger> ledger_;                     // per sequence slot
+    std::vector<PlanPins> plans_;                        // white box: per sequence slot
+    std::uint64_t model_generation_ = 1, weights_generation_ = 1;
+    std::optional<BlockModel> blocks_;                   // paged engines: the block ownership the op log implies
+    std::uint64_t pool_storage_ = 0;                     // the pool storage the simulator accepted
+    int pool_replacements_ = 0;                          // the block model's storage replacements it was accepted at
     RunStats stats_;
+    std::map<std::string, ShapeStats> shapes_;
+    double decode_seconds_ = 0.0;
     Verdict verdict_ = Verdict::pass;
     std::optional<Failure> failure_;
     std::size_t op_index_ = 0;
-    OpKind op_kind_ = OpKind::decode;
+    OpKind op_kind_ = OpKind::step;
 };
 
 }  // namespace kvweld::sim

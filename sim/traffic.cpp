@@ -1,127 +1,162 @@
 #include "sim/traffic.hpp"
 
-#include "engine/faults.hpp"
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
 #include "sim/distributions.hpp"
+#include "sim/report.hpp"
+#include "engines/registry.hpp"
+
+#include <chrono>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 
 namespace kvweld::sim {
 
-std::vector<Policy> study_policies() {
-    return {{"fresh+rebuild", CachePolicy::fresh, RebindPolicy::rebuild},
-            {"fresh+rebind", CachePolicy::fresh, RebindPolicy::rebind},
-            {"recycle", CachePolicy::recycle, RebindPolicy::rebind}};
-}
-
 namespace {
 
-SimConfig traffic_config(const TrafficParams& t, const Policy& policy) {
-    SimConfig c = draw_config(t.seed, {.model = t.model, .backend = Backend::cpu, .faults = {}});
-    c.slots = t.slots;
-    c.cache_policy = policy.cache;
-    c.rebind_policy = policy.on_change;
-    c.retire_keeps_cache = true;
+SimConfig traffic_serve_config(const TrafficParams& t, const EngineChoice& engine, int chunk) {
+    SimConfig c = draw_config(t.seed, engine, t.model, engine_capabilities(engine.engine));
+    c.seqs = t.slots;
+    c.n_ctx = std::min(c.model.max_seq_len, kMaxDrawnCtx);
+    c.max_chunk = std::max(chunk, t.spec_k);
     c.sampled = false;
-    c.spec_k = t.spec_k;
-    c.capacities = {c.model.max_seq_len};  // one capacity: the study measures policies, not sizes
+    c.accept_mean = float(t.accept);
     for (int& w : c.weights) w = 1;  // informational only: the traffic decides the ops
+    c.capacities.clear();            // every sequence n_ctx positions
     return c;
 }
 
-// Drives one Simulator tick by tick. Every random draw comes from the
-// traffic's own PRNG in a fixed order, so each policy sees the same traffic.
-class TrafficRun {
+// Drives one Simulator tick by tick. Every draw comes from the
+// traffic's own PRNG in a fixed order, so every engine and setting sees
+// the same traffic.
+class EngineTraffic {
 public:
-    TrafficRun(const TrafficParams& t, const Policy& policy)
-        : t_(t), policy_(policy), config_(traffic_config(t, policy)), sim_(config_), rng_(t.seed) {}
+    EngineTraffic(const TrafficParams& t, const EngineChoice& engine, int chunk)
+        : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {}
 
-    RunResult run() {
+    EngineTrafficResult run() {
+        const BlockModel* blocks = sim_.block_model();
+        if (blocks) pool_ = {true, blocks->block_size(), blocks->n_blocks(), 0, 0, 0.0, 0, 0, 0};
         for (int tick = 0; tick < t_.ticks && !failed_; ++tick) step_tick();
-        return RunResult{config_, static_cast<int>(ops_.size()), OracleSwitches{}, ops_, sim_.stats(), sim_.verdict(), sim_.failure()};
+        if (blocks) {
+            pool_.end_blocks = blocks->n_blocks();
+            pool_.grows = blocks->grows();
+            pool_.utilisation = steps_ ? utilisation_ / double(steps_) : 0.0;
+        }
+        const RunResult r{sim_.config(), int(ops_.size()), ops_, sim_.stats(), sim_.oracles(), sim_.verdict(),
+                            sim_.failure()};
+        return {r, sim_.decode_seconds(), sim_.shapes(), pool_};
     }
 
 private:
     void step_tick() {
         const int arrivals = poisson(rng_, t_.arrival_rate);
-        for (int i = 0; i < arrivals; ++i) queue_.push_back(draw_request());
+        for (int i = 0; i < arrivals; ++i) waiting_.push_back(draw_request());
         if (rng_.chance(t_.reload_rate)) {
-            Op op;
-            op.kind = OpKind::reload;
-            op.same_weights = !rng_.chance(t_.reload_new_weights);
-            op.seed = rng_.next();
-            apply(op);
+            Op reload = make_op(OpKind::reload);
+            reload.same_weights = !rng_.chance(t_.reload_new_weights);
+            reload.seed = rng_.next();
+            if (!sim_.eligible(OpKind::reload).empty()) apply(reload);  // drawn either way: the same traffic
         }
-        // Per slot, in slot order: admit, then one decode step or an event.
-        for (int s = 0; s < config_.slots && !failed_; ++s) step_slot(s);
+        for (int s = 0; s < sim_.config().seqs && !failed_; ++s) {
+            // Drawn whatever happens, so every engine sees the same traffic.
+            const bool preempt = rng_.chance(t_.preempt_rate);
+            const bool offload = rng_.chance(t_.offload_rate);
+            const int layer = int(rng_.below(std::uint64_t(sim_.config().model.n_layers)));
+            const auto& r = sim_.request(s);
+            if (!r && !waiting_.empty() && !fits(waiting_.front().tokens.size())) {
+                ++pool_.waits;  // no blocks for its prompt yet: it waits
+            } else if (!r && !waiting_.empty()) {
+                Op admit = waiting_.front();
+                waiting_.erase(waiting_.begin());
+                admit.pick = pick_of(OpKind::admit, s);
+                apply(admit);
+                admitted_[s] = ++admissions_;
+            } else if (r && r->done()) {
+                apply(make_op(OpKind::retire, pick_of(OpKind::retire, s)));
+            } else if (r && preempt && !r->history.empty()) {
+                preempt_seq(s);
+            } else if (r && offload && !sim_.eligible(OpKind::swap_layer).empty()) {
+                Op swap = make_op(OpKind::swap_layer, pick_of(OpKind::swap_layer, s));
+                swap.layer = layer;
+                apply(swap);
+            }
+        }
+        Op step = make_op(OpKind::step);
+        step.seed = rng_.next();
+        make_room();
+        for (int s = 0; s < sim_.config().seqs; ++s) step.wants.push_back(wants(s));
+        if (!failed_) apply(step);
+        if (const BlockModel* b = sim_.block_model()) {
+            utilisation_ += double(b->in_use()) / double(b->n_blocks());
+            ++steps_;
+        }
+    }
+
+    int wants(int s) const {
+        const auto& r = sim_.request(s);
+        return !r || r->done() ? 0 : r->decoding ? t_.spec_k : chunk_;
+    }
+
+    // Blocks the next step takes for sequence s (the traffic never forks,
+    // so no block is shared and none is copied on write).
+    int blocks_needed(int s) const {
+        const auto& r = sim_.request(s);
+        const int b = sim_.block_model()->block_size(), len = int(r->history.size());
+        const int k = std::min({wants(s), int(r->queue.size()) + (r->decoding ? t_.spec_k - 1 : 0),
+                                sim_.config().n_ctx - len});
+        return (len + k + b - 1) / b - (len + b - 1) / b;
+    }
+
+    bool fits(std::size_t prompt) const {
+        const BlockModel* b = sim_.block_model();
+        if (!b) return true;
+        return int((prompt + std::size_t(b->block_size()) - 1) / std::size_t(b->block_size())) <=
+               b->n_blocks() - b->in_use();
+    }
+
+    // Preempts the most recently admitted requests until the step's blocks
+    // fit, keeping at least one running (a lone one that does not fit makes
+    // the engine grow its pool).
+    void make_room() {
+        const BlockModel* b = sim_.block_model();
+        if (!b) return;
+        for (;;) {
+            int need = 0, running = 0;
+            for (int s = 0; s < sim_.config().seqs; ++s)
+                if (wants(s) > 0) need += blocks_needed(s), ++running;
+            if (need <= b->n_blocks() - b->in_use() || running <= 1 || failed_) return;
+            int victim = -1;
+            for (int s = 0; s < sim_.config().seqs; ++s)
+                if (wants(s) > 0 && !sim_.request(s)->history.empty() && (victim < 0 || admitted_[s] > admitted_[victim]))
+                    victim = s;
+            if (victim < 0) return;
+            preempt_seq(victim);
+            ++pool_.pool_preemptions;
+        }
+    }
+
+    void preempt_seq(int s) {
+        apply(make_op(OpKind::preempt, pick_of(OpKind::preempt, s)));
+        ++pool_.preemptions;
     }
 
     Op draw_request() {
-        Op op;
-        op.kind = OpKind::admit;
-        const int capacity = config_.model.max_seq_len - t_.spec_k - 2;
-        const int prompt = std::min(capacity / 2, static_cast<int>(rng_.range(1, 2 * t_.prompt_mean - 1)));
-        op.tokens.resize(static_cast<std::size_t>(prompt));
-        for (int& tok : op.tokens) tok = static_cast<int>(rng_.below(config_.model.vocab));
+        const int n_ctx = sim_.config().n_ctx;
+        const int capacity = n_ctx - t_.spec_k - 2;
+        Op op = make_op(OpKind::admit);
+        const int prompt = std::min(capacity / 2, int(rng_.range(1, 2 * t_.prompt_mean - 1)));
+        op.tokens.resize(std::size_t(prompt));
+        for (int& tok : op.tokens) tok = int(rng_.below(std::uint64_t(sim_.config().model.vocab)));
         op.max_new = std::min(capacity - prompt, geometric(rng_, t_.output_mean));
-        op.accept = static_cast<float>(t_.accept);
-        op.seed = rng_.next();
+        op.recycle = t_.recycle;
         return op;
     }
 
-    void step_slot(int s) {
-        // Draw every event for this slot and tick up front, whatever happens.
-        const bool preempt = rng_.chance(t_.preempt_rate);
-        const bool offload = rng_.chance(t_.offload_rate);
-        const int layer = static_cast<int>(rng_.below(config_.model.n_layers));
-        std::vector<int> drafts(static_cast<std::size_t>(std::max(0, t_.spec_k - 1)));
-        for (int& d : drafts) d = static_cast<int>(rng_.below(config_.model.vocab));
-        int m = 0;
-        while (m < t_.spec_k - 1 && rng_.chance(t_.accept)) ++m;
-
-        const Slot& slot = sim_.slot(s);
-        if (!slot.request) {
-            if (queue_.empty()) return;
-            Op admit = queue_.front();
-            queue_.erase(queue_.begin());
-            admit.fresh = policy_.cache == CachePolicy::fresh;
-            admit.pick = pick_of(OpKind::admit, s, 1);
-            apply(admit);
-            return;
-        }
-        const Request& r = *slot.request;
-        if (r.history.size() >= r.max_len) return apply(slot_op(OpKind::retire, s, 1));
-        if (preempt) return apply(slot_op(OpKind::clear, s, 1));
-        if (offload) {
-            Op op = slot_op(OpKind::set_layer, s, 1);
-            op.layer = layer;
-            return apply(op);
-        }
-        const std::vector<int> spec_ok = sim_.eligible(OpKind::spec, t_.spec_k + 1);
-        if (t_.spec_k > 1 && std::find(spec_ok.begin(), spec_ok.end(), s) != spec_ok.end()) {
-            Op op = slot_op(OpKind::spec, s, t_.spec_k + 1);
-            op.tokens = drafts;
-            op.m = m;
-            return apply(op);
-        }
-        const std::vector<int> decode_ok = sim_.eligible(OpKind::decode, 1);
-        if (std::find(decode_ok.begin(), decode_ok.end(), s) != decode_ok.end())
-            return apply(slot_op(OpKind::decode, s, 1));
-        apply(slot_op(OpKind::retire, s, 1));  // no room left: the request ends
-    }
-
-    Op slot_op(OpKind kind, int s, int room) {
-        Op op;
-        op.kind = kind;
-        op.pick = pick_of(kind, s, room);
-        return op;
-    }
-
-    // The pick that makes the simulator choose slot s among the eligible.
-    std::uint32_t pick_of(OpKind kind, int s, int room) const {
-        const std::vector<int> slots = sim_.eligible(kind, room);
-        return static_cast<std::uint32_t>(std::find(slots.begin(), slots.end(), s) - slots.begin());
+    // The pick that makes the simulator choose sequence s among the eligible.
+    std::uint32_t pick_of(OpKind kind, int s) const {
+        const std::vector<int> seqs = sim_.eligible(kind);
+        return std::uint32_t(std::find(seqs.begin(), seqs.end(), s) - seqs.begin());
     }
 
     void apply(const Op& op) {
@@ -130,41 +165,73 @@ private:
     }
 
     TrafficParams t_;
-    Policy policy_;
-    SimConfig config_;
+    int chunk_;
     Simulator sim_;
     Rng rng_;
-    std::vector<Op> queue_;
+    std::vector<Op> waiting_;
     std::vector<Op> ops_;
     bool failed_ = false;
+    std::map<int, std::uint64_t> admitted_;  // sequence -> admission order (preempt the newest first)
+    std::uint64_t admissions_ = 0;
+    PoolStats pool_;
+    double utilisation_ = 0.0;
+    std::uint64_t steps_ = 0;
 };
 
 }  // namespace
 
-PolicyResult run_traffic(const TrafficParams& params, const Policy& policy) {
-    ScopedFaults none(FaultSet{});
-    return {policy, TrafficRun(params, policy).run()};
+std::string describe(const PoolStats& p) {
+    return cat("block ", p.block_size, ", ", p.start_blocks, " -> ", p.end_blocks, " blocks (", p.grows,
+               p.grows == 1 ? " grow" : " grows", "), utilisation ", fixed(p.utilisation, 3), ", ", p.preemptions,
+               " preemptions (", p.pool_preemptions, " for pool room), ", p.waits, " admissions put off");
 }
 
-OpCosts measure_op_costs(const ModelConfig& config) {
-    using Clock = std::chrono::steady_clock;
-    const Model model = Model::random(config, 1);
-    KvCache caches[2] = {KvCache::with_capacity(config), KvCache::with_capacity(config)};
-    std::vector<KvLayer> layers[2];
-    for (int c = 0; c < 2; ++c)
-        for (int l = 0; l < config.n_layers; ++l) layers[c].push_back(caches[c].layer(l));
-    auto per_call = [](int n, auto&& fn) {
-        const auto start = Clock::now();
-        for (int i = 0; i < n; ++i) fn(i);
-        return std::chrono::duration<double>(Clock::now() - start).count() / n;
-    };
-    OpCosts c;
-    c.build = per_call(50, [&](int) { make_plan(Backend::cpu, model, caches[0]); });
-    const std::unique_ptr<Plan> plan = make_plan(Backend::cpu, model, caches[0]);
-    c.rebind = per_call(2000, [&](int i) { plan->rebind(layers[i % 2]); });
-    DecodeSession session;
-    c.decode = per_call(128, [&](int i) { session.decode(model, caches[1], 1 + i % 3); });
-    return c;
+EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk) {
+    return EngineTraffic(traffic, engine, chunk).run();
+}
+
+namespace {
+
+// Seconds for `calls` one-token decodes of sequence 0 at position 0; the
+// reuse counter's increase in *reused.
+double time_same_shape(Engine& engine, int calls, std::uint64_t* reused) {
+    const auto before = engine.counters();
+    const std::vector<std::int32_t> seqs{0}, tokens{1};
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) {
+        engine.decode(seqs, tokens);
+        engine.truncate(0, 0);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto after = engine.counters();
+    require(before && after, "engine ", engine.name(), " has no counters: cannot check what it measured");
+    *reused = after->reused - before->reused;
+    return secs;
+}
+
+}  // namespace
+
+double measure_build_seconds(const EngineChoice& reuse, const EngineChoice& no_reuse, const std::string& model,
+                             int calls, int repeat) {
+    SimConfig c = draw_config(1, reuse, model, 0);
+    c.seqs = 1;
+    c.n_ctx = std::min(c.model.max_seq_len, 64);
+    const Model weights = Model::random(c.model, c.weights_seed);
+    const std::unique_ptr<Engine> kept = open_engine(c.engine.engine, "", c.setup(), weights);
+    c.engine = no_reuse;
+    const std::unique_ptr<Engine> built = open_engine(c.engine.engine, "", c.setup(), weights);
+    kept->open(0);
+    built->open(0);
+    double best_kept = 1e300, best_built = 1e300;
+    for (int r = 0; r < repeat; ++r) {  // alternating, so drift hits both alike
+        std::uint64_t kept_reused = 0, built_reused = 0;
+        best_kept = std::min(best_kept, time_same_shape(*kept, calls, &kept_reused));
+        best_built = std::min(best_built, time_same_shape(*built, calls, &built_reused));
+        require(kept_reused >= std::uint64_t(calls - 1) && built_reused == 0, "measuring a build: the engine with reuse "
+                "reused ", kept_reused, " of ", calls, " calls and the one without ", built_reused,
+                ": the measurement would not be what it says");
+    }
+    return (best_built - best_kept) / calls;
 }
 
 }  // namespace kvweld::sim

@@ -1,17 +1,23 @@
-// The reuse-ratio study: synthetic serving traffic in simulated time
-// (Poisson arrivals, prompt and output lengths from stated distributions,
-// speculative decoding, preemption, offload/restore, model reloads), run
-// through the simulator with every oracle on, once per serving policy over
-// the very same traffic.
+// The reuse study for an engine behind the ABI: the same kind of synthetic
+// traffic as `kvweld traffic` (Poisson arrivals, prompt and output lengths,
+// speculative drafts, preemption), served the way a continuous-batching
+// server does: each tick admits what fits, retires what finished, preempts
+// at random, then runs one batched step over every active sequence
+// (prefill chunks and pending tokens with drafts); reloads the model and
+// offloads/restores a layer (swap_layer) when the engine can. Every row is checked (data oracle) and
+// every call's reuse judged by the engine's rule.
 #pragma once
 
 #include "sim/run.hpp"
 
+#include <map>
 #include <string>
-#include <vector>
 
 namespace kvweld::sim {
 
+// The traffic: simulated time (ticks), Poisson arrivals, prompt and output
+// lengths from stated distributions, speculative decoding, preemption,
+// offload/restore, model reloads.
 struct TrafficParams {
     std::uint64_t seed = 1;
     int ticks = 400;
@@ -22,31 +28,50 @@ struct TrafficParams {
     int output_mean = 24;       // output length: geometric with this mean, capped by capacity
     int spec_k = 4;             // 1 = no speculative decoding
     double accept = 0.6;        // per-draft acceptance probability
-    double preempt_rate = 0.01; // per active request per tick: clear() and re-prefill
-    double offload_rate = 0.01; // per active request per tick: set_layer() of a restored copy
+    double preempt_rate = 0.01; // per active request per tick: clear and re-prefill
+    double offload_rate = 0.01; // per active request per tick: a layer swapped out and back in
     double reload_rate = 0.002; // per tick: the model is reloaded (same shape)
     double reload_new_weights = 0.5;
+    // White box: a request is admitted onto the storage its slot kept from
+    // the last one, rewound (a server that recycles caches), where it kept some.
+    bool recycle = false;
 };
 
-struct Policy {
-    std::string name;
-    CachePolicy cache;
-    RebindPolicy on_change;
+// A paged engine's pool under the traffic (engines with a block model).
+struct PoolStats {
+    bool paged = false;
+    int block_size = 0, start_blocks = 0, end_blocks = 0, grows = 0;
+    double utilisation = 0.0;          // mean over steps of blocks in use / blocks
+    std::uint64_t preemptions = 0;     // every preemption: the traffic's own and the pool's
+    std::uint64_t pool_preemptions = 0;  // of those, to make room in the pool
+    std::uint64_t waits = 0;           // admissions put off for lack of blocks (per tick)
 };
-std::vector<Policy> study_policies();  // fresh+rebuild, fresh+rebind, recycle
 
-struct PolicyResult {
-    Policy policy;
+// "block 16, 64 -> 128 blocks (1 grow), utilisation 0.61, 12 preemptions (5 for pool room), 30 admissions put off"
+std::string describe(const PoolStats& pool);
+
+struct EngineTrafficResult {
     RunResult run;
+    double decode_seconds = 0.0;  // wall time inside the engine's decode calls
+    std::map<std::string, ShapeStats> shapes;
+    PoolStats pool;
 };
 
-// The same traffic (same seed) under one policy.
-PolicyResult run_traffic(const TrafficParams& params, const Policy& policy);
+// `chunk`: prefill tokens per sequence per step. With a paged engine the
+// server schedules against its pool, as vLLM does: a request is admitted
+// only when its prompt's blocks are free, and a step that would need more
+// blocks than are free first preempts the most recently admitted requests
+// (their blocks freed, re-prefilled later); only a lone request that still
+// does not fit makes the engine grow its pool.
+EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk);
 
-// Measured on this machine, seconds: one plan build, one rebind, one kept decode.
-struct OpCosts {
-    double build = 0, rebind = 0, decode = 0;
-};
-OpCosts measure_op_costs(const ModelConfig& config);
+// What one plan (graph) build costs, in seconds: the same one-token decode
+// (then truncated back, so the shape never changes), `calls` times, on an
+// engine that reuses its plan and on its twin that builds every time
+// (`no_reuse`), best of `repeat`; the difference per call. Checks with the
+// counters that the first engine reused every call after the first and
+// the second none; throws Error otherwise.
+double measure_build_seconds(const EngineChoice& reuse, const EngineChoice& no_reuse, const std::string& model,
+                             int calls = 200, int repeat = 5);
 
 }  // namespace kvweld::sim

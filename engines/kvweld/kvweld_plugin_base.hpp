@@ -9,7 +9,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
-#include "engine/recycling_resource.hpp"
+#include "engines/kvweld/recycling_resource.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <algorithm>

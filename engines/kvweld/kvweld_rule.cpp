@@ -1,20 +1,27 @@
-// kvweld's own engine behind the ABI (engines/kvweld): one session, so one
-// held plan, per sequence. Its counters are builds, reuses of a kept plan
-// and rebinds.
+// kvweld's dense engine (engines/kvweld/dense_engine.hpp), in process or
+// behind the ABI: one session, so one held plan, per sequence slot, kept
+// across requests. Its counters are builds, reuses of a kept plan and
+// rebinds. The contract, clause by clause (the key is engine/plan_key.hpp's):
 //
-// Clause 1: a sequence's first decode since it was opened builds its plan.
-// Clause 2: its first decode after its storage was replaced (clear_seq,
-//   clear_all, copy_seq into it, swap_layer) rebinds the plan: the capacity (n_ctx)
-//   and the model never change behind this ABI, so a rebind always serves.
-// Clause 3: every other decode reuses the plan as kept; truncate keeps the
-//   storage, so it keeps the plan too.
-// Clause 4: after a reload (a new model instance, same or new weights)
-//   each sequence's next decode builds: a rebind cannot change the model.
+// Clause 1: a slot's first decode ever builds its plan.
+// Clause 2: after a reload (a new model instance, same or new weights) each
+//   slot's next decode builds: a rebind cannot change the model.
+// Clause 3: the first decode on storage other than the plan was last
+//   prepared on (after a fresh open, clear, clear_all, a copy into it,
+//   swap_layer, a migration onto it) rebinds the plan; it builds instead
+//   under policy=rebuild, or when the storage's capacity differs from the
+//   plan's (the capacity sizes the plan's buffers). Storage migrated back
+//   onto the slot whose plan was prepared on it is not other storage.
+// Clause 0: with reuse=0 (the measuring twin) every decode builds.
+// Clause 4: every other decode reuses the plan as kept; truncate and a
+//   recycling open (truncate_to(0) on the same storage) keep the storage,
+//   so they keep the plan too.
 #include "engines/reuse_rule.hpp"
 
 #include "engine/cat.hpp"
+#include "engines/kvweld/dense_engine.hpp"
 
-#include <set>
+#include <map>
 
 namespace kvweld::engines {
 
@@ -22,55 +29,98 @@ namespace {
 
 class KvweldRule final : public ReuseRule {
 public:
-    // kvweld's storage contract: a new sequence, clear, a copy's
-    // destination, reload (which clears) and swap_layer get new storage;
-    // decode and truncate touch none.
+    explicit KvweldRule(const EngineSetup& setup)
+        : policy_(dense_settings(setup.params).policy), reuse_(dense_settings(setup.params).reuse), n_ctx_(setup.n_ctx) {}
+
     StorageEffect storage_effect(SeqOp op) const override {
-        return op == SeqOp::decode || op == SeqOp::truncate ? StorageEffect::keeps : StorageEffect::replaces;
+        switch (op) {
+            case SeqOp::decode:
+            case SeqOp::truncate:
+            case SeqOp::recycle:
+            case SeqOp::migrate: return StorageEffect::keeps;
+            default: return StorageEffect::replaces;
+        }
     }
     ReuseExpectation on_decode(std::span<const int> seqs) override {
         int builds = 0, rebinds = 0;
         for (int s : seqs) {
-            const bool build = planned_.insert(s).second || reloaded_.erase(s);
-            const bool replaced = replaced_.erase(s);  // a build binds the new storage too
+            Slot& slot = slots_[s];
+            const bool moved = slot.storage != slot.plan_storage;
+            const bool build = !reuse_ || slot.plan_capacity == 0 || slot.reloaded ||
+                               (moved && (policy_ == RebindPolicy::rebuild || slot.plan_capacity != slot.capacity));
             builds += build ? 1 : 0;
-            rebinds += !build && replaced ? 1 : 0;
+            rebinds += !build && moved ? 1 : 0;
+            slot.plan_capacity = slot.capacity;
+            slot.plan_storage = slot.storage;
+            slot.reloaded = false;
         }
         last_builds_ = builds;
         last_rebinds_ = rebinds;
         return exact_expectation(int(seqs.size()), builds, rebinds);
     }
     std::string why_last() const override {
-        return cat("clauses 1 and 4: ", last_builds_, " first decodes (since open or reload) build; clause 2: ",
-                   last_rebinds_, " after replaced storage rebind; clause 3: the rest keep");
+        if (!reuse_) return cat("clause 0: reuse=0, all ", last_builds_, " decodes build");
+        return cat("clauses 1-3: ", last_builds_, " first decodes (ever, since a reload, or on other storage the plan "
+                   "cannot rebind to: policy=", to_string(policy_), ", capacity) build; clause 3: ", last_rebinds_,
+                   " on other storage rebind; clause 4: the rest keep");
     }
-    void on_open(int seq) override { forget(seq); }
-    void on_close(int seq) override { forget(seq); }
-    void on_clear(int seq) override { replaced(seq); }
-    void on_clear_all() override { replaced_ = planned_; }
-    void on_copy(int, int dst) override { replaced(dst); }
-    void on_swap_layer(int seq, int) override { replaced(seq); }
-    void on_reload() override {
-        reloaded_ = planned_;
+    void on_open(int seq) override { on_open_sized(seq, n_ctx_, false); }
+    void on_open_sized(int seq, int capacity, bool recycle) override {
+        Slot& s = slots_[seq];
+        s.open = true;
+        if (recycle) return;  // the slot's own storage, rewound
+        s.capacity = capacity;
+        s.storage = ++minted_;
+    }
+    void on_close(int seq) override { slots_[seq].open = false; }  // the slot keeps its plan and storage
+    void on_clear(int seq) override { slots_[seq].storage = ++minted_; }
+    void on_clear_all() override {
+        for (auto& [id, s] : slots_)
+            if (s.open) s.storage = ++minted_;  // a closed slot's storage is kept
+    }
+    void on_copy(int src, int dst) override {
+        slots_[dst].capacity = slots_[src].capacity;
+        slots_[dst].storage = ++minted_;
+    }
+    void on_swap_layer(int seq, int) override { slots_[seq].storage = ++minted_; }
+    // The storage moves with its identity: back on the slot whose plan was
+    // built on it, that plan is valid again.
+    void on_migrate(int from, int to) override {
+        Slot& src = slots_[from];
+        Slot& dst = slots_[to];
+        dst.capacity = src.capacity;
+        dst.storage = src.storage;
+        dst.open = true;
+        src.storage = 0;
+        src.open = false;
+    }
+    void on_reload() override {  // a new model for every plan; the open slots' storage is emptied
+        for (auto& [id, s] : slots_) {
+            s.reloaded = true;
+            if (s.open) s.storage = ++minted_;
+        }
     }
 
 private:
-    void forget(int seq) {
-        planned_.erase(seq);
-        replaced_.erase(seq);
-        reloaded_.erase(seq);
-    }
-    void replaced(int seq) {
-        if (planned_.count(seq)) replaced_.insert(seq);
-    }
-    std::set<int> planned_;   // sequences whose session holds a plan
-    std::set<int> replaced_;  // of those, the ones whose storage changed since their last decode
-    std::set<int> reloaded_;  // of those, the ones not decoded since a reload
+    // Storage identities are the rule's own, minted per replacement.
+    struct Slot {
+        int plan_capacity = 0;            // the held plan's capacity (0: no plan yet)
+        std::uint64_t plan_storage = 0;   // the storage it was last prepared on
+        int capacity = 0;                 // the storage's the slot holds
+        std::uint64_t storage = 0;        // which storage that is
+        bool reloaded = false;            // not decoded since a reload
+        bool open = false;
+    };
+    RebindPolicy policy_;
+    bool reuse_;
+    int n_ctx_;
+    std::map<int, Slot> slots_;
+    std::uint64_t minted_ = 0;
     int last_builds_ = 0, last_rebinds_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup&) { return std::make_unique<KvweldRule>(); }
+std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup& setup) { return std::make_unique<KvweldRule>(setup); }
 
 }  // namespace kvweld::engines

@@ -2,6 +2,8 @@
 // unsharded run's report byte for byte; reports that are not the shards of
 // one campaign are refused with the reason.
 #include "engine/error.hpp"
+#include "sim/json_report.hpp"
+#include "sim/run.hpp"
 #include "sim/shard.hpp"
 
 #include <gtest/gtest.h>
@@ -77,8 +79,8 @@ TEST(Shard, MismatchedReportsAreRefused) {
     other_steps["steps"] = kSteps + 1;
     expect_refused({{"a", a}, {"b", other_steps}}, "differ in 'steps'");
     nlohmann::json other_engine = b;
-    other_engine["backend"] = "cuda";
-    expect_refused({{"a", a}, {"b", other_engine}}, "differ in 'backend'");
+    other_engine["engine"]["name"] = "kvweld";
+    expect_refused({{"a", a}, {"b", other_engine}}, "differ in 'engine'");
     nlohmann::json wrong_seeds = b;
     wrong_seeds["seeds"].erase(0);
     expect_refused({{"a", a}, {"b", wrong_seeds}}, "does not hold exactly the seeds");

@@ -9,8 +9,9 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$kvweld" sim "$@" --trace "$dir/trace.jsonl" >/dev/null
 sim_rc=$?
-"$kvweld" shrink "$dir/trace.jsonl" -o "$dir/small.jsonl" | tail -4
+"$kvweld" shrink "$dir/trace.jsonl" -o "$dir/small.jsonl" >"$dir/shrink.out" 2>&1
 shrink_rc=$?
+tail -4 "$dir/shrink.out"
 "$kvweld" replay "$dir/small.jsonl" >/dev/null
 replay_rc=$?
 before=$(wc -l <"$dir/trace.jsonl") after=$(wc -l <"$dir/small.jsonl")

@@ -1,7 +1,9 @@
 // A truncated, corrupt or wrong-version trace gets an error naming the line
 // and what is wrong.
 #include "engine/error.hpp"
-#include "sim/trace.hpp"
+#include "engines/registry.hpp"
+#include "sim/jsonl.hpp"
+#include "sim/run.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +11,9 @@ namespace kvweld::sim {
 namespace {
 
 std::string good_trace() {
-    const RunResult r = run_generated(draw_config(9), 20);
-    return trace_text(r.config, r.steps, r.ops);
+    const std::string engine(engines::kDefaultEngine);
+    const RunResult r = run_generated(draw_config(9, EngineChoice{engine, "", ""}, "", engines::engine_capabilities(engine)), 20);
+    return trace_text(r);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -56,14 +59,18 @@ TEST(TraceErrors, Truncated) {
 
 TEST(TraceErrors, CorruptJsonNamesTheLine) {
     auto lines = lines_of(good_trace());
-    lines[4] = "{\"op\": \"decode\", \"pick\": ";
+    lines[4] = "{\"op\": \"step\", \"wants\": ";
     expect_trace_error(join(lines), {"line 5", "invalid JSON"});
 }
 
-TEST(TraceErrors, WrongVersion) {
+// Before version 3 there were two simulators with a format each: both are
+// refused, naming the version read and the one this build reads.
+TEST(TraceErrors, WrongVersionOrTheOldSecondFormat) {
     std::string text = good_trace();
-    replace_all(text, "\"version\":2", "\"version\":3");
-    expect_trace_error(text, {"line 1", "version 3", "version 2"});
+    replace_all(text, "\"version\":3", "\"version\":2");
+    expect_trace_error(text, {"line 1", "version 2", "version 3"});
+    replace_all(text, "\"kvweld-trace\"", "\"kvweld-serve-trace\"");
+    expect_trace_error(text, {"line 1", "version 2", "kvweld-serve-trace", "kvweld-trace version 3"});
 }
 
 TEST(TraceErrors, UnknownOpAndBadFields) {
@@ -74,12 +81,15 @@ TEST(TraceErrors, UnknownOpAndBadFields) {
         return join(copy);
     };
     expect_trace_error(with_line(2, R"({"op":"explode","pick":1})"), {"line 3", "unknown op 'explode'"});
-    expect_trace_error(with_line(2, R"({"op":"decode"})"), {"line 3", "missing field 'pick'"});
-    expect_trace_error(with_line(2, R"({"op":"decode","pick":"x","seed":1})"), {"line 3", "'pick'", "wrong type"});
-    expect_trace_error(with_line(2, R"({"op":"spec","pick":1,"drafts":[1,2],"m":5,"seed":1})"),
-                       {"line 3", "'m' = 5", "0..2"});
-    expect_trace_error(with_line(2, R"({"op":"admit","pick":1,"prompt":[-4],"fresh":true,"accept":0.5,"max_new":1,"seed":1})"),
-                       {"line 3", "negative token -4"});
+    expect_trace_error(with_line(2, R"({"op":"retire"})"), {"line 3", "missing field 'pick'"});
+    expect_trace_error(with_line(2, R"({"op":"retire","pick":"x"})"), {"line 3", "'pick'", "wrong type"});
+    expect_trace_error(with_line(2, R"({"op":"swap_layer","pick":1,"layer":-2})"), {"line 3", "'layer' = -2"});
+    expect_trace_error(
+        with_line(2, R"({"op":"admit","pick":1,"prompt":[-4],"max_new":1,"capacity":0,"recycle":false})"),
+        {"line 3", "negative value -4"});
+    expect_trace_error(
+        with_line(2, R"({"op":"admit","pick":1,"prompt":[100000],"max_new":1,"capacity":0,"recycle":false})"),
+        {"line 3", "token 100000 out of range"});
     expect_trace_error(with_line(2, "[1,2,3]"), {"line 3", "object"});
 }
 
@@ -87,15 +97,28 @@ TEST(TraceErrors, BadHeader) {
     expect_trace_error("", {"line 1", "empty"});
     expect_trace_error("{\"format\":\"other\"}\n", {"line 1", "kvweld-trace"});
     std::string text = good_trace();
-    replace_all(text, "\"slots\":", "\"slots_\":");
-    expect_trace_error(text, {"line 1", "missing field 'slots'"});
+    replace_all(text, "\"seqs\":", "\"seqs_\":");
+    expect_trace_error(text, {"line 1", "missing field 'seqs'"});
     text = good_trace();
     replace_all(text, "\"family\":\"llama\"", "\"family\":\"gpt\"");
     replace_all(text, "\"family\":\"qwen3\"", "\"family\":\"gpt\"");
     expect_trace_error(text, {"line 1", "gpt"});
     text = good_trace();
-    replace_all(text, "\"faults\":[]", "\"faults\":[\"nope\"]");
-    expect_trace_error(text, {"line 1", "unknown fault 'nope'"});
+    replace_all(text, "\"capacities\":[", "\"capacities\":[100000,");
+    expect_trace_error(text, {"line 1", "capacities", "100000"});
+}
+
+// A fault the engine does not list is refused when the trace is run, naming it.
+TEST(TraceErrors, UnknownFaultIsRefusedByTheEngine) {
+    std::string text = good_trace();
+    replace_all(text, "\"faults\":\"\"", "\"faults\":\"nope\"");
+    const Trace t = parse_trace(text);
+    try {
+        run_ops(t.config, t.ops, t.steps);
+        ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("unknown fault 'nope'"), std::string::npos) << e.what();
+    }
 }
 
 TEST(TraceErrors, MoreOpsThanSteps) {
@@ -105,7 +128,7 @@ TEST(TraceErrors, MoreOpsThanSteps) {
 }
 
 TEST(TraceErrors, MissingFile) {
-    EXPECT_THROW(read_trace("/nonexistent/t.jsonl"), Error);
+    EXPECT_THROW(read_text_file("/nonexistent/t.jsonl"), Error);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // expectation is the model the op log alone implies; the engine's tables,
 // counts and pool reports are what is judged.
 #include "engine/cat.hpp"
-#include "sim/serve/serve_sim.hpp"
+#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@ namespace kvweld::sim {
 // The pool weld: the pool's storage must be new (never seen) exactly when
 // the model says it was replaced (a grow or a reset), and right after a
 // decode the held plan must read and write that storage.
-void ServeSimulator::check_blocks(bool decoded) {
+void Simulator::check_blocks(bool decoded) {
     if (!oracles_.blocks) return;
     const kvweld_pool_info info = engine_->pool_info();
     std::map<int, std::vector<int>> tables;

@@ -1,8 +1,12 @@
 // The kv oracle of the serving simulator, for engines that read back their
 // KV rows (KVWELD_CAP_READ_KV): trusts the rows read and nothing the
-// engine says about them; the expectation is the reference's.
+// engine says about them; the expectation is the reference's. White box,
+// it reads the storage the ledger pinned instead, never what the engine
+// reports afterwards: a stale plan that writes and reads its own old buffer
+// is self-consistent and may produce the right logits, but the storage the
+// sequence really holds then misses the row.
 #include "engine/cat.hpp"
-#include "sim/serve/serve_sim.hpp"
+#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,16 +14,24 @@
 
 namespace kvweld::sim {
 
+void Simulator::read_row(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const {
+    if (!white_box_) return engine_->read_kv(seq, layer, pos, k, v);
+    KvStorage& s = *ledger_[std::size_t(seq)].pinned[std::size_t(layer)];
+    if (s.device()) s.device()->download(s, pos, 1);  // compare what the device holds
+    std::copy_n(s.key_row(pos), k.size(), k.begin());
+    std::copy_n(s.value_row(pos), v.size(), v.begin());
+}
+
 // Each decoded position read back from the engine, against the reference's
 // K and V over the sequence's own history.
-void ServeSimulator::check_kv(const std::vector<Pair>& pairs) {
+void Simulator::check_kv(const std::vector<Pair>& pairs) {
     if (!oracles_.kv) return;
     const int n = config_.model.n_layers, kv_dim = config_.model.kv_dim();
     std::vector<float> k(static_cast<std::size_t>(kv_dim)), v(static_cast<std::size_t>(kv_dim));
     for (const Pair& p : pairs) {
-        const ServeRequest& r = *requests_[std::size_t(p.seq)];
+        const Request& r = *requests_[std::size_t(p.seq)];
         for (int l = 0; oracles_.kv && l < n; ++l) {
-            engine_->read_kv(p.seq, l, p.pos, k, v);
+            read_row(p.seq, l, p.pos, k, v);
             const auto row = [&](const std::vector<float>& m) {
                 return std::span<const float>(m).subspan(std::size_t(p.pos) * std::size_t(kv_dim), std::size_t(kv_dim));
             };

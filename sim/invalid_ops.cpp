@@ -1,4 +1,4 @@
-// The invalid calls the serving simulator draws (ServeOpKind::invalid): a
+// The invalid calls the serving simulator draws (OpKind::invalid): a
 // truncate past the length, a decode of a token outside the vocabulary, on
 // a closed sequence or past n_ctx, an open of an open or out-of-range
 // sequence, a copy onto itself. Each must be refused with an error that
@@ -8,7 +8,7 @@
 // engine that half-applied the call is caught there.
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
-#include "sim/serve/serve_sim.hpp"
+#include "sim/simulator.hpp"
 
 #include <cctype>
 #include <functional>
@@ -36,13 +36,13 @@ bool names(const std::string& text, const std::string& value) {
 
 }  // namespace
 
-void ServeSimulator::invalid(const ServeOp& op, int seq) {
-    const ServeRequest& r = *requests_[std::size_t(seq)];
+void Simulator::invalid(const Op& op, int seq) {
+    const Request& r = *requests_[std::size_t(seq)];
     const int len = int(r.history.size()), vocab = config_.model.vocab;
     const std::uint64_t v = op.seed;
     // A pair the sequence could take, so a batch is refused for its bad pair alone.
     const auto batch = [&](std::vector<std::int32_t> seqs, std::vector<std::int32_t> tokens) {
-        if (!r.queue.empty() && len < config_.n_ctx) {
+        if (!r.queue.empty() && len < r.capacity) {
             seqs.insert(seqs.begin(), seq);
             tokens.insert(tokens.begin(), r.queue.front());
         }
@@ -69,10 +69,10 @@ void ServeSimulator::invalid(const ServeOp& op, int seq) {
         calls.push_back({cat("a copy of sequence ", seq, " onto itself"), std::to_string(seq),
                          [&] { engine_->copy(seq, seq); }});
     // One position more than the sequence has room for.
-    const int over = config_.n_ctx - len + 1;
-    calls.push_back({cat("a decode of ", over, " tokens on sequence ", seq, " at length ", len, " (n_ctx ",
-                         config_.n_ctx, ")"),
-                     std::to_string(config_.n_ctx),
+    const int over = r.capacity - len + 1;
+    calls.push_back({cat("a decode of ", over, " tokens on sequence ", seq, " at length ", len, " (capacity ",
+                         r.capacity, ")"),
+                     std::to_string(r.capacity),
                      [&] { engine_->decode(std::vector<std::int32_t>(std::size_t(over), seq),
                                            std::vector<std::int32_t>(std::size_t(over), 0)); }});
 

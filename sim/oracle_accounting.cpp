@@ -6,7 +6,7 @@
 // plan serials the sequences show.
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
-#include "sim/serve/serve_sim.hpp"
+#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <map>
@@ -30,7 +30,7 @@ std::string shape_of(const std::vector<int>& seqs) {
 
 }  // namespace
 
-void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
+void Simulator::check_accounting(const std::vector<Pair>& pairs,
                                       const std::optional<kvweld_engine_counters>& before) {
     if (!rule_) return;
     std::vector<int> seqs;
@@ -74,7 +74,7 @@ void ServeSimulator::check_accounting(const std::vector<Pair>& pairs,
         fail(Verdict::spurious_invalidation, Oracle::accounting, counted());
 }
 
-std::optional<kvweld_engine_counters> ServeSimulator::read_counters() {
+std::optional<kvweld_engine_counters> Simulator::read_counters() {
     if (!rule_) return std::nullopt;
     const auto now = engine_->counters();
     require(now.has_value(), "engine ", engine_->name(), " stopped reporting its counters");
@@ -88,7 +88,7 @@ std::optional<kvweld_engine_counters> ServeSimulator::read_counters() {
     return now;
 }
 
-void ServeSimulator::check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds) {
+void Simulator::check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds) {
     std::set<std::uint64_t> fresh;  // serials this call showed for the first time in the run
     std::set<int> asked;
     for (const Pair& p : pairs) {

@@ -12,7 +12,8 @@
 // so storage kept behind a "replacement" is caught. The weld oracle then
 // compares the storage the held plan reads and writes with the ledger's.
 #include "engine/cat.hpp"
-#include "sim/serve/serve_sim.hpp"
+#include "engine/error.hpp"
+#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -28,31 +29,19 @@ std::string serials_text(const std::vector<std::uint64_t>& s) {
     return out;
 }
 
-// What an op did to the sequence's storage, in the rules' terms.
-SeqOp seq_op_of(ServeOpKind kind) {
-    switch (kind) {
-        case ServeOpKind::step: return SeqOp::decode;
-        case ServeOpKind::truncate: return SeqOp::truncate;
-        case ServeOpKind::admit: return SeqOp::open;
-        case ServeOpKind::fork: return SeqOp::copy_into;
-        case ServeOpKind::reload: return SeqOp::reload;
-        case ServeOpKind::swap_layer: return SeqOp::swap_layer;
-        default: return SeqOp::clear;  // preempt, clear_all, and the pool's ops (no per-sequence storage)
-    }
-}
-
 }  // namespace
 
-void ServeSimulator::ledger_after(ServeOpKind kind, int seq, std::optional<int> layer) {
+void Simulator::ledger_after(SeqOp op, int seq, std::optional<int> layer) {
     if (!oracles_.weld) return;
-    ServeRequest& r = *requests_[std::size_t(seq)];
+    SlotLedger& entry = ledger_[std::size_t(seq)];
     const int n = config_.model.n_layers;
     const std::vector<std::uint64_t> now = engine_->storage(seq, KVWELD_STORAGE_HELD, n);
-    const bool fresh = r.ledger.empty();  // nothing recorded yet: a new sequence
+    const bool fresh = entry.serials.empty();  // nothing recorded yet: a slot's first storage
     const StorageEffect effect = fresh ? StorageEffect::replaces
-                                 : rule_ ? rule_->storage_effect(seq_op_of(kind))
-                                         : default_storage_effect(seq_op_of(kind));
-    std::vector<std::uint64_t> accepted = fresh ? std::vector<std::uint64_t>(std::size_t(n), 0) : r.ledger;
+                                 : rule_ ? rule_->storage_effect(op)
+                                         : default_storage_effect(op);
+    const OpKind kind = op_kind_;
+    std::vector<std::uint64_t> accepted = fresh ? std::vector<std::uint64_t>(std::size_t(n), 0) : entry.serials;
     std::set<std::uint64_t> mine;
     for (int l = 0; l < n; ++l) {
         const std::uint64_t s = now[std::size_t(l)], was = accepted[std::size_t(l)];
@@ -73,19 +62,34 @@ void ServeSimulator::ledger_after(ServeOpKind kind, int seq, std::optional<int> 
         accepted[std::size_t(l)] = s;
     }
     seen_serials_.insert(mine.begin(), mine.end());
-    r.ledger = accepted;
+    entry.serials = accepted;
+    if (white_box_) pin(seq, now);
+}
+
+// White box: the ledger holds the storage objects the serials it accepted
+// name; what the engine reports later is never taken instead.
+void Simulator::pin(int seq, const std::vector<std::uint64_t>& serials) {
+    SlotLedger& entry = ledger_[std::size_t(seq)];
+    const std::vector<KvLayer> held = white_box_->held_layers(seq);
+    entry.pinned.resize(held.size());
+    for (std::size_t l = 0; l < held.size(); ++l)
+        if (!entry.pinned[l] || entry.pinned[l]->serial().get() != serials[l]) {
+            require(held[l]->serial().get() == serials[l], "white box: layer ", l, " holds storage ",
+                    held[l]->serial().get(), " where the engine reported serial ", serials[l]);
+            entry.pinned[l] = held[l];
+        }
 }
 
 // Weld first: when a plan is on the wrong storage it names the storage,
 // where the kv oracle would only see the row missing.
-void ServeSimulator::check_weld(const std::vector<Pair>& pairs) {
+void Simulator::check_weld(const std::vector<Pair>& pairs) {
     const int n = config_.model.n_layers;
     std::set<int> decoded;
     for (const Pair& p : pairs) decoded.insert(p.seq);
     for (int seq : decoded) {
         if (!oracles_.weld) break;
-        ledger_after(ServeOpKind::step, seq);  // a decode keeps the storage
-        const std::vector<std::uint64_t>& want = requests_[std::size_t(seq)]->ledger;
+        ledger_after(SeqOp::decode, seq);  // a decode keeps the storage
+        const std::vector<std::uint64_t>& want = ledger_[std::size_t(seq)].serials;
         const std::vector<std::uint64_t> plan = engine_->storage(seq, KVWELD_STORAGE_PLAN, n);
         if (plan != want)
             fail(Verdict::stale_decode, Oracle::weld,

@@ -6,14 +6,14 @@
 // engine's own rows are returned instead.
 #include "engine/cat.hpp"
 #include "engine/reference.hpp"
-#include "sim/serve/serve_sim.hpp"
+#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 namespace kvweld::sim {
 
-std::vector<std::vector<float>> ServeSimulator::check_data(const std::vector<Pair>& pairs, const std::vector<float>& got) {
+std::vector<std::vector<float>> Simulator::check_data(const std::vector<Pair>& pairs, const std::vector<float>& got) {
     const auto v = std::size_t(config_.model.vocab);
     std::vector<std::vector<float>> want;
     if (!oracles_.data) {  // unchecked: the engine's own rows choose what comes next
@@ -22,7 +22,7 @@ std::vector<std::vector<float>> ServeSimulator::check_data(const std::vector<Pai
         return want;
     }
     for (std::size_t i = 0; i < pairs.size(); ++i) {
-        ServeRequest& r = *requests_[std::size_t(pairs[i].seq)];
+        Request& r = *requests_[std::size_t(pairs[i].seq)];
         want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos));
         const double err = logit_error(std::span<const float>(got).subspan(i * v, v), want.back());
         ++stats_.rows;

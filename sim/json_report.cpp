@@ -1,4 +1,4 @@
-#include "sim/serve/serve_json.hpp"
+#include "sim/json_report.hpp"
 
 #include "engine/error.hpp"
 #include "sim/json_field.hpp"
@@ -11,17 +11,19 @@ namespace {
 // Every count a run's table prints, under one name each.
 constexpr struct {
     const char* name;
-    std::uint64_t ServeStats::*field;
+    std::uint64_t RunStats::*field;
 } kCounts[] = {
-    {"ops_run", &ServeStats::ops_run},       {"ops_skipped", &ServeStats::ops_skipped},
-    {"requests", &ServeStats::requests},     {"calls", &ServeStats::calls},
-    {"rows", &ServeStats::rows},             {"batched_calls", &ServeStats::batched_calls},
-    {"drafts", &ServeStats::drafts},         {"rejected", &ServeStats::rejected},
-    {"refused", &ServeStats::refused},       {"plans", &ServeStats::plans},
-    {"reused", &ServeStats::reused},         {"must_reuse", &ServeStats::must_reuse},
-    {"must_reuse_shared", &ServeStats::must_reuse_shared},
-    {"may_reuse", &ServeStats::may_reuse},   {"builds", &ServeStats::builds},
-    {"rebinds", &ServeStats::rebinds},
+    {"ops_run", &RunStats::ops_run},       {"ops_skipped", &RunStats::ops_skipped},
+    {"requests", &RunStats::requests},     {"calls", &RunStats::calls},
+    {"rows", &RunStats::rows},             {"batched_calls", &RunStats::batched_calls},
+    {"drafts", &RunStats::drafts},         {"rejected", &RunStats::rejected},
+    {"refused", &RunStats::refused},       {"plans", &RunStats::plans},
+    {"reused", &RunStats::reused},         {"must_reuse", &RunStats::must_reuse},
+    {"must_reuse_shared", &RunStats::must_reuse_shared},
+    {"may_reuse", &RunStats::may_reuse},   {"builds", &RunStats::builds},
+    {"rebinds", &RunStats::rebinds},       {"change_decodes", &RunStats::change_decodes},
+    {"data_blind", &RunStats::data_blind}, {"independent_blind", &RunStats::independent_blind},
+    {"blind_same_weights_reload", &RunStats::blind_same_weights_reload},
 };
 
 nlohmann::json oracles_json(const OracleReport& o) {
@@ -31,12 +33,14 @@ nlohmann::json oracles_json(const OracleReport& o) {
             {"kv", o.kv},
             {"weld", o.weld},
             {"blocks", o.blocks},
+            {"white_box", o.white_box},
             {"unavailable",
              {{"accounting", o.accounting_why_not},
               {"plan_identity", o.plan_identity_why_not},
               {"kv", o.kv_why_not},
               {"weld", o.weld_why_not},
-              {"blocks", o.blocks_why_not}}}};
+              {"blocks", o.blocks_why_not},
+              {"white_box", o.white_box_why_not}}}};
 }
 
 OracleReport oracles_from_json(const nlohmann::json& j) {
@@ -46,12 +50,14 @@ OracleReport oracles_from_json(const nlohmann::json& j) {
     o.kv = json_field<bool>(j, "kv");
     o.weld = json_field<bool>(j, "weld");
     o.blocks = json_field<bool>(j, "blocks");
+    o.white_box = json_field<bool>(j, "white_box");
     const nlohmann::json& why = j.at("unavailable");
     o.accounting_why_not = json_field<std::string>(why, "accounting");
     o.plan_identity_why_not = json_field<std::string>(why, "plan_identity");
     o.kv_why_not = json_field<std::string>(why, "kv");
     o.weld_why_not = json_field<std::string>(why, "weld");
     o.blocks_why_not = json_field<std::string>(why, "blocks");
+    o.white_box_why_not = json_field<std::string>(why, "white_box");
     return o;
 }
 
@@ -60,7 +66,7 @@ constexpr const char* kIdentity[] = {"format", "version", "build", "range", "ste
 
 }  // namespace
 
-nlohmann::json serve_json(const ServeResult& r) {
+nlohmann::json json_report(const RunResult& r) {
     nlohmann::json stats = nlohmann::json::object();
     for (const auto& c : kCounts) stats[c.name] = r.stats.*c.field;
     stats["max_logit_error"] = r.stats.max_logit_error;
@@ -71,9 +77,9 @@ nlohmann::json serve_json(const ServeResult& r) {
     return j;
 }
 
-ServeResult serve_result_from_json(const nlohmann::json& j) {
-    ServeResult r;
-    r.config = serve_config_from_json(j.at("config"));
+RunResult serve_result_from_json(const nlohmann::json& j) {
+    RunResult r;
+    r.config = config_from_json(j.at("config"));
     r.steps = json_field<int>(j, "steps");
     r.verdict = verdict_from_string(json_field<std::string>(j, "verdict"));
     r.oracles = oracles_from_json(j.at("oracles"));
@@ -85,11 +91,11 @@ ServeResult serve_result_from_json(const nlohmann::json& j) {
     return r;
 }
 
-nlohmann::json serve_swarm_json(const ServeSwarmResult& r, const ServeSwarmOptions& o, std::uint64_t range_first,
+nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint64_t range_first,
                                 std::uint64_t range_last, Shard shard) {
     nlohmann::json seeds = nlohmann::json::array();
-    for (const ServeResult& s : r.seeds) seeds.push_back(serve_json(s));
-    nlohmann::json j = swarm_header(kServeSwarmFormat, range_first, range_last, shard, o.first, o.last, o.steps);
+    for (const RunResult& s : r.seeds) seeds.push_back(json_report(s));
+    nlohmann::json j = swarm_header(kSwarmFormat, range_first, range_last, shard, o.first, o.last, o.steps);
     j["model"] = o.model;
     j["engine"] = {{"name", o.engine.engine}, {"params", o.engine.params}, {"faults", o.engine.faults},
                    {"seqs", o.engine.seqs},   {"n_ctx", o.engine.n_ctx}};
@@ -98,8 +104,8 @@ nlohmann::json serve_swarm_json(const ServeSwarmResult& r, const ServeSwarmOptio
     return j;
 }
 
-ServeMerged merge_serve_reports(const std::vector<std::pair<std::string, nlohmann::json>>& reports) {
-    ServeMerged m;
+Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& reports) {
+    Merged m;
     m.report = merge_shards(reports, kIdentity);
     const nlohmann::json& e = m.report.at("engine");
     m.options.first = json_field<std::uint64_t>(m.report.at("range"), "first");
@@ -119,9 +125,9 @@ ServeMerged merge_serve_reports(const std::vector<std::pair<std::string, nlohman
     return m;
 }
 
-nlohmann::json serve_mutants_json(const ServeMutantsResult& r, const ServeMutantsOptions& o) {
+nlohmann::json mutants_json(const MutantsResult& r, const MutantsOptions& o) {
     nlohmann::json rows = nlohmann::json::array();
-    for (const ServeMutantRow& row : r.rows) {
+    for (const MutantRow& row : r.rows) {
         nlohmann::json j = {{"fault", row.fault},
                             {"declared_classes", row.expected ? row.expected->describe() : ""},
                             {"killed", row.killed()},

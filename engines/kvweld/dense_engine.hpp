@@ -1,0 +1,101 @@
+// kvweld's dense engine: one KvCache and one DecodeSession per sequence
+// slot. The session belongs to the slot, not to the request: a closed slot
+// keeps its held plan (and its storage, for a recycling open), so the next
+// request there is decoded by the plan held from the last one, over storage
+// it was not built on: the case kvweld exists for. The one implementation
+// of the dense design: in process it is the default engine (with the
+// white-box capabilities, engines/white_box.hpp); the `kvweld` plugin
+// (kvweld_engine_plugin.cpp) is this class behind the C ABI.
+//
+// Settings ("k=v,..."): policy=rebind|rebuild (what a plan does when its
+// storage was replaced; default rebind), backend=cpu|cuda (default cpu),
+// reuse=1|0 (0: the twin that builds a plan for every token, to measure
+// what a build costs; default 1).
+// Every call runs with the engine's fault switches on; a refused call
+// (an Error naming the value and the limit) changes nothing.
+#pragma once
+
+#include "engine/decode_session.hpp"
+#include "engine/faults.hpp"
+#include "engine/model.hpp"
+#include "engines/engine.hpp"
+#include "engines/kvweld/recycling_resource.hpp"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kvweld::engines {
+
+// The ABI capabilities it declares, in process and as a plugin.
+inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS |
+                                                    KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
+                                                    KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL;
+
+struct DenseSettings {
+    RebindPolicy policy = RebindPolicy::rebind;
+    Backend backend = Backend::cpu;
+    bool reuse = true;
+};
+// Throws Error naming a setting it does not know or a bad value.
+DenseSettings dense_settings(const std::string& params);
+
+class DenseEngine final : public Engine, public WhiteBox {
+public:
+    // `model` is copied into the engine's own memory, whose addresses are
+    // recycled on purpose: a reloaded model lands at its predecessor's
+    // address, so a plan keyed by the weights' address is fooled.
+    DenseEngine(const Model& model, const EngineSetup& setup, FaultSet faults);
+
+    std::string name() const override { return "kvweld"; }
+    std::uint32_t capabilities() const override { return kDenseCapabilities; }
+    std::string model_format() const override { return "llama2c"; }
+    int vocab() const override { return model_->config().vocab; }
+    const FaultSet& faults() const { return faults_; }
+
+    void open(int seq) override;
+    void close(int seq) override;
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) override;
+    void truncate(int seq, int n) override;
+    void clear(int seq) override;
+    void clear_all() override;
+    void copy(int src, int dst) override;
+    void reload(const Model& model) override;
+    std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const override;
+    void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const override;
+    void swap_layer(int seq, int layer) override;
+    std::optional<kvweld_engine_counters> counters() const override;
+    std::uint64_t plan_serial(int seq) const override;
+    kvweld_pool_info pool_info() const override;
+    std::vector<int> block_table(int seq) const override;
+    int block_refcount(int block) const override;
+    void pool_op(int op) override;
+    WhiteBox* white_box() override { return this; }
+
+    std::vector<KvLayer> held_layers(int seq) const override;
+    void open_sized(int seq, int capacity, bool recycle) override;
+    void migrate(int from, int to) override;
+
+private:
+    struct Slot {
+        explicit Slot(SessionOptions o) : session(o) {}
+        std::optional<KvCache> cache;  // kept after close, for a recycling open
+        DecodeSession session;         // the slot's held plan, across requests
+        bool open = false;
+    };
+    Slot& slot(int seq);  // an open one, else Error
+    const Slot& slot(int seq) const;
+    KvCache fresh_cache(int capacity) const;
+    void require_batch(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens);
+
+    // Declared first, so it outlives the model (see the constructor).
+    std::unique_ptr<RecyclingResource> memory_ = std::make_unique<RecyclingResource>();
+    std::optional<Model> model_;  // always set; optional so a reload can free it first
+    EngineSetup setup_;
+    SessionOptions session_options_;
+    FaultSet faults_;
+    std::map<int, Slot> slots_;  // every slot ever opened
+};
+
+}  // namespace kvweld::engines

@@ -1,0 +1,90 @@
+// White box: the blindness counts. Right after a storage or model change
+// (the held plan was prepared before it), would a plan that missed the
+// change give the very same logits (data_blind), and also leave the right
+// K/V rows in the storage the sequence holds (independent_blind)? Then no
+// oracle that reads data could see the miss there, only the accounting and
+// weld oracles. Reads the storage the ledger pinned and the plan's pins,
+// never the engine's reports.
+#include "engine/reference.hpp"
+#include "sim/simulator.hpp"
+
+#include <cstring>
+
+namespace kvweld::sim {
+
+namespace {
+
+bool rows_equal(KvStorage& a, KvStorage& b, int rows) {
+    for (KvStorage* s : {&a, &b})  // on a device backend the device copy is current
+        if (s->device()) s->device()->download(*s, 0, rows);
+    const std::size_t n = std::size_t(rows) * std::size_t(a.kv_dim()) * sizeof(float);
+    return a.max_seq_len() == b.max_seq_len() && std::memcmp(a.key_row(0), b.key_row(0), n) == 0 &&
+           std::memcmp(a.value_row(0), b.value_row(0), n) == 0;
+}
+
+std::span<const float> row_of(const std::vector<float>& plain, int pos, int kv_dim) {
+    return std::span<const float>(plain).subspan(std::size_t(pos) * std::size_t(kv_dim), std::size_t(kv_dim));
+}
+
+}  // namespace
+
+Simulator::Blindness Simulator::blindness_before(int seq, int pos) const {
+    Blindness b;
+    const PlanPins& plan = plans_[std::size_t(seq)];
+    const std::vector<KvLayer>& now = ledger_[std::size_t(seq)].pinned;
+    if (!plan.exists || now.size() != plan.storage.size()) return b;
+    const bool model_changed = plan.model_generation != model_generation_;
+    bool storage_changed = false;
+    for (std::size_t l = 0; l < now.size(); ++l) storage_changed = storage_changed || plan.storage[l] != now[l];
+    b.change = model_changed || storage_changed;
+    if (!b.change) return b;
+    b.same_weights = !model_changed || plan.weights_generation == weights_generation_;
+    b.storage_changed = storage_changed;
+    bool indistinguishable = true;  // a plan welded to its old storage would read what the live one holds
+    for (std::size_t l = 0; indistinguishable && l < now.size(); ++l)
+        indistinguishable = plan.storage[l] == now[l] || rows_equal(*plan.storage[l], *now[l], pos);
+    b.data_blind = b.same_weights && indistinguishable;
+    const int kv_dim = config_.model.kv_dim();
+    for (std::size_t l = 0; l < now.size(); ++l) {
+        if (plan.storage[l] == now[l]) continue;
+        KvStorage& s = *now[l];
+        if (s.device()) s.device()->download(s, pos, 1);
+        b.layers.push_back(int(l));
+        b.key_before.emplace_back(s.key_row(pos), s.key_row(pos) + kv_dim);
+        b.value_before.emplace_back(s.value_row(pos), s.value_row(pos) + kv_dim);
+    }
+    return b;
+}
+
+// The kv oracle is blind when a plan that missed the change would leave the
+// right rows in the ledger's storage anyway: the weights are the same and
+// every layer it would miss already held the right row before the decode.
+void Simulator::count_blindness(const Blindness& b, int seq, int pos) {
+    if (!b.change) return;
+    ++stats_.change_decodes;
+    stats_.data_blind += b.data_blind;
+    const ReferenceKv& want = requests_[std::size_t(seq)]->shadow;
+    const int kv_dim = config_.model.kv_dim();
+    bool kv_blind = b.same_weights;
+    for (std::size_t i = 0; kv_blind && i < b.layers.size(); ++i) {
+        const auto l = std::size_t(b.layers[i]);
+        kv_blind = logit_error(b.key_before[i], row_of(want.key[l], pos, kv_dim)) <= kDataTolerance &&
+                   logit_error(b.value_before[i], row_of(want.value[l], pos, kv_dim)) <= kDataTolerance;
+    }
+    if (!(b.data_blind && kv_blind)) return;
+    ++stats_.independent_blind;
+    // Identical weights reloaded with the storage untouched: a plan that
+    // missed it computes exactly the right thing; only accounting sees it.
+    if (!b.storage_changed) ++stats_.blind_same_weights_reload;
+}
+
+// After a decode: the plan now stands on the storage the ledger pinned.
+void Simulator::pin_plan(int seq) {
+    PlanPins& plan = plans_[std::size_t(seq)];
+    plan.exists = true;
+    plan.model_generation = model_generation_;
+    plan.weights_generation = weights_generation_;
+    plan.storage = ledger_[std::size_t(seq)].pinned;
+}
+
+}  // namespace kvweld::sim
