@@ -78,10 +78,12 @@ struct Row {
     Measured with, without;  // reuse on; reuse off (empty when none)
     bool has_without = false;
     double build_seconds = std::nan("");  // one graph build, measured apart (measure_build_seconds)
-    // Graph building's share of decode time: builds x one build's cost / time.
+    // Plan building's share of decode time: builds x one build's cost / time.
+    // A plan neither reused nor rebound was built (llama.cpp counts reuses
+    // only; a rebind costs next to nothing).
     static double share(const Measured& m, double build_seconds) {
         const RunStats& s = m.result.run.stats;
-        return double(s.plans - s.reused) * build_seconds / m.seconds;
+        return double(s.plans - s.reused - s.rebinds) * build_seconds / m.seconds;
     }
     bool ok() const {
         return with.result.run.verdict == Verdict::pass && (!has_without || without.result.run.verdict == Verdict::pass);
@@ -127,16 +129,17 @@ std::string ideal_text(const RunStats& s) {
 void print_row(const std::string& label, const Measured& m, const std::string& share) {
     const RunStats& s = m.result.run.stats;
     const RunResult& r = m.result.run;
-    std::printf("%-30s %6llu %6llu %6llu %7.4f %-14s %8.4f %6s  %s\n", label.c_str(), (unsigned long long)s.calls,
-                (unsigned long long)s.plans, (unsigned long long)s.reused, s.reuse_ratio(), ideal_text(s).c_str(),
+    std::printf("%-30s %6llu %6llu %6llu %6llu %7llu %7.4f %-14s %8.4f %6s  %s\n", label.c_str(),
+                (unsigned long long)s.calls, (unsigned long long)s.plans, (unsigned long long)s.reused,
+                (unsigned long long)s.builds, (unsigned long long)s.rebinds, s.reuse_ratio(), ideal_text(s).c_str(),
                 m.seconds, share.c_str(),
                 r.verdict == Verdict::pass ? "pass"
                                            : cat("FAIL ", to_string(r.verdict), r.failure ? ": " + r.failure->detail : "").c_str());
 }
 
 void print_table(const std::vector<Row>& rows) {
-    std::printf("%-30s %6s %6s %6s %7s %-14s %8s %6s  %s\n", "setting", "calls", "graphs", "reused", "reuse",
-                "rule's ideal", "decode s", "build", "verdict");
+    std::printf("%-30s %6s %6s %6s %6s %7s %7s %-14s %8s %6s  %s\n", "setting", "calls", "plans", "reused", "built",
+                "rebound", "reuse", "rule's ideal", "decode s", "build", "verdict");
     for (const Row& r : rows) {
         print_row(r.setting.label(), r.with, share_text(Row::share(r.with, r.build_seconds)));
         if (r.has_without)

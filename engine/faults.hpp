@@ -66,9 +66,8 @@ private:
     std::uint8_t bits_ = 0;
 };
 
-// Which KV design a fault lives in: kvweld's own simulator drives the
-// dense one; the paged one is driven through the engine interface
-// (`--engine kvweld-paged`).
+// Which KV design a fault lives in: kvweld's dense engine (in process, or
+// its plugin) or its paged one (`--engine kvweld-paged`).
 enum class FaultDesign : std::uint8_t { dense, paged, both };
 
 struct FaultInfo {
@@ -81,9 +80,9 @@ struct FaultInfo {
 
 std::span<const FaultInfo> all_faults();
 std::optional<Fault> fault_from_name(std::string_view name);
-// The fault named `name`, for a harness that runs the `design` (dense:
-// kvweld's own simulator). Throws Error naming it when it is unknown, or
-// when it lives in the other design (and says where it runs).
+// The fault named `name`, for an engine of the `design`. Throws Error
+// naming it when it is unknown, or when it lives in the other design (and
+// says where it runs).
 Fault require_fault(std::string_view name, FaultDesign design);
 std::string_view to_string(Fault f);
 std::string_view to_string(Detection d);  // the Verdict's name for the same class

@@ -1,4 +1,4 @@
-// The invalid calls the serving simulator draws (OpKind::invalid): a
+// The invalid calls the simulator draws (OpKind::invalid): a
 // truncate past the length, a decode of a token outside the vocabulary, on
 // a closed sequence or past n_ctx, an open of an open or out-of-range
 // sequence, a copy onto itself. Each must be refused with an error that

@@ -1,4 +1,4 @@
-// The serving simulator's JSON reports: one run (sim --json, replay
+// The simulator's JSON reports: one run (sim --json, replay
 // --json), a swarm or one shard of it (swarm --json, the same header and
 // merge as kvweld's own swarm reports: sim/shard.hpp), and a kill matrix
 // (mutants --json). A run's report holds every count its table prints, so

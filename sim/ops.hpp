@@ -1,6 +1,6 @@
-// The serving simulator's operations (sim/simulator.hpp): what a
-// server does to an engine through the engine interface. As in sim/ops.hpp,
-// each op carries every argument drawn for it, and sequence choices are
+// The simulator's operations (sim/simulator.hpp): what a server does to an
+// engine through the engine interface. Each op carries every argument
+// drawn for it, and sequence choices are
 // picks (an index into whatever is eligible when the op runs), so a trace
 // replays without the generator and stays meaningful after shrinking.
 #pragma once

@@ -1,4 +1,4 @@
-// The accounting oracle of the serving simulator, for engines with plan
+// The accounting oracle of the simulator, for engines with plan
 // counters and a reuse rule (engines/registry.hpp): the expectation is the
 // rule's, from the op log alone; the counters are judged, and never taken
 // alone: they must never go down, and where the engine reports a plan

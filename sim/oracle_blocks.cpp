@@ -1,4 +1,4 @@
-// The block ledger and the pool weld of the serving simulator, for paged
+// The block ledger and the pool weld of the simulator, for paged
 // engines (KVWELD_CAP_BLOCKS) the registry gives a block model: the
 // expectation is the model the op log alone implies; the engine's tables,
 // counts and pool reports are what is judged.

@@ -1,4 +1,4 @@
-// The data oracle of the serving simulator: every row of logits the engine
+// The data oracle of the simulator: every row of logits the engine
 // returns against kvweld's reference forward over that sequence's own
 // history (logit_error <= kDataTolerance; a NaN is an infinite error).
 // Trusts nothing the engine reports; the reference's rows are what the

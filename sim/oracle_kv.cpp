@@ -1,4 +1,4 @@
-// The kv oracle of the serving simulator, for engines that read back their
+// The kv oracle of the simulator, for engines that read back their
 // KV rows (KVWELD_CAP_READ_KV): trusts the rows read and nothing the
 // engine says about them; the expectation is the reference's. White box,
 // it reads the storage the ledger pinned instead, never what the engine

@@ -1,4 +1,4 @@
-// The ledger and the weld oracle of the serving simulator, for engines that
+// The ledger and the weld oracle of the simulator, for engines that
 // report storage identity (KVWELD_CAP_STORAGE). They trust the engine's
 // storage reports only as checked here, and the rule's word on which ops
 // may replace storage.

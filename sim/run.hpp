@@ -1,4 +1,4 @@
-// Running the serving simulator: from a seed (ops drawn as the run goes) or
+// Running the simulator: from a seed (ops drawn as the run goes) or
 // from recorded ops (replay, shrink); traces; many seeds (swarm); shrinking.
 // Same config and ops, same result, whatever the engine's speed.
 #pragma once

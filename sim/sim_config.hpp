@@ -1,5 +1,5 @@
-// One serving run's configuration, drawn per seed (swarm testing, as in
-// sim/sim_config.hpp): which ops and how often, how many sequences and how
+// One run's configuration, drawn per seed (swarm testing): which ops and
+// how often, how many sequences and how
 // many positions each, which model, prompt and output lengths, chunked
 // prefill and speculative decoding. The engine, its settings and its fault
 // switches come from the command line and are recorded with the rest.

@@ -1,5 +1,6 @@
-// The serving simulator: drives any engine through the engine interface
-// (engines/plugin_host.hpp, the plugin ABI) the way a server does: requests
+// The one simulator: drives any engine through the engine interface
+// (engines/engine.hpp: kvweld's in process, or any behind the plugin ABI)
+// the way a server does: requests
 // are admitted to sequences, prefilled in chunks and decoded with
 // speculative drafts in batched steps (continuous batching), rewound,
 // preempted, forked and retired. Every row of logits the engine returns is
@@ -7,7 +8,9 @@
 // history (the data oracle), and every call's plan counters against the
 // engine's reuse rule (the accounting oracle, engines/reuse_rule.hpp).
 // The next token is chosen from the reference's logits, so what is fed
-// never depends on what the engine says.
+// never depends on what the engine says. Ops and oracles are switched on
+// by the engine's capabilities; with an engine in process, its white box
+// (engines/white_box.hpp) too.
 #pragma once
 
 #include "engine/model.hpp"

@@ -1,4 +1,4 @@
-// The serving simulator's own model of a paged engine's block ownership,
+// The simulator's own model of a paged engine's block ownership,
 // built from its op log alone: which abstract blocks each sequence's
 // positions are in, how many sequences share each, and how many blocks the
 // pool must have. It never asks the engine; the block ledger oracle then
