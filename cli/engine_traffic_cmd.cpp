@@ -206,10 +206,10 @@ void write_plot(const std::string& png, const std::vector<Row>& rows, const std:
     }
     gp << "set terminal pngcairo size 1200,500 noenhanced\nset output '" << png << "'\nset key top right\nset grid\n"
        << "set multiplot layout 1,2 title '" << engine
-       << ": graph reuse under the same synthetic traffic (every row checked against the reference)'\n"
+       << ": plan reuse under the same synthetic traffic (every row checked against the reference)'\n"
        << "set xlabel 'arrival rate (requests / tick)'\n";
     for (const bool reuse : {true, false}) {
-        gp << "set ylabel '" << (reuse ? "reused graphs / graphs; dashed: the most the rule allows" : "graph building, % of decode time")
+        gp << "set ylabel '" << (reuse ? "reused plans / plans; dashed: the most the rule allows" : "plan building, % of decode time")
            << "'\nplot ";
         for (std::size_t i = 0; i < settings.size(); ++i) {
             gp << (i ? ", " : "") << "$s" << i << " using 1:" << (reuse ? 2 : 4) << " with linespoints lw 2 lc " << i + 1
