@@ -38,9 +38,19 @@ struct Setting {
 // (or given --params) runs the one setting asked for. Every setting is
 // given whole, so none is drawn per seed. kvweld's dense engine (its rule
 // names it): each rebind policy on fresh storage, and rebinding on recycled
-// storage, each beside its twin that builds every token.
-std::vector<Setting> settings_for(const std::string& engine, const std::string& params) {
+// storage, each beside its twin that builds every token. A paged engine
+// with a block model (kvweld-paged): block sizes 1, 4, 16 and 64, each pool
+// holding every sequence's mean request.
+std::vector<Setting> settings_for(const std::string& engine, const std::string& params, const TrafficParams& p) {
     const EngineEntry* entry = engine_entry(engine);
+    if (entry && entry->block_model && params.empty()) {
+        std::vector<Setting> out;
+        for (int block : {1, 4, 16, 64}) {
+            const int per_request = (p.prompt_mean + p.output_mean + block - 1) / block;
+            out.push_back({cat("block=", block, ",blocks=", p.slots * per_request), "", false});
+        }
+        return out;
+    }
     if (entry && entry->rule == kvweld_reuse_rule && params.empty()) {
         const bool white_box = engine_in_process(engine);
         std::vector<Setting> out;
@@ -72,8 +82,8 @@ Measured measure(const TrafficParams& p, const EngineChoice& e, int chunk, int r
 }
 
 struct Row {
-    std::string sweep;  // "base", "arrival"
-    double arrival = 0;
+    std::string sweep;  // "base", "arrival", "accept"
+    double arrival = 0, accept = 0;
     Setting setting;
     Measured with, without;  // reuse on; reuse off (empty when none)
     bool has_without = false;
@@ -95,7 +105,7 @@ using BuildCosts = std::map<std::string, double>;
 
 BuildCosts measure_build_costs(const TrafficParams& p, const EngineChoice& base, const std::string& engine) {
     BuildCosts costs;
-    for (const Setting& s : settings_for(engine, base.params))
+    for (const Setting& s : settings_for(engine, base.params, p))
         costs[s.params] = s.no_reuse.empty() ? std::nan("")
                                              : measure_build_seconds({base.engine, s.params, ""},
                                                                      {base.engine, s.no_reuse, ""}, p.model);
@@ -105,8 +115,8 @@ BuildCosts measure_build_costs(const TrafficParams& p, const EngineChoice& base,
 std::vector<Row> run_rows(const TrafficParams& p, const EngineChoice& base, int chunk, int repeat,
                           const std::string& sweep, const BuildCosts& costs) {
     std::vector<Row> rows;
-    for (const Setting& s : settings_for(base.engine, base.params)) {
-        Row row{sweep, p.arrival_rate, s, {}, {}, !s.no_reuse.empty(), costs.at(s.params)};
+    for (const Setting& s : settings_for(base.engine, base.params, p)) {
+        Row row{sweep, p.arrival_rate, p.accept, s, {}, {}, !s.no_reuse.empty(), costs.at(s.params)};
         TrafficParams q = p;
         q.recycle = s.recycle;
         row.with = measure(q, {base.engine, s.params, ""}, chunk, repeat);
@@ -170,11 +180,11 @@ void print_shapes(const Row& row) {
 void write_csv(const std::string& path, const std::vector<Row>& rows) {
     std::ofstream out(path, std::ios::trunc);
     require(out.good(), "--csv ", path, ": cannot open for writing");
-    out << "sweep,setting,arrival_rate,calls,graphs,reused,reuse_ratio,ideal_ratio,may_reuse,decode_s,"
+    out << "sweep,setting,arrival_rate,accept,calls,graphs,reused,reuse_ratio,ideal_ratio,may_reuse,decode_s,"
            "decode_s_no_reuse,build_us,build_share,build_share_no_reuse\n";
     for (const Row& r : rows) {
         const RunStats& s = r.with.result.run.stats;
-        out << r.sweep << ',' << '"' << r.setting.label() << '"' << ',' << r.arrival << ',' << s.calls << ',' << s.plans << ','
+        out << r.sweep << ',' << '"' << r.setting.label() << '"' << ',' << r.arrival << ',' << r.accept << ',' << s.calls << ',' << s.plans << ','
             << s.reused << ',' << s.reuse_ratio() << ',' << s.ideal_ratio() << ',' << s.may_reuse << ','
             << r.with.seconds << ',' << (r.has_without ? r.without.seconds : std::nan("")) << ','
             << r.build_seconds * 1e6 << ',' << Row::share(r.with, r.build_seconds) << ','
@@ -238,7 +248,8 @@ nlohmann::json rows_json(const std::vector<Row>& rows, const BuildCosts& costs, 
     };
     nlohmann::json runs = nlohmann::json::array();
     for (const Row& r : rows) {
-        nlohmann::json j = {{"sweep", r.sweep}, {"arrival_rate", r.arrival}, {"params", r.setting.params},
+        nlohmann::json j = {{"sweep", r.sweep}, {"arrival_rate", r.arrival}, {"accept", r.accept},
+                            {"params", r.setting.params},
                             {"recycle", r.setting.recycle},
                             {"with_reuse", measured(r.with, r.build_seconds)}};
         if (r.has_without) j["without_reuse"] = measured(r.without, r.build_seconds);
@@ -278,8 +289,14 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
             q.arrival_rate = rate;
             for (Row& r : run_rows(q, base, a.chunk, a.repeat, "arrival", costs)) rows.push_back(std::move(r));
         }
+        for (double accept : {0.0, 0.2, 0.4, 0.6, 0.8, 1.0}) {
+            TrafficParams q = p;
+            q.accept = accept;
+            for (Row& r : run_rows(q, base, a.chunk, a.repeat, "accept", costs)) rows.push_back(std::move(r));
+        }
         ok = ok && std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
-        std::printf("sweep: arrival rate 0.1..2 per setting: %s\n", ok ? "no oracle failed" : "FAILURES, see the CSV");
+        std::printf("sweep: arrival rate 0.1..2 and draft acceptance 0..1 per setting: %s\n",
+                    ok ? "no oracle failed" : "FAILURES, see the CSV");
     }
     if (!a.csv.empty()) write_csv(a.csv, rows);
     if (!a.json.empty()) write_json(a.json, rows_json(rows, costs, ok));

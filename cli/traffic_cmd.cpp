@@ -20,7 +20,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     CLI::App* cmd = app.add_subcommand(
         "traffic", "Reuse-ratio study: each of the engine's settings over the same seeded traffic, every oracle on, "
                    "beside its twin that builds every plan (kvweld in process: each rebind policy and recycled "
-                   "storage; llamacpp: each KV layout, graph reuse on and off). Exit 0 when no oracle failed, else 1");
+                   "storage; kvweld-paged: block sizes 1..64; llamacpp: each KV layout, graph reuse on and off). Exit 0 when no oracle failed, else 1");
     cmd->add_option("--seed", p.seed, "traffic seed")->capture_default_str()->check(seed_validator());
     cmd->add_option("--ticks", p.ticks, "simulated ticks")->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--slots", p.slots, "server slots")->capture_default_str()->check(CLI::Range(1, 16));
@@ -34,7 +34,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--offload-rate", p.offload_rate, "a layer swapped out and in, per active request per tick (engines that can)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--reload-rate", p.reload_rate, "model reloads per tick")->capture_default_str()->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--reload-new-weights", p.reload_new_weights, "share of reloads with new weights")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-    cmd->add_flag("--sweep", a->engine.sweep, "also sweep the arrival rate (0.1..2) per setting");
+    cmd->add_flag("--sweep", a->engine.sweep, "also sweep the arrival rate (0.1..2) and draft acceptance (0..1) per setting");
     cmd->add_option("--csv", a->engine.csv, "write every run as CSV here");
     cmd->add_option("--plot", a->engine.plot, "draw reuse ratio and build share against arrival rate (PNG; needs --sweep)");
     cmd->add_option("--json", a->engine.json, "write every run's report as JSON here");
