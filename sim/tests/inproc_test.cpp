@@ -111,6 +111,31 @@ TEST(Shrink, RefusesAPassingTrace) {
     EXPECT_THROW(shrink(ok.config, ok.ops, ok.steps, Verdict::stale_decode), Error);
 }
 
+// The white box's capacities, both halves: a slot whose next request gets
+// storage of the same capacity rebinds its held plan; one whose request
+// gets another capacity must build (the capacity sizes the plan's buffers).
+TEST(WhiteBox, ASameCapacityRebindsAndAnotherCapacityBuilds) {
+    SimConfig c = config(4, "", "tiny");
+    c.seqs = 1;
+    c.n_ctx = 64;
+    c.capacities = {64, 32};
+    c.engine.params = "policy=rebind";
+    Op admit = make_op(OpKind::admit);
+    admit.tokens = {1, 2, 3};
+    admit.max_new = 2;
+    Op admit_small = admit;
+    admit_small.pick2 = 1;  // capacity 32
+    Op step = make_op(OpKind::step);
+    step.wants = {8};
+    const Op retire = make_op(OpKind::retire);
+    const std::vector<Op> ops = {admit, step, retire, admit, step, retire, admit_small, step};
+    const RunResult r = run_ops(c, ops, int(ops.size()));
+    ASSERT_EQ(r.verdict, Verdict::pass) << text_report(r);
+    EXPECT_EQ(r.stats.builds, 2u) << text_report(r);   // the first decode, and the one on capacity 32
+    EXPECT_EQ(r.stats.rebinds, 1u) << text_report(r);  // the second request, same capacity
+    EXPECT_EQ(r.stats.reused, r.stats.plans - 3) << text_report(r);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 constexpr std::uint64_t kSeeds = 60;  // the sanitizer build is ~10x slower
 #else
