@@ -1,5 +1,5 @@
-// Simulator throughput: checked and unchecked decoded tokens (rows) per
-// second on kvweld's engine in process. One fixed seed and model (tiny), so
+// Simulator throughput: checked (with and without the twin) and unchecked
+// decoded tokens (rows) per second on kvweld's engine in process. One fixed seed and model (tiny), so
 // every repetition runs the same ops.
 #include "engines/registry.hpp"
 #include "sim/run.hpp"
@@ -13,12 +13,14 @@
 namespace kvweld::sim {
 namespace {
 
-SimConfig bench_config() {
-    return draw_config(1, EngineChoice{}, "tiny", engines::engine_capabilities(std::string(engines::kDefaultEngine)));
+SimConfig bench_config(bool twin = false) {
+    EngineChoice engine;
+    engine.twin = twin;
+    return draw_config(1, engine, "tiny", engines::engine_capabilities(std::string(engines::kDefaultEngine)));
 }
 
-void sim_loop(benchmark::State& state, bool checked) {
-    const SimConfig config = bench_config();
+void sim_loop(benchmark::State& state, bool checked, bool twin = false) {
+    const SimConfig config = bench_config(twin);
     std::uint64_t rows = 0;
     for (auto _ : state) {
         const RunResult r = run_generated(config, 400, checked);
@@ -52,9 +54,12 @@ void BM_CheckedOverUnchecked(benchmark::State& state) {
 
 void BM_Unchecked(benchmark::State& s) { sim_loop(s, false); }
 void BM_Checked(benchmark::State& s) { sim_loop(s, true); }
+// Checked, with the differential twin (the engine again, reuse off) on too.
+void BM_CheckedTwin(benchmark::State& s) { sim_loop(s, true, true); }
 
 BENCHMARK(BM_Unchecked)->Name("sim/unchecked")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_Checked)->Name("sim/checked")->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_CheckedTwin)->Name("sim/checked_twin")->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_CheckedOverUnchecked)->Name("sim/checked_over_unchecked")->Unit(benchmark::kMillisecond)->Iterations(15);
 
 }  // namespace

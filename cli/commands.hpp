@@ -39,7 +39,8 @@ struct RunOptions {
     std::vector<std::string> faults;
     std::string engine{engines::kDefaultEngine};  // a built-in name or a plugin's path
     std::string params;  // the engine's settings
-    int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (with --engine; 0: drawn per seed)
+    int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (0: drawn per seed)
+    bool twin = false;        // --twin
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 void write_json(const std::string& path, const nlohmann::json& j);

@@ -38,7 +38,7 @@ void write_text(const std::string& path, const std::string& text) {
 }  // namespace
 
 EngineChoice engine_choice(const RunOptions& o) {
-    EngineChoice e{o.engine, o.params, "", o.seqs, o.n_ctx};
+    EngineChoice e{o.engine, o.params, "", o.seqs, o.n_ctx, o.twin};
     require_engine(e.engine);  // a bad name or path is an Error now, before anything runs
     const Backend backend = backend_from_string(o.backend);
     if (backend != Backend::cpu) {  // in process, the engine's backend setting

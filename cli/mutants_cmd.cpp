@@ -21,10 +21,18 @@ struct MutantsArgs {
     std::string model, backend = "cpu", json;
     std::vector<std::string> faults;
     std::string engine{engines::kDefaultEngine}, params;
+    bool twin = false;
 };
 
 int run_mutants_cmd(const MutantsArgs& a) {
-    const RunOptions run{a.steps, a.model, a.backend, a.faults, a.engine, a.params};
+    RunOptions run;
+    run.steps = a.steps;
+    run.model = a.model;
+    run.backend = a.backend;
+    run.faults = a.faults;
+    run.engine = a.engine;
+    run.params = a.params;
+    run.twin = a.twin;
     const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     return run_engine_mutants(run, a.seeds, jobs, a.json);
 }
@@ -50,6 +58,7 @@ void add_mutants_command(CLI::App& app, std::function<int()>& action) {
                         "switch it lists, every failing seed in one of the classes it declares for the fault"))
         ->capture_default_str();
     cmd->add_option("--params", args->params, "the --engine's settings, k=v,...");
+    cmd->add_flag("--twin", args->twin, "run the differential twin too (the engine with plan reuse off)");
     cmd->callback([args, &action] { action = [args] { return run_mutants_cmd(*args); }; });
 }
 

@@ -62,6 +62,9 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
         ->check(CLI::Range(1, 256));
     cmd->add_option("--n-ctx", o.n_ctx, "positions per sequence, for every seed (default: drawn)")
         ->check(CLI::Range(2, 4096));
+    cmd->add_flag("--twin", o.twin,
+                  "also run the differential twin: the same engine with plan reuse off, in lockstep; every row must "
+                  "equal its row bit for bit (inproc, kvweld, llamacpp; twice the decode cost)");
 }
 
 namespace {

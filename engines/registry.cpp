@@ -2,6 +2,7 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "engines/abi_lists.hpp"
 #include "engines/kvweld/dense_engine.hpp"
 
 #include <filesystem>
@@ -28,12 +29,13 @@ namespace {
 
 const EngineEntry kEngines[] = {
     {"inproc", "", "", open_dense_engine, kDenseCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
-     kvweld_dense_settings},
-    {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings},
+     kvweld_dense_settings, "reuse=0"},
+    {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings,
+     "reuse=0"},
     {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_paged_reuse_rule,
-     BlockModel::for_kvweld_paged, kvweld_paged_settings},
+     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr},
     {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, nullptr, 0, nullptr, llamacpp_reuse_rule, nullptr,
-     llamacpp_settings},
+     llamacpp_settings, "graph_reuse=0"},
 };
 
 }  // namespace
@@ -97,6 +99,20 @@ std::string draw_engine_settings(std::string_view engine_name, const EngineSetup
     } catch (const std::runtime_error& error) {  // a bad --params, named
         throw Error(cat("engine ", engine_name, ": ", error.what()));
     }
+}
+
+std::optional<std::string> twin_params(std::string_view engine, const std::string& params, std::string& why_not) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->no_reuse) {
+        why_not = cat("engine ", engine, " names no setting that turns its plan reuse off (engines/registry.cpp)");
+        return std::nullopt;
+    }
+    const std::string_view setting = e->no_reuse;
+    const std::string_view key = setting.substr(0, setting.find('=') + 1);
+    std::string out;
+    for (const std::string& item : abi::split_list(params.c_str()))
+        if (!item.starts_with(key)) out += cat(out.empty() ? "" : ",", item);
+    return cat(out, out.empty() ? "" : ",", setting);
 }
 
 std::string engine_plugin_path(const std::string& engine) {

@@ -32,6 +32,9 @@ struct EngineEntry {
     BlockModel (*block_model)(const EngineSetup&);  // the block model that follows its pool (nullptr: none)
     // The settings setup.params leaves open, drawn and appended (nullptr: none).
     std::string (*draw_settings)(const EngineSetup& setup, Rng& rng);
+    // The setting that turns its plan reuse off ("key=value"; nullptr: none):
+    // the differential twin is the same engine with it.
+    const char* no_reuse;
 };
 
 // The entry of a built-in engine (nullptr for a plugin of the user's own).
@@ -65,6 +68,9 @@ std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const En
                                           std::string& why_not);
 std::optional<BlockModel> block_model_for(std::string_view engine_name, const EngineSetup& setup);
 std::string draw_engine_settings(std::string_view engine_name, const EngineSetup& setup, Rng& rng);
+// `params` with the engine's no-reuse setting in place of any value of its
+// key (nullopt, and `why_not` says so, for an engine without one).
+std::optional<std::string> twin_params(std::string_view engine, const std::string& params, std::string& why_not);
 
 // The engine `engine` (a built-in name, in process or a plugin, or a plugin's path), created over
 // `model` with the setup's sequences, positions and settings and the

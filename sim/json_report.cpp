@@ -24,6 +24,7 @@ constexpr struct {
     {"rebinds", &RunStats::rebinds},       {"change_decodes", &RunStats::change_decodes},
     {"data_blind", &RunStats::data_blind}, {"independent_blind", &RunStats::independent_blind},
     {"blind_same_weights_reload", &RunStats::blind_same_weights_reload},
+    {"twin_rows", &RunStats::twin_rows},
 };
 
 nlohmann::json oracles_json(const OracleReport& o) {
@@ -34,13 +35,15 @@ nlohmann::json oracles_json(const OracleReport& o) {
             {"weld", o.weld},
             {"blocks", o.blocks},
             {"white_box", o.white_box},
+            {"twin", o.twin},
             {"unavailable",
              {{"accounting", o.accounting_why_not},
               {"plan_identity", o.plan_identity_why_not},
               {"kv", o.kv_why_not},
               {"weld", o.weld_why_not},
               {"blocks", o.blocks_why_not},
-              {"white_box", o.white_box_why_not}}}};
+              {"white_box", o.white_box_why_not},
+              {"twin", o.twin_why_not}}}};
 }
 
 OracleReport oracles_from_json(const nlohmann::json& j) {
@@ -51,6 +54,7 @@ OracleReport oracles_from_json(const nlohmann::json& j) {
     o.weld = json_field<bool>(j, "weld");
     o.blocks = json_field<bool>(j, "blocks");
     o.white_box = json_field<bool>(j, "white_box");
+    o.twin = json_field<bool>(j, "twin");
     const nlohmann::json& why = j.at("unavailable");
     o.accounting_why_not = json_field<std::string>(why, "accounting");
     o.plan_identity_why_not = json_field<std::string>(why, "plan_identity");
@@ -58,6 +62,7 @@ OracleReport oracles_from_json(const nlohmann::json& j) {
     o.weld_why_not = json_field<std::string>(why, "weld");
     o.blocks_why_not = json_field<std::string>(why, "blocks");
     o.white_box_why_not = json_field<std::string>(why, "white_box");
+    o.twin_why_not = json_field<std::string>(why, "twin");
     return o;
 }
 

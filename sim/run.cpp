@@ -207,6 +207,7 @@ std::string reproduce_command(const SimConfig& c, int steps) {
     if (c.engine.seqs) cmd += cat(" --seqs ", c.engine.seqs);
     if (c.engine.n_ctx) cmd += cat(" --n-ctx ", c.engine.n_ctx);
     if (!c.engine.faults.empty()) cmd += cat(" --fault ", c.engine.faults);
+    if (c.engine.twin) cmd += " --twin";
     return cmd;
 }
 
@@ -221,6 +222,7 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
                cat(s.rows, " (", sci(s.max_logit_error), " / ", oracles.kv ? sci(s.max_kv_error) : "-", ")"));
     out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     out += table_row("invalid calls refused", cat(s.refused));
+    if (oracles.twin) out += table_row("rows equal to the twin's", cat(s.twin_rows));
     if (accounting) {
         out += table_row("plans run / reused", cat(s.plans, " / ", s.reused));
         out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),

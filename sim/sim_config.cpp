@@ -95,7 +95,7 @@ std::string SimConfig::describe() const {
     for (int k = 0; k < kOpKinds; ++k)
         if (weights[k]) ops += cat(ops.empty() ? "" : " ", to_string(OpKind(k)), "=", weights[k]);
     return cat("  engine: ", engine.engine, " params=", engine.params.empty() ? "(defaults)" : engine.params,
-               " faults=", engine.faults.empty() ? "none" : engine.faults, "\n",
+               " faults=", engine.faults.empty() ? "none" : engine.faults, engine.twin ? " twin=on" : "", "\n",
                "  ops: ", ops, "\n",
                "  sequences=", seqs, " n_ctx=", n_ctx, capacities.empty() ? "" : cat(" capacities=", capacities_text()),
                " tokens=", sampled ? "sampled" : "greedy", "\n",
@@ -108,7 +108,8 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
     nlohmann::json weights = nlohmann::json::object();
     for (int k = 0; k < kOpKinds; ++k) weights[std::string(to_string(OpKind(k)))] = c.weights[k];
     j = {{"seed", c.seed},
-         {"engine", {{"name", c.engine.engine}, {"params", c.engine.params}, {"faults", c.engine.faults}}},
+         {"engine",
+          {{"name", c.engine.engine}, {"params", c.engine.params}, {"faults", c.engine.faults}, {"twin", c.engine.twin}}},
          {"weights", weights},
          {"seqs", c.seqs},
          {"n_ctx", c.n_ctx},
@@ -130,7 +131,7 @@ SimConfig config_from_json(const nlohmann::json& j) {
     const nlohmann::json& e = j.contains("engine") ? j.at("engine") : nlohmann::json();
     c.engine = {json_field<std::string>(e, "name"), json_field<std::string>(e, "params"),
                 json_field<std::string>(e, "faults"), e.contains("fixed_seqs") ? json_int_in(e, "fixed_seqs", 1, 256) : 0,
-                e.contains("fixed_n_ctx") ? json_int_in(e, "fixed_n_ctx", 2, 4096) : 0};
+                e.contains("fixed_n_ctx") ? json_int_in(e, "fixed_n_ctx", 2, 4096) : 0, json_field<bool>(e, "twin")};
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
     for (int k = 0; k < kOpKinds; ++k) {
         const std::string name(to_string(OpKind(k)));

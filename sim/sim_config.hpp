@@ -29,6 +29,7 @@ struct EngineChoice {
     std::string faults;             // its fault switches, "a,b"
     int seqs = 0;                   // sequences open at once (0: drawn)
     int n_ctx = 0;                  // positions per sequence (0: drawn)
+    bool twin = false;              // run the differential twin (the engine with plan reuse off)
 };
 
 struct SimConfig {

@@ -54,6 +54,7 @@ void RunStats::add(const RunStats& o) {
     drafts += o.drafts;
     rejected += o.rejected;
     refused += o.refused;
+    twin_rows += o.twin_rows;
     plans += o.plans;
     reused += o.reused;
     must_reuse += o.must_reuse;
@@ -77,13 +78,14 @@ std::string OracleReport::describe() const {
                one("kv", kv, kv_why_not),
                one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not),
                one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate)", white_box,
-                   white_box_why_not));
+                   white_box_why_not),
+               one("twin", twin, twin_why_not));
 }
 
 void OracleReport::all_off(const std::string& why) {
-    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks, &white_box}) *on = false;
+    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks, &white_box, &twin}) *on = false;
     for (std::string* w : {&data_why_not, &accounting_why_not, &plan_identity_why_not, &kv_why_not, &weld_why_not,
-                           &blocks_why_not, &white_box_why_not})
+                           &blocks_why_not, &white_box_why_not, &twin_why_not})
         *w = why;
 }
 
@@ -123,12 +125,14 @@ Simulator::Simulator(const SimConfig& config, bool checked)
     plans_.resize(std::size_t(config_.seqs));
     white_box_ = engine_->white_box();
     oracles_.white_box = white_box_ != nullptr;
+    open_twin();
     if (!white_box_)
         oracles_.white_box_why_not = cat("engine ", engine_->name(), " runs behind the plugin ABI");
     for (const std::string& f : abi::split_list(config_.engine.faults.c_str()))
         spec_reject_fault_ = spec_reject_fault_ || (white_box_ && f == "spec_reject_off_by_one");
     if (checked) return;
     oracles_.all_off("an unchecked run (--no-oracles)");
+    twin_.reset();
     rule_.reset();  // nothing judged; the block model stays, it paces the pool's growth
     last_counters_.reset();
 }
@@ -244,11 +248,11 @@ void Simulator::admit(const Op& op, int seq) {
         recycle = op.recycle && slot.kept_capacity > 0;
         if (recycle) r.capacity = slot.kept_capacity;
         else if (!config_.capacities.empty()) r.capacity = config_.capacities[op.pick2 % config_.capacities.size()];
-        white_box_->open_sized(seq, r.capacity, recycle);
+        both([&](Engine& e) { e.white_box()->open_sized(seq, r.capacity, recycle); });
         if (rule_) rule_->on_open_sized(seq, r.capacity, recycle);
         if (recycle) poison(seq, 0, r.capacity);  // every row is dead again
     } else {
-        engine_->open(seq);
+        both([&](Engine& e) { e.open(seq); });
         if (rule_) rule_->on_open(seq);
     }
     const std::size_t room = std::size_t(r.capacity);
@@ -282,7 +286,7 @@ void Simulator::rewrite_requeued(const Op& op, Request& r, std::size_t n) const 
 }
 
 void Simulator::truncate(const Op& op, int seq, int n) {
-    engine_->truncate(seq, n);
+    both([&](Engine& e) { e.truncate(seq, n); });
     if (blocks_) blocks_->truncate(seq, n);
     if (rule_) rule_->on_truncate(seq, n);
     Request& r = *requests_[std::size_t(seq)];
@@ -294,7 +298,7 @@ void Simulator::truncate(const Op& op, int seq, int n) {
 }
 
 void Simulator::preempt(const Op& op, int seq) {
-    engine_->clear(seq);
+    both([&](Engine& e) { e.clear(seq); });
     if (blocks_) blocks_->clear(seq);
     if (rule_) rule_->on_clear(seq);
     Request& r = *requests_[std::size_t(seq)];
@@ -317,10 +321,10 @@ int Simulator::fork_destination(const Op& op, int src) const {
 
 void Simulator::fork(int src, int dst) {
     if (!requests_[std::size_t(dst)]) {
-        engine_->open(dst);
+        both([&](Engine& e) { e.open(dst); });
         if (rule_) rule_->on_open(dst);
     }
-    engine_->copy(src, dst);
+    both([&](Engine& e) { e.copy(src, dst); });
     if (blocks_) blocks_->fork(src, dst);
     if (rule_) rule_->on_copy(src, dst);
     requests_[std::size_t(dst)] = requests_[std::size_t(src)];
@@ -329,7 +333,7 @@ void Simulator::fork(int src, int dst) {
 }
 
 void Simulator::retire(int seq) {
-    engine_->close(seq);
+    both([&](Engine& e) { e.close(seq); });
     if (blocks_) blocks_->close(seq);
     if (rule_) rule_->on_close(seq);
     ledger_[std::size_t(seq)].kept_capacity = requests_[std::size_t(seq)]->capacity;  // the slot keeps its storage
@@ -341,7 +345,7 @@ void Simulator::retire(int seq) {
 void Simulator::migrate(const Op& op, int from) {
     const std::vector<int> free = free_seqs();
     const int to = free[op.pick2 % free.size()];
-    white_box_->migrate(from, to);
+    both([&](Engine& e) { e.white_box()->migrate(from, to); });
     if (rule_) rule_->on_migrate(from, to);
     requests_[std::size_t(to)] = std::move(requests_[std::size_t(from)]);
     requests_[std::size_t(from)].reset();
@@ -365,14 +369,14 @@ void Simulator::poison(int seq, int from, int to) {
 
 void Simulator::truncate_rejected(int seq, int n) {
     const int kept = spec_reject_fault_ ? n + 1 : n;  // the scheduler's fault keeps one rejected row
-    engine_->truncate(seq, kept);
+    both([&](Engine& e) { e.truncate(seq, kept); });
     if (blocks_) blocks_->truncate(seq, kept);
     if (rule_) rule_->on_truncate(seq, kept);
     poison(seq, kept, requests_[std::size_t(seq)]->capacity);
 }
 
 void Simulator::clear_all() {
-    engine_->clear_all();
+    both([&](Engine& e) { e.clear_all(); });
     if (blocks_) blocks_->clear_all();
     if (rule_) rule_->on_clear_all();
     requeue_all(SeqOp::clear);
@@ -383,7 +387,7 @@ void Simulator::clear_all() {
 void Simulator::reload(const Op& op) {
     const std::uint64_t seed = op.same_weights ? weights_seed_ : op.seed;
     Model next = Model::random(config_.model, seed);
-    engine_->reload(next);
+    both([&](Engine& e) { e.reload(next); });
     model_ = std::move(next);
     weights_generation_ += seed != weights_seed_;
     weights_seed_ = seed;
@@ -394,13 +398,13 @@ void Simulator::reload(const Op& op) {
 }
 
 void Simulator::swap_layer(int seq, int layer) {
-    engine_->swap_layer(seq, layer);
+    both([&](Engine& e) { e.swap_layer(seq, layer); });
     if (rule_) rule_->on_swap_layer(seq, layer);
     ledger_after(SeqOp::swap_layer, seq, layer);
 }
 
 void Simulator::reset() {
-    engine_->pool_op(KVWELD_POOL_RESET);
+    both([&](Engine& e) { e.pool_op(KVWELD_POOL_RESET); });
     if (blocks_) blocks_->reset();
     if (rule_) rule_->on_pool_op(KVWELD_POOL_RESET);
     requeue_all(SeqOp::clear);
@@ -408,7 +412,7 @@ void Simulator::reset() {
 
 void Simulator::pool_op(OpKind kind) {
     const int op = kind == OpKind::grow ? KVWELD_POOL_GROW : KVWELD_POOL_COMPACT;
-    engine_->pool_op(op);
+    both([&](Engine& e) { e.pool_op(op); });
     if (blocks_ && op == KVWELD_POOL_GROW) blocks_->grow();
     if (rule_) rule_->on_pool_op(op);
 }
@@ -488,8 +492,9 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
         for (int s : seqs) blocks_->append(s);
     ++stats_.calls;
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
-    // Oracles one file each (oracle_*.cpp): data, then weld and kv, then the
-    // blocks, then accounting.
+    // Oracles one file each (oracle_*.cpp): the twin, data, then weld and
+    // kv, then the blocks, then accounting.
+    check_twin(pairs, got);  // first: it needs no model of what the plan bakes in
     std::vector<std::vector<float>> want = check_data(pairs, got);
     for (const auto& [i, b] : blind) count_blindness(b, pairs[i].seq, pairs[i].pos);
     if (white_box_)

@@ -41,6 +41,7 @@ struct RunStats {
     std::uint64_t batched_calls = 0;  // calls carrying more than one sequence
     std::uint64_t drafts = 0, rejected = 0;
     std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
+    std::uint64_t twin_rows = 0;    // rows compared with the twin's
     // accounting, over the calls the rule judged
     std::uint64_t plans = 0;       // plans the rule says the calls ran
     std::uint64_t reused = 0;      // reuses the engine counted
@@ -72,8 +73,11 @@ struct OracleReport {
     // An engine in process (engines/white_box.hpp): pinned storage (kv reads
     // it, dead rows poisoned), blindness counts, capacities, migrate.
     bool white_box = false;
+    // The differential twin (--twin): the same engine with plan reuse off,
+    // driven in lockstep; every row must equal its row, bit for bit.
+    bool twin = false;
     std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not, data_why_not,
-        white_box_why_not;
+        white_box_why_not, twin_why_not;
     void all_off(const std::string& why);  // an unchecked run
     std::string describe() const;
 };
@@ -162,6 +166,7 @@ private:
     void swap_layer(int seq, int layer);
     void pool_op(OpKind kind);
     void migrate(const Op& op, int from);
+    void open_twin();  // --twin, where the engine names a no-reuse setting
     // White box: rows [from, to) of the sequence's pinned storage are dead
     // (truncated away): NaN, as ASan poisons freed memory, so that a decode
     // that fails to write its row cannot pass for one that wrote the bytes a
@@ -201,6 +206,14 @@ private:
     // One K/V row: read back through the engine, or white box, from the pinned storage.
     void read_row(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const;
     void check_blocks(bool decoded);
+    // The twin oracle (oracle_twin.cpp): the twin decodes the same pairs; each row must be the engine's.
+    void check_twin(const std::vector<Pair>& pairs, const std::vector<float>& got);
+    // Every memory op goes to the engine and, where there is one, to its twin.
+    template <class Op>
+    void both(Op&& op) {
+        op(*engine_);
+        if (twin_) op(*twin_);
+    }
     void requeue_from(Request& r, std::size_t n);  // history[n:] goes back to the queue
     void requeue_all(SeqOp op);                         // every sequence emptied by `op` re-prefills
     // op.rewrite: the first `n` queued tokens (the ones fed again) each become another token.
@@ -223,6 +236,7 @@ private:
     Model model_;
     std::uint64_t weights_seed_;
     std::unique_ptr<Engine> engine_;
+    std::unique_ptr<Engine> twin_;  // --twin: the same engine, plan reuse off
     std::unique_ptr<ReuseRule> rule_;
     OracleReport oracles_;
     std::vector<std::optional<Request>> requests_;  // per sequence id

@@ -14,7 +14,7 @@ constexpr NameTable<Verdict, kVerdicts> kVerdictNames{{
     {Verdict::missed_invalidation, "missed_invalidation"},
     {Verdict::engine_error, "engine_error"},
 }};
-constexpr NameTable<Oracle, 7> kOracleNames{{
+constexpr NameTable<Oracle, 8> kOracleNames{{
     {Oracle::data, "data"},
     {Oracle::kv, "kv"},
     {Oracle::weld, "weld"},
@@ -22,6 +22,7 @@ constexpr NameTable<Oracle, 7> kOracleNames{{
     {Oracle::ledger, "ledger"},
     {Oracle::engine, "engine"},
     {Oracle::blocks, "blocks"},
+    {Oracle::twin, "twin"},
 }};
 }  // namespace
 

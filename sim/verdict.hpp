@@ -11,7 +11,7 @@ namespace kvweld::sim {
 
 enum class Verdict : std::uint8_t {
     pass,
-    stale_decode,           // data or weld oracle
+    stale_decode,           // data, kv, weld, blocks or twin oracle
     spurious_invalidation,  // the engine prepared a plan no change justified
     missed_invalidation,    // a justified rebuild/rebind did not happen, output still right
     engine_error,           // the engine refused a valid op, or its reports contradict each other
@@ -22,7 +22,8 @@ inline constexpr int kVerdicts = 5;
 // contract (sim/ledger.hpp); blocks: a paged engine's block tables and
 // counts broke the block ledger (engines/kvweld/block_model.hpp); the rest are
 // the per-decode oracles.
-enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks };
+// twin: a row differs from the one the engine's twin (reuse off) returned.
+enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks, twin };
 
 std::string_view to_string(Verdict v);
 std::string_view to_string(Oracle o);

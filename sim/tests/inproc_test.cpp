@@ -136,6 +136,30 @@ TEST(WhiteBox, ASameCapacityRebindsAndAnotherCapacityBuilds) {
     EXPECT_EQ(r.stats.reused, r.stats.plans - 3) << text_report(r);
 }
 
+// The differential twin, both halves: the clean engine's every row equals
+// its twin's (reuse off) bit for bit, and a plan that keeps a stale write
+// offset after a rebind is caught by the twin, which knows nothing of the
+// model, before the reference looks.
+TEST(Twin, EqualRowsOnTheCleanEngineAndAStalePlanDiffers) {
+    SwarmOptions o;
+    o.first = 0;
+    o.last = 19;
+    o.steps = 200;
+    o.jobs = 2;
+    o.engine.twin = true;
+    const SwarmResult clean = run_swarm(o);
+    EXPECT_EQ(clean.failures, 0u) << swarm_table(clean, o);
+    EXPECT_TRUE(clean.oracles.twin) << clean.oracles.describe();
+    EXPECT_EQ(clean.total.twin_rows, clean.total.rows);
+    if (!kFaultsCompiled) GTEST_SKIP() << "the fault half needs a KVWELD_FAULTS build";
+    o.engine.faults = "offset_not_rebound";
+    const SwarmResult faulty = run_swarm(o);
+    std::size_t by_twin = 0;
+    for (const RunResult& r : faulty.seeds)
+        by_twin += r.failure && r.failure->oracle == Oracle::twin && r.verdict == Verdict::stale_decode;
+    EXPECT_EQ(by_twin, faulty.seeds.size()) << swarm_table(faulty, o);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 constexpr std::uint64_t kSeeds = 60;  // the sanitizer build is ~10x slower
 #else

@@ -1,0 +1,54 @@
+// The twin oracle: a second instance of the same engine (same settings,
+// same fault switches, same model), created with plan reuse turned off
+// (the registry names the setting: kvweld reuse=0, llama.cpp
+// graph_reuse=0), driven in lockstep through every memory op. Every row the
+// engine returns must equal the twin's bit for bit: a plan that is rebuilt
+// for every token cannot be stale, so a difference is a stale plan by
+// construction, whatever feature caused it, including features the
+// reference forward does not model. Trusts nothing but the two engines'
+// rows; what the twin says about itself is never read.
+#include "engine/cat.hpp"
+#include "sim/simulator.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace kvweld::sim {
+
+void Simulator::open_twin() {
+    if (!config_.engine.twin) {
+        oracles_.twin_why_not = "off (--twin turns it on: the engine again with plan reuse off, at twice the cost)";
+        return;
+    }
+    const auto params = twin_params(config_.engine.engine, config_.engine.params, oracles_.twin_why_not);
+    if (!params) return;
+    EngineSetup setup = config_.setup();
+    setup.params = *params;
+    twin_ = open_engine(config_.engine.engine, config_.engine.faults, setup, model_);
+    oracles_.twin = true;
+}
+
+void Simulator::check_twin(const std::vector<Pair>& pairs, const std::vector<float>& got) {
+    if (!twin_) return;
+    std::vector<std::int32_t> seqs, tokens;
+    for (const Pair& p : pairs) {
+        seqs.push_back(p.seq);
+        tokens.push_back(p.token);
+    }
+    const std::vector<float> want = twin_->decode(seqs, tokens);
+    const auto v = std::size_t(config_.model.vocab);
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+        ++stats_.twin_rows;
+        if (std::memcmp(got.data() + i * v, want.data() + i * v, v * sizeof(float)) == 0) continue;
+        double worst = 0.0;
+        for (std::size_t k = 0; k < v; ++k) {
+            const double d = std::fabs(double(got[i * v + k]) - double(want[i * v + k]));
+            worst = std::isfinite(d) ? std::max(worst, d) : 1e300;
+        }
+        fail(Verdict::stale_decode, Oracle::twin,
+             cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ", pairs.size(),
+                 " in the call): the row differs from the twin's (the engine with plan reuse off) by up to ", worst));
+    }
+}
+
+}  // namespace kvweld::sim
