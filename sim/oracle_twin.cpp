@@ -17,7 +17,7 @@ namespace kvweld::sim {
 
 void Simulator::open_twin() {
     if (!config_.engine.twin) {
-        oracles_.twin_why_not = "off (--twin turns it on: the engine again with plan reuse off, at twice the cost)";
+        oracles_.twin_why_not = "not asked for: --twin runs the engine again with plan reuse off, at about three times the cost";
         return;
     }
     const auto params = twin_params(config_.engine.engine, config_.engine.params, oracles_.twin_why_not);
