@@ -55,7 +55,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                         "capabilities allow runs, and the report says which could not and why"))
         ->capture_default_str();
     cmd->add_option("--params", o.params,
-                    "the engine's settings, k=v,... (inproc and kvweld: policy=rebind|rebuild; llamacpp: "
+                    "the engine's settings, k=v,... (inproc and kvweld: policy=rebind|rebuild, backend=cpu|cuda, reuse=0; llamacpp: "
                     "kv_unified=0|1, graph_reuse=0|1; kvweld-paged: block=N, blocks=N, backend=cpu|cuda); a setting "
                     "not given is drawn per seed");
     cmd->add_option("--seqs", o.seqs, "sequences open at once, for every seed (default: drawn, 1..16)")
@@ -64,7 +64,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
         ->check(CLI::Range(2, 4096));
     cmd->add_flag("--twin", o.twin,
                   "also run the differential twin: the same engine with plan reuse off, in lockstep; every row must "
-                  "equal its row bit for bit (inproc, kvweld, llamacpp; twice the decode cost)");
+                  "equal its row bit for bit (inproc, kvweld, llamacpp; about three times the decode cost)");
 }
 
 namespace {
@@ -92,7 +92,7 @@ void print_shrink_summary(std::size_t before, std::size_t after, int runs, Verdi
 namespace {
 
 constexpr const char* kVerdictExits =
-    "Exit 0 pass, 3 stale decode (data, kv or weld oracle), 4 spurious invalidation, 5 missed invalidation, "
+    "Exit 0 pass, 3 stale decode (twin, data, kv, weld or blocks oracle), 4 spurious invalidation, 5 missed invalidation, "
     "6 engine error, 2 bad input or usage, 70 internal error";
 
 }  // namespace
@@ -106,7 +106,7 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--trace", sim->trace, "write the run's trace (JSON Lines) here");
     cmd->add_option("--json", sim->json, "write the report as JSON here");
     cmd->add_flag("--no-oracles", sim->no_oracles, "run unchecked (measures the harness overhead)");
-    cmd->add_flag("--timing", sim->timing, "print decodes per second to stderr");
+    cmd->add_flag("--timing", sim->timing, "print rows (decoded tokens) per second to stderr");
     cmd->callback([sim, &action] {
         action = [sim] { return run_engine_sim(sim->run, sim->seed, sim->trace, sim->json, {sim->no_oracles, sim->timing}); };
     });
