@@ -15,29 +15,37 @@ std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
 }  // namespace
 
-CpuPlan::CpuPlan(const Model& model, const KvCache& cache, int threads) : config_(model.config()) {
+CpuPlan::CpuPlan(const Model& model, const KvCache& cache, int threads, const Adapters& adapters)
+    : config_(model.config()) {
     require_cache_fits(model, cache);
-    key_ = key_of(model, cache);
+    key_ = key_of(model, cache, adapters);
     for (int l = 0; l < config_.n_layers; ++l) kv_.push_back(cache.layer(l));
-    prepare(model, threads, cache.geometry().max_seq_len);
+    prepare(model, threads, cache.geometry().max_seq_len, adapters);
 }
 
-CpuPlan::CpuPlan(const Model& model, const KvPool& pool, int position, int threads) : config_(model.config()) {
+CpuPlan::CpuPlan(const Model& model, const KvPool& pool, int position, int threads, const Adapters& adapters)
+    : config_(model.config()) {
     require(pool.n_layers() == config_.n_layers && pool.kv_dim() == config_.kv_dim(), "KV pool of ", pool.n_layers(),
             " layers, kv_dim ", pool.kv_dim(), " cannot serve a model of ", config_.n_layers, " layers, kv_dim ",
             config_.kv_dim());
-    key_ = key_of(model, pool, position);
+    key_ = key_of(model, pool, position, adapters);
     paged_ = pool.storage();
     block_size_ = pool.block_size();
     const std::size_t max_blocks = sz(config_.max_seq_len / block_size_ + 1);
     k_blocks_.resize(max_blocks);
     v_blocks_.resize(max_blocks);
     zero_block_.assign(sz(block_size_) * sz(config_.kv_dim()), 0.0f);
-    prepare(model, threads, config_.max_seq_len);
+    prepare(model, threads, config_.max_seq_len, adapters);
 }
 
-void CpuPlan::prepare(const Model& model, int threads, int max_seq_len) {
+void CpuPlan::prepare(const Model& model, int threads, int max_seq_len, const Adapters& adapters) {
     const ModelConfig& c = config_;
+    loras_.assign(adapters.loras().begin(), adapters.loras().end());
+    if (adapters.cvec()) cvec_at_build_ = *adapters.cvec();
+    int max_rank = 0;
+    for (const LoraUse& u : loras_) max_rank = std::max(max_rank, u.adapter->rank());
+    lora_rank_.resize(sz(max_rank));
+    lora_out_.resize(sz(std::max({c.q_dim(), c.kv_dim(), c.dim})));
     build_ops();
     weights_ = pack_weights(model);
     rope_ = rope_table(c, key_.max_seq_len);
@@ -65,6 +73,7 @@ void CpuPlan::build_ops() {
     for (int l = 0; l < config_.n_layers; ++l) {
         ops_.push_back({OpKind::attn_norm, l});
         ops_.push_back({OpKind::qkv, l});
+        if (!loras_.empty()) ops_.push_back({OpKind::lora_qv, l});
         if (config_.family == Family::qwen3) ops_.push_back({OpKind::qk_norm, l});
         ops_.push_back({OpKind::rope, l});
         ops_.push_back({OpKind::kv_write, l});
@@ -75,7 +84,9 @@ void CpuPlan::build_ops() {
         ops_.push_back({OpKind::gate_up, l});
         ops_.push_back({OpKind::swiglu, l});
         ops_.push_back({OpKind::down_proj, l});
+        if (!loras_.empty()) ops_.push_back({OpKind::lora_down, l});
         ops_.push_back({OpKind::residual, l});
+        if (l >= 1) ops_.push_back({OpKind::cvec, l});  // layer 0 never has one
     }
     ops_.push_back({OpKind::final_norm, -1});
     ops_.push_back({OpKind::classifier, -1});
@@ -181,6 +192,33 @@ void CpuPlan::write_kv(int layer, int at, std::span<const int> table) {
     std::copy_n(qkv_.data() + q_dim + kv_dim, kv_dim, v);
 }
 
+// The step's scale for the plan's adapter i. The build's under the fault,
+// and when the step's set is another (only a plan the
+// adapter_set_not_in_key fault kept meets one).
+float CpuPlan::lora_factor(std::size_t i, const StepParams& step) const {
+    const LoraUse& baked = loras_[i];
+    if (fault_on(Fault::lora_scale_baked) || !step.adapters) return baked.factor();
+    const std::span<const LoraUse> now = step.adapters->loras();
+    return i < now.size() && now[i].adapter->id() == baked.adapter->id() ? now[i].factor() : baked.factor();
+}
+
+void CpuPlan::apply_loras(float* out, const float* x, LoraTarget t, int layer, const StepParams& step) {
+    const auto [n_out, n_in] = lora_shape(config_, t);
+    for (std::size_t i = 0; i < loras_.size(); ++i) {
+        const LoraMatrix& m = loras_[i].adapter->matrix(layer, t);
+        if (m.rank == 0) continue;
+        cpu::matvec(lora_rank_.data(), m.a.data(), x, m.rank, n_in);
+        cpu::matvec(lora_out_.data(), m.b.data(), lora_rank_.data(), n_out, m.rank);
+        const float f = lora_factor(i, step);
+        for (int j = 0; j < n_out; ++j) out[j] += f * lora_out_[sz(j)];
+    }
+}
+
+const ControlVector* CpuPlan::step_cvec(const StepParams& step) const {
+    if (fault_on(Fault::cvec_baked)) return cvec_at_build_ ? &*cvec_at_build_ : nullptr;
+    return step.adapters ? step.adapters->cvec() : nullptr;
+}
+
 void CpuPlan::exec(const Op& op, const StepParams& step, std::span<const int> table) {
     const ModelConfig& c = config_;
     const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
@@ -220,6 +258,15 @@ void CpuPlan::exec(const Op& op, const StepParams& step, std::span<const int> ta
         case OpKind::down_proj: matvec(proj_.data(), p->w2, h13_.data(), c.dim, c.ffn_dim); break;
         case OpKind::final_norm: cpu::rmsnorm(x_.data(), x_.data(), w(weights_.final_norm), c.dim, c.norm_eps); break;
         case OpKind::classifier: matvec(logits_.data(), weights_.classifier, x_.data(), c.vocab, c.dim); break;
+        case OpKind::lora_qv:
+            apply_loras(qkv_.data(), xb_.data(), LoraTarget::wq, op.layer, step);
+            apply_loras(qkv_.data() + q_dim + kv_dim, xb_.data(), LoraTarget::wv, op.layer, step);
+            break;
+        case OpKind::lora_down: apply_loras(proj_.data(), h13_.data(), LoraTarget::w2, op.layer, step); break;
+        case OpKind::cvec:
+            if (const ControlVector* cv = step_cvec(step); cv && cv->applies(op.layer))
+                cpu::add(x_.data(), cv->row(op.layer, c.dim), c.dim);
+            break;
     }
 }
 

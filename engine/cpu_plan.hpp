@@ -14,16 +14,20 @@
 #include <functional>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace kvweld {
 
 class CpuPlan final : public Plan {
 public:
-    CpuPlan(const Model& model, const KvCache& cache, int threads = 1);
+    // `adapters`: the LoRA adapter set the plan's ops apply (baked: the set
+    // is in the key); their scales and the control vector come with each step.
+    CpuPlan(const Model& model, const KvCache& cache, int threads = 1, const Adapters& adapters = Adapters::none());
     // A paged plan: welded to the pool's storage; each step brings the
     // sequence's block table.
-    CpuPlan(const Model& model, const KvPool& pool, int position, int threads = 1);
+    CpuPlan(const Model& model, const KvPool& pool, int position, int threads = 1,
+            const Adapters& adapters = Adapters::none());
 
     void rebind(std::span<const KvLayer> layers) override;
     void rebind_pool(const KvPool& pool) override;
@@ -36,12 +40,18 @@ private:
     enum class OpKind : std::uint8_t {
         embed, attn_norm, qkv, qk_norm, rope, kv_write, attention, out_proj, residual,
         ffn_norm, gate_up, swiglu, down_proj, final_norm, classifier,
+        lora_qv, lora_down,  // the adapter set's deltas (only in a plan built with adapters)
+        cvec,                // the step's control vector, after a layer (layers 1.. only)
     };
     struct Op {
         OpKind kind;
         int layer;
     };
-    void prepare(const Model& model, int threads, int max_seq_len);
+    void prepare(const Model& model, int threads, int max_seq_len, const Adapters& adapters);
+    // out += every baked adapter's delta for matrix `t` of `layer` at x.
+    void apply_loras(float* out, const float* x, LoraTarget t, int layer, const StepParams& step);
+    float lora_factor(std::size_t i, const StepParams& step) const;
+    const ControlVector* step_cvec(const StepParams& step) const;
     void build_ops();
     // Paged: the K/V rows of block table entry `i` in `layer`, or a zero block
     // when the entry is outside the welded storage (what a stale plan reads).
@@ -94,6 +104,9 @@ private:
     std::vector<const float*> k_blocks_, v_blocks_;  // one step's block rows, per layer
     std::vector<float> zero_block_;
     std::unique_ptr<WorkerPool> pool_;  // threads > 1 only
+    std::vector<LoraUse> loras_;        // the adapter set, as built (scales: read only under lora_scale_baked)
+    std::optional<ControlVector> cvec_at_build_;  // read only under the cvec_baked fault
+    std::vector<float> lora_rank_, lora_out_;     // LoRA scratch: A x, then B (A x)
     // scratch
     std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;
 };

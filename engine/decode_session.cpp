@@ -23,6 +23,7 @@ constexpr NameTable<BuildReason, kBuildReasons> kBuildReasonNames{{
     {BuildReason::dtype, "dtype"},
     {BuildReason::max_seq_len, "max_seq_len"},
     {BuildReason::n_layers, "n_layers"},
+    {BuildReason::adapters, "adapters"},
 }};
 }  // namespace
 
@@ -42,6 +43,7 @@ BuildReason build_reason(StaleReason r) {
         case StaleReason::dtype: return BuildReason::dtype;
         case StaleReason::max_seq_len: return BuildReason::max_seq_len;
         case StaleReason::n_layers: return BuildReason::n_layers;
+        case StaleReason::adapters: return BuildReason::adapters;
     }
     return BuildReason::geometry;
 }
@@ -70,14 +72,19 @@ void DecodeSession::validate_input(const Model& model, const KvCache& cache, int
     cache.require_room();
 }
 
-Validity DecodeSession::check(const Model& model, const KvCache& cache) const {
+Validity DecodeSession::check(const Model& model, const KvCache& cache, const Adapters& adapters) const {
     require(plan_ != nullptr, "check: the session holds no plan");
-    return kvweld::check(plan_->key(), key_of(model, cache));
+    return kvweld::check(plan_->key(), key_of(model, cache, adapters));
 }
 
-Validity DecodeSession::check(const Model& model, const KvPool& pool, int position) const {
+Validity DecodeSession::check(const Model& model, const KvPool& pool, int position, const Adapters& adapters) const {
     require(plan_ != nullptr, "check: the session holds no plan");
-    return kvweld::check(plan_->key(), key_of(model, pool, position));
+    return kvweld::check(plan_->key(), key_of(model, pool, position, adapters));
+}
+
+void DecodeSession::require_backend_adapters(const Adapters& adapters) const {
+    require(options_.backend == Backend::cpu || adapters.empty(),
+            "backend=cuda: the CUDA plan applies no LoRA adapters or control vectors yet (the CPU plan does)");
 }
 
 std::vector<StorageSerial> DecodeSession::bound_serials() const {
@@ -90,10 +97,11 @@ void DecodeSession::build(const Model& model, const Target& target, BuildReason 
     // free for the new one; a plan that must be rebuilt is of no use anyway.
     plan_.reset();
     if (target.pool) {
-        plan_ = make_paged_plan(options_.backend, model, *target.pool, target.position, options_.threads);
+        plan_ = make_paged_plan(options_.backend, model, *target.pool, target.position, options_.threads,
+                                *target.adapters);
         KVWELD_ASSERT(plan_->key().model == model.id() && plan_->key().alloc == target.pool->alloc_id());
     } else {
-        plan_ = make_plan(options_.backend, model, *target.cache, options_.threads);
+        plan_ = make_plan(options_.backend, model, *target.cache, options_.threads, *target.adapters);
         KVWELD_ASSERT(plan_->key().model == model.id() && plan_->key().alloc == target.cache->alloc_id());
         KVWELD_ASSERT(plan_->key().max_seq_len == target.cache->geometry().max_seq_len &&
                       plan_->key().n_layers == target.cache->n_layers());
@@ -137,17 +145,21 @@ void DecodeSession::prepare(const Model& model, const PlanKey& now, const Target
     }
 }
 
-std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache, int token) {
+std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache, int token,
+                                             const Adapters& adapters) {
     validate_input(model, cache, token);
-    prepare(model, key_of(model, cache), Target{&cache, nullptr, cache.cached_len()});
+    require_backend_adapters(adapters);
+    prepare(model, key_of(model, cache, adapters), Target{&cache, nullptr, cache.cached_len(), &adapters});
     const int pos = cache.cached_len();
-    const std::span<const float> logits = plan_->run(StepParams{token, pos, pos + 1, {}});
+    const std::span<const float> logits = plan_->run(StepParams{token, pos, pos + 1, {}, &adapters});
     cache.advance();
     return logits;
 }
 
-std::span<const float> DecodeSession::decode(const Model& model, KvPool& pool, PagedSequence& seq, int token) {
+std::span<const float> DecodeSession::decode(const Model& model, KvPool& pool, PagedSequence& seq, int token,
+                                             const Adapters& adapters) {
     const ModelConfig& c = model.config();
+    require_backend_adapters(adapters);
     require(token >= 0 && token < c.vocab, "token ", token, " out of range: vocab_size is ", c.vocab);
     require(pool.n_layers() == c.n_layers && pool.kv_dim() == c.kv_dim(), "KV pool of ", pool.n_layers(),
             " layers, kv_dim ", pool.kv_dim(), " cannot serve a model of ", c.n_layers, " layers, kv_dim ", c.kv_dim());
@@ -157,23 +169,25 @@ std::span<const float> DecodeSession::decode(const Model& model, KvPool& pool, P
     require(seq.append(pool).has_value(), "KV pool exhausted: all ", pool.n_blocks(), " blocks of ",
             pool.block_size(), " positions are in use");
     try {
-        prepare(model, key_of(model, pool, pos), Target{nullptr, &pool, pos});
+        prepare(model, key_of(model, pool, pos, adapters), Target{nullptr, &pool, pos, &adapters});
     } catch (...) {
         seq.truncate_to(pool, pos);  // the appended row goes back: nothing changed
         throw;
     }
-    return plan_->run(StepParams{token, pos, pos + 1, std::span<const int>(seq.table().data(), seq.table().size())});
+    return plan_->run(
+        StepParams{token, pos, pos + 1, std::span<const int>(seq.table().data(), seq.table().size()), &adapters});
 }
 
-std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads) {
-    if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache, threads);
-    return make_cuda_plan(model, cache);
+std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads,
+                                const Adapters& adapters) {
+    if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache, threads, adapters);
+    return make_cuda_plan(model, cache, adapters);
 }
 
 std::unique_ptr<Plan> make_paged_plan(Backend backend, const Model& model, const KvPool& pool, int position,
-                                      int threads) {
-    if (backend == Backend::cuda) return make_cuda_paged_plan(model, pool, position);
-    return std::make_unique<CpuPlan>(model, pool, position, threads);
+                                      int threads, const Adapters& adapters) {
+    if (backend == Backend::cuda) return make_cuda_paged_plan(model, pool, position, adapters);
+    return std::make_unique<CpuPlan>(model, pool, position, threads, adapters);
 }
 
 }  // namespace kvweld

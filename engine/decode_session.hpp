@@ -48,8 +48,9 @@ enum class BuildReason : std::uint8_t {
     dtype,
     max_seq_len,
     n_layers,
+    adapters,
 };
-inline constexpr int kBuildReasons = 9;
+inline constexpr int kBuildReasons = 10;
 std::string_view to_string(BuildReason r);
 
 struct SessionCounters {
@@ -72,7 +73,10 @@ public:
     // Decodes `token` at position cache.cached_len(), writes its K/V into
     // the plan's bound storage, advances the cache, returns the logits
     // (valid until the next call). Bad input throws Error and changes nothing.
-    std::span<const float> decode(const Model& model, KvCache& cache, int token);
+    // `adapters`: the LoRA adapters and control vector the decode runs with
+    // (engine/adapters.hpp: the set is in the key, the rest step data).
+    std::span<const float> decode(const Model& model, KvCache& cache, int token,
+                                  const Adapters& adapters = Adapters::none());
 
     // Paged KV: decodes `token` for `seq` at position seq.length(), its row
     // appended to the sequence in `pool` (a new block, or a private copy of
@@ -80,12 +84,14 @@ public:
     // table is per-step data, so only a new pool storage (grow, reset) or a
     // new model moves the plan. A full pool is an Error naming it (nothing
     // changes): the caller frees, preempts or grows first.
-    std::span<const float> decode(const Model& model, KvPool& pool, PagedSequence& seq, int token);
+    std::span<const float> decode(const Model& model, KvPool& pool, PagedSequence& seq, int token,
+                                  const Adapters& adapters = Adapters::none());
 
     // What the held plan would be judged as for (model, cache), without acting.
-    Validity check(const Model& model, const KvCache& cache) const;
+    Validity check(const Model& model, const KvCache& cache, const Adapters& adapters = Adapters::none()) const;
     // ... and for (model, pool) at a sequence's next position.
-    Validity check(const Model& model, const KvPool& pool, int position) const;
+    Validity check(const Model& model, const KvPool& pool, int position,
+                   const Adapters& adapters = Adapters::none()) const;
 
     bool has_plan() const { return plan_ != nullptr; }
     const Plan* plan() const { return plan_.get(); }
@@ -103,7 +109,9 @@ private:
         const KvCache* cache = nullptr;
         const KvPool* pool = nullptr;
         int position = 0;
+        const Adapters* adapters = nullptr;
     };
+    void require_backend_adapters(const Adapters& adapters) const;
     void validate_input(const Model& model, const KvCache& cache, int token) const;
     void prepare(const Model& model, const PlanKey& now, const Target& target);
     void build(const Model& model, const Target& target, BuildReason reason);
@@ -115,13 +123,15 @@ private:
 };
 
 // Builds a plan for the backend (the CUDA one throws Error when unavailable).
-std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads = 1);
-std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache);
+std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads = 1,
+                                const Adapters& adapters = Adapters::none());
+std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache, const Adapters& adapters);
 // A paged plan over `pool`, decoding next at `position` (the CUDA one
 // throws Error when unavailable).
 std::unique_ptr<Plan> make_paged_plan(Backend backend, const Model& model, const KvPool& pool, int position,
-                                      int threads = 1);
-std::unique_ptr<Plan> make_cuda_paged_plan(const Model& model, const KvPool& pool, int position);
+                                      int threads = 1, const Adapters& adapters = Adapters::none());
+std::unique_ptr<Plan> make_cuda_paged_plan(const Model& model, const KvPool& pool, int position,
+                                           const Adapters& adapters);
 // Whether the CUDA backend can run here; `why` gets the reason when not.
 bool cuda_backend_available(std::string* why = nullptr);
 

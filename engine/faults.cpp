@@ -37,7 +37,7 @@ constexpr std::array kFaults = {
     // lands a position late (stale), or a sequence near its capacity is
     // refused as full one token early (an engine error, naming the capacity).
     FaultInfo{Fault::spec_reject_off_by_one, "spec_reject_off_by_one", {D::stale_decode, D::engine_error},
-              "speculative reject truncates to base+m+1"},
+              "speculative reject truncates to base+m+1", FaultDesign::dense, true},
     FaultInfo{Fault::always_stale, "always_stale", {D::spurious_invalidation},
               "every check says Stale", FaultDesign::both},
     FaultInfo{Fault::position_in_key, "position_in_key", {D::spurious_invalidation},
@@ -66,6 +66,20 @@ constexpr std::array kFaults = {
               "compaction moves a block without re-pointing one table that holds it", FaultDesign::paged},
     FaultInfo{Fault::refcount_off_by_one, "refcount_off_by_one", {D::stale_decode},
               "fork takes no reference on the sequence's last block", FaultDesign::paged},
+    // A set whose adapters all have scale 0 contributes nothing, so a plan
+    // that kept the old set's ops is then exactly right: a missed invalidation.
+    FaultInfo{Fault::adapter_set_not_in_key, "adapter_set_not_in_key", kStaleOrMissed,
+              "the LoRA adapter set is left out of the key: a new set keeps the plan and its old adapters",
+              FaultDesign::dense, true},
+    FaultInfo{Fault::lora_scale_baked, "lora_scale_baked", {D::stale_decode},
+              "the plan bakes the LoRA scales it was built with (not keyed, not step data)", FaultDesign::dense, true},
+    FaultInfo{Fault::lora_scale_in_key, "lora_scale_in_key", {D::spurious_invalidation},
+              "LoRA scales in the key: a scale change rebuilds (llama.cpp PR 20166's class)", FaultDesign::dense, true},
+    FaultInfo{Fault::cvec_baked, "cvec_baked", {D::stale_decode},
+              "the plan bakes the control vector it was built with (not keyed, not step data)", FaultDesign::dense,
+              true},
+    FaultInfo{Fault::cvec_in_key, "cvec_in_key", {D::spurious_invalidation},
+              "the control vector in the key: a set, change, re-range or clear rebuilds", FaultDesign::dense, true},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

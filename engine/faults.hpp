@@ -39,6 +39,12 @@ enum class Fault : std::uint8_t {
     grow_keeps_id,         // grow (or reset) replaces the storage but keeps the pool's id
     compact_skips_table,   // compaction moves a block without re-pointing one table
     refcount_off_by_one,   // fork takes no reference on the last block
+    // Adapters (engine/adapters.hpp): the set is key, scales and control vector step data.
+    adapter_set_not_in_key,  // a new adapter set keeps the plan (and its old LoRA ops)
+    lora_scale_baked,        // the plan keeps the scales it was built with
+    lora_scale_in_key,       // a scale change rebuilds
+    cvec_baked,              // the plan keeps the control vector it was built with
+    cvec_in_key,             // a control vector change rebuilds
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports
@@ -76,6 +82,9 @@ struct FaultInfo {
     Detections expected;
     std::string_view bug;
     FaultDesign design = FaultDesign::dense;
+    // Reached only by ops an engine in process has (the scheduler's, or the
+    // adapters until the ABI carries them): kvweld's plugins leave it out.
+    bool in_process_only = false;
 };
 
 std::span<const FaultInfo> all_faults();

@@ -39,6 +39,12 @@ using StorageSerial = Id<StorageSerialTag>;
 // simulator cross-checks the session's counters against it.
 struct PlanSerialTag;
 using PlanSerial = Id<PlanSerialTag>;
+// Minted once per LoRA adapter, and per change of which adapters an
+// engine's set holds (engine/adapters.hpp): the adapter set is in the key.
+struct AdapterTag;
+using AdapterId = Id<AdapterTag>;
+struct AdapterSetTag;
+using AdapterSetId = Id<AdapterSetTag>;
 
 }  // namespace kvweld
 

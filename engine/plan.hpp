@@ -5,6 +5,7 @@
 // on every step.
 #pragma once
 
+#include "engine/adapters.hpp"
 #include "engine/ids.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/kv_pool.hpp"
@@ -23,6 +24,9 @@ struct StepParams {
     // Paged KV: the sequence's block table (position p is in blocks[p / B]);
     // empty for a dense cache.
     std::span<const int> blocks = {};
+    // The adapters' step data: each LoRA adapter's scale and the control
+    // vector (the adapter set itself is in the key). nullptr: none.
+    const Adapters* adapters = nullptr;
 };
 
 // Throws Error unless every layer fits a plan with this key and KV width;

@@ -1,5 +1,6 @@
 #include "engine/plan_key.hpp"
 
+#include "engine/adapters.hpp"
 #include "engine/cat.hpp"
 #include "engine/enum_names.hpp"
 #include "engine/error.hpp"
@@ -19,6 +20,7 @@ constexpr NameTable<StaleReason, kStaleReasons> kStaleReasonNames{{
     {StaleReason::dtype, "dtype"},
     {StaleReason::max_seq_len, "max_seq_len"},
     {StaleReason::n_layers, "n_layers"},
+    {StaleReason::adapters, "adapters"},
 }};
 }  // namespace
 
@@ -73,8 +75,8 @@ std::uint64_t weight_digest(const Model& model) {
 
 namespace {
 
-// Everything the model contributes to a key.
-PlanKey model_key(const Model& model) {
+// Everything the model and the adapters contribute to a key.
+PlanKey model_key(const Model& model, const Adapters& adapters) {
     const ModelConfig& c = model.config();
     PlanKey k;
     k.family = c.family;
@@ -90,13 +92,16 @@ PlanKey model_key(const Model& model) {
     k.model = model.id();
     k.weight_address = model.weight_address();
     if (fault_on(Fault::model_key_by_content)) k.weight_digest = weight_digest(model);
+    k.adapters = adapters.set_id();
+    k.scales_version = adapters.scales_version();
+    k.cvec_version = adapters.cvec_version();
     return k;
 }
 
 }  // namespace
 
-PlanKey key_of(const Model& model, const KvCache& cache) {
-    PlanKey k = model_key(model);
+PlanKey key_of(const Model& model, const KvCache& cache, const Adapters& adapters) {
+    PlanKey k = model_key(model, adapters);
     k.dtype = cache.geometry().dtype;
     k.max_seq_len = cache.geometry().max_seq_len;
     k.alloc = cache.alloc_id();
@@ -106,8 +111,8 @@ PlanKey key_of(const Model& model, const KvCache& cache) {
 
 // A paged plan serves every sequence of the pool: a sequence's reach is the
 // model's max_seq_len (its RoPE table), and the pool's id is the allocation.
-PlanKey key_of(const Model& model, const KvPool& pool, int position) {
-    PlanKey k = model_key(model);
+PlanKey key_of(const Model& model, const KvPool& pool, int position, const Adapters& adapters) {
+    PlanKey k = model_key(model, adapters);
     k.dtype = Dtype::f32;
     k.max_seq_len = model.config().max_seq_len;
     k.block_size = pool.block_size();
@@ -133,6 +138,15 @@ bool same_model(const PlanKey& held, const PlanKey& now) {
     return held.model == now.model;
 }
 
+// The adapter set as the faults see it: not at all, or with the per-step
+// scales and control vector wrongly in the key.
+bool same_adapters(const PlanKey& held, const PlanKey& now) {
+    if (fault_on(Fault::lora_scale_in_key) && held.scales_version != now.scales_version) return false;
+    if (fault_on(Fault::cvec_in_key) && held.cvec_version != now.cvec_version) return false;
+    if (fault_on(Fault::adapter_set_not_in_key)) return true;
+    return held.adapters == now.adapters;
+}
+
 bool same_allocation(const PlanKey& held, const PlanKey& now) {
     if (fault_on(Fault::geometry_only_key)) return true;
     return held.alloc == now.alloc;
@@ -150,6 +164,7 @@ Validity check(const PlanKey& held, const PlanKey& now) {
     if (held.dtype != now.dtype) return Validity::stale(StaleReason::dtype);
     if (held.max_seq_len != now.max_seq_len) return Validity::stale(StaleReason::max_seq_len);
     if (!same_model(held, now)) return Validity::stale(StaleReason::model_instance);
+    if (!same_adapters(held, now)) return Validity::stale(StaleReason::adapters);
     if (!same_allocation(held, now)) return Validity::allocation_changed();
     return Validity::valid();
 }

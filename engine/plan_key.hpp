@@ -18,6 +18,7 @@ namespace kvweld {
 class Model;
 class KvCache;
 class KvPool;
+class Adapters;
 
 enum class StaleReason : std::uint8_t {
     model_instance,
@@ -26,8 +27,9 @@ enum class StaleReason : std::uint8_t {
     dtype,
     max_seq_len,
     n_layers,
+    adapters,  // another LoRA adapter set (engine/adapters.hpp)
 };
-inline constexpr int kStaleReasons = 6;
+inline constexpr int kStaleReasons = 7;
 std::string_view to_string(StaleReason r);
 
 struct Validity {
@@ -53,21 +55,24 @@ struct PlanKey {
     int n_layers = 0;
     ModelInstanceId model;
     KvAllocId alloc;
+    AdapterSetId adapters;  // which LoRA adapters the plan's ops apply (their scales are step data)
     // Read only by fault switches: an address or a digest as model identity, and the
     // per-token position that must never be part of a key (the position at
     // build time, which the *_not_rebound faults keep using).
     const void* weight_address = nullptr;
     int position = 0;
     std::uint64_t weight_digest = 0;  // computed only under model_key_by_content
+    // Step data the lora_scale_in_key and cvec_in_key faults key on.
+    std::uint64_t scales_version = 0, cvec_version = 0;
 };
 
 // Throws Error when the cache cannot serve the model at all (layer count,
 // KV width or capacity): that is a usage error, not a stale plan.
 void require_cache_fits(const Model& model, const KvCache& cache);
 
-PlanKey key_of(const Model& model, const KvCache& cache);
+PlanKey key_of(const Model& model, const KvCache& cache, const Adapters& adapters);
 // For a paged plan over `pool`, about to decode at `position`.
-PlanKey key_of(const Model& model, const KvPool& pool, int position);
+PlanKey key_of(const Model& model, const KvPool& pool, int position, const Adapters& adapters);
 Validity check(const PlanKey& held, const PlanKey& now);
 
 }  // namespace kvweld

@@ -79,7 +79,20 @@ double logit_error(std::span<const float> got, std::span<const float> want) {
     return worst / scale;
 }
 
-std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos) {
+namespace {
+
+// W x's LoRA deltas: every adapter of the set that adapts this matrix.
+void add_loras(float* out, const float* x, const Adapters& adapters, int layer, LoraTarget t, const ModelConfig& c) {
+    const auto [n_out, n_in] = lora_shape(c, t);
+    for (const LoraUse& u : adapters.loras())
+        if (const LoraMatrix& m = u.adapter->matrix(layer, t); m.rank > 0)
+            lora_reference_add(out, x, m, n_in, n_out, u.factor());
+}
+
+}  // namespace
+
+std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
+                                     const Adapters& adapters) {
     const ModelConfig& c = model.config();
     require(token >= 0 && token < c.vocab,
             "reference: token ", token, " out of range: vocab_size is ", c.vocab);
@@ -102,6 +115,8 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
         matmul(q.data(), xb.data(), w.wq, q_dim, dim);
         matmul(k, xb.data(), w.wk, kv_dim, dim);
         matmul(v, xb.data(), w.wv, kv_dim, dim);
+        add_loras(q.data(), xb.data(), adapters, l, LoraTarget::wq, c);
+        add_loras(v, xb.data(), adapters, l, LoraTarget::wv, c);
         if (c.family == Family::qwen3) {
             for (int h = 0; h < c.n_heads; h++)
                 rmsnorm(&q[h * hd], &q[h * hd], w.q_norm.data(), hd, c.norm_eps);
@@ -137,7 +152,12 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
         matmul(hb2.data(), xb.data(), w.w3, c.ffn_dim, dim);
         for (int i = 0; i < c.ffn_dim; i++) hb[i] = hb[i] / (1.0f + std::exp(-hb[i])) * hb2[i];
         matmul(out.data(), hb.data(), w.w2, dim, c.ffn_dim);
+        add_loras(out.data(), hb.data(), adapters, l, LoraTarget::w2, c);
         for (int i = 0; i < dim; i++) x[i] += out[i];
+
+        // control vector: added to the residual stream after the layer
+        if (const ControlVector* cv = adapters.cvec(); cv && cv->applies(l))
+            for (int i = 0; i < dim; i++) x[i] += cv->row(l, dim)[i];
     }
 
     rmsnorm(x.data(), x.data(), model.final_norm().data(), dim, c.norm_eps);

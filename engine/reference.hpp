@@ -4,6 +4,7 @@
 // kernels beyond the config and reads the model's weights directly.
 #pragma once
 
+#include "engine/adapters.hpp"
 #include "engine/model.hpp"
 
 #include <span>
@@ -20,7 +21,10 @@ struct ReferenceKv {
 
 // Logits for `token` at position `pos`; writes this position's K and V into
 // kv. Positions 0..pos-1 of kv must already hold this request's history.
-std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos);
+// `adapters`: the LoRA adapters (each at its scale) and control vector the
+// decode runs with.
+std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
+                                     const Adapters& adapters = Adapters::none());
 
 // The data oracle's metric: max |got - want| / max(1, max |want|). For
 // logits of order 1 it is an absolute difference; for larger ones, relative.

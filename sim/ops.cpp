@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 namespace kvweld::sim {
 
 namespace {
@@ -23,6 +25,8 @@ constexpr NameTable<OpKind, kOpKinds> kServeOpNames{{
     {OpKind::reset, "reset"},
     {OpKind::invalid, "invalid"},
     {OpKind::migrate, "migrate"},
+    {OpKind::lora, "lora"},
+    {OpKind::cvec, "cvec"},
 }};
 
 std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
@@ -35,6 +39,31 @@ void add_rewrite(nlohmann::json& j, const Op& op) {
     if (!op.rewrite) return;
     j["rewrite"] = true;
     j["seed"] = op.seed;
+}
+
+void read_loras(const nlohmann::json& j, Op& op) {
+    op.adapters = non_negative(j, "adapters");
+    op.scales = json_field<std::vector<float>>(j, "scales");
+    require(op.scales.size() == op.adapters.size(), "field 'scales' holds ", op.scales.size(), " values for ",
+            op.adapters.size(), " adapters");
+    for (std::size_t i = 0; i < op.adapters.size(); ++i) {
+        require(op.adapters[i] < kLoraPool, "field 'adapters' holds ", op.adapters[i], ": a run has adapters 0..",
+                kLoraPool - 1);
+        for (std::size_t k = 0; k < i; ++k)
+            require(op.adapters[k] != op.adapters[i], "field 'adapters' holds ", op.adapters[i], " twice");
+        require(std::isfinite(op.scales[i]) && std::fabs(op.scales[i]) <= 16.0f, "field 'scales' holds ",
+                op.scales[i], ": must be finite, at most 16 in size");
+    }
+}
+
+void read_cvec(const nlohmann::json& j, Op& op) {
+    op.clear = j.contains("clear") && json_field<bool>(j, "clear");
+    if (op.clear) return;
+    op.seed = json_field<std::uint64_t>(j, "seed");
+    op.layer = json_field<int>(j, "start");
+    op.layer_end = json_field<int>(j, "end");
+    require(op.layer >= 0 && op.layer_end >= 0, "fields 'start' = ", op.layer, " and 'end' = ", op.layer_end,
+            ": must be >= 0");
 }
 
 void read_rewrite(const nlohmann::json& j, Op& op) {
@@ -75,6 +104,11 @@ void to_json(nlohmann::json& j, const Op& op) {
         case OpKind::reset: break;
         case OpKind::reload: j["same_weights"] = op.same_weights; j["seed"] = op.seed; break;
         case OpKind::swap_layer: j["pick"] = op.pick; j["layer"] = op.layer; break;
+        case OpKind::lora: j["adapters"] = op.adapters; j["scales"] = op.scales; break;
+        case OpKind::cvec:
+            if (op.clear) j["clear"] = true;
+            else j.update({{"seed", op.seed}, {"start", op.layer}, {"end", op.layer_end}});
+            break;
     }
 }
 
@@ -133,6 +167,8 @@ Op op_from_json(const nlohmann::json& j) {
             op.layer = json_field<int>(j, "layer");
             require(op.layer >= 0, "field 'layer' = ", op.layer, ": must be >= 0");
             break;
+        case OpKind::lora: read_loras(j, op); break;
+        case OpKind::cvec: read_cvec(j, op); break;
     }
     return op;
 }

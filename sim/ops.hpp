@@ -28,8 +28,12 @@ enum class OpKind : std::uint8_t {
     reset,      // paged KV: every sequence emptied, the pool's storage replaced; every sequence re-prefills
     invalid,    // a call the engine must refuse, naming the bad value, and that changes nothing
     migrate,    // white box: a request and its storage move to a free slot (whose held plan did not build on it)
+    lora,       // white box: the LoRA adapters every later decode runs with, each at a scale (a new set, new scales, none)
+    cvec,       // white box: the control vector every later decode adds (set, changed, re-ranged or cleared)
 };
-inline constexpr int kOpKinds = 14;
+inline constexpr int kOpKinds = 16;
+// The LoRA adapters a run has (drawn from its weights seed); a lora op names them by index.
+inline constexpr int kLoraPool = 3;
 std::string_view to_string(OpKind k);
 OpKind op_kind_from_string(std::string_view s);  // throws Error naming s
 
@@ -56,7 +60,11 @@ struct Op {
     int layer = 0;             // swap_layer: which layer (mod the model's layers)
     bool same_weights = false; // reload: the weights it has now, or new ones from `seed`
     std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights; rewrite:
-                               // tokens; invalid: the bad value
+                               // tokens; invalid: the bad value; cvec: the vector's data
+    std::vector<int> adapters;  // lora: which of the run's adapters (0..kLoraPool-1, each once), in order
+    std::vector<float> scales;  // lora: each one's scale
+    bool clear = false;         // cvec: none from now on
+    int layer_end = 0;          // cvec: the range is [layer, layer_end] (each mod the model's layers)
 };
 
 inline Op make_op(OpKind kind, std::uint32_t pick = 0) {

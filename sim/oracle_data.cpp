@@ -23,7 +23,7 @@ std::vector<std::vector<float>> Simulator::check_data(const std::vector<Pair>& p
     }
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         Request& r = *requests_[std::size_t(pairs[i].seq)];
-        want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos));
+        want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos, adapters_));
         const double err = logit_error(std::span<const float>(got).subspan(i * v, v), want.back());
         ++stats_.rows;
         stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdio>
 
 namespace kvweld::sim {
@@ -79,6 +80,23 @@ Op draw_op(const Simulator& sim, Rng& rng) {
         case OpKind::compact:
         case OpKind::grow:
         case OpKind::reset: break;
+        case OpKind::lora:
+            // Scales from a few values, so that a set comes back with the same
+            // scales (no change), with others (step data), or at 0 (adds nothing).
+            for (int a = 0; a < kLoraPool; ++a)
+                if (rng.chance(0.4)) {
+                    op.adapters.push_back(a);
+                    op.scales.push_back(std::array{0.0f, 0.5f, 1.0f, 2.0f}[rng.below(4)]);
+                }
+            break;
+        case OpKind::cvec:
+            // Three vectors' data, so a drawn one is often the one held, re-ranged.
+            op.clear = rng.chance(0.25);
+            if (op.clear) break;
+            op.seed = 1 + rng.below(3);
+            op.layer = int(rng.range(1, std::max(1, c.model.n_layers - 1)));
+            op.layer_end = int(rng.range(op.layer, std::max(op.layer, c.model.n_layers - 1)));
+            break;
     }
     return op;
 }

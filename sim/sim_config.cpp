@@ -47,7 +47,9 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     SimConfig c;
     c.seed = seed;
     c.engine = engine;
-    for (int k = 0; k < kOpKinds; ++k) c.weights[k] = rng.chance(0.6) ? int(rng.range(1, 100)) : 0;
+    // The kinds before lora, drawn first as they always were, so a seed's
+    // config did not change when the adapter ops came.
+    for (int k = 0; k < int(OpKind::lora); ++k) c.weights[k] = rng.chance(0.6) ? int(rng.range(1, 100)) : 0;
     // Without admit and step nothing is decoded; clear_all is rare by nature.
     c.weights[int(OpKind::admit)] = int(rng.range(10, 60));
     c.weights[int(OpKind::step)] = int(rng.range(60, 100));
@@ -81,6 +83,9 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     if (white_box)
         for (int i = 0, n = int(rng.range(1, 3)); i < n; ++i)
             c.capacities.push_back(rng.chance(0.5) ? c.n_ctx : int(rng.range(std::min(c.n_ctx, c.max_prompt + 1), c.n_ctx)));
+    // White box: LoRA adapters and a control vector, until the ABI carries them.
+    for (OpKind k : {OpKind::lora, OpKind::cvec})
+        c.weights[int(k)] = white_box && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
     return c;
 }
 
@@ -134,8 +139,9 @@ SimConfig config_from_json(const nlohmann::json& j) {
                 e.contains("fixed_n_ctx") ? json_int_in(e, "fixed_n_ctx", 2, 4096) : 0, json_field<bool>(e, "twin")};
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
     for (int k = 0; k < kOpKinds; ++k) {
+        // A kind a trace does not name was never drawn (lora and cvec came later).
         const std::string name(to_string(OpKind(k)));
-        c.weights[k] = json_int_in(w, name.c_str(), 0, 100);
+        c.weights[k] = w.contains(name) ? json_int_in(w, name.c_str(), 0, 100) : 0;
     }
     require(c.weights[int(OpKind::admit)] > 0 && c.weights[int(OpKind::step)] > 0,
             "weights: admit and step must be enabled");

@@ -125,6 +125,10 @@ Simulator::Simulator(const SimConfig& config, bool checked)
     plans_.resize(std::size_t(config_.seqs));
     white_box_ = engine_->white_box();
     oracles_.white_box = white_box_ != nullptr;
+    // Ranks 1, 2 and 4; alpha / rank 1, 1 and 2.
+    for (int i = 0; i < kLoraPool; ++i)
+        lora_pool_.push_back(LoraAdapter::random(config_.model, 1 << i, float((1 << i) * (i == 2 ? 2 : 1)),
+                                                 config_.weights_seed ^ (0x6c6f7261ULL + std::uint64_t(i))));
     open_twin();
     if (!white_box_)
         oracles_.white_box_why_not = cat("engine ", engine_->name(), " runs behind the plugin ABI");
@@ -148,6 +152,8 @@ std::vector<int> Simulator::eligible(OpKind kind) const {
     std::vector<int> out;
     if (kind == OpKind::admit) return free_seqs();
     if (kind == OpKind::migrate && (!white_box_ || free_seqs().empty())) return {};
+    if (kind == OpKind::lora || kind == OpKind::cvec)  // the engine's, not a sequence's
+        return white_box_ ? std::vector<int>{0} : std::vector<int>{};
     if (kind == OpKind::reload)  // needs no sequence, only the capability
         return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
     if (kind == OpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
@@ -214,6 +220,8 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
             case OpKind::compact:
             case OpKind::grow: pool_op(op.kind); break;
             case OpKind::migrate: migrate(op, seq); break;
+            case OpKind::lora: set_loras(op); break;
+            case OpKind::cvec: set_cvec(op); break;
         }
         check_blocks(false);
         if (op.kind != OpKind::step) read_counters();  // a step read them after its call
@@ -352,6 +360,29 @@ void Simulator::migrate(const Op& op, int from) {
     ledger_[std::size_t(to)] = std::move(ledger_[std::size_t(from)]);
     ledger_[std::size_t(from)] = SlotLedger{};
     ledger_after(SeqOp::migrate, to);
+}
+
+// The rule is told whether the set changed as the simulator's own account
+// has it (which adapters, in order), not as the engine reports.
+void Simulator::set_loras(const Op& op) {
+    std::vector<LoraUse> uses;
+    for (std::size_t i = 0; i < op.adapters.size() && i < op.scales.size(); ++i)
+        uses.push_back({lora_pool_[std::size_t(op.adapters[i]) % lora_pool_.size()], op.scales[i]});
+    both([&](Engine& e) { e.white_box()->set_loras(uses); });
+    const AdapterSetId before = adapters_.set_id();
+    adapters_.set_loras(config_.model, std::move(uses));
+    if (rule_) rule_->on_loras(adapters_.set_id() != before);
+}
+
+void Simulator::set_cvec(const Op& op) {
+    std::optional<ControlVector> cvec;
+    if (!op.clear) {
+        const int layers = config_.model.n_layers, start = op.layer % layers;
+        cvec = ControlVector::random(config_.model, op.seed, start, std::max(start, op.layer_end % layers));
+    }
+    both([&](Engine& e) { e.white_box()->set_cvec(cvec ? &*cvec : nullptr); });
+    adapters_.set_cvec(config_.model, std::move(cvec));
+    if (rule_) rule_->on_cvec();
 }
 
 void Simulator::poison(int seq, int from, int to) {

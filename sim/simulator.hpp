@@ -13,6 +13,7 @@
 // (engines/white_box.hpp) too.
 #pragma once
 
+#include "engine/adapters.hpp"
 #include "engine/model.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
@@ -166,6 +167,8 @@ private:
     void swap_layer(int seq, int layer);
     void pool_op(OpKind kind);
     void migrate(const Op& op, int from);
+    void set_loras(const Op& op);  // white box: the adapters the engine and the reference run with
+    void set_cvec(const Op& op);
     void open_twin();  // --twin, where the engine names a no-reuse setting
     // White box: rows [from, to) of the sequence's pinned storage are dead
     // (truncated away): NaN, as ASan poisons freed memory, so that a decode
@@ -235,6 +238,10 @@ private:
     SimConfig config_;
     Model model_;
     std::uint64_t weights_seed_;
+    // White box: the run's LoRA adapters (kLoraPool, from the weights seed)
+    // and the adapter state the simulator gave the engine: the reference runs with it.
+    std::vector<std::shared_ptr<const LoraAdapter>> lora_pool_;
+    Adapters adapters_;
     std::unique_ptr<Engine> engine_;
     std::unique_ptr<Engine> twin_;  // --twin: the same engine, plan reuse off
     std::unique_ptr<ReuseRule> rule_;

@@ -39,12 +39,13 @@ void require_device() {
 
 }  // namespace cuda
 
-std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache) {
-    return std::make_unique<cuda::CudaPlan>(model, cache);
+std::unique_ptr<Plan> make_cuda_plan(const Model& model, const KvCache& cache, const Adapters& adapters) {
+    return std::make_unique<cuda::CudaPlan>(model, cache, cuda::CudaPlan::Mode::graph, adapters);
 }
 
-std::unique_ptr<Plan> make_cuda_paged_plan(const Model& model, const KvPool& pool, int position) {
-    return std::make_unique<cuda::CudaPlan>(model, pool, position);
+std::unique_ptr<Plan> make_cuda_paged_plan(const Model& model, const KvPool& pool, int position,
+                                           const Adapters& adapters) {
+    return std::make_unique<cuda::CudaPlan>(model, pool, position, cuda::CudaPlan::Mode::graph, adapters);
 }
 
 bool cuda_backend_available(std::string* why) { return cuda::device_available(why); }

@@ -22,12 +22,12 @@ T* pinned(std::size_t count) {
 
 }  // namespace
 
-CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode)
+CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode, const Adapters& adapters)
     : config_(model.config()), mode_(mode) {
     const auto lock = device_lock();
     require_cache_fits(model, cache);
     require_device();
-    key_ = key_of(model, cache);
+    key_ = key_of(model, cache, adapters);
     for (int l = 0; l < config_.n_layers; ++l) {
         kv_.push_back(cache.layer(l));
         bound_.push_back(device_kv(kv_.back()));
@@ -35,14 +35,14 @@ CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode)
     start(model);
 }
 
-CudaPlan::CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode)
+CudaPlan::CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode, const Adapters& adapters)
     : config_(model.config()), mode_(mode) {
     const auto lock = device_lock();
     require(pool.n_layers() == config_.n_layers && pool.kv_dim() == config_.kv_dim(), "KV pool of ", pool.n_layers(),
             " layers, kv_dim ", pool.kv_dim(), " cannot serve a model of ", config_.n_layers, " layers, kv_dim ",
             config_.kv_dim());
     require_device();
-    key_ = key_of(model, pool, position);
+    key_ = key_of(model, pool, position, adapters);
     paged_ = pool.storage();
     block_size_ = pool.block_size();
     const DevicePool& d = DevicePool::of(*paged_);

@@ -46,8 +46,12 @@ public:
         graph,   // the held plan: one graph launch per token
         stream,  // the same kernels launched one by one (measurement only)
     };
-    CudaPlan(const Model& model, const KvCache& cache, Mode mode = Mode::graph);
-    CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode = Mode::graph);
+    // `adapters` names the adapter set in the key; the CUDA plan applies
+    // none yet (DecodeSession refuses a decode with any on this backend).
+    CudaPlan(const Model& model, const KvCache& cache, Mode mode = Mode::graph,
+             const Adapters& adapters = Adapters::none());
+    CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode = Mode::graph,
+             const Adapters& adapters = Adapters::none());
     ~CudaPlan() override;
     CudaPlan(const CudaPlan&) = delete;
     CudaPlan& operator=(const CudaPlan&) = delete;

@@ -4,11 +4,11 @@
 
 namespace kvweld {
 
-std::unique_ptr<Plan> make_cuda_plan(const Model&, const KvCache&) {
+std::unique_ptr<Plan> make_cuda_plan(const Model&, const KvCache&, const Adapters&) {
     throw Error("CUDA backend unavailable: this build has no CUDA support (nvcc was not found at configure time)");
 }
 
-std::unique_ptr<Plan> make_cuda_paged_plan(const Model&, const KvPool&, int) {
+std::unique_ptr<Plan> make_cuda_paged_plan(const Model&, const KvPool&, int, const Adapters&) {
     throw Error("CUDA backend unavailable: this build has no CUDA support (nvcc was not found at configure time)");
 }
 

@@ -113,7 +113,7 @@ std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::
     std::vector<float> logits(seqs.size() * v);
     for (std::size_t i = 0; i < seqs.size(); ++i) {
         Slot& s = slot(seqs[i]);
-        const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i]);
+        const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i], adapters_);
         std::copy(row.begin(), row.end(), logits.begin() + long(i * v));
     }
     return logits;
@@ -218,6 +218,14 @@ std::vector<KvLayer> DenseEngine::held_layers(int seq) const {
     std::vector<KvLayer> out;
     for (int l = 0; l < c.n_layers(); ++l) out.push_back(c.layer(l));
     return out;
+}
+
+void DenseEngine::set_loras(std::span<const LoraUse> uses) {
+    adapters_.set_loras(model_->config(), std::vector<LoraUse>(uses.begin(), uses.end()));
+}
+
+void DenseEngine::set_cvec(const ControlVector* cvec) {
+    adapters_.set_cvec(model_->config(), cvec ? std::optional<ControlVector>(*cvec) : std::nullopt);
 }
 
 void DenseEngine::migrate(int from, int to) {

@@ -76,6 +76,8 @@ public:
     std::vector<KvLayer> held_layers(int seq) const override;
     void open_sized(int seq, int capacity, bool recycle) override;
     void migrate(int from, int to) override;
+    void set_loras(std::span<const LoraUse> uses) override;
+    void set_cvec(const ControlVector* cvec) override;
 
 private:
     struct Slot {
@@ -96,6 +98,7 @@ private:
     SessionOptions session_options_;
     FaultSet faults_;
     std::map<int, Slot> slots_;  // every slot ever opened
+    Adapters adapters_;          // every slot decodes with them; a reload keeps them
 };
 
 }  // namespace kvweld::engines

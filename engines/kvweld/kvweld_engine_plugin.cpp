@@ -23,14 +23,15 @@ using kvweld::require;
 
 // The engine's fault switches this ABI can reach (none in a build without
 // KVWELD_FAULTS), each with the classes it may show as: "name:a|b,...".
-// Left out: the paged design's, and spec_reject_off_by_one, a fault of the
-// scheduler (the simulator plays it in process). build_counted_as_kept acts
+// Left out: the paged design's, and those reached only in process
+// (spec_reject_off_by_one, a fault of the scheduler the simulator plays in
+// process; the adapters', until the ABI carries adapters). build_counted_as_kept acts
 // here: a reload keeps each slot's session, whose next key check is
 // stale(model_instance), and the plan identity (plan_serial) shows the
 // uncounted build.
 const std::string& fault_list() {
     static const std::string names = kvweld::abi::fault_names_for([](const kvweld::FaultInfo& f) {
-        return f.design != kvweld::FaultDesign::paged && f.fault != kvweld::Fault::spec_reject_off_by_one;
+        return f.design != kvweld::FaultDesign::paged && !f.in_process_only;
     });
     return names;
 }

@@ -12,10 +12,15 @@
 //   under policy=rebuild, or when the storage's capacity differs from the
 //   plan's (the capacity sizes the plan's buffers). Storage migrated back
 //   onto the slot whose plan was prepared on it is not other storage.
+// Clause 2b: after a change of which LoRA adapters are in the engine's set,
+//   each slot's next decode builds (the set is in the key: the plan's op
+//   list holds its LoRA ops).
 // Clause 0: with reuse=0 (the measuring twin) every decode builds.
 // Clause 4: every other decode reuses the plan as kept; truncate and a
 //   recycling open (truncate_to(0) on the same storage) keep the storage,
-//   so they keep the plan too.
+//   so they keep the plan too; so do new LoRA scales and a control vector
+//   set, changed, re-ranged or cleared (step data: the contract, and
+//   kvweld's choice; llama.cpp rebuilds on each).
 #include "engines/reuse_rule.hpp"
 
 #include "engine/cat.hpp"
@@ -46,13 +51,14 @@ public:
         for (int s : seqs) {
             Slot& slot = slots_[s];
             const bool moved = slot.storage != slot.plan_storage;
-            const bool build = !reuse_ || slot.plan_capacity == 0 || slot.reloaded ||
+            const bool build = !reuse_ || slot.plan_capacity == 0 || slot.reloaded || slot.adapters_changed ||
                                (moved && (policy_ == RebindPolicy::rebuild || slot.plan_capacity != slot.capacity));
             builds += build ? 1 : 0;
             rebinds += !build && moved ? 1 : 0;
             slot.plan_capacity = slot.capacity;
             slot.plan_storage = slot.storage;
             slot.reloaded = false;
+            slot.adapters_changed = false;
         }
         last_builds_ = builds;
         last_rebinds_ = rebinds;
@@ -60,7 +66,7 @@ public:
     }
     std::string why_last() const override {
         if (!reuse_) return cat("clause 0: reuse=0, all ", last_builds_, " decodes build");
-        return cat("clauses 1-3: ", last_builds_, " first decodes (ever, since a reload, or on other storage the plan "
+        return cat("clauses 1-3: ", last_builds_, " first decodes (ever, since a reload or a new adapter set, or on other storage the plan "
                    "cannot rebind to: policy=", to_string(policy_), ", capacity) build; clause 3: ", last_rebinds_,
                    " on other storage rebind; clause 4: the rest keep");
     }
@@ -94,6 +100,10 @@ public:
         src.storage = 0;
         src.open = false;
     }
+    void on_loras(bool set_changed) override {  // clause 2b; scales are step data
+        if (set_changed)
+            for (auto& [id, s] : slots_) s.adapters_changed = true;
+    }
     void on_reload() override {  // a new model for every plan; the open slots' storage is emptied
         for (auto& [id, s] : slots_) {
             s.reloaded = true;
@@ -109,6 +119,7 @@ private:
         int capacity = 0;                 // the storage's the slot holds
         std::uint64_t storage = 0;        // which storage that is
         bool reloaded = false;            // not decoded since a reload
+        bool adapters_changed = false;    // not decoded since the adapter set changed
         bool open = false;
     };
     RebindPolicy policy_;
