@@ -64,6 +64,19 @@ Op next_op(FuzzedDataProvider& in, const SimConfig& c) {
             op.seed = in.ConsumeIntegral<std::uint8_t>();
             break;
         case OpKind::migrate: op.pick2 = in.ConsumeIntegral<std::uint8_t>(); break;
+        case OpKind::lora:
+            for (int a = 0; a < kLoraPool; ++a)
+                if (in.ConsumeBool()) {
+                    op.adapters.push_back(a);
+                    op.scales.push_back(0.5f * float(in.ConsumeIntegralInRange(-2, 4)));
+                }
+            break;
+        case OpKind::cvec:
+            op.clear = in.ConsumeBool();
+            op.seed = in.ConsumeIntegralInRange(1, 3);
+            op.layer = in.ConsumeIntegralInRange(0, c.model.n_layers - 1);
+            op.layer_end = in.ConsumeIntegralInRange(0, c.model.n_layers - 1);
+            break;
         default: break;
     }
     return op;

@@ -74,6 +74,7 @@ constexpr const char* kIdentity[] = {"format", "version", "build", "range", "ste
 nlohmann::json json_report(const RunResult& r) {
     nlohmann::json stats = nlohmann::json::object();
     for (const auto& c : kCounts) stats[c.name] = r.stats.*c.field;
+    for (int k = 0; k < kOpKinds; ++k) stats["ops_by_kind"][std::string(to_string(OpKind(k)))] = r.stats.ops_by_kind[std::size_t(k)];
     stats["max_logit_error"] = r.stats.max_logit_error;
     stats["max_kv_error"] = r.stats.max_kv_error;
     nlohmann::json j = {{"seed", r.config.seed},          {"config", r.config}, {"steps", r.steps},
@@ -90,6 +91,9 @@ RunResult serve_result_from_json(const nlohmann::json& j) {
     r.oracles = oracles_from_json(j.at("oracles"));
     const nlohmann::json& stats = j.at("stats");
     for (const auto& c : kCounts) r.stats.*c.field = json_field<std::uint64_t>(stats, c.name);
+    const nlohmann::json& kinds = stats.at("ops_by_kind");
+    for (int k = 0; k < kOpKinds; ++k)
+        r.stats.ops_by_kind[std::size_t(k)] = json_field<std::uint64_t>(kinds, std::string(to_string(OpKind(k))).c_str());
     r.stats.max_logit_error = json_field<double>(stats, "max_logit_error");
     r.stats.max_kv_error = json_field<double>(stats, "max_kv_error");
     if (j.contains("failure")) r.failure = failure_from_json(j.at("failure"));

@@ -235,6 +235,11 @@ namespace {
 std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
     const bool accounting = oracles.accounting;
     std::string out;
+    std::string kinds;
+    for (int k = 0; k < kOpKinds; ++k)
+        if (s.ops_by_kind[std::size_t(k)])
+            kinds += cat(kinds.empty() ? "" : " ", to_string(OpKind(k)), "=", s.ops_by_kind[std::size_t(k)]);
+    out += table_row("ops run", cat(s.ops_run, " (", kinds, ")"));
     out += table_row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
     out += table_row("rows checked (max logit / K/V error)",
                cat(s.rows, " (", sci(s.max_logit_error), " / ", oracles.kv ? sci(s.max_kv_error) : "-", ")"));

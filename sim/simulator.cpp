@@ -47,6 +47,7 @@ void RunStats::add(const RunStats& o) {
     max_kv_error = std::max(max_kv_error, o.max_kv_error);
     ops_run += o.ops_run;
     ops_skipped += o.ops_skipped;
+    for (int k = 0; k < kOpKinds; ++k) ops_by_kind[std::size_t(k)] += o.ops_by_kind[std::size_t(k)];
     requests += o.requests;
     calls += o.calls;
     rows += o.rows;
@@ -77,7 +78,7 @@ std::string OracleReport::describe() const {
                accounting ? one("plan identity", plan_identity, plan_identity_why_not) : "",
                one("kv", kv, kv_why_not),
                one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not),
-               one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate)", white_box,
+               one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate, adapters)", white_box,
                    white_box_why_not),
                one("twin", twin, twin_why_not));
 }
@@ -232,6 +233,7 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
         return false;
     }
     ++stats_.ops_run;
+    ++stats_.ops_by_kind[std::size_t(op.kind)];
     return true;
 }
 

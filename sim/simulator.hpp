@@ -24,6 +24,7 @@
 #include "sim/ops.hpp"
 #include "sim/verdict.hpp"
 
+#include <array>
 #include <map>
 #include <set>
 #include <memory>
@@ -36,6 +37,7 @@ namespace kvweld::sim {
 struct RunStats {
     std::uint64_t ops_run = 0;
     std::uint64_t ops_skipped = 0;  // precondition did not hold (replay of shrunk traces)
+    std::array<std::uint64_t, kOpKinds> ops_by_kind{};  // of ops_run
     std::uint64_t requests = 0;
     std::uint64_t calls = 0;        // engine decode calls
     std::uint64_t rows = 0;         // rows of logits checked (one per token fed)

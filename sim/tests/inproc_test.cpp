@@ -136,6 +136,56 @@ TEST(WhiteBox, ASameCapacityRebindsAndAnotherCapacityBuilds) {
     EXPECT_EQ(r.stats.reused, r.stats.plans - 3) << text_report(r);
 }
 
+// The adapter rows of the contract through the simulator, both halves: a
+// new LoRA set builds once per slot; new scales and a control vector set or
+// cleared keep the plan; each fault that breaks a half is caught by its class.
+TEST(WhiteBox, ANewAdapterSetBuildsAndScalesAndControlVectorsKeepThePlan) {
+    SimConfig c = config(4, "", "tiny");
+    c.seqs = 1;
+    c.n_ctx = 64;
+    c.capacities = {64};
+    c.engine.params = "policy=rebind";
+    Op admit = make_op(OpKind::admit);
+    admit.tokens = {1, 2, 3};
+    admit.max_new = 40;
+    Op step = make_op(OpKind::step);
+    step.wants = {1};
+    auto lora = [](std::vector<int> adapters, std::vector<float> scales) {
+        Op op = make_op(OpKind::lora);
+        op.adapters = std::move(adapters);
+        op.scales = std::move(scales);
+        return op;
+    };
+    Op cvec = make_op(OpKind::cvec);
+    cvec.seed = 2;
+    cvec.layer = 1;
+    cvec.layer_end = 1;
+    Op cvec_clear = make_op(OpKind::cvec);
+    cvec_clear.clear = true;
+    Op prefill = step;
+    prefill.wants = {3};
+    const std::vector<Op> ops = {admit,      prefill, lora({0, 2}, {1.0f, 0.5f}), step,
+                                 lora({0, 2}, {2.0f, 0.0f}),  // scales only
+                                 step,       cvec,    step,   cvec_clear, step,
+                                 lora({}, {}), step};
+    const RunResult r = run_ops(c, ops, int(ops.size()));
+    ASSERT_EQ(r.verdict, Verdict::pass) << text_report(r);
+    EXPECT_EQ(r.stats.builds, 3u) << text_report(r);  // the first decode, and after each of the two new sets
+    EXPECT_EQ(r.stats.reused, r.stats.plans - 3) << text_report(r);
+    EXPECT_EQ(r.stats.ops_by_kind[std::size_t(OpKind::lora)], 3u);
+    EXPECT_EQ(r.stats.ops_by_kind[std::size_t(OpKind::cvec)], 2u);
+    if (!kFaultsCompiled) GTEST_SKIP() << "the fault half needs a KVWELD_FAULTS build";
+    const std::pair<const char*, Verdict> faults[] = {
+        {"adapter_set_not_in_key", Verdict::stale_decode}, {"lora_scale_baked", Verdict::stale_decode},
+        {"lora_scale_in_key", Verdict::spurious_invalidation}, {"cvec_baked", Verdict::stale_decode},
+        {"cvec_in_key", Verdict::spurious_invalidation},
+    };
+    for (const auto& [fault, verdict] : faults) {
+        c.engine.faults = fault;
+        EXPECT_EQ(run_ops(c, ops, int(ops.size())).verdict, verdict) << fault;
+    }
+}
+
 // The differential twin, both halves: the clean engine's every row equals
 // its twin's (reuse off) bit for bit, and a plan that keeps a stale write
 // offset after a rebind is caught by the twin, which knows nothing of the
@@ -189,6 +239,10 @@ TEST(Swarm, CorrectEnginePassesEverySeedAndExercisesTheContract) {
     EXPECT_EQ(t.independent_blind, t.blind_same_weights_reload);
     EXPECT_LE(t.max_kv_error, 1e-4);
     EXPECT_TRUE(r.oracles.white_box) << r.oracles.describe();
+    // The adapter ops are drawn (white box), and the plans they keep are
+    // required reuses above (the rule is exact).
+    EXPECT_GT(t.ops_by_kind[std::size_t(OpKind::lora)], 100u);
+    EXPECT_GT(t.ops_by_kind[std::size_t(OpKind::cvec)], 100u);
     std::printf("%s", swarm_table(r, o).c_str());
 }
 
