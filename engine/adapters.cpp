@@ -79,6 +79,7 @@ LoraMatrix& LoraAdapter::matrix_mut(int layer, LoraTarget t) {
 
 ControlVector ControlVector::random(const ModelConfig& c, std::uint64_t seed, int start, int end) {
     ControlVector v;
+    v.dim = c.dim;
     v.start = start;
     v.end = end;
     v.data.resize(sz(c.n_layers) * sz(c.dim));
@@ -114,6 +115,8 @@ void Adapters::set_loras(const ModelConfig& config, std::vector<LoraUse> uses) {
 void Adapters::set_cvec(const ModelConfig& config, std::optional<ControlVector> cvec) {
     if (cvec) {
         const std::size_t want = sz(config.n_layers) * sz(config.dim);
+        require(cvec->dim == config.dim, "control vector of dim ", cvec->dim, ": the model's is ", config.dim,
+                "; nothing changed");
         require(cvec->data.size() == want, "control vector of ", cvec->data.size(), " floats: the model needs ",
                 want, " (", config.n_layers, " layers x ", config.dim, "); nothing changed");
         require(cvec->start >= 0 && cvec->start <= cvec->end && cvec->end < config.n_layers, "control vector range [",

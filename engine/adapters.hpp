@@ -80,6 +80,7 @@ struct LoraUse {
 
 struct ControlVector {
     std::vector<float> data;  // [n_layers][dim]; layer 0's row is never added
+    int dim = 0;
     int start = 1, end = 0;   // layers, inclusive
     bool applies(int layer) const { return layer >= 1 && layer >= start && layer <= end; }
     const float* row(int layer, int dim) const { return data.data() + std::size_t(layer) * std::size_t(dim); }

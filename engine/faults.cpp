@@ -70,16 +70,16 @@ constexpr std::array kFaults = {
     // that kept the old set's ops is then exactly right: a missed invalidation.
     FaultInfo{Fault::adapter_set_not_in_key, "adapter_set_not_in_key", kStaleOrMissed,
               "the LoRA adapter set is left out of the key: a new set keeps the plan and its old adapters",
-              FaultDesign::dense, true},
+              FaultDesign::dense, false, true},
     FaultInfo{Fault::lora_scale_baked, "lora_scale_baked", {D::stale_decode},
-              "the plan bakes the LoRA scales it was built with (not keyed, not step data)", FaultDesign::dense, true},
+              "the plan bakes the LoRA scales it was built with (not keyed, not step data)", FaultDesign::dense, false, true},
     FaultInfo{Fault::lora_scale_in_key, "lora_scale_in_key", {D::spurious_invalidation},
-              "LoRA scales in the key: a scale change rebuilds (llama.cpp PR 20166's class)", FaultDesign::dense, true},
+              "LoRA scales in the key: a scale change rebuilds (llama.cpp PR 20166's class)", FaultDesign::dense, false, true},
     FaultInfo{Fault::cvec_baked, "cvec_baked", {D::stale_decode},
               "the plan bakes the control vector it was built with (not keyed, not step data)", FaultDesign::dense,
-              true},
+              false, true},
     FaultInfo{Fault::cvec_in_key, "cvec_in_key", {D::spurious_invalidation},
-              "the control vector in the key: a set, change, re-range or clear rebuilds", FaultDesign::dense, true},
+              "the control vector in the key: a set, change, re-range or clear rebuilds", FaultDesign::dense, false, true},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

@@ -82,9 +82,11 @@ struct FaultInfo {
     Detections expected;
     std::string_view bug;
     FaultDesign design = FaultDesign::dense;
-    // Reached only by ops an engine in process has (the scheduler's, or the
-    // adapters until the ABI carries them): kvweld's plugins leave it out.
+    // Reached only by what the simulator plays in process (the scheduler's
+    // speculative rewind): kvweld's plugins leave it out.
     bool in_process_only = false;
+    // Acts on the adapter state (engine/adapters.hpp), not on KV or model.
+    bool adapters = false;
 };
 
 std::span<const FaultInfo> all_faults();

@@ -87,18 +87,8 @@ void kv_str(Writer& w, std::string_view key, std::string_view v) {
     w.str(v);
 }
 
-}  // namespace
-
-std::vector<std::byte> serialize_gguf(const Model& model) {
-    const ModelConfig& c = model.config();
-    require(c.family == Family::llama, "GGUF export: family ", to_string(c.family),
-            " is not supported (llama only: llama.cpp's qwen3 rotates half-split RoPE pairs, kvweld's adjacent ones)");
-    const std::vector<Tensor> tensors = tensors_of(model);
-    Writer w;
-    w.pod<std::uint32_t>(0x46554747);  // "GGUF"
-    w.pod<std::uint32_t>(3);
-    w.pod<std::uint64_t>(tensors.size());
-    w.pod<std::uint64_t>(12);  // key-value pairs below
+// The model's key-value pairs (12).
+void model_kvs(Writer& w, const ModelConfig& c) {
     kv_str(w, "general.architecture", "llama");
     kv_u32(w, "llama.vocab_size", std::uint32_t(c.vocab));
     kv_u32(w, "llama.context_length", std::uint32_t(c.max_seq_len));
@@ -111,6 +101,18 @@ std::vector<std::byte> serialize_gguf(const Model& model) {
     kv_f32(w, "llama.attention.layer_norm_rms_epsilon", c.norm_eps);
     kv_f32(w, "llama.rope.freq_base", c.rope_theta);
     kv_str(w, "tokenizer.ggml.model", "none");
+}
+
+// A GGUF file: the header, `n_kv` key-value pairs written by `kvs`, the
+// tensor infos and the tensors' data, each aligned.
+template <class Kvs>
+std::vector<std::byte> gguf_file(std::uint64_t n_kv, Kvs&& kvs, const std::vector<Tensor>& tensors) {
+    Writer w;
+    w.pod<std::uint32_t>(0x46554747);  // "GGUF"
+    w.pod<std::uint32_t>(3);
+    w.pod<std::uint64_t>(tensors.size());
+    w.pod<std::uint64_t>(n_kv);
+    kvs(w);
     std::uint64_t offset = 0;
     for (const Tensor& t : tensors) {
         w.str(t.name);
@@ -128,6 +130,44 @@ std::vector<std::byte> serialize_gguf(const Model& model) {
     return w.take();
 }
 
+void require_llama(const ModelConfig& c, const char* what) {
+    require(c.family == Family::llama, what, ": family ", to_string(c.family),
+            " is not supported (llama only: llama.cpp's qwen3 rotates half-split RoPE pairs, kvweld's adjacent ones)");
+}
+
+}  // namespace
+
+std::vector<std::byte> serialize_gguf(const Model& model) {
+    require_llama(model.config(), "GGUF export");
+    return gguf_file(12, [&](Writer& w) { model_kvs(w, model.config()); }, tensors_of(model));
+}
+
 void save_gguf(const Model& model, const std::string& path) { write_file(path, serialize_gguf(model), "GGUF"); }
+
+// llama.cpp's adapter GGUF (llama-adapter.cpp, llama_adapter_lora_init):
+// per adapted matrix "<tensor>.lora_a" with ggml ne {n_in, r} and
+// ".lora_b" with ne {r, n_out}, that is [r][n_in] and [n_out][r] in numpy
+// order: kvweld's own layout.
+std::vector<std::byte> serialize_gguf_lora(const LoraAdapter& adapter) {
+    const ModelConfig& c = adapter.config();
+    require_llama(c, "GGUF LoRA export");
+    const auto r = std::uint64_t(adapter.rank());
+    std::vector<Tensor> tensors;
+    for (int l = 0; l < c.n_layers; ++l)
+        for (int t = 0; t < kLoraTargets; ++t) {
+            const auto [n_out, n_in] = lora_shape(c, LoraTarget(t));
+            const LoraMatrix& m = adapter.matrix(l, LoraTarget(t));
+            const std::string name = cat("blk.", l, ".", to_string(LoraTarget(t)), ".weight.lora_");
+            tensors.push_back({name + "a", {std::uint64_t(n_in), r}, m.a});
+            tensors.push_back({name + "b", {r, std::uint64_t(n_out)}, m.b});
+        }
+    const auto kvs = [&](Writer& w) {
+        kv_str(w, "general.architecture", "llama");
+        kv_str(w, "general.type", "adapter");
+        kv_str(w, "adapter.type", "lora");
+        kv_f32(w, "adapter.lora.alpha", adapter.alpha());
+    };
+    return gguf_file(4, kvs, tensors);
+}
 
 }  // namespace kvweld

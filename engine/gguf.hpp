@@ -7,6 +7,7 @@
 // pairs, so a qwen3 model is an Error naming that.
 #pragma once
 
+#include "engine/adapters.hpp"
 #include "engine/model.hpp"
 
 #include <cstddef>
@@ -17,5 +18,7 @@ namespace kvweld {
 
 std::vector<std::byte> serialize_gguf(const Model& model);
 void save_gguf(const Model& model, const std::string& path);
+// A LoRA adapter as llama.cpp's adapter GGUF (general.type "adapter").
+std::vector<std::byte> serialize_gguf_lora(const LoraAdapter& adapter);
 
 }  // namespace kvweld

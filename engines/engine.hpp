@@ -4,7 +4,7 @@
 // logits each, rewinds, clears and copies sequences, and declares the rest
 // as capabilities (the KVWELD_CAP_* bits of include/kvweld/engine_abi.h):
 // plan counters and identity, reload, storage reports and KV read-back,
-// layer swaps, a paged pool. Every failure is an Error naming the engine
+// layer swaps, a paged pool, LoRA adapters and a control vector. Every failure is an Error naming the engine
 // and what went wrong; a refused call changes nothing.
 //
 // Implementations: DenseEngine (engines/kvweld/dense_engine.hpp), kvweld's
@@ -14,6 +14,7 @@
 // own plugins and llama.cpp among them.
 #pragma once
 
+#include "engine/adapters.hpp"
 #include "engine/model.hpp"
 #include "engines/white_box.hpp"
 #include "kvweld/engine_abi.h"
@@ -69,6 +70,12 @@ public:
     virtual std::vector<int> block_table(int seq) const = 0;
     virtual int block_refcount(int block) const = 0;
     virtual void pool_op(int op) = 0;  // KVWELD_POOL_COMPACT, _GROW or _RESET
+    // KVWELD_CAP_LORA: the LoRA adapters, each at its scale, every later
+    // decode runs with (empty: none); KVWELD_CAP_CVEC: the control vector
+    // it adds (nullptr: none). Both survive a reload. A bad adapter or
+    // vector is an Error naming it, and nothing changes.
+    virtual void set_loras(std::span<const LoraUse> uses) = 0;
+    virtual void set_cvec(const ControlVector* cvec) = 0;
     // The white-box capabilities (nullptr: none, as behind any plugin).
     virtual WhiteBox* white_box() { return nullptr; }
 };

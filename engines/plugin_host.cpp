@@ -6,6 +6,7 @@
 #include "engine/faults.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
+#include "engine/adapter_file.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -54,6 +55,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 3 capability in a version 2 table";
     else if (api->abi_version < 4 && (api->capabilities & KVWELD_CAP_PLAN_SERIAL))
         problem = "declares a version 4 capability in an older table";
+    else if (api->abi_version < 5 && (api->capabilities & (KVWELD_CAP_LORA | KVWELD_CAP_CVEC)))
+        problem = "declares a version 5 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -65,7 +68,9 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_SWAP_LAYER) && !api->swap_layer) ||
              ((api->capabilities & KVWELD_CAP_BLOCKS) && (!api->pool_info || !api->block_table || !api->block_refcount)) ||
              ((api->capabilities & KVWELD_CAP_POOL_OPS) && !api->pool_op) ||
-             ((api->capabilities & KVWELD_CAP_PLAN_SERIAL) && !api->plan_serial))
+             ((api->capabilities & KVWELD_CAP_PLAN_SERIAL) && !api->plan_serial) ||
+             ((api->capabilities & KVWELD_CAP_LORA) && !api->set_loras) ||
+             ((api->capabilities & KVWELD_CAP_CVEC) && !api->set_cvec))
         problem = "declares a capability whose function is empty";
     if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
     if (!problem.empty()) {
@@ -143,20 +148,60 @@ void PluginEngine::copy(int src, int dst) {
     call("copy_seq", [&](char* e, std::size_t n) { return library_->api().copy_seq(engine_, src, dst, e, n); });
 }
 
-ModelFile::ModelFile(const Model& model, const std::string& format) {
+namespace {
+
+std::string temp_path(const std::string& format) {
     require(format == "gguf" || format == "llama2c", "model format '", format,
             "' asked for: this kvweld writes gguf or llama2c");
     static std::atomic<std::uint64_t> serial{0};
-    path_ = (std::filesystem::temp_directory_path() / cat("kvweld-", ::getpid(), "-", serial++, ".", format)).string();
+    return (std::filesystem::temp_directory_path() / cat("kvweld-", ::getpid(), "-", serial++, ".", format)).string();
+}
+
+}  // namespace
+
+ModelFile::ModelFile(const Model& model, const std::string& format) : path_(temp_path(format)) {
     if (format == "gguf")
         save_gguf(model, path_);
     else
         save_llama2c(model, path_);
 }
 
+ModelFile::ModelFile(const LoraAdapter& adapter, const std::string& format) : path_(temp_path(format)) {
+    save_lora(adapter, path_, format);
+}
+
 ModelFile::~ModelFile() {
     std::error_code ignored;
     std::filesystem::remove(path_, ignored);
+}
+
+// Each adapter is written once, in the engine's format, and kept while the engine lives.
+void PluginEngine::set_loras(std::span<const LoraUse> uses) {
+    require(capabilities() & KVWELD_CAP_LORA, "engine ", name(), " takes no LoRA adapters (no KVWELD_CAP_LORA)");
+    std::vector<const char*> paths;
+    std::vector<float> scales;
+    for (const LoraUse& u : uses) {
+        auto& file = adapter_files_[u.adapter->id().get()];
+        if (!file) file = std::make_unique<ModelFile>(*u.adapter, model_format());
+        paths.push_back(file->path().c_str());
+        scales.push_back(u.scale);
+    }
+    call("set_loras", [&](char* e, std::size_t n) {
+        return library_->api().set_loras(engine_, paths.data(), scales.data(), std::int32_t(paths.size()), e, n);
+    });
+}
+
+// llama.cpp's layout: n_embd floats per layer from layer 1.
+void PluginEngine::set_cvec(const ControlVector* cvec) {
+    require(capabilities() & KVWELD_CAP_CVEC, "engine ", name(), " takes no control vector (no KVWELD_CAP_CVEC)");
+    call("set_cvec", [&](char* e, std::size_t n) {
+        if (!cvec) return library_->api().set_cvec(engine_, nullptr, 0, 0, -1, -1, e, n);
+        const auto dim = std::size_t(cvec->dim);
+        require(dim >= 1 && dim <= cvec->data.size(), "set_cvec: a control vector of dim ", cvec->dim, " and ",
+                cvec->data.size(), " floats");
+        return library_->api().set_cvec(engine_, cvec->data.data() + dim, cvec->data.size() - dim, cvec->dim,
+                                        cvec->start, cvec->end, e, n);
+    });
 }
 
 void PluginEngine::reload(const Model& model) {

@@ -10,6 +10,7 @@
 #include "kvweld/engine_abi.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -41,6 +42,8 @@ private:
 class ModelFile {
 public:
     ModelFile(const Model& model, const std::string& format);
+    // A LoRA adapter, in the same format (engine/adapter_file.hpp).
+    ModelFile(const LoraAdapter& adapter, const std::string& format);
     ~ModelFile();
     ModelFile(const ModelFile&) = delete;
     ModelFile& operator=(const ModelFile&) = delete;
@@ -81,6 +84,8 @@ public:
     std::vector<int> block_table(int seq) const override;
     int block_refcount(int block) const override;
     void pool_op(int op) override;
+    void set_loras(std::span<const LoraUse> uses) override;
+    void set_cvec(const ControlVector* cvec) override;
 
 private:
     template <class Fn>
@@ -89,6 +94,7 @@ private:
     std::shared_ptr<const PluginLibrary> library_;
     kvweld_engine* engine_ = nullptr;
     int vocab_ = 0;
+    std::map<std::uint64_t, std::unique_ptr<ModelFile>> adapter_files_;  // per AdapterId
 };
 
 }  // namespace kvweld::engines

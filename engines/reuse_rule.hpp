@@ -76,10 +76,10 @@ public:
     virtual void on_reload() {}
     virtual void on_swap_layer(int /*seq*/, int /*layer*/) {}
     virtual void on_pool_op(int /*op*/) {}  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
-    // Adapters (white box): new LoRA adapters or scales (`set_changed`:
-    // which adapters are in the set changed), a new control vector.
-    virtual void on_loras(bool /*set_changed*/) {}
-    virtual void on_cvec() {}
+    // The adapters (LoRA set and scales, control vector) changed from
+    // `before` to `after`, or were set again unchanged, as the simulator's
+    // own account has them.
+    virtual void on_adapters(const Adapters& /*before*/, const Adapters& /*after*/) {}
 };
 
 // Each engine's rule lives in its own folder; the registry

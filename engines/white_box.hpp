@@ -11,11 +11,8 @@
 //                   new storage or on the slot's own storage rewound
 //   migrate         a request and its storage move to another slot, whose
 //                   held plan meets storage it was not built on
-//   adapters        LoRA adapters at their scales and a control vector
-//                   (engine/adapters.hpp), until the ABI carries them
 #pragma once
 
-#include "engine/adapters.hpp"
 #include "engine/kv_cache.hpp"
 
 #include <span>
@@ -34,11 +31,6 @@ public:
     virtual void open_sized(int seq, int capacity, bool recycle) = 0;
     // Moves open `from`'s storage to closed `to`, which opens on it; `from` closes with none.
     virtual void migrate(int from, int to) = 0;
-    // The LoRA adapters, each at its scale, every later decode runs with
-    // (empty: none), and the control vector it adds (nullptr: none). A bad
-    // adapter or vector is an Error naming it, and nothing changes.
-    virtual void set_loras(std::span<const LoraUse> uses) = 0;
-    virtual void set_cvec(const ControlVector* cvec) = 0;
 };
 
 }  // namespace kvweld::engines

@@ -83,9 +83,9 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     if (white_box)
         for (int i = 0, n = int(rng.range(1, 3)); i < n; ++i)
             c.capacities.push_back(rng.chance(0.5) ? c.n_ctx : int(rng.range(std::min(c.n_ctx, c.max_prompt + 1), c.n_ctx)));
-    // White box: LoRA adapters and a control vector, until the ABI carries them.
-    for (OpKind k : {OpKind::lora, OpKind::cvec})
-        c.weights[int(k)] = white_box && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
+    // LoRA adapters and a control vector, where the engine takes them.
+    for (const auto& [k, cap] : {std::pair{OpKind::lora, KVWELD_CAP_LORA}, std::pair{OpKind::cvec, KVWELD_CAP_CVEC}})
+        c.weights[int(k)] = (capabilities & cap) && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
     return c;
 }
 

@@ -154,7 +154,8 @@ std::vector<int> Simulator::eligible(OpKind kind) const {
     if (kind == OpKind::admit) return free_seqs();
     if (kind == OpKind::migrate && (!white_box_ || free_seqs().empty())) return {};
     if (kind == OpKind::lora || kind == OpKind::cvec)  // the engine's, not a sequence's
-        return white_box_ ? std::vector<int>{0} : std::vector<int>{};
+        return engine_->capabilities() & (kind == OpKind::lora ? KVWELD_CAP_LORA : KVWELD_CAP_CVEC) ? std::vector<int>{0}
+                                                                                                   : std::vector<int>{};
     if (kind == OpKind::reload)  // needs no sequence, only the capability
         return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
     if (kind == OpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
@@ -364,16 +365,17 @@ void Simulator::migrate(const Op& op, int from) {
     ledger_after(SeqOp::migrate, to);
 }
 
-// The rule is told whether the set changed as the simulator's own account
-// has it (which adapters, in order), not as the engine reports.
+// The rule is told what changed as the simulator's own account has it
+// (which adapters, in order, at which scales; which vector), not as the
+// engine reports.
 void Simulator::set_loras(const Op& op) {
     std::vector<LoraUse> uses;
     for (std::size_t i = 0; i < op.adapters.size() && i < op.scales.size(); ++i)
         uses.push_back({lora_pool_[std::size_t(op.adapters[i]) % lora_pool_.size()], op.scales[i]});
-    both([&](Engine& e) { e.white_box()->set_loras(uses); });
-    const AdapterSetId before = adapters_.set_id();
+    both([&](Engine& e) { e.set_loras(uses); });
+    const Adapters before = adapters_;
     adapters_.set_loras(config_.model, std::move(uses));
-    if (rule_) rule_->on_loras(adapters_.set_id() != before);
+    if (rule_) rule_->on_adapters(before, adapters_);
 }
 
 void Simulator::set_cvec(const Op& op) {
@@ -382,9 +384,10 @@ void Simulator::set_cvec(const Op& op) {
         const int layers = config_.model.n_layers, start = op.layer % layers;
         cvec = ControlVector::random(config_.model, op.seed, start, std::max(start, op.layer_end % layers));
     }
-    both([&](Engine& e) { e.white_box()->set_cvec(cvec ? &*cvec : nullptr); });
+    both([&](Engine& e) { e.set_cvec(cvec ? &*cvec : nullptr); });
+    const Adapters before = adapters_;
     adapters_.set_cvec(config_.model, std::move(cvec));
-    if (rule_) rule_->on_cvec();
+    if (rule_) rule_->on_adapters(before, adapters_);
 }
 
 void Simulator::poison(int seq, int from, int to) {

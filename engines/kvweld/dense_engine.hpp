@@ -31,7 +31,8 @@ namespace kvweld::engines {
 // The ABI capabilities it declares, in process and as a plugin.
 inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS |
                                                     KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
-                                                    KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL;
+                                                    KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
+                                                    KVWELD_CAP_CVEC;
 
 struct DenseSettings {
     RebindPolicy policy = RebindPolicy::rebind;
@@ -52,6 +53,7 @@ public:
     std::uint32_t capabilities() const override { return kDenseCapabilities; }
     std::string model_format() const override { return "llama2c"; }
     int vocab() const override { return model_->config().vocab; }
+    const ModelConfig& config() const { return model_->config(); }
     const FaultSet& faults() const { return faults_; }
 
     void open(int seq) override;

@@ -6,14 +6,19 @@
 // side by side on the same seeds.
 #include "engines/kvweld/dense_engine.hpp"
 #include "engines/kvweld/kvweld_plugin_base.hpp"
+#include "engine/adapter_file.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/error.hpp"
 
+#include <map>
 #include <memory>
 #include <string>
 
 struct kvweld_engine {
     std::unique_ptr<kvweld::engines::DenseEngine> engine;
+    // Adapter files read, by path: a path names one adapter for the
+    // engine's life, so the same set set again is the same set (its id).
+    std::map<std::string, std::shared_ptr<const kvweld::LoraAdapter>> adapters;
 };
 
 namespace {
@@ -23,9 +28,8 @@ using kvweld::require;
 
 // The engine's fault switches this ABI can reach (none in a build without
 // KVWELD_FAULTS), each with the classes it may show as: "name:a|b,...".
-// Left out: the paged design's, and those reached only in process
-// (spec_reject_off_by_one, a fault of the scheduler the simulator plays in
-// process; the adapters', until the ABI carries adapters). build_counted_as_kept acts
+// Left out: the paged design's, and spec_reject_off_by_one, a fault of the
+// scheduler the simulator plays in process. build_counted_as_kept acts
 // here: a reload keeps each slot's session, whose next key check is
 // stale(model_instance), and the plan identity (plan_serial) shows the
 // uncounted build.
@@ -48,7 +52,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         }
         const kvweld::Model model = kvweld::load_llama2c(o->model_path);
         const kvweld::engines::EngineSetup setup{o->params ? o->params : "", o->n_seq_max, o->n_ctx, o->threads};
-        *out = new kvweld_engine{std::make_unique<kvweld::engines::DenseEngine>(model, setup, faults)};
+        *out = new kvweld_engine{std::make_unique<kvweld::engines::DenseEngine>(model, setup, faults), {}};
     });
 }
 
@@ -126,6 +130,42 @@ int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, s
     return guarded(err, err_len, [&] { *out = e->engine->plan_serial(seq); });
 }
 
+// Every file is read and checked before the engine changes.
+int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n >= 0 && n <= 64, "set_loras: ", n, " adapters (0..64)");
+        require(n == 0 || (paths && scales), "set_loras: ", n, " adapters and no paths or scales");
+        std::vector<kvweld::LoraUse> uses;
+        for (int32_t i = 0; i < n; ++i) {
+            require(paths[i] != nullptr, "set_loras: adapter ", i, " has no path");
+            auto& adapter = e->adapters[paths[i]];
+            if (!adapter) adapter = kvweld::load_lora(paths[i], e->engine->config());
+            uses.push_back({adapter, scales[i]});
+        }
+        e->engine->set_loras(uses);
+    });
+}
+
+// llama.cpp's layout (n_embd floats per layer from layer 1) into kvweld's.
+int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, int32_t il_start, int32_t il_end,
+             char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        if (!data) return e->engine->set_cvec(nullptr);
+        const kvweld::ModelConfig& c = e->engine->config();
+        require(n_embd == c.dim, "set_cvec: n_embd ", n_embd, " is not the model's ", c.dim);
+        const std::size_t want = std::size_t(c.dim) * std::size_t(c.n_layers - 1);
+        require(len == want, "set_cvec: len ", len, " floats: the model needs ", want, " (", c.n_layers - 1,
+                " layers from layer 1, x ", c.dim, ")");
+        kvweld::ControlVector cv;
+        cv.dim = c.dim;
+        cv.start = il_start;
+        cv.end = il_end;
+        cv.data.assign(std::size_t(c.dim), 0.0f);  // layer 0 has none
+        cv.data.insert(cv.data.end(), data, data + len);
+        e->engine->set_cvec(&cv);
+    });
+}
+
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c",
     kvweld::engines::kDenseCapabilities,
@@ -133,7 +173,7 @@ const kvweld_engine_api kApi = {
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     storage, read_kv, swap_layer,
     nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
-    plan_serial,
+    plan_serial, set_loras, set_cvec,
 };
 
 }  // namespace

@@ -204,6 +204,7 @@ const kvweld_engine_api kApi = {
     nullptr,  // no layer swap: one pool holds every layer
     pool_info, block_table, block_refcount, pool_op,
     plan_serial,
+    nullptr, nullptr,  // no adapters yet
 };
 
 }  // namespace

@@ -100,8 +100,8 @@ public:
         src.storage = 0;
         src.open = false;
     }
-    void on_loras(bool set_changed) override {  // clause 2b; scales are step data
-        if (set_changed)
+    void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 2b; the rest is step data
+        if (before.set_id() != after.set_id())
             for (auto& [id, s] : slots_) s.adapters_changed = true;
     }
     void on_reload() override {  // a new model for every plan; the open slots' storage is emptied

@@ -8,6 +8,10 @@
 // is a lower bound: the accounting rule (engines/llamacpp/llamacpp_rule.cpp)
 // checks `reused` only.
 //
+// LoRA adapters and a control vector (ABI 5) go to llama_set_adapters_lora
+// and llama_set_adapter_cvec; the plugin keeps what it was given and sets it
+// again on the context a reload makes (adapters are loaded per model).
+//
 // Settings (options.params): kv_unified=0|1 (default 0: each sequence has
 // n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
 // LLAMA_GRAPH_REUSE_DISABLE for this context).
@@ -23,6 +27,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -77,6 +82,13 @@ struct kvweld_engine {
     bool graph_reuse = true;
     std::vector<int> last_seqs;     // stale_logits: the previous batch's sequences
     std::vector<float> last_row;    // and its last row of logits
+    // The adapters given (a path names one adapter for the engine's life),
+    // each loaded once per model, and the control vector (empty: none).
+    std::vector<std::string> lora_paths;
+    std::vector<float> lora_scales;
+    std::map<std::string, llama_adapter_lora*> loras;  // freed with the model
+    std::vector<float> cvec;
+    int32_t cvec_start = -1, cvec_end = -1;
     ~kvweld_engine() {
         if (ctx) llama_free(ctx);
         if (model) llama_model_free(model);
@@ -98,6 +110,16 @@ void require(bool cond, const Parts&... parts) {
 }
 
 using kvweld::abi::guarded;
+
+// llama.cpp logs why it refuses an adapter (and returns only NULL): the
+// plugin keeps this thread's error lines while it loads one, so its own
+// error can say why.
+thread_local std::string* error_log = nullptr;
+
+void keep_errors(ggml_log_level level, const char* text, void*) {
+    if (error_log && level == GGML_LOG_LEVEL_ERROR && text) *error_log += text;
+}
+
 
 const char* fault_names() {
     static const std::string names = [] {
@@ -163,7 +185,7 @@ llama_context* create_context(llama_model* model, const llama_context_params& cp
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         static const bool init = [] {
-            llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+            llama_log_set(keep_errors, nullptr);
             llama_backend_init();
             return true;
         }();
@@ -300,9 +322,85 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
     });
 }
 
+llama_adapter_lora* init_lora(llama_model* model, const std::string& path, std::string& why) {
+    error_log = &why;
+    llama_adapter_lora* out = llama_adapter_lora_init(model, path.c_str());
+    error_log = nullptr;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return out;
+}
+
+// The adapters at `paths`, loaded for `model` where `loaded` has none yet.
+std::vector<llama_adapter_lora*> load_loras(llama_model* model, std::map<std::string, llama_adapter_lora*>& loaded,
+                                            const std::vector<std::string>& paths) {
+    std::vector<llama_adapter_lora*> out;
+    for (const std::string& path : paths) {
+        llama_adapter_lora*& adapter = loaded[path];
+        std::string why;
+        if (!adapter) adapter = init_lora(model, path, why);
+        if (!adapter) loaded.erase(path);
+        require(adapter != nullptr, "llama.cpp cannot load the LoRA adapter ", path, ": ",
+                why.empty() ? "llama_adapter_lora_init returned NULL" : why);
+        out.push_back(adapter);
+    }
+    return out;
+}
+
+// What the engine was given, on `ctx` (a new context after a reload).
+void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adapter_lora*> loras) {
+    llama_set_adapters_lora(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
+                            loras.empty() ? nullptr : e->lora_scales.data());
+    const int32_t n_embd = llama_model_n_embd(e->model);
+    require(llama_set_adapter_cvec(ctx, e->cvec.empty() ? nullptr : e->cvec.data(), e->cvec.size(), n_embd,
+                                   e->cvec_start, e->cvec_end) == 0,
+            "llama_set_adapter_cvec refused the control vector");
+}
+
+int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n >= 0 && n <= 64, "set_loras: ", n, " adapters (0..64)");
+        require(n == 0 || (paths && scales), "set_loras: ", n, " adapters and no paths or scales");
+        std::vector<std::string> named;
+        for (int32_t i = 0; i < n; ++i) {
+            require(paths[i] != nullptr, "set_loras: adapter ", i, " has no path");
+            require(std::find(named.begin(), named.end(), paths[i]) == named.end(), "set_loras: adapter ", i,
+                    " is named twice");
+            named.emplace_back(paths[i]);
+        }
+        std::vector<llama_adapter_lora*> loaded = load_loras(e->model, e->loras, named);
+        e->lora_paths = std::move(named);
+        e->lora_scales.assign(scales, scales + n);
+        llama_set_adapters_lora(e->ctx, loaded.empty() ? nullptr : loaded.data(), loaded.size(),
+                                loaded.empty() ? nullptr : e->lora_scales.data());
+    });
+}
+
+// llama.cpp's own layout; the range and length are checked here, since
+// llama.cpp takes any range and a short buffer (it then keeps the old
+// vector's rows past it).
+int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, int32_t il_start, int32_t il_end,
+             char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        if (data) {
+            const int32_t n_layer = llama_model_n_layer(e->model), embd = llama_model_n_embd(e->model);
+            require(n_embd == embd, "set_cvec: n_embd ", n_embd, " is not the model's ", embd);
+            const std::size_t want = std::size_t(embd) * std::size_t(n_layer - 1);
+            require(len == want, "set_cvec: len ", len, " floats: the model needs ", want);
+            require(il_start >= 0 && il_start <= il_end && il_end < n_layer, "set_cvec: range [", il_start, ", ",
+                    il_end, "] must lie in 0..", n_layer - 1);
+        }
+        require(llama_set_adapter_cvec(e->ctx, data, len, n_embd, il_start, il_end) == 0,
+                "llama_set_adapter_cvec refused the control vector");
+        e->cvec.assign(data, data ? data + len : data);
+        e->cvec_start = data ? il_start : -1;
+        e->cvec_end = data ? il_end : -1;
+    });
+}
+
 // A new model and a new context (llama.cpp's KV lives in the context, so
 // every sequence is emptied); the new model is loaded and checked first, so
-// a bad file loses nothing.
+// a bad file loses nothing. The adapters are loaded for the new model and
+// set on the new context, with the control vector.
 int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(path != nullptr, "reload: no model path");
@@ -317,15 +415,29 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
             same = same && dim(model) == dim(e->model);
         const bool reuse = e->graph_reuse && !(e->faults & reload_drops_reuse);
         llama_context* ctx = same ? create_context(model, e->cparams, reuse) : nullptr;
-        if (!ctx) llama_model_free(model);
-        require(same, "reload: ", path, " holds a model of another shape");
-        require(ctx != nullptr, "llama.cpp: no context for the reloaded model");
+        std::map<std::string, llama_adapter_lora*> loras;
+        try {
+            require(same, "reload: ", path, " holds a model of another shape");
+            require(ctx != nullptr, "llama.cpp: no context for the reloaded model");
+            std::swap(e->model, model);  // apply_adapters reads the model's width
+            struct Back {
+                kvweld_engine* e;
+                llama_model*& other;
+                ~Back() { std::swap(e->model, other); }
+            } back{e, model};
+            apply_adapters(e, ctx, load_loras(e->model, loras, e->lora_paths));
+        } catch (...) {
+            if (ctx) llama_free(ctx);
+            llama_model_free(model);
+            throw;
+        }
         e->reused_before += std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
         if (e->faults & reload_resets_counters) e->reused_before = e->calls = 0;
         llama_free(e->ctx);
         llama_model_free(e->model);
         e->ctx = ctx;
         e->model = model;
+        e->loras = std::move(loras);
         for (int& len : e->len)
             if (len > 0) len = 0;
         e->last_seqs.clear();
@@ -342,12 +454,14 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 }
 
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf", KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD,
+    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
+    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_LORA | KVWELD_CAP_CVEC,
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
     nullptr, nullptr, nullptr, nullptr,  // no paged KV pool to report
     nullptr,  // no plan identity: llama.cpp does not expose one for its graphs
+    set_loras, set_cvec,
 };
 
 }  // namespace

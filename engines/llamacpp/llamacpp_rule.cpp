@@ -33,6 +33,16 @@
 //   update, which discards every held graph: that call's first graph builds.
 // Clause 5: with graph_reuse=0 (LLAMA_GRAPH_REUSE_DISABLE) nothing is reused.
 // Clause 6: a reload makes a new context, which holds no graph.
+// Clause 7 (adapters): the graph holds the LoRA adapters with a non-zero
+//   scale, each with its scale (an op parameter), and the control vector's
+//   add nodes: after any of these changed, the next graph builds. An
+//   adapter at scale 0 is no part of the graph (a design choice of
+//   llama.cpp: llama_context::set_adapters_lora skips it and
+//   adapters_lora_are_same ignores it), so adding or removing one changes
+//   nothing. The contract's other half: setting the same adapters at the
+//   same scales, or the same control vector over the same range, changes
+//   nothing the graph depends on, so a same-shape graph after it must be
+//   reused.
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "engines/abi_lists.hpp"
@@ -101,6 +111,19 @@ std::vector<UbatchShape> split_equal(std::span<const int> seqs) {
     return out;
 }
 
+// Clause 7: the adapters the graph holds, by identity, with their scales.
+std::map<std::uint64_t, float> effective_loras(const Adapters& a) {
+    std::map<std::uint64_t, float> out;
+    for (const LoraUse& u : a.loras())
+        if (u.scale != 0.0f) out[u.adapter->id().get()] = u.scale;
+    return out;
+}
+
+bool same_cvec(const Adapters& a, const Adapters& b) {
+    if (!a.cvec() || !b.cvec()) return !a.cvec() && !b.cvec();
+    return *a.cvec() == *b.cvec();
+}
+
 class LlamacppRule final : public ReuseRule {
 public:
     LlamacppRule(bool unified, bool reuse, bool window_fixed)
@@ -116,12 +139,13 @@ public:
             const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
             const bool same_window = window_known && previous_window_known_;
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
+                                 : adapters_changed_      ? "7 (the adapters changed)"
                                  : stream_copied_         ? "4 (a stream copy discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
                                  : !(*previous_ == u)     ? "2 (another shape)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
-            if (reuse_ && !stream_copied_ && previous_ && *previous_ == u) {
+            if (reuse_ && !stream_copied_ && !adapters_changed_ && previous_ && *previous_ == u) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
@@ -129,6 +153,7 @@ public:
             previous_ = u;
             previous_window_known_ = window_known;
             stream_copied_ = false;
+            adapters_changed_ = false;
         }
         return e;
     }
@@ -146,6 +171,9 @@ public:
         placed_ = 0;             // nor any used cell
     }
     void on_clear_all() override { placed_ = 0; }  // every cell freed, the head at 0
+    void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
+        if (effective_loras(before) != effective_loras(after) || !same_cvec(before, after)) adapters_changed_ = true;
+    }
 
 private:
     bool unified_, reuse_, window_fixed_;
@@ -153,6 +181,7 @@ private:
     bool previous_window_known_ = false;  // the previous graph's window was 256
     int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
     bool stream_copied_ = false;
+    bool adapters_changed_ = false;  // clause 7: since the last graph
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens;
         const char* clause;

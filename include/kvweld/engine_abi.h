@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 4 (plugins of versions 2 and 3 still load).
+/* kvweld's engine plugin ABI, version 5 (plugins of versions 2 to 4 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -32,8 +32,10 @@ extern "C" {
  *    api.fault_names ("name:class|class"), KVWELD_POOL_RESET, and the
  *    refusals spelled out below (copy_seq onto itself, a token out of
  *    range, a truncate past the length, a decode on a closed sequence): a
- *    refused call changes nothing, a whole batch included. */
-#define KVWELD_ENGINE_ABI_VERSION 4u
+ *    refused call changes nothing, a whole batch included.
+ * 5: adapters: the lora and cvec capabilities (new fields at the end of
+ *    the table; an older plugin still loads, without them). */
+#define KVWELD_ENGINE_ABI_VERSION 5u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -45,6 +47,8 @@ extern "C" {
 #define KVWELD_CAP_BLOCKS 0x40u       /* pool_info, block_table, block_refcount (paged KV: the block ledger) */
 #define KVWELD_CAP_POOL_OPS 0x80u     /* pool_op: compact and grow the KV pool */
 #define KVWELD_CAP_PLAN_SERIAL 0x100u /* version 4: plan_serial is implemented */
+#define KVWELD_CAP_LORA 0x200u        /* version 5: set_loras is implemented */
+#define KVWELD_CAP_CVEC 0x400u        /* version 5: set_cvec is implemented */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -155,6 +159,24 @@ typedef struct kvweld_engine_api {
      * needs a build counted in that call, and a call that counts builds
      * must show a new serial, so a counter that hides a build is caught. */
     int (*plan_serial)(const kvweld_engine* engine, int32_t seq, uint64_t* out, char* err, size_t err_len);
+    /* Version 5, KVWELD_CAP_LORA: the LoRA adapters every later decode runs
+     * with, n files the harness wrote (in api.model_format: "gguf", a GGUF
+     * with general.type "adapter", adapter.type "lora", adapter.lora.alpha
+     * and per adapted matrix "<tensor>.lora_a" [r][n_in] and ".lora_b"
+     * [n_out][r]; "llama2c", kvweld's own LoRA file, engine/adapter_file.hpp),
+     * each with its scale: W x + scale * alpha / r * B (A x). n = 0: none.
+     * The same set at the same scales again changes nothing. A file of
+     * another model's shape fails, naming it, and changes nothing. The
+     * adapters and the control vector survive a reload. */
+    int (*set_loras)(kvweld_engine* engine, const char* const* paths, const float* scales, int32_t n, char* err,
+                     size_t err_len);
+    /* KVWELD_CAP_CVEC: the control vector every later decode adds to the
+     * residual stream after each layer in [il_start, il_end] (inclusive):
+     * llama.cpp's layout, n_embd floats per layer starting at layer 1, len
+     * floats in all; data = NULL clears it. A bad n_embd, len or range
+     * fails, naming it, and changes nothing. */
+    int (*set_cvec)(kvweld_engine* engine, const float* data, size_t len, int32_t n_embd, int32_t il_start,
+                    int32_t il_end, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0
