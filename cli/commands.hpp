@@ -41,6 +41,7 @@ struct RunOptions {
     std::string params;  // the engine's settings
     int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (0: drawn per seed)
     bool twin = false;        // --twin
+    std::string known_findings;  // --known-findings ("" the engine's own file, "none", or a path)
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 void write_json(const std::string& path, const nlohmann::json& j);

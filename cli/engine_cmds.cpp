@@ -2,6 +2,8 @@
 // engine --engine names (kvweld's own in process by default).
 #include "cli/commands.hpp"
 
+#include "sim/known_findings.hpp"
+
 #include "sim/report.hpp"
 #include "engine/decode_session.hpp"
 #include "engines/abi_lists.hpp"
@@ -57,6 +59,19 @@ EngineChoice engine_choice(const RunOptions& o) {
     return e;
 }
 
+namespace {
+
+// A run's failure that is a known finding of the engine says so (the exit
+// code stays the failure's: a known bug is still a bug).
+void print_known(const RunResult& r, const std::string& choice) {
+    const KnownFindings known = known_findings_for(r.config.engine.engine, choice);
+    if (const KnownFinding* f = known.match(r))
+        std::printf("known finding '%s' (%s): %s\n  traced to: %s\n", f->id.c_str(), known.path.c_str(),
+                    f->explanation.c_str(), f->source.c_str());
+}
+
+}  // namespace
+
 int run_engine_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, const std::string& json,
                    const Checking& checking) {
     const EngineChoice engine = engine_choice(o);
@@ -70,6 +85,7 @@ int run_engine_sim(const RunOptions& o, std::uint64_t seed, const std::string& t
                      (unsigned long long)r.stats.rows, secs, double(r.stats.rows) / secs,
                      checking.no_oracles ? "off" : "on");
     print(text_report(r));
+    print_known(r, o.known_findings);
     if (!trace.empty()) write_text(trace, trace_text(r));
     if (!json.empty()) write_json(json, json_report(r));
     return exit_code(r.verdict);
@@ -84,6 +100,7 @@ int run_engine_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, cons
     s.steps = o.steps;
     s.engine = engine_choice(o);
     s.model = o.model;
+    s.known_findings = o.known_findings;
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("swarm: seeds %llu..%llu (%zu), %d steps each, %d jobs, engine %s%s%s\n", (unsigned long long)first,
                 (unsigned long long)last, total, s.steps, jobs, s.engine.engine.c_str(),
@@ -101,7 +118,7 @@ int run_engine_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, cons
     if (tty) std::fprintf(stderr, "\n");
     print(swarm_table(r, s));
     if (!json.empty()) write_json(json, swarm_json(r, s, seeds.range_first, seeds.range_last, seeds.shard));
-    return r.failures == 0 ? 0 : 1;
+    return r.ok() ? 0 : 1;
 }
 
 int run_engine_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json) {
@@ -110,13 +127,14 @@ int run_engine_merge(const std::vector<std::pair<std::string, nlohmann::json>>& 
                 (unsigned long long)m.options.last);
     print(swarm_table(m.result, m.options));
     if (!json.empty()) write_json(json, m.report);
-    return m.result.failures == 0 ? 0 : 1;
+    return m.result.ok() ? 0 : 1;
 }
 
 int run_engine_replay(const std::string& text, const std::string& path, const std::string& json) {
     const Trace t = parse_trace(text, path);
     const RunResult r = run_ops(t.config, t.ops, t.steps);
     print(text_report(r));
+    print_known(r, "");
     if (!json.empty()) write_json(json, json_report(r));
     return exit_code(r.verdict);
 }
@@ -144,6 +162,7 @@ int run_engine_mutants(const RunOptions& o, std::uint64_t seeds, int jobs, const
     m.engine = engine_choice(no_faults);
     m.model = o.model;
     m.faults = o.faults;
+    m.known_findings = o.known_findings;
     const MutantsResult r =
         run_mutants(m, [](const std::string& line) { std::fprintf(stderr, "[mutants] %s\n", line.c_str()); });
     print(mutants_table(r, m));

@@ -22,6 +22,7 @@ struct MutantsArgs {
     std::vector<std::string> faults;
     std::string engine{engines::kDefaultEngine}, params;
     bool twin = false;
+    std::string known_findings;
 };
 
 int run_mutants_cmd(const MutantsArgs& a) {
@@ -33,6 +34,7 @@ int run_mutants_cmd(const MutantsArgs& a) {
     run.engine = a.engine;
     run.params = a.params;
     run.twin = a.twin;
+    run.known_findings = a.known_findings;
     const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     return run_engine_mutants(run, a.seeds, jobs, a.json);
 }
@@ -59,6 +61,9 @@ void add_mutants_command(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str();
     cmd->add_option("--params", args->params, "the --engine's settings, k=v,...");
     cmd->add_flag("--twin", args->twin, "run the differential twin too (the engine with plan reuse off)");
+    cmd->add_option("--known-findings", args->known_findings,
+                    "the engine release's known findings file (default: the engine's own; none: no file): a seed "
+                    "that fails with one counts for neither the clean engine nor a fault");
     cmd->callback([args, &action] { action = [args] { return run_mutants_cmd(*args); }; });
 }
 

@@ -65,6 +65,11 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
     cmd->add_flag("--twin", o.twin,
                   "also run the differential twin: the same engine with plan reuse off, in lockstep; every row must "
                   "equal its row bit for bit (inproc, kvweld, llamacpp; about three times the decode cost)");
+    cmd->add_option("--known-findings", o.known_findings,
+                    "the engine release's known findings (failures that are bugs in the engine, each minimized with its trace): a "
+                    "failure that matches one is reported as that finding, not a pass and not a new failure; each one's "
+                    "trace must still fail as recorded. Default: the engine's own file (llamacpp: "
+                    "engines/llamacpp/known_findings/0.3.36.json); none: no file");
 }
 
 namespace {

@@ -19,6 +19,9 @@
 #ifndef LLAMACPP_PLUGIN_PATH
 #define LLAMACPP_PLUGIN_PATH ""
 #endif
+#ifndef LLAMACPP_KNOWN_FINDINGS
+#define LLAMACPP_KNOWN_FINDINGS ""
+#endif
 #ifndef LLAMACPP_MISSING
 #define LLAMACPP_MISSING "not built"
 #endif
@@ -29,13 +32,13 @@ namespace {
 
 const EngineEntry kEngines[] = {
     {"inproc", "", "", open_dense_engine, kDenseCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
-     kvweld_dense_settings, "reuse=0"},
+     kvweld_dense_settings, "reuse=0", nullptr},
     {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings,
-     "reuse=0"},
+     "reuse=0", nullptr},
     {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_paged_reuse_rule,
-     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr},
+     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr, nullptr},
     {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, nullptr, 0, nullptr, llamacpp_reuse_rule, nullptr,
-     llamacpp_settings, "graph_reuse=0"},
+     llamacpp_settings, "graph_reuse=0", LLAMACPP_KNOWN_FINDINGS},
 };
 
 }  // namespace

@@ -35,6 +35,9 @@ struct EngineEntry {
     // The setting that turns its plan reuse off ("key=value"; nullptr: none):
     // the differential twin is the same engine with it.
     const char* no_reuse;
+    // Its known findings file for the release this build makes (nullptr:
+    // none; sim/known_findings.hpp).
+    const char* known_findings;
 };
 
 // The entry of a built-in engine (nullptr for a plugin of the user's own).

@@ -30,6 +30,10 @@ struct ReuseExpectation {
     // (a ubatch of several, or one plan for a whole pool after a pair of
     // another sequence), so a swarm can show its rule was not vacuous there.
     int must_reuse_shared = 0;
+    // The contract clause (not a design fact of the engine) that required a
+    // reuse in this call, where the rule names one: a known finding of an
+    // engine release is matched on it (sim/known_findings.hpp).
+    const char* clause = nullptr;
 };
 
 // A call whose builds and rebinds the rule knows exactly: every other plan

@@ -80,6 +80,7 @@ nlohmann::json json_report(const RunResult& r) {
     nlohmann::json j = {{"seed", r.config.seed},          {"config", r.config}, {"steps", r.steps},
                         {"verdict", to_string(r.verdict)}, {"oracles", oracles_json(r.oracles)}, {"stats", stats}};
     if (r.failure) j["failure"] = failure_json(*r.failure);
+    if (!r.known_finding.empty()) j["known_finding"] = r.known_finding;
     return j;
 }
 
@@ -97,6 +98,7 @@ RunResult serve_result_from_json(const nlohmann::json& j) {
     r.stats.max_logit_error = json_field<double>(stats, "max_logit_error");
     r.stats.max_kv_error = json_field<double>(stats, "max_kv_error");
     if (j.contains("failure")) r.failure = failure_from_json(j.at("failure"));
+    if (j.contains("known_finding")) r.known_finding = json_field<std::string>(j, "known_finding");
     return r;
 }
 
@@ -109,6 +111,7 @@ nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint
     j["engine"] = {{"name", o.engine.engine}, {"params", o.engine.params}, {"faults", o.engine.faults},
                    {"seqs", o.engine.seqs},   {"n_ctx", o.engine.n_ctx}};
     j["failures"] = r.failures;
+    j["known_findings"] = {{"file", r.known_path}, {"known", r.known}, {"unreproduced", r.unreproduced}};
     j["seeds"] = std::move(seeds);
     return j;
 }
@@ -127,8 +130,14 @@ Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& 
         m.result.seeds.push_back(serve_result_from_json(s));
         m.result.total.add(m.result.seeds.back().stats);
         m.result.failures += m.result.seeds.back().verdict != Verdict::pass;
+        m.result.known += !m.result.seeds.back().known_finding.empty();
     }
     require(!m.result.seeds.empty(), "merge: the reports hold no seeds");
+    // Every shard checked the same findings file on the same build.
+    const nlohmann::json& known = reports.front().second.at("known_findings");
+    m.result.known_path = json_field<std::string>(known, "file");
+    m.result.unreproduced = json_field<std::vector<std::string>>(known, "unreproduced");
+    m.report["known_findings"]["known"] = m.result.known;
     m.result.oracles = m.result.seeds.front().oracles;
     m.report["failures"] = m.result.failures;
     return m;

@@ -11,7 +11,7 @@
 namespace kvweld::sim {
 
 bool MutantsResult::ok() const {
-    if (clean.failures != 0 || rows.empty()) return false;
+    if (!clean.ok() || rows.empty()) return false;
     for (const MutantRow& row : rows)
         if (!row.killed()) return false;
     return true;
@@ -35,6 +35,7 @@ SwarmResult swarm_with(const MutantsOptions& o, const std::string& faults) {
     s.engine = o.engine;
     s.engine.faults = faults;
     s.model = o.model;
+    s.known_findings = o.known_findings;
     return run_swarm(s);
 }
 
@@ -54,7 +55,9 @@ MutantsResult run_mutants(const MutantsOptions& o,
             kFaultsCompiled ? "" : " (a build without KVWELD_FAULTS has none)", ": nothing to kill");
     MutantsResult r;
     r.clean = swarm_with(o, "");
-    if (progress) progress(cat("clean: ", r.clean.failures, " of ", o.seeds, " seeds failed"));
+    if (progress)
+        progress(cat("clean: ", r.clean.failures, " of ", o.seeds, " seeds failed",
+                     r.clean.known ? cat(" (", r.clean.known, " with known findings)") : ""));
     for (const std::string& fault : faults) {
         const SwarmResult s = swarm_with(o, fault);
         MutantRow row;
@@ -62,6 +65,11 @@ MutantsResult run_mutants(const MutantsOptions& o,
         for (const abi::ListedFault& f : listed)
             if (f.name == fault && !f.classes.empty()) row.expected = Detections::parse(f.classes);
         for (const RunResult& seed : s.seeds) {
+            // A known finding of the engine is the engine's, not the fault's.
+            if (!seed.known_finding.empty()) {
+                ++row.known;
+                continue;
+            }
             ++row.by_verdict[std::size_t(seed.verdict)];
             if (seed.verdict == Verdict::pass) continue;
             if (!row.first_seed) {
@@ -83,7 +91,9 @@ MutantsResult run_mutants(const MutantsOptions& o,
 std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
     std::string out = cat("kill matrix on engine ", o.engine.engine, ": seeds 0..", o.seeds - 1, ", ", o.steps,
                           " ops each\n", r.clean.oracles.describe(), "\n");
-    out += cat("clean engine: ", o.seeds - r.clean.failures, " of ", o.seeds, " seeds pass\n");
+    out += cat("clean engine: ", o.seeds - r.clean.failures, " of ", o.seeds, " seeds pass",
+               r.clean.known ? cat(", ", r.clean.known, " fail with known findings (", r.clean.known_path, ")") : "",
+               "\n");
     char line[256];
     std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", "fault", "killed", "seeds-to-kill",
                   "declared classes", "outcomes");
@@ -93,6 +103,7 @@ std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
         for (int v = 0; v < kVerdicts; ++v)
             if (row.by_verdict[std::size_t(v)])
                 outcomes += cat(outcomes.empty() ? "" : ", ", to_string(Verdict(v)), " ", row.by_verdict[std::size_t(v)]);
+        if (row.known) outcomes += cat(", known finding ", row.known);
         std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", row.fault.c_str(), row.killed() ? "yes" : "NO",
                       row.caught() ? std::to_string(*row.first_seed + 1).c_str() : "-",
                       row.expected ? row.expected->describe().c_str() : "(none declared)", outcomes.c_str());
@@ -111,8 +122,9 @@ std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
                        row.failure->op_index, " (", row.failure->op, "): ", row.failure->detail, "\n");
     for (const RunResult& s : r.clean.seeds)
         if (s.verdict != Verdict::pass)
-            out += cat("clean FAIL seed ", s.config.seed, ": ", to_string(s.verdict),
-                       s.failure ? cat(": ", s.failure->detail) : "", "\n");
+            out += cat("clean ", s.known_finding.empty() ? "FAIL" : cat("KNOWN (", s.known_finding, ")"), " seed ",
+                       s.config.seed, ": ", to_string(s.verdict), s.failure ? cat(": ", s.failure->detail) : "", "\n");
+    for (const std::string& line : r.clean.unreproduced) out += cat("FAIL ", line, "\n");
     out += r.ok() ? "kill matrix verdict: PASS\n" : "kill matrix verdict: FAIL\n";
     return out;
 }

@@ -23,6 +23,7 @@ struct MutantsOptions {
     EngineChoice engine;              // faults ignored: each row sets its own
     std::string model;
     std::vector<std::string> faults;  // empty = every fault the plugin lists
+    std::string known_findings;       // as SwarmOptions::known_findings
 };
 
 struct MutantRow {
@@ -32,6 +33,7 @@ struct MutantRow {
     std::optional<std::uint64_t> first_seed;           // the first failing seed
     std::optional<Failure> failure;                    // its failure
     std::optional<std::uint64_t> outside_seed;         // the first seed that failed outside `expected`
+    std::uint64_t known = 0;                           // seeds that failed with a known finding of the engine
     bool caught() const { return first_seed.has_value(); }
     // Caught, and every failing seed in a declared class.
     bool killed() const { return caught() && expected && !outside_seed; }

@@ -69,9 +69,10 @@ void Simulator::check_accounting(const std::vector<Pair>& pairs,
     const bool counts_preparation = e.builds && e.rebinds;
     if (reused > e.must_reuse + e.may_reuse || (e.builds && builds < *e.builds) ||
         (counts_preparation && prepared < justified))
-        fail(Verdict::missed_invalidation, Oracle::accounting, counted());
+        fail(Verdict::missed_invalidation, Oracle::accounting, counted(), e.clause ? e.clause : "");
+    const std::string clause = e.clause ? e.clause : "";
     if (reused < e.must_reuse || (e.builds && builds > *e.builds) || (counts_preparation && prepared > justified))
-        fail(Verdict::spurious_invalidation, Oracle::accounting, counted());
+        fail(Verdict::spurious_invalidation, Oracle::accounting, counted(), clause);
 }
 
 std::optional<kvweld_engine_counters> Simulator::read_counters() {

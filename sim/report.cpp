@@ -29,12 +29,15 @@ std::string table_row(const char* label, const std::string& value) {
 }
 
 nlohmann::json failure_json(const Failure& f) {
-    return {{"op_index", f.op_index}, {"op", f.op}, {"oracle", to_string(f.oracle)}, {"detail", f.detail}};
+    nlohmann::json j = {{"op_index", f.op_index}, {"op", f.op}, {"oracle", to_string(f.oracle)}, {"detail", f.detail}};
+    if (!f.clause.empty()) j["clause"] = f.clause;
+    return j;
 }
 
 Failure failure_from_json(const nlohmann::json& j) {
     return Failure{json_field<std::size_t>(j, "op_index"), json_field<std::string>(j, "op"),
-                   oracle_from_string(json_field<std::string>(j, "oracle")), json_field<std::string>(j, "detail")};
+                   oracle_from_string(json_field<std::string>(j, "oracle")), json_field<std::string>(j, "detail"),
+                   j.contains("clause") ? json_field<std::string>(j, "clause") : std::string()};
 }
 
 nlohmann::json outcomes_json(const std::array<std::uint64_t, kVerdicts>& by_verdict) {

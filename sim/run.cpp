@@ -5,6 +5,7 @@
 #include "sim/ddmin.hpp"
 #include "sim/distributions.hpp"
 #include "sim/jsonl.hpp"
+#include "sim/known_findings.hpp"
 #include "sim/report.hpp"
 #include "sim/seed_pool.hpp"
 #include "engines/registry.hpp"
@@ -13,6 +14,7 @@
 
 #include <array>
 #include <cstdio>
+#include <map>
 
 namespace kvweld::sim {
 
@@ -285,7 +287,9 @@ SwarmResult run_swarm(const SwarmOptions& o,
     // A bad setting or fault name is the user's input, refused (Error) before
     // any seed runs, not reported as an engine error on every seed.
     { const Simulator probe(draw_config(o.first, o.engine, o.model, capabilities)); }
+    const KnownFindings known = known_findings_for(o.engine.engine, o.known_findings);
     SwarmResult out;
+    out.known_path = known.path;
     out.seeds.resize(n);
     run_indexed(
         n, o.jobs,
@@ -301,25 +305,53 @@ SwarmResult run_swarm(const SwarmOptions& o,
             return out.seeds[i].verdict != Verdict::pass;
         },
         progress);
-    for (const RunResult& s : out.seeds) {
+    for (RunResult& s : out.seeds) {
         out.total.add(s.stats);
         out.failures += s.verdict != Verdict::pass;
+        if (const KnownFinding* f = known.match(s)) s.known_finding = f->id;
+        out.known += !s.known_finding.empty();
     }
+    out.unreproduced = unreproduced(known);
     out.oracles = out.seeds.front().oracles;  // the same engine and capabilities for every seed
     return out;
 }
 
+namespace {
+
+// "cvec-x 3, lora-y 1 (file)", or the file alone when none matched.
+std::string known_counts(const SwarmResult& r) {
+    std::map<std::string, std::size_t> by_id;
+    for (const RunResult& s : r.seeds)
+        if (!s.known_finding.empty()) ++by_id[s.known_finding];
+    std::string out;
+    for (const auto& [id, n] : by_id) out += cat(out.empty() ? "" : ", ", id, " ", n);
+    return cat(out.empty() ? "none seen" : out, " (", r.known_path, ")");
+}
+
+}  // namespace
+
 std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
     std::string out = cat("results over seeds ", o.first, "..", o.last, " on engine ", o.engine.engine, ":\n",
                           r.oracles.describe(), "\n");
-    out += table_row("seeds", cat(r.seeds.size(), " (", r.failures, " failed)"));
+    out += table_row("seeds", cat(r.seeds.size(), " (", r.failures, " failed",
+                                  r.known_path.empty() ? "" : cat(", ", r.known, " of them known findings"), ")"));
     out += stats_rows(r.total, r.oracles);
+    if (!r.known_path.empty()) out += table_row("known findings", known_counts(r));
     for (const RunResult& s : r.seeds)
         if (s.verdict != Verdict::pass)
-            out += cat("FAIL seed ", s.config.seed, ": ", failure_line(s).substr(std::string("verdict: FAIL ").size()),
+            out += cat(s.known_finding.empty() ? "FAIL" : cat("KNOWN (", s.known_finding, ")"), " seed ", s.config.seed,
+                       ": ", failure_line(s).substr(std::string("verdict: FAIL ").size()),
                        "\n  reproduce: ", reproduce_command(s.config, o.steps), "\n");
-    out += r.failures == 0 ? "swarm verdict: PASS\n" : cat("swarm verdict: FAIL (", r.failures, " seeds)\n");
-    return out;
+    for (const std::string& line : r.unreproduced) out += cat("FAIL ", line, "\n");
+    const std::size_t fresh = r.failures - r.known;
+    if (!r.ok())
+        return out + cat("swarm verdict: FAIL (", fresh, " seeds with new failures",
+                         r.unreproduced.empty() ? "" : cat(", ", r.unreproduced.size(), " known findings not reproduced"),
+                         ")\n");
+    if (r.known)
+        return out + cat("swarm verdict: NO NEW FINDINGS (not a pass: ", r.known,
+                         " seeds fail with known findings of the engine, ", r.known_path, ")\n");
+    return out + "swarm verdict: PASS\n";
 }
 
 }  // namespace kvweld::sim

@@ -19,6 +19,7 @@ struct RunResult {
     OracleReport oracles;
     Verdict verdict = Verdict::pass;
     std::optional<Failure> failure;
+    std::string known_finding = {};  // a swarm's: the known finding the failure is (sim/known_findings.hpp)
 };
 
 Op draw_op(const Simulator& sim, Rng& rng);
@@ -60,12 +61,20 @@ struct SwarmOptions {
     int steps = 200;
     EngineChoice engine;
     std::string model;  // "" = drawn per seed
+    // Known findings (sim/known_findings.hpp): "" the engine's file in the
+    // registry (if it has one), "none", or a file's path.
+    std::string known_findings;
 };
 struct SwarmResult {
     std::vector<RunResult> seeds;  // in seed order, ops dropped
     RunStats total;
-    std::size_t failures = 0;
+    std::size_t failures = 0;  // seeds that failed, known findings included
+    std::size_t known = 0;     // of them, seeds whose failure is a known finding
+    std::string known_path;    // the known findings file ("" none)
+    std::vector<std::string> unreproduced;  // known findings whose trace no longer fails as recorded
     OracleReport oracles;  // the first seed's (the same engine for all)
+    // No new failure, and every known finding still reproduces: what CI gates on.
+    bool ok() const { return failures == known && unreproduced.empty(); }
 };
 SwarmResult run_swarm(const SwarmOptions& options,
                                  const std::function<void(std::size_t, std::size_t)>& progress = {});

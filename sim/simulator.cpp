@@ -238,13 +238,13 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
     return true;
 }
 
-void Simulator::record(Verdict v, Oracle o, std::string detail) {
+void Simulator::record(Verdict v, Oracle o, std::string detail, std::string clause) {
     verdict_ = v;
-    failure_ = Failure{op_index_, std::string(to_string(op_kind_)), o, std::move(detail)};
+    failure_ = Failure{op_index_, std::string(to_string(op_kind_)), o, std::move(detail), std::move(clause)};
 }
 
-void Simulator::fail(Verdict v, Oracle o, std::string detail) {
-    record(v, o, std::move(detail));
+void Simulator::fail(Verdict v, Oracle o, std::string detail, std::string clause) {
+    record(v, o, std::move(detail), std::move(clause));
     throw Stop{};
 }
 

@@ -234,8 +234,9 @@ private:
     // serial first seen on one of its sequences needs a build the call
     // counted, and a call that counts builds must show a new serial.
     void check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds);
-    void record(Verdict v, Oracle o, std::string detail);
-    void fail(Verdict v, Oracle o, std::string detail);  // record, then end the op (throws Stop)
+    void record(Verdict v, Oracle o, std::string detail, std::string clause = {});
+    // record, then end the op (throws Stop)
+    void fail(Verdict v, Oracle o, std::string detail, std::string clause = {});
 
     SimConfig config_;
     Model model_;

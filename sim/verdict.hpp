@@ -39,6 +39,9 @@ struct Failure {
     std::string op;  // its kind
     Oracle oracle = Oracle::data;
     std::string detail;
+    // Accounting: the reuse rule's contract clause that decided the
+    // failing call, where it names one (sim/known_findings.hpp matches on it).
+    std::string clause = {};
 };
 
 }  // namespace kvweld::sim

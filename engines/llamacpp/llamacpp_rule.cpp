@@ -42,7 +42,9 @@
 //   nothing. The contract's other half: setting the same adapters at the
 //   same scales, or the same control vector over the same range, changes
 //   nothing the graph depends on, so a same-shape graph after it must be
-//   reused.
+//   reused: the contract clause "adapters-unchanged", named in the
+//   expectation (a known finding of 0.3.36 breaks it for the control
+//   vector: engines/llamacpp/known_findings/0.3.36.json).
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "engines/abi_lists.hpp"
@@ -143,17 +145,20 @@ public:
                                  : stream_copied_         ? "4 (a stream copy discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
                                  : !(*previous_ == u)     ? "2 (another shape)"
+                                 : same_window && adapters_set_again_
+                                     ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
             if (reuse_ && !stream_copied_ && !adapters_changed_ && previous_ && *previous_ == u) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
+                if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, clause});
             previous_ = u;
             previous_window_known_ = window_known;
             stream_copied_ = false;
-            adapters_changed_ = false;
+            adapters_changed_ = adapters_set_again_ = false;
         }
         return e;
     }
@@ -172,7 +177,9 @@ public:
     }
     void on_clear_all() override { placed_ = 0; }  // every cell freed, the head at 0
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
-        if (effective_loras(before) != effective_loras(after) || !same_cvec(before, after)) adapters_changed_ = true;
+        const bool changed = effective_loras(before) != effective_loras(after) || !same_cvec(before, after);
+        adapters_changed_ = adapters_changed_ || changed;
+        adapters_set_again_ = adapters_set_again_ || !changed;
     }
 
 private:
@@ -182,6 +189,7 @@ private:
     int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
     bool stream_copied_ = false;
     bool adapters_changed_ = false;  // clause 7: since the last graph
+    bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens;
         const char* clause;

@@ -1,0 +1,87 @@
+#include "sim/known_findings.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engines/registry.hpp"
+#include "sim/json_field.hpp"
+#include "sim/jsonl.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+namespace kvweld::sim {
+
+namespace {
+
+constexpr const char* kFormat = "kvweld-known-findings";
+constexpr int kVersion = 1;
+
+KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::path& folder) {
+    KnownFinding f;
+    f.id = json_field<std::string>(j, "id");
+    f.verdict = verdict_from_string(json_field<std::string>(j, "class"));
+    require(f.verdict != Verdict::pass, "finding '", f.id, "': class pass is not a failure");
+    f.clause = json_field<std::string>(j, "clause");
+    f.trace = (folder / json_field<std::string>(j, "trace")).string();
+    f.source = json_field<std::string>(j, "source");
+    f.explanation = json_field<std::string>(j, "explanation");
+    return f;
+}
+
+}  // namespace
+
+const KnownFinding* KnownFindings::match(const RunResult& r) const {
+    if (r.verdict == Verdict::pass || !r.failure || r.failure->clause.empty()) return nullptr;
+    for (const KnownFinding& f : findings)
+        if (f.verdict == r.verdict && f.clause == r.failure->clause) return &f;
+    return nullptr;
+}
+
+KnownFindings load_known_findings(const std::string& path) {
+    const std::string text = read_text_file(path, "known findings file");
+    KnownFindings out;
+    out.path = path;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(text);
+        require(j.is_object() && j.value("format", "") == kFormat, "not a known findings file (expected \"format\": \"",
+                kFormat, "\")");
+        const int version = json_field<int>(j, "version");
+        require(version == kVersion, "version ", version, ": this build reads version ", kVersion);
+        out.engine = json_field<std::string>(j, "engine");
+        out.release = json_field<std::string>(j, "release");
+        require(j.contains("findings") && j.at("findings").is_array(), "no 'findings' array");
+        const auto folder = std::filesystem::path(path).parent_path();
+        for (const nlohmann::json& f : j.at("findings")) out.findings.push_back(finding_from_json(f, folder));
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(cat("known findings file ", path, ": ", e.what()));
+    } catch (const Error& e) {
+        throw Error(cat("known findings file ", path, ": ", e.what()));
+    }
+    return out;
+}
+
+KnownFindings known_findings_for(const std::string& engine, const std::string& choice) {
+    if (choice == "none") return {};
+    if (!choice.empty()) return load_known_findings(choice);
+    const engines::EngineEntry* e = engines::engine_entry(engine);
+    if (!e || !e->known_findings || !*e->known_findings) return {};
+    return load_known_findings(e->known_findings);
+}
+
+std::vector<std::string> unreproduced(const KnownFindings& known) {
+    std::vector<std::string> out;
+    for (const KnownFinding& f : known.findings) {
+        const Trace t = parse_trace(read_text_file(f.trace), f.trace);
+        const RunResult r = run_ops(t.config, t.ops, t.steps);
+        if (known.match(r) == &f) continue;
+        out.push_back(cat("known finding '", f.id, "' (", known.path, ") no longer reproduces: its trace ", f.trace,
+                          " gave ", to_string(r.verdict),
+                          r.failure && !r.failure->clause.empty() ? cat(" on clause ", r.failure->clause) : "",
+                          " where it gave ", to_string(f.verdict), " on clause ", f.clause,
+                          ": a fixed engine? remove the entry"));
+    }
+    return out;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,53 @@
+// Known findings: failures of one engine release that are bugs in that
+// engine, not in kvweld, each minimized and traced to the engine's source.
+// A real bug must neither turn CI red forever nor be hidden: a swarm
+// reports a failure that matches a known finding as such (its own count,
+// never a pass), still fails on anything new, and fails when a known
+// finding's trace stops reproducing (a fixed engine is noticed, and its
+// entry must go).
+//
+// The file (one per engine release, JSON): {"format":
+// "kvweld-known-findings", "version": 1, "engine", "release", "findings":
+// [{"id", "class" (a verdict), "clause", "trace" (the minimized trace, a
+// path relative to the file), "source" (the engine source line it traces
+// to), "explanation" (one line)}]}. A failure matches a finding when its
+// class is the finding's and the reuse rule's contract clause that decided
+// the failing call (Failure::clause) is the finding's: the rule names the
+// clause (e.g. "adapters-unchanged"), never the finding.
+#pragma once
+
+#include "sim/run.hpp"
+
+#include <string>
+#include <vector>
+
+namespace kvweld::sim {
+
+struct KnownFinding {
+    std::string id;
+    Verdict verdict = Verdict::pass;
+    std::string clause;
+    std::string trace;  // absolute, resolved against the file's folder
+    std::string source;
+    std::string explanation;
+};
+
+struct KnownFindings {
+    std::string path;  // "" when none were loaded
+    std::string engine, release;
+    std::vector<KnownFinding> findings;
+    // The finding `r`'s failure is, or nullptr (a pass, or a new failure).
+    const KnownFinding* match(const RunResult& r) const;
+};
+
+// Throws Error naming the file and the field when it is not one.
+KnownFindings load_known_findings(const std::string& path);
+// The findings `engine` runs with: `choice` "" is the registry's file for
+// it (none for an engine without one), "none" none, else a path.
+KnownFindings known_findings_for(const std::string& engine, const std::string& choice);
+
+// Each finding's trace replayed on this build: a line per finding that no
+// longer fails as recorded (its class and clause), naming what it did.
+std::vector<std::string> unreproduced(const KnownFindings& known);
+
+}  // namespace kvweld::sim
