@@ -32,13 +32,14 @@ namespace {
 
 const EngineEntry kEngines[] = {
     {"inproc", "", "", open_dense_engine, kDenseCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
-     kvweld_dense_settings, "reuse=0", nullptr},
+     kvweld_dense_settings, "reuse=0", nullptr, nullptr, nullptr},
     {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings,
-     "reuse=0", nullptr},
+     "reuse=0", nullptr, nullptr, nullptr},
     {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_paged_reuse_rule,
-     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr, nullptr},
+     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr, nullptr, nullptr, nullptr},
     {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, nullptr, 0, nullptr, llamacpp_reuse_rule, nullptr,
-     llamacpp_settings, "graph_reuse=0", LLAMACPP_KNOWN_FINDINGS},
+     llamacpp_settings, "graph_reuse=0", LLAMACPP_KNOWN_FINDINGS, llamacpp_reference_blind,
+     llamacpp_twin_tolerance},
 };
 
 }  // namespace
@@ -116,6 +117,22 @@ std::optional<std::string> twin_params(std::string_view engine, const std::strin
     for (const std::string& item : abi::split_list(params.c_str()))
         if (!item.starts_with(key)) out += cat(out.empty() ? "" : ",", item);
     return cat(out, out.empty() ? "" : ",", setting);
+}
+
+std::string reference_blind(std::string_view engine, const std::string& params) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->reference_blind) return "";
+    try {
+        const char* why = e->reference_blind(params);
+        return why ? why : "";
+    } catch (const std::runtime_error& error) {
+        throw Error(cat("engine ", engine, ": ", error.what()));
+    }
+}
+
+TwinTolerance twin_tolerance(std::string_view engine, const Adapters& adapters) {
+    const EngineEntry* e = engine_entry(engine);
+    return e && e->twin_tolerance ? e->twin_tolerance(adapters) : TwinTolerance{};
 }
 
 std::string engine_plugin_path(const std::string& engine) {

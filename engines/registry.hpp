@@ -11,6 +11,7 @@
 #include "engine/rng.hpp"
 #include "engines/kvweld/block_model.hpp"
 #include "engines/plugin_host.hpp"
+#include "engines/llamacpp/llamacpp_params.hpp"
 #include "engines/reuse_rule.hpp"
 
 #include <memory>
@@ -19,6 +20,14 @@
 #include <string_view>
 
 namespace kvweld::engines {
+
+// How far an engine's rows may lie from its twin's (logit_error; 0: bit
+// for bit), and why, where the engine is not bitwise reproducible across
+// instances in some state.
+struct TwinTolerance {
+    double tolerance = 0.0;
+    const char* why = nullptr;
+};
 
 struct EngineEntry {
     std::string_view name;
@@ -38,7 +47,18 @@ struct EngineEntry {
     // Its known findings file for the release this build makes (nullptr:
     // none; sim/known_findings.hpp).
     const char* known_findings;
+    // Why the reference cannot follow the engine under these settings
+    // (nullptr: it can, or no function): then the twin is the data oracle.
+    const char* (*reference_blind)(const std::string& params);
+    // Its twin tolerance with these adapters set (nullptr: bit for bit always).
+    TwinTolerance (*twin_tolerance)(const Adapters& adapters);
 };
+
+const char* llamacpp_reference_blind(const std::string& params);
+TwinTolerance llamacpp_twin_tolerance(const Adapters& adapters);
+TwinTolerance twin_tolerance(std::string_view engine, const Adapters& adapters);
+// Why kvweld's reference cannot follow `engine` under `params` ("": it can).
+std::string reference_blind(std::string_view engine, const std::string& params);
 
 // The entry of a built-in engine (nullptr for a plugin of the user's own).
 const EngineEntry* engine_entry(std::string_view name);

@@ -24,7 +24,7 @@ constexpr struct {
     {"rebinds", &RunStats::rebinds},       {"change_decodes", &RunStats::change_decodes},
     {"data_blind", &RunStats::data_blind}, {"independent_blind", &RunStats::independent_blind},
     {"blind_same_weights_reload", &RunStats::blind_same_weights_reload},
-    {"twin_rows", &RunStats::twin_rows},
+    {"twin_rows", &RunStats::twin_rows},   {"twin_within_tolerance", &RunStats::twin_within_tolerance},   {"reference_rows", &RunStats::reference_rows},
 };
 
 nlohmann::json oracles_json(const OracleReport& o) {

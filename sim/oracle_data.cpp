@@ -16,7 +16,7 @@ namespace kvweld::sim {
 std::vector<std::vector<float>> Simulator::check_data(const std::vector<Pair>& pairs, const std::vector<float>& got) {
     const auto v = std::size_t(config_.model.vocab);
     std::vector<std::vector<float>> want;
-    if (!oracles_.data) {  // unchecked: the engine's own rows choose what comes next
+    if (!oracles_.data) {  // unchecked, or settings the reference cannot follow: `got` chooses what comes next
         for (std::size_t i = 0; i < pairs.size(); ++i) want.emplace_back(got.begin() + long(i * v), got.begin() + long((i + 1) * v));
         stats_.rows += pairs.size();
         return want;
@@ -26,6 +26,7 @@ std::vector<std::vector<float>> Simulator::check_data(const std::vector<Pair>& p
         want.push_back(reference_forward(model_, r.shadow, pairs[i].token, pairs[i].pos, adapters_));
         const double err = logit_error(std::span<const float>(got).subspan(i * v, v), want.back());
         ++stats_.rows;
+        ++stats_.reference_rows;
         stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);
         if (!(err <= kDataTolerance))
             fail(Verdict::stale_decode, Oracle::data,

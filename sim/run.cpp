@@ -243,11 +243,14 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
             kinds += cat(kinds.empty() ? "" : " ", to_string(OpKind(k)), "=", s.ops_by_kind[std::size_t(k)]);
     out += table_row("ops run", cat(s.ops_run, " (", kinds, ")"));
     out += table_row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
-    out += table_row("rows checked (max logit / K/V error)",
-               cat(s.rows, " (", sci(s.max_logit_error), " / ", oracles.kv ? sci(s.max_kv_error) : "-", ")"));
+    out += table_row("rows / by the reference (max logit / K/V error)",
+                     cat(s.rows, " / ", s.reference_rows, " (", oracles.data ? sci(s.max_logit_error) : "-", " / ",
+                         oracles.kv ? sci(s.max_kv_error) : "-", ")"));
     out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     out += table_row("invalid calls refused", cat(s.refused));
-    if (oracles.twin) out += table_row("rows equal to the twin's", cat(s.twin_rows));
+    if (oracles.twin)
+        out += table_row("rows equal to the twin's", cat(s.twin_rows, s.twin_within_tolerance ? cat(" (", s.twin_within_tolerance,
+                                                                      " within the engine's declared tolerance)") : ""));
     if (accounting) {
         out += table_row("plans run / reused", cat(s.plans, " / ", s.reused));
         out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),

@@ -51,11 +51,13 @@ void RunStats::add(const RunStats& o) {
     requests += o.requests;
     calls += o.calls;
     rows += o.rows;
+    reference_rows += o.reference_rows;
     batched_calls += o.batched_calls;
     drafts += o.drafts;
     rejected += o.rejected;
     refused += o.refused;
     twin_rows += o.twin_rows;
+    twin_within_tolerance += o.twin_within_tolerance;
     plans += o.plans;
     reused += o.reused;
     must_reuse += o.must_reuse;
@@ -126,6 +128,9 @@ Simulator::Simulator(const SimConfig& config, bool checked)
     plans_.resize(std::size_t(config_.seqs));
     white_box_ = engine_->white_box();
     oracles_.white_box = white_box_ != nullptr;
+    // Settings the reference cannot follow: the twin judges every row.
+    oracles_.data_why_not = reference_blind(config_.engine.engine, config_.engine.params);
+    oracles_.data = oracles_.data_why_not.empty();
     // Ranks 1, 2 and 4; alpha / rank 1, 1 and 2.
     for (int i = 0; i < kLoraPool; ++i)
         lora_pool_.push_back(LoraAdapter::random(config_.model, 1 << i, float((1 << i) * (i == 2 ? 2 : 1)),
@@ -135,6 +140,8 @@ Simulator::Simulator(const SimConfig& config, bool checked)
         oracles_.white_box_why_not = cat("engine ", engine_->name(), " runs behind the plugin ABI");
     for (const std::string& f : abi::split_list(config_.engine.faults.c_str()))
         spec_reject_fault_ = spec_reject_fault_ || (white_box_ && f == "spec_reject_off_by_one");
+    if (!oracles_.data && !twin_)
+        oracles_.data_why_not += cat("; the twin, the data oracle here, is unavailable too: ", oracles_.twin_why_not);
     if (checked) return;
     oracles_.all_off("an unchecked run (--no-oracles)");
     twin_.reset();
@@ -530,8 +537,9 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
     // Oracles one file each (oracle_*.cpp): the twin, data, then weld and
     // kv, then the blocks, then accounting.
-    check_twin(pairs, got);  // first: it needs no model of what the plan bakes in
-    std::vector<std::vector<float>> want = check_data(pairs, got);
+    // First: it needs no model of what the plan bakes in.
+    const std::vector<float> twin_rows = check_twin(pairs, got);
+    std::vector<std::vector<float>> want = check_data(pairs, oracles_.data || twin_rows.empty() ? got : twin_rows);
     for (const auto& [i, b] : blind) count_blindness(b, pairs[i].seq, pairs[i].pos);
     if (white_box_)
         for (const auto& [i, b] : blind) pin_plan(pairs[i].seq);

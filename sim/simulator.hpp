@@ -40,11 +40,13 @@ struct RunStats {
     std::array<std::uint64_t, kOpKinds> ops_by_kind{};  // of ops_run
     std::uint64_t requests = 0;
     std::uint64_t calls = 0;        // engine decode calls
-    std::uint64_t rows = 0;         // rows of logits checked (one per token fed)
+    std::uint64_t rows = 0;         // rows of logits decoded (one per token fed)
+    std::uint64_t reference_rows = 0;  // of them, checked against the reference (the data oracle)
     std::uint64_t batched_calls = 0;  // calls carrying more than one sequence
     std::uint64_t drafts = 0, rejected = 0;
     std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
     std::uint64_t twin_rows = 0;    // rows compared with the twin's
+    std::uint64_t twin_within_tolerance = 0;  // of them, not bitwise equal but within the engine's declared tolerance
     // accounting, over the calls the rule judged
     std::uint64_t plans = 0;       // plans the rule says the calls ran
     std::uint64_t reused = 0;      // reuses the engine counted
@@ -203,6 +205,8 @@ private:
     // ledger and weld, for engines that report storage; kv, for engines
     // that read back KV rows; the block ledger and pool weld, for paged
     // engines with a block model (`decoded`: right after a decode call).
+    // Where the reference cannot follow the engine (data off), the next
+    // tokens come from `got` itself: the twin's rows when there is one.
     std::vector<std::vector<float>> check_data(const std::vector<Pair>& pairs, const std::vector<float>& got);
     void ledger_after(SeqOp op, int seq, std::optional<int> layer = std::nullopt);
     void pin(int seq, const std::vector<std::uint64_t>& serials);
@@ -212,7 +216,8 @@ private:
     void read_row(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const;
     void check_blocks(bool decoded);
     // The twin oracle (oracle_twin.cpp): the twin decodes the same pairs; each row must be the engine's.
-    void check_twin(const std::vector<Pair>& pairs, const std::vector<float>& got);
+    // Returns the twin's rows (empty without a twin).
+    std::vector<float> check_twin(const std::vector<Pair>& pairs, const std::vector<float>& got);
     // Every memory op goes to the engine and, where there is one, to its twin.
     template <class Op>
     void both(Op&& op) {
@@ -247,6 +252,7 @@ private:
     Adapters adapters_;
     std::unique_ptr<Engine> engine_;
     std::unique_ptr<Engine> twin_;  // --twin: the same engine, plan reuse off
+    TwinTolerance twin_tolerance_;  // bit for bit until a state the engine declares one for
     std::unique_ptr<ReuseRule> rule_;
     OracleReport oracles_;
     std::vector<std::optional<Request>> requests_;  // per sequence id

@@ -14,18 +14,24 @@
 //
 // Settings (options.params): kv_unified=0|1 (default 0: each sequence has
 // n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
-// LLAMA_GRAPH_REUSE_DISABLE for this context).
+// LLAMA_GRAPH_REUSE_DISABLE for this context), kv_type=f32|f16 (the KV
+// cache's type, default f32), flash_attn=0|1 (default 0) and rope_scale=S
+// (llama.cpp's rope_freq_scale: linear RoPE scaling, default 1). kvweld's
+// reference models none of the last three: under them the twin is the data
+// oracle (engines/registry.hpp).
 //
 // Fault switches (options.faults) make this adapter use llama.cpp wrongly,
 // so the kill matrix shows the oracles catch a harness-side mistake on a
 // real engine; see kFaults.
 #include "engines/abi_guard.hpp"
 #include "engines/abi_lists.hpp"
+#include "engines/llamacpp/llamacpp_params.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <llama.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -46,6 +52,7 @@ enum Fault : unsigned {
     reload_drops_reuse = 1u << 4,     // reload makes the new context with graph reuse off, settings say on
     overcount_reused = 1u << 5,       // counters report one more reused graph per decode call
     reload_resets_counters = 1u << 6, // reload starts the counters from zero with the new context
+    scales_kept_with_reuse = 1u << 7, // with graph reuse on, new scales for the same adapters are not passed on
 };
 // Each with the classes its failures may show as (ABI 4). The two that
 // put a token at a position the harness did not ask for are stale decodes,
@@ -66,7 +73,11 @@ constexpr struct {
                {"stale_logits", stale_logits, "stale_decode"},
                {"reload_drops_reuse", reload_drops_reuse, "spurious_invalidation"},
                {"overcount_reused", overcount_reused, "missed_invalidation"},
-               {"reload_resets_counters", reload_resets_counters, "engine_error"}};
+               {"reload_resets_counters", reload_resets_counters, "engine_error"},
+               // As an engine whose reused graph kept the scales it baked:
+               // only where graph reuse is on, so the twin (reuse off) has
+               // the new scales and its rows differ, whatever the KV type.
+               {"scales_kept_with_reuse", scales_kept_with_reuse, "stale_decode"}};
 
 }  // namespace
 
@@ -195,7 +206,9 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
                 o->n_seq_max, ": out of range");
         auto e = std::make_unique<kvweld_engine>();
         e->faults = parse_faults(o->faults);
-        const auto params = kvweld::abi::parse_params(o->params, {"kv_unified", "graph_reuse"});
+        const auto params = kvweld::abi::parse_params(o->params, kvweld::engines::kLlamacppSettings);
+        const std::string kv_type = params.count("kv_type") ? params.at("kv_type") : "f32";
+        require(kv_type == "f32" || kv_type == "f16", "setting kv_type=", kv_type, ": must be f32 or f16");
         llama_model_params mp = llama_model_default_params();
         mp.n_gpu_layers = 0;
         e->model = llama_model_load_from_file(o->model_path, mp);
@@ -206,10 +219,19 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         cp.n_seq_max = std::uint32_t(o->n_seq_max);
         cp.n_batch = cp.n_ubatch = 512;
         cp.n_threads = cp.n_threads_batch = std::max(1, o->threads);
-        cp.type_k = cp.type_v = GGML_TYPE_F32;
-        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        cp.type_k = cp.type_v = kv_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        cp.flash_attn_type = kvweld::abi::flag_param(params, "flash_attn", false) ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                                                                                  : LLAMA_FLASH_ATTN_TYPE_DISABLED;
         cp.no_perf = false;
         cp.kv_unified = kvweld::abi::flag_param(params, "kv_unified", false);
+        if (params.count("rope_scale")) {
+            const std::string& text = params.at("rope_scale");
+            char* end = nullptr;
+            const float scale = std::strtof(text.c_str(), &end);
+            require(end && *end == '\0' && scale > 0.0f && scale <= 16.0f, "setting rope_scale=", text,
+                    ": must be a number in (0, 16]");
+            cp.rope_freq_scale = scale;
+        }
         e->cparams = cp;
         e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
         e->ctx = create_context(e->model, cp, e->graph_reuse);
@@ -368,7 +390,9 @@ int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, i
             named.emplace_back(paths[i]);
         }
         std::vector<llama_adapter_lora*> loaded = load_loras(e->model, e->loras, named);
+        const bool keep = (e->faults & scales_kept_with_reuse) && e->graph_reuse && named == e->lora_paths;
         e->lora_paths = std::move(named);
+        if (keep) return;
         e->lora_scales.assign(scales, scales + n);
         llama_set_adapters_lora(e->ctx, loaded.empty() ? nullptr : loaded.data(), loaded.size(),
                                 loaded.empty() ? nullptr : e->lora_scales.data());

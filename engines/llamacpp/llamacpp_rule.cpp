@@ -50,6 +50,7 @@
 #include "engines/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "engines/llamacpp/llamacpp_params.hpp"
 #include "engines/reuse_rule.hpp"
 
 #include <algorithm>
@@ -203,7 +204,7 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
     std::map<std::string, std::string> params;
     bool unified = false, reuse = true;
     try {
-        params = abi::parse_params(config.params.c_str(), {"kv_unified", "graph_reuse"});
+        params = abi::parse_params(config.params.c_str(), kLlamacppSettings);
         unified = abi::flag_param(params, "kv_unified", false);
         reuse = abi::flag_param(params, "graph_reuse", true);
     } catch (const std::runtime_error& e) {

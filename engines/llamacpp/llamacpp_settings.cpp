@@ -1,7 +1,10 @@
 // llama.cpp's settings a seed draws (engines/registry.hpp): either KV layout
 // (kv_unified half the time) and graph reuse mostly on (off one time in
-// five, so a reload under graph_reuse=0 is drawn too); a setting given
-// (--params) wins.
+// five, so a reload under graph_reuse=0 is drawn too), and one seed in
+// eight linear RoPE scaling (rope_scale=0.5), which the reference does not
+// model (the twin judges those rows); a setting given (--params) wins.
+// kv_type=f16 and flash_attn=1 are never drawn: llama.cpp is not bitwise
+// reproducible across contexts there (see llamacpp_reference_blind).
 #include "engine/cat.hpp"
 #include "engines/abi_lists.hpp"
 #include "engines/registry.hpp"
@@ -9,12 +12,49 @@
 namespace kvweld::engines {
 
 std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
-    const auto given = abi::parse_params(setup.params.c_str(), {"kv_unified", "graph_reuse"});
+    const auto given = abi::parse_params(setup.params.c_str(), kLlamacppSettings);
     const bool unified = rng.chance(0.5), reuse = rng.chance(0.8);
     std::string out = setup.params;
     if (!given.count("kv_unified")) out += cat(out.empty() ? "" : ",", "kv_unified=", unified ? 1 : 0);
     if (!given.count("graph_reuse")) out += cat(out.empty() ? "" : ",", "graph_reuse=", reuse ? 1 : 0);
+    // Drawn after the rest, so the settings above did not change for any seed.
+    if (!given.count("rope_scale") && rng.chance(0.125)) out += cat(out.empty() ? "" : ",", "rope_scale=0.5");
     return out;
+}
+
+// Measured for the two that are given only: with kv_type=f16 (150 seeds,
+// twice) and flash_attn=1 (60 seeds), the rows of a context with graph
+// reuse on and of its twin with it off differed on 1 to 4 seeds per run,
+// other seeds each run, by up to 6.6e-4 in a logit: llama.cpp is not
+// bitwise reproducible across contexts there, and f16 rounding amplifies a
+// last-bit difference. rope_scale is f32 throughout: bitwise.
+// Measured: a swarm with the twin (kvweld swarm --engine llamacpp --twin
+// --seeds 0..199) differed from it on 3 to 6 seeds per run, other seeds
+// each run, by up to 1.9e-6 in a logit, every one with two or more LoRA
+// adapters set and none of the 33 seeds without adapters. Stale LoRA
+// scales or sets move the logits by orders more (the adapter fault
+// scales_kept_with_reuse: 1.66 and 1.88 on the first seeds that kill it,
+// kvweld mutants --engine llamacpp --fault scales_kept_with_reuse).
+TwinTolerance llamacpp_twin_tolerance(const Adapters& adapters) {
+    int active = 0;
+    for (const LoraUse& u : adapters.loras()) active += u.scale != 0.0f;
+    if (active < 2) return {};
+    return {1e-5, "llama.cpp adds two or more LoRA deltas in the order of an unordered_map keyed by the adapters' "
+                  "addresses (src/llama-adapter.h:90, src/llama-graph.cpp:1534), so two contexts can differ in the "
+                  "last bits"};
+}
+
+const char* llamacpp_reference_blind(const std::string& params) {
+    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    if (p.count("rope_scale") && p.at("rope_scale") != "1")
+        return "llama.cpp rope_scale: kvweld's reference does not model RoPE scaling";
+    if (p.count("kv_type") && p.at("kv_type") != "f32")
+        return "llama.cpp kv_type=f16: kvweld's reference keeps its KV in f32 (and llama.cpp is not bitwise "
+               "reproducible across contexts there: the twin may differ)";
+    if (abi::flag_param(p, "flash_attn", false))
+        return "llama.cpp flash_attn=1: kvweld's reference does not model flash attention (and llama.cpp is not "
+               "bitwise reproducible across contexts there: the twin may differ)";
+    return nullptr;
 }
 
 }  // namespace kvweld::engines
