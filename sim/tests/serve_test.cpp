@@ -171,7 +171,7 @@ TEST(ServeShrink, KeepsTheFailureClassWithFewerOps) {
     } catch (const Error& e) {
         KVWELD_WITHOUT_LLAMA(e.what());
     }
-    const RunResult failing = run_generated(config_for("llamacpp", 4, "", "truncate_one_short"), 200);
+    const RunResult failing = run_generated(config_for("llamacpp", 0, "", "truncate_one_short"), 200);
     ASSERT_EQ(failing.verdict, Verdict::stale_decode) << text_report(failing);
     const ShrinkResult s = shrink(failing.config, failing.ops, failing.steps, failing.verdict);
     EXPECT_EQ(s.result.verdict, Verdict::stale_decode);
