@@ -5,6 +5,7 @@
 
 #include <map>
 #include <stdexcept>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,22 @@ inline std::map<std::string, std::string> parse_params(const char* text, const s
                                      (names.empty() ? "(none: this engine has no settings)" : names));
         }
         out[key] = item.substr(eq + 1);
+    }
+    return out;
+}
+
+// set_loras' arguments (ABI 5), checked: 0..64 adapters, every path given
+// and named once; anything else throws naming it.
+inline std::vector<std::string> lora_paths(const char* const* paths, const float* scales, int32_t n) {
+    if (n < 0 || n > 64) throw std::runtime_error("set_loras: " + std::to_string(n) + " adapters (0..64)");
+    if (n > 0 && (!paths || !scales))
+        throw std::runtime_error("set_loras: " + std::to_string(n) + " adapters and no paths or scales");
+    std::vector<std::string> out;
+    for (int32_t i = 0; i < n; ++i) {
+        if (!paths[i]) throw std::runtime_error("set_loras: adapter " + std::to_string(i) + " has no path");
+        for (const std::string& p : out)
+            if (p == paths[i]) throw std::runtime_error("set_loras: adapter " + std::to_string(i) + " is named twice");
+        out.emplace_back(paths[i]);
     }
     return out;
 }

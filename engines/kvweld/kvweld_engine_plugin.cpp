@@ -133,13 +133,11 @@ int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, s
 // Every file is read and checked before the engine changes.
 int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        require(n >= 0 && n <= 64, "set_loras: ", n, " adapters (0..64)");
-        require(n == 0 || (paths && scales), "set_loras: ", n, " adapters and no paths or scales");
+        const std::vector<std::string> named = kvweld::abi::lora_paths(paths, scales, n);
         std::vector<kvweld::LoraUse> uses;
-        for (int32_t i = 0; i < n; ++i) {
-            require(paths[i] != nullptr, "set_loras: adapter ", i, " has no path");
-            auto& adapter = e->adapters[paths[i]];
-            if (!adapter) adapter = kvweld::load_lora(paths[i], e->engine->config());
+        for (std::size_t i = 0; i < named.size(); ++i) {
+            auto& adapter = e->adapters[named[i]];
+            if (!adapter) adapter = kvweld::load_lora(named[i], e->engine->config());
             uses.push_back({adapter, scales[i]});
         }
         e->engine->set_loras(uses);

@@ -380,15 +380,7 @@ void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adap
 
 int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        require(n >= 0 && n <= 64, "set_loras: ", n, " adapters (0..64)");
-        require(n == 0 || (paths && scales), "set_loras: ", n, " adapters and no paths or scales");
-        std::vector<std::string> named;
-        for (int32_t i = 0; i < n; ++i) {
-            require(paths[i] != nullptr, "set_loras: adapter ", i, " has no path");
-            require(std::find(named.begin(), named.end(), paths[i]) == named.end(), "set_loras: adapter ", i,
-                    " is named twice");
-            named.emplace_back(paths[i]);
-        }
+        std::vector<std::string> named = kvweld::abi::lora_paths(paths, scales, n);
         std::vector<llama_adapter_lora*> loaded = load_loras(e->model, e->loras, named);
         const bool keep = (e->faults & scales_kept_with_reuse) && e->graph_reuse && named == e->lora_paths;
         e->lora_paths = std::move(named);
