@@ -49,8 +49,14 @@ public:
 
     virtual void open(int seq) = 0;
     virtual void close(int seq) = 0;
-    // One row of vocab() logits per (seqs[i], tokens[i]) pair, back to back.
-    virtual std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) = 0;
+    // One row of vocab() logits per (seqs[i], tokens[i]) pair, back to back;
+    // with `outputs` (KVWELD_CAP_OUTPUTS; empty: every pair), only for the
+    // pairs with outputs[i] != 0. Every pair's KV is written either way.
+    virtual std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                                      std::span<const std::uint8_t> outputs) = 0;
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) {
+        return decode(seqs, tokens, {});
+    }
     virtual void truncate(int seq, int n) = 0;
     virtual void clear(int seq) = 0;
     virtual void clear_all() = 0;

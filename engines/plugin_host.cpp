@@ -55,7 +55,7 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 3 capability in a version 2 table";
     else if (api->abi_version < 4 && (api->capabilities & KVWELD_CAP_PLAN_SERIAL))
         problem = "declares a version 4 capability in an older table";
-    else if (api->abi_version < 5 && (api->capabilities & (KVWELD_CAP_LORA | KVWELD_CAP_CVEC)))
+    else if (api->abi_version < 5 && (api->capabilities & (KVWELD_CAP_LORA | KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS)))
         problem = "declares a version 5 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
@@ -70,7 +70,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_POOL_OPS) && !api->pool_op) ||
              ((api->capabilities & KVWELD_CAP_PLAN_SERIAL) && !api->plan_serial) ||
              ((api->capabilities & KVWELD_CAP_LORA) && !api->set_loras) ||
-             ((api->capabilities & KVWELD_CAP_CVEC) && !api->set_cvec))
+             ((api->capabilities & KVWELD_CAP_CVEC) && !api->set_cvec) ||
+             ((api->capabilities & KVWELD_CAP_OUTPUTS) && !api->decode_outputs))
         problem = "declares a capability whose function is empty";
     if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
     if (!problem.empty()) {
@@ -121,12 +122,25 @@ void PluginEngine::close(int seq) {
     call("close_seq", [&](char* e, std::size_t n) { return library_->api().close_seq(engine_, seq, e, n); });
 }
 
-std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) {
+std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                                        std::span<const std::uint8_t> outputs) {
     require(seqs.size() == tokens.size(), "decode: ", seqs.size(), " sequences for ", tokens.size(), " tokens");
-    std::vector<float> logits(seqs.size() * static_cast<std::size_t>(vocab_));
-    call("decode", [&](char* e, std::size_t n) {
-        return library_->api().decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
-                                      logits.data(), e, n);
+    if (outputs.empty()) {
+        std::vector<float> logits(seqs.size() * static_cast<std::size_t>(vocab_));
+        call("decode", [&](char* e, std::size_t n) {
+            return library_->api().decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
+                                          logits.data(), e, n);
+        });
+        return logits;
+    }
+    require(capabilities() & KVWELD_CAP_OUTPUTS, "engine ", name(),
+            " returns every row (no KVWELD_CAP_OUTPUTS): it cannot decode an output subset");
+    require(outputs.size() == seqs.size(), "decode: ", outputs.size(), " output flags for ", seqs.size(), " pairs");
+    const auto rows = std::size_t(std::count_if(outputs.begin(), outputs.end(), [](std::uint8_t o) { return o != 0; }));
+    std::vector<float> logits(rows * static_cast<std::size_t>(vocab_));
+    call("decode_outputs", [&](char* e, std::size_t n) {
+        return library_->api().decode_outputs(engine_, seqs.data(), tokens.data(), outputs.data(),
+                                              static_cast<std::int32_t>(seqs.size()), logits.data(), e, n);
     });
     return logits;
 }

@@ -69,7 +69,9 @@ public:
 
     void open(int seq) override;
     void close(int seq) override;
-    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) override;
+    using Engine::decode;
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                              std::span<const std::uint8_t> outputs) override;
     void truncate(int seq, int n) override;
     void clear(int seq) override;
     void clear_all() override;

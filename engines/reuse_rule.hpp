@@ -62,8 +62,10 @@ class ReuseRule {
 public:
     virtual ~ReuseRule() = default;
     virtual StorageEffect storage_effect(SeqOp op) const { return default_storage_effect(op); }
-    // `seqs`: the call's sequence id per token, in batch order.
-    virtual ReuseExpectation on_decode(std::span<const int> seqs) = 0;
+    // `seqs`: the call's sequence id per token, in batch order; `outputs`:
+    // whether each token's logits were asked for (empty: every one).
+    virtual ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) = 0;
+    ReuseExpectation on_decode(std::span<const int> seqs) { return on_decode(seqs, {}); }
     // The clauses that decided the last call, for failure messages: kept
     // as numbers and formatted only when asked, so a passing call costs no
     // text.

@@ -88,7 +88,11 @@ void to_json(nlohmann::json& j, const Op& op) {
             j["recycle"] = op.recycle;
             break;
         case OpKind::migrate: j["pick"] = op.pick; j["to"] = op.pick2; break;
-        case OpKind::step: j["wants"] = op.wants; j["seed"] = op.seed; break;
+        case OpKind::step:
+            j["wants"] = op.wants;
+            j["seed"] = op.seed;
+            if (op.last_only) j["outputs"] = "last";
+            break;
         case OpKind::truncate: j["pick"] = op.pick; j["length"] = op.length; add_rewrite(j, op); break;
         case OpKind::fork:
             j["pick"] = op.pick;
@@ -133,6 +137,11 @@ Op op_from_json(const nlohmann::json& j) {
         case OpKind::step:
             op.wants = non_negative(j, "wants");
             op.seed = json_field<std::uint64_t>(j, "seed");
+            if (j.contains("outputs")) {
+                const std::string outputs = json_field<std::string>(j, "outputs");
+                require(outputs == "last", "field 'outputs' = '", outputs, "': expected \"last\" (or no field: every row)");
+                op.last_only = true;
+            }
             break;
         case OpKind::truncate:
             op.pick = json_field<std::uint32_t>(j, "pick");

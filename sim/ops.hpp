@@ -51,6 +51,7 @@ struct Op {
     // prefill feeds up to that many prompt tokens (a chunk); one decoding
     // feeds its pending token and up to wants-1 speculative drafts.
     std::vector<int> wants;
+    bool last_only = false;    // step: a prefill chunk asks for its last row's logits only (an engine with outputs)
     std::uint32_t length = 0;  // truncate: the new length (mod length + 1)
     // truncate, preempt: the dropped tokens are fed again changed (each one
     // replaced by another, drawn from `seed`), so the KV rows at those

@@ -12,6 +12,7 @@
 // reference forward does not model. Trusts nothing but the two engines'
 // rows; what the twin says about itself is never read.
 #include "engine/cat.hpp"
+#include "engine/error.hpp"
 #include "engine/reference.hpp"
 #include "sim/simulator.hpp"
 
@@ -41,14 +42,19 @@ std::vector<float> Simulator::check_twin(const std::vector<Pair>& pairs, const s
         seqs.push_back(p.seq);
         tokens.push_back(p.token);
     }
-    const std::vector<float> want = twin_->decode(seqs, tokens);
+    const std::vector<float> want = twin_->decode(seqs, tokens, output_flags(pairs));
+    require(want.size() == got.size(), "the twin returned ", want.size(), " floats of logits where the engine returned ",
+            got.size());
     const auto v = std::size_t(config_.model.vocab);
     // Sticky: rows computed in such a state stay in the KV and tell on every
     // later row that attends to them.
     if (const TwinTolerance now = twin_tolerance(config_.engine.engine, adapters_); now.tolerance > 0)
         twin_tolerance_ = now;
     const TwinTolerance& tolerance = twin_tolerance_;
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
+    std::size_t row = 0;  // the rows are the output pairs'
+    for (const Pair& pair : pairs) {
+        if (!pair.output) continue;
+        const std::size_t i = row++;
         ++stats_.twin_rows;
         if (std::memcmp(got.data() + i * v, want.data() + i * v, v * sizeof(float)) == 0) continue;
         const auto row = [&](const std::vector<float>& rows) { return std::span<const float>(rows).subspan(i * v, v); };
@@ -62,7 +68,7 @@ std::vector<float> Simulator::check_twin(const std::vector<Pair>& pairs, const s
             worst = std::isfinite(d) ? std::max(worst, d) : 1e300;
         }
         fail(Verdict::stale_decode, Oracle::twin,
-             cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ", pairs.size(),
+             cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", got.size() / v,
                  " in the call): the row differs from the twin's (the engine with plan reuse off) by up to ", worst,
                  tolerance.why ? cat(" (past the engine's tolerance ", tolerance.tolerance, ": ", tolerance.why, ")")
                                : std::string()));

@@ -23,6 +23,8 @@ namespace {
 // The generator's PRNG is separate from the one that drew the config.
 constexpr std::uint64_t kServeOpStream = 0x73657276652d6f70ULL;
 
+constexpr std::uint64_t kOutputsStream = 0x6f7574707574732dULL;
+
 std::uint32_t draw32(Rng& rng) { return static_cast<std::uint32_t>(rng.next() >> 32); }
 
 // Which op kinds can act now, weighted by the config; none: retire one.
@@ -54,6 +56,10 @@ Op draw_op(const Simulator& sim, Rng& rng) {
             op.wants.resize(std::size_t(c.seqs));
             for (int& want : op.wants) want = rng.chance(0.75) ? int(rng.range(1, c.max_chunk)) : 0;
             op.seed = rng.next();
+            // Half the steps' prefill chunks want their last row only, where
+            // the engine can say so; drawn from the step's own seed, so the
+            // ops a seed draws did not change when output subsets came.
+            op.last_only = (sim.capabilities() & KVWELD_CAP_OUTPUTS) && Rng(op.seed ^ kOutputsStream).chance(0.5);
             break;
         case OpKind::truncate:
             op.length = draw32(rng);

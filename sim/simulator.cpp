@@ -490,7 +490,8 @@ bool Simulator::step(const Op& op) {
             stats_.rejected += std::uint64_t(k - 1 - part.accepted);
         } else {
             k = std::min(k, int(r->queue.size()));
-            for (int i = 0; i < k; ++i) pairs.push_back({s, r->queue[std::size_t(i)], pos + i});
+            const bool last_only = op.last_only && (engine_->capabilities() & KVWELD_CAP_OUTPUTS);
+            for (int i = 0; i < k; ++i) pairs.push_back({s, r->queue[std::size_t(i)], pos + i, !last_only || i == k - 1});
         }
         part.count = std::size_t(k);
         parts.push_back(part);
@@ -514,12 +515,20 @@ bool Simulator::step(const Op& op) {
     return true;
 }
 
+std::vector<std::uint8_t> Simulator::output_flags(const std::vector<Pair>& pairs) {
+    if (std::all_of(pairs.begin(), pairs.end(), [](const Pair& p) { return p.output; })) return {};
+    std::vector<std::uint8_t> out;
+    for (const Pair& p : pairs) out.push_back(p.output ? 1 : 0);
+    return out;
+}
+
 std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair>& pairs) {
     std::vector<std::int32_t> seqs, tokens;
     for (const Pair& p : pairs) {
         seqs.push_back(p.seq);
         tokens.push_back(p.token);
     }
+    const std::vector<std::uint8_t> outputs = output_flags(pairs);
     const auto before = read_counters();
     // White box: what a plan that missed a change would leave unseen,
     // measured before the decode (each sequence's first row in the call).
@@ -529,7 +538,7 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
             if (i == 0 || std::none_of(pairs.begin(), pairs.begin() + long(i), [&](const Pair& p) { return p.seq == pairs[i].seq; }))
                 blind.emplace_back(i, blindness_before(pairs[i].seq, pairs[i].pos));
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<float> got = engine_->decode(seqs, tokens);
+    const std::vector<float> got = engine_->decode(seqs, tokens, outputs);
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (blocks_)
         for (int s : seqs) blocks_->append(s);

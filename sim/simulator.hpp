@@ -142,6 +142,7 @@ public:
     Verdict verdict() const { return verdict_; }
     const std::optional<Failure>& failure() const { return failure_; }
     std::string engine_name() const { return engine_->name(); }
+    std::uint32_t capabilities() const { return engine_->capabilities(); }
     const std::optional<Request>& request(int seq) const { return requests_[std::size_t(seq)]; }
     // Measured, so never part of a report that must replay byte for byte.
     double decode_seconds() const { return decode_seconds_; }
@@ -154,7 +155,10 @@ private:
         int seq;
         int token;
         int pos;
+        bool output = true;  // its logits are asked for (a prefill chunk may want its last row only)
     };
+    // The pairs' output flags for Engine::decode (empty: every pair's).
+    static std::vector<std::uint8_t> output_flags(const std::vector<Pair>& pairs);
     void admit(const Op& op, int seq);
     bool step(const Op& op);  // false: no sequence could feed a token
     void truncate(const Op& op, int seq, int n);

@@ -106,15 +106,21 @@ void DenseEngine::require_batch(std::span<const std::int32_t> seqs, std::span<co
     }
 }
 
-std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) {
+// The plan decodes one token per run whatever rows are wanted: the output
+// count is no part of its key (llama.cpp's graph has it in its shape).
+std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                                       std::span<const std::uint8_t> outputs) {
     const ScopedFaults scoped(faults_);
     require_batch(seqs, tokens);
+    require(outputs.empty() || outputs.size() == seqs.size(), "decode: ", outputs.size(), " output flags for ",
+            seqs.size(), " pairs");
     const auto v = static_cast<std::size_t>(vocab());
-    std::vector<float> logits(seqs.size() * v);
+    std::vector<float> logits;
+    logits.reserve(seqs.size() * v);
     for (std::size_t i = 0; i < seqs.size(); ++i) {
         Slot& s = slot(seqs[i]);
         const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i], adapters_);
-        std::copy(row.begin(), row.end(), logits.begin() + long(i * v));
+        if (outputs.empty() || outputs[i]) logits.insert(logits.end(), row.begin(), row.end());
     }
     return logits;
 }

@@ -32,7 +32,7 @@ namespace kvweld::engines {
 inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS |
                                                     KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
-                                                    KVWELD_CAP_CVEC;
+                                                    KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS;
 
 struct DenseSettings {
     RebindPolicy policy = RebindPolicy::rebind;
@@ -58,7 +58,9 @@ public:
 
     void open(int seq) override;
     void close(int seq) override;
-    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) override;
+    using Engine::decode;
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                              std::span<const std::uint8_t> outputs) override;
     void truncate(int seq, int n) override;
     void clear(int seq) override;
     void clear_all() override;

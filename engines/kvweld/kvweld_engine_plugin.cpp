@@ -78,6 +78,16 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
     });
 }
 
+int decode_outputs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
+                   float* logits, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n >= 0 && outputs, "decode_outputs of ", n, " pairs", outputs ? "" : " without output flags");
+        const std::vector<float> rows = e->engine->decode({seqs, std::size_t(n)}, {tokens, std::size_t(n)},
+                                                          {outputs, std::size_t(n)});
+        std::copy(rows.begin(), rows.end(), logits);
+    });
+}
+
 int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len) {
     return guarded(err, err_len, [&] { e->engine->truncate(seq, n); });
 }
@@ -171,7 +181,7 @@ const kvweld_engine_api kApi = {
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     storage, read_kv, swap_layer,
     nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
-    plan_serial, set_loras, set_cvec,
+    plan_serial, set_loras, set_cvec, decode_outputs,
 };
 
 }  // namespace

@@ -205,6 +205,7 @@ const kvweld_engine_api kApi = {
     pool_info, block_table, block_refcount, pool_op,
     plan_serial,
     nullptr, nullptr,  // no adapters yet
+    nullptr,           // every row returned
 };
 
 }  // namespace

@@ -29,7 +29,7 @@ public:
     explicit KvweldPagedRule(const EngineSetup& setup) : blocks_(BlockModel::for_kvweld_paged(setup)) {}
 
     StorageEffect storage_effect(SeqOp) const override { return StorageEffect::keeps; }
-    ReuseExpectation on_decode(std::span<const int> seqs) override {
+    ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t>) override {
         int builds = 0, rebinds = 0, shared = 0;
         for (int s : seqs) {
             const bool grew = blocks_.append(s);

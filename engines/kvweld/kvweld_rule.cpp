@@ -46,7 +46,7 @@ public:
             default: return StorageEffect::replaces;
         }
     }
-    ReuseExpectation on_decode(std::span<const int> seqs) override {
+    ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t>) override {
         int builds = 0, rebinds = 0;
         for (int s : seqs) {
             Slot& slot = slots_[s];

@@ -264,8 +264,10 @@ int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     });
 }
 
-int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
-           size_t err_len) {
+// outputs: NULL for every row (decode), else the pairs whose logits are
+// wanted (decode_outputs): llama.cpp computes only those (batch.logits).
+int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
+                float* logits, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(n >= 1 && n <= 512, "a batch of ", n, " pairs: must be 1..512");
         std::vector<int> next(e->len);
@@ -287,7 +289,7 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
             batch.pos[i] = pos++;
             batch.n_seq_id[i] = 1;
             batch.seq_id[i][0] = seq;
-            batch.logits[i] = 1;
+            batch.logits[i] = !outputs || outputs[i] ? 1 : 0;
         }
         batch.n_tokens = n;
         const int32_t rc = llama_decode(e->ctx, batch);
@@ -295,16 +297,28 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
         ++e->calls;
         e->len = next;
         const auto v = std::size_t(e->vocab);
+        std::size_t rows = 0;
         for (int32_t i = 0; i < n; ++i)
-            std::memcpy(logits + std::size_t(i) * v, llama_get_logits_ith(e->ctx, i), v * sizeof(float));
-        if (e->faults & stale_logits) {
-            float* last = logits + std::size_t(n - 1) * v;
+            if (batch.logits[i]) std::memcpy(logits + v * rows++, llama_get_logits_ith(e->ctx, i), v * sizeof(float));
+        if ((e->faults & stale_logits) && rows > 0) {
+            float* last = logits + (rows - 1) * v;
             const std::vector<int> shape(seqs, seqs + n);
             if (shape == e->last_seqs) std::copy(e->last_row.begin(), e->last_row.end(), last);
             e->last_seqs = shape;
             e->last_row.assign(last, last + v);
         }
     });
+}
+
+int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
+           size_t err_len) {
+    return decode_rows(e, seqs, tokens, nullptr, n, logits, err, err_len);
+}
+
+int decode_outputs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
+                   float* logits, char* err, size_t err_len) {
+    if (!outputs) return decode_rows(e, seqs, tokens, nullptr, 0, logits, err, err_len);  // refused: no pairs
+    return decode_rows(e, seqs, tokens, outputs, n, logits, err, err_len);
 }
 
 int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len) {
@@ -357,12 +371,12 @@ std::vector<llama_adapter_lora*> load_loras(llama_model* model, std::map<std::st
                                             const std::vector<std::string>& paths) {
     std::vector<llama_adapter_lora*> out;
     for (const std::string& path : paths) {
-        llama_adapter_lora*& adapter = loaded[path];
         std::string why;
-        if (!adapter) adapter = init_lora(model, path, why);
-        if (!adapter) loaded.erase(path);
+        const auto it = loaded.find(path);
+        llama_adapter_lora* adapter = it != loaded.end() ? it->second : init_lora(model, path, why);
         require(adapter != nullptr, "llama.cpp cannot load the LoRA adapter ", path, ": ",
                 why.empty() ? "llama_adapter_lora_init returned NULL" : why);
+        loaded[path] = adapter;
         out.push_back(adapter);
     }
     return out;
@@ -471,13 +485,14 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
-    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_LORA | KVWELD_CAP_CVEC,
+    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_LORA | KVWELD_CAP_CVEC |
+        KVWELD_CAP_OUTPUTS,
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
     nullptr, nullptr, nullptr, nullptr,  // no paged KV pool to report
     nullptr,  // no plan identity: llama.cpp does not expose one for its graphs
-    set_loras, set_cvec,
+    set_loras, set_cvec, decode_outputs,
 };
 
 }  // namespace

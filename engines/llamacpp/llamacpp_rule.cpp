@@ -14,8 +14,9 @@
 //   have and 512 allow).
 // Clause 2 (the shape): a graph may be reused only when the previous graph
 //   exists and its ubatch had the same shape: token count, tokens per
-//   sequence, sequence count, distinct sequences and, for the per-stream
-//   split, the same sequence ids; outputs equal tokens here.
+//   sequence, sequence count, distinct sequences, output count (n_outputs in
+//   llm_graph_params::allow_reuse) and, for the per-stream split, the same
+//   sequence ids.
 // Clause 3 (the window): the attention window (n_kv) must be the same. Each
 //   stream's cell count is padded to 256 and the window is padded to 256,
 //   so with one stream per sequence and n_ctx <= 256 (the simulator's
@@ -67,24 +68,28 @@ constexpr int kPad = 256;     // llama.cpp's cell and window padding
 
 struct UbatchShape {
     bool equal_seqs = false;
-    int n_tokens = 0, n_seq_tokens = 0, n_seqs = 0, n_seqs_unq = 0;
+    int n_tokens = 0, n_seq_tokens = 0, n_seqs = 0, n_seqs_unq = 0, n_outputs = 0;
     std::vector<int> seq_ids;  // compared only for the per-stream split
     bool operator==(const UbatchShape&) const = default;
 };
 
+bool wanted(std::span<const std::uint8_t> outputs, std::size_t i) { return outputs.empty() || outputs[i]; }
+
 // Clause 1, unified: consecutive runs of up to kUbatch tokens.
-std::vector<UbatchShape> split_simple(std::span<const int> seqs) {
+std::vector<UbatchShape> split_simple(std::span<const int> seqs, std::span<const std::uint8_t> outputs) {
     std::vector<UbatchShape> out;
     for (std::size_t at = 0; at < seqs.size(); at += kUbatch) {
         const std::size_t n = std::min<std::size_t>(kUbatch, seqs.size() - at);
         const std::set<int> distinct(seqs.begin() + long(at), seqs.begin() + long(at + n));
-        out.push_back({false, int(n), 1, int(n), int(distinct.size()), {}});
+        int n_outputs = 0;
+        for (std::size_t i = at; i < at + n; ++i) n_outputs += wanted(outputs, i);
+        out.push_back({false, int(n), 1, int(n), int(distinct.size()), n_outputs, {}});
     }
     return out;
 }
 
 // Clause 1, one stream per sequence: the sequential equal split.
-std::vector<UbatchShape> split_equal(std::span<const int> seqs) {
+std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const std::uint8_t> outputs) {
     std::vector<UbatchShape> out;
     std::vector<bool> used(seqs.size(), false);
     std::size_t n_used = 0;
@@ -97,19 +102,23 @@ std::vector<UbatchShape> split_equal(std::span<const int> seqs) {
         std::map<int, std::vector<std::size_t>> unused;  // per sequence, its unused tokens in order
         for (std::size_t i = 0; i < seqs.size(); ++i)
             if (!used[i]) unused[seqs[i]].push_back(i);
-        int rounds = 0;
+        int rounds = 0, n_outputs = 0;
         const int n_seqs = int(set.size());
         for (bool more = true; more;) {
             for (int s : set) more = more && unused[s].size() > std::size_t(rounds);
             if (!more) break;
-            for (int s : set) used[unused[s][std::size_t(rounds)]] = true;
+            for (int s : set) {
+                const std::size_t i = unused[s][std::size_t(rounds)];
+                used[i] = true;
+                n_outputs += wanted(outputs, i);
+            }
             n_used += std::size_t(n_seqs);
             ++rounds;
             more = (rounds + 1) * n_seqs <= kUbatch;
         }
         std::vector<int> ids = set;
         std::sort(ids.begin(), ids.end());
-        out.push_back({true, rounds * n_seqs, rounds, n_seqs, n_seqs, ids});
+        out.push_back({true, rounds * n_seqs, rounds, n_seqs, n_seqs, n_outputs, ids});
     }
     return out;
 }
@@ -132,9 +141,9 @@ public:
     LlamacppRule(bool unified, bool reuse, bool window_fixed)
         : unified_(unified), reuse_(reuse), window_fixed_(window_fixed) {}
 
-    ReuseExpectation on_decode(std::span<const int> seqs) override {
+    ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
         ReuseExpectation e;
-        const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs) : split_equal(seqs);
+        const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs, outputs) : split_equal(seqs, outputs);
         e.plans = int(ubatches.size());
         last_.clear();
         for (const UbatchShape& u : ubatches) {
@@ -155,7 +164,7 @@ public:
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
-            last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, clause});
+            last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
             stream_copied_ = false;
@@ -167,7 +176,8 @@ public:
         std::string out;
         for (const Decided& d : last_)
             out += cat(out.empty() ? "" : "; ", "ubatch of ", d.n_tokens, " tokens (", d.n_seqs, " sequences x ",
-                       d.n_seq_tokens, "): clause ", d.clause);
+                       d.n_seq_tokens, d.n_outputs < d.n_tokens ? cat(", ", d.n_outputs, " outputs") : "",
+                       "): clause ", d.clause);
         return out;
     }
     void on_copy(int, int) override { stream_copied_ = stream_copied_ || !unified_; }
@@ -192,7 +202,7 @@ private:
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
     struct Decided {
-        int n_tokens, n_seqs, n_seq_tokens;
+        int n_tokens, n_seqs, n_seq_tokens, n_outputs;
         const char* clause;
     };
     std::vector<Decided> last_;  // the last call's ubatches, for why_last()

@@ -33,8 +33,9 @@ extern "C" {
  *    refusals spelled out below (copy_seq onto itself, a token out of
  *    range, a truncate past the length, a decode on a closed sequence): a
  *    refused call changes nothing, a whole batch included.
- * 5: adapters: the lora and cvec capabilities (new fields at the end of
- *    the table; an older plugin still loads, without them). */
+ * 5: adapters and output subsets: the lora, cvec and outputs
+ *    capabilities (new fields at the end of the table; an older plugin
+ *    still loads, without them). */
 #define KVWELD_ENGINE_ABI_VERSION 5u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
@@ -49,6 +50,7 @@ extern "C" {
 #define KVWELD_CAP_PLAN_SERIAL 0x100u /* version 4: plan_serial is implemented */
 #define KVWELD_CAP_LORA 0x200u        /* version 5: set_loras is implemented */
 #define KVWELD_CAP_CVEC 0x400u        /* version 5: set_cvec is implemented */
+#define KVWELD_CAP_OUTPUTS 0x800u     /* version 5: decode_outputs is implemented */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -177,6 +179,12 @@ typedef struct kvweld_engine_api {
      * fails, naming it, and changes nothing. */
     int (*set_cvec)(kvweld_engine* engine, const float* data, size_t len, int32_t n_embd, int32_t il_start,
                     int32_t il_end, char* err, size_t err_len);
+    /* KVWELD_CAP_OUTPUTS: decode, with outputs[i] != 0 for the pairs whose
+     * logits are wanted (a prefill chunk wants its last row only); logits
+     * receives one row per such pair, in order. Every pair's KV is written
+     * as in decode. Refusals as decode's. */
+    int (*decode_outputs)(kvweld_engine* engine, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs,
+                          int32_t n, float* logits, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -48,6 +48,7 @@ constexpr kvweld_engine_api kApi = {
 #endif
     seq_op, seq_op, decode, trunc, seq_op, all, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
     nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr, nullptr, nullptr,  // version 5: no adapters, every row
 };
 
 }  // namespace
