@@ -43,6 +43,7 @@ Op next_op(FuzzedDataProvider& in, const SimConfig& c) {
         case OpKind::step:
             for (int s = 0; s < c.seqs; ++s) op.wants.push_back(in.ConsumeIntegralInRange(0, 4));
             op.seed = in.ConsumeIntegral<std::uint8_t>();
+            op.last_only = in.ConsumeBool();
             break;
         case OpKind::truncate:
         case OpKind::preempt:

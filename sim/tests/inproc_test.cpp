@@ -186,6 +186,33 @@ TEST(WhiteBox, ANewAdapterSetBuildsAndScalesAndControlVectorsKeepThePlan) {
     }
 }
 
+// Output subsets on kvweld's engine, both halves: a prefill chunk that
+// wants its last row only gets that row alone, checked against the
+// reference; the output count is no part of the plan (it decodes a token
+// per run), so every decode after the first keeps it.
+TEST(WhiteBox, AnOutputSubsetReturnsThoseRowsAndKeepsThePlan) {
+    SimConfig c = config(4, "", "tiny");
+    c.seqs = 1;
+    c.capacities = {c.n_ctx};
+    c.engine.params = "policy=rebind";
+    Op admit = make_op(OpKind::admit);
+    admit.tokens = {1, 2, 3, 4, 5, 6};
+    admit.max_new = 4;
+    Op chunk = make_op(OpKind::step);
+    chunk.wants = {3};
+    chunk.last_only = true;
+    Op step = make_op(OpKind::step);
+    step.wants = {1};
+    const std::vector<Op> ops = {admit, chunk, chunk, step, step};
+    const RunResult r = run_ops(c, ops, int(ops.size()));
+    ASSERT_EQ(r.verdict, Verdict::pass) << text_report(r);
+    EXPECT_EQ(r.stats.rows, 4u) << text_report(r);  // a row per chunk, a row per decode
+    EXPECT_EQ(r.stats.reference_rows, 4u);
+    EXPECT_EQ(r.stats.builds, 1u);
+    EXPECT_EQ(r.stats.reused, r.stats.plans - 1);
+    EXPECT_EQ(r.stats.plans, 8u);  // every token ran the plan, wanted or not
+}
+
 // The differential twin, both halves: the clean engine's every row equals
 // its twin's (reuse off) bit for bit, and a plan that keeps a stale write
 // offset after a rebind is caught by the twin, which knows nothing of the

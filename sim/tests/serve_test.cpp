@@ -68,6 +68,40 @@ TEST(LlamacppRule, SplitsPerStreamBatchesByConsecutiveSequenceIds) {
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 1);
 }
 
+// Output count and adapters, both halves: the same ubatch with another
+// output count is another graph (n_outputs in allow_reuse), with the same
+// count it must be reused; after a change of the adapters the next graph
+// builds, after the same adapters set again it must be reused, the call
+// naming the contract clause it rested on.
+TEST(LlamacppRule, OutputCountAndAdaptersArePartOfTheGraph) {
+    SimConfig c = config_for("llamacpp", 1, "kv_unified=0,graph_reuse=1");
+    c.n_ctx = 64;
+    auto rule = llamacpp_reuse_rule(c.setup());
+    const std::vector<int> chunk = {0, 0, 0, 0};
+    const std::vector<std::uint8_t> last = {0, 0, 0, 1};
+    EXPECT_EQ(rule->on_decode(chunk, last).must_reuse, 0);  // the first graph
+    EXPECT_EQ(rule->on_decode(chunk, last).must_reuse, 1);  // same tokens, same outputs
+    EXPECT_EQ(rule->on_decode(chunk, {}).must_reuse, 0);    // every row wanted: another graph
+    EXPECT_EQ(rule->on_decode(chunk, {}).must_reuse, 1);
+    const ModelConfig& m = c.model;
+    const auto a = LoraAdapter::random(m, 2, 2.0f, 1);
+    Adapters before, after;
+    after.set_loras(m, {{a, 1.0f}});
+    rule->on_adapters(before, after);
+    ReuseExpectation e = rule->on_decode(chunk, {});
+    EXPECT_EQ(e.must_reuse, 0);  // clause 7: the adapters changed
+    EXPECT_EQ(e.clause, nullptr);
+    rule->on_adapters(after, after);  // the same again
+    e = rule->on_decode(chunk, {});
+    EXPECT_EQ(e.must_reuse, 1);
+    ASSERT_NE(e.clause, nullptr);
+    EXPECT_STREQ(e.clause, "adapters-unchanged");
+    Adapters zero = after;  // an adapter at scale 0 is no part of llama.cpp's graph
+    zero.set_loras(m, {{a, 1.0f}, {LoraAdapter::random(m, 1, 1.0f, 2), 0.0f}});
+    rule->on_adapters(after, zero);
+    EXPECT_EQ(rule->on_decode(chunk, {}).must_reuse, 1);
+}
+
 TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
     SimConfig c = config_for("llamacpp", 1, "kv_unified=1,graph_reuse=1");
     c.n_ctx = 64;
