@@ -238,7 +238,7 @@ TEST(Twin, EqualRowsOnTheCleanEngineAndAStalePlanDiffers) {
 }
 
 #if defined(__SANITIZE_ADDRESS__)
-constexpr std::uint64_t kSeeds = 60;  // the sanitizer build is ~10x slower
+constexpr std::uint64_t kSeeds = 40;  // the sanitizer build is ~10x slower
 #else
 constexpr std::uint64_t kSeeds = 300;
 #endif
