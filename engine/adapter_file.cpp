@@ -24,7 +24,7 @@ constexpr std::size_t kMaxLoraBytes = std::size_t{1} << 30;
 
 std::size_t matrix_floats(const ModelConfig& c, int rank, LoraTarget t) {
     const auto [n_out, n_in] = lora_shape(c, t);
-    return std::size_t(rank) * (std::size_t(n_in) + std::size_t(n_out));
+    return lora_adapts(c, t) ? std::size_t(rank) * (std::size_t(n_in) + std::size_t(n_out)) : 0;
 }
 
 }  // namespace

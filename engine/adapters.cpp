@@ -36,6 +36,10 @@ std::array<int, 2> lora_shape(const ModelConfig& c, LoraTarget t) {
     return {0, 0};
 }
 
+// An MoE layer has no one ffn_down (llama.cpp names its experts'
+// ffn_down_exps, a 3-d tensor): adapters leave it alone.
+bool lora_adapts(const ModelConfig& c, LoraTarget t) { return !(t == LoraTarget::w2 && c.moe()); }
+
 LoraAdapter::LoraAdapter(const ModelConfig& config, int rank, float alpha)
     : config_(config), rank_(rank), alpha_(alpha) {
     config_.validate();
@@ -46,7 +50,7 @@ LoraAdapter::LoraAdapter(const ModelConfig& config, int rank, float alpha)
         for (int t = 0; t < kLoraTargets; ++t) {
             const auto [n_out, n_in] = lora_shape(config_, LoraTarget(t));
             LoraMatrix& m = matrix_mut(l, LoraTarget(t));
-            m.rank = rank;
+            m.rank = lora_adapts(config_, LoraTarget(t)) ? rank : 0;
             m.a.assign(sz(rank) * sz(n_in), 0.0f);
             m.b.assign(sz(n_out) * sz(rank), 0.0f);
         }
@@ -128,6 +132,12 @@ void Adapters::set_cvec(const ModelConfig& config, std::optional<ControlVector> 
     if (cvec_ == cvec) return;
     cvec_ = std::move(cvec);
     ++cvec_version_;
+}
+
+void Adapters::set_warmup(bool on) {
+    if (warmup_ == on) return;
+    warmup_ = on;
+    ++warmup_version_;
 }
 
 const Adapters& Adapters::none() {

@@ -39,6 +39,8 @@ inline constexpr int kLoraTargets = 3;
 std::string_view to_string(LoraTarget t);  // llama.cpp's tensor names: attn_q, attn_v, ffn_down
 // The target's shape in `c`: {n_out, n_in}.
 std::array<int, 2> lora_shape(const ModelConfig& c, LoraTarget t);
+// Whether an adapter of the model has a (non-zero rank) matrix for t.
+bool lora_adapts(const ModelConfig& c, LoraTarget t);
 
 struct LoraMatrix {
     int rank = 0;  // 0: this matrix is not adapted
@@ -88,10 +90,12 @@ struct ControlVector {
     friend bool operator==(const ControlVector&, const ControlVector&) = default;
 };
 
-// The adapter state an engine decodes with. Identities, never recycled:
+// The adapter state an engine decodes with, and llama.cpp's warmup switch
+// (an MoE model's router weighs its choice by the softmax over all experts,
+// not over the chosen ones: see reference.cpp). Identities, never recycled:
 // the set's (the key) on every change of which adapters are in it, and a
-// version of the scales and of the control vector (read only by the fault
-// switches that put them in the key).
+// version of the scales, of the control vector and of warmup (read only by
+// the fault switches that put them in the key).
 class Adapters {
 public:
     // Throws Error naming the use whose adapter is not of the model's shape,
@@ -100,9 +104,13 @@ public:
     // nullopt clears. Throws Error naming a bad range or size; nothing changes.
     void set_cvec(const ModelConfig& config, std::optional<ControlVector> cvec);
 
+    void set_warmup(bool on);
+
     std::span<const LoraUse> loras() const { return loras_; }
+    bool warmup() const { return warmup_; }
+    std::uint64_t warmup_version() const { return warmup_version_; }
     const ControlVector* cvec() const { return cvec_ ? &*cvec_ : nullptr; }
-    bool empty() const { return loras_.empty() && !cvec_; }
+    bool empty() const { return loras_.empty() && !cvec_ && !warmup_; }
     AdapterSetId set_id() const { return set_id_; }
     std::uint64_t scales_version() const { return scales_version_; }
     std::uint64_t cvec_version() const { return cvec_version_; }
@@ -113,7 +121,8 @@ private:
     std::vector<LoraUse> loras_;
     std::optional<ControlVector> cvec_;
     AdapterSetId set_id_ = AdapterSetId::mint();
-    std::uint64_t scales_version_ = 0, cvec_version_ = 0;
+    std::uint64_t scales_version_ = 0, cvec_version_ = 0, warmup_version_ = 0;
+    bool warmup_ = false;
 };
 
 // out[0..n_out) += factor * B (A x), summed in double: the reference's

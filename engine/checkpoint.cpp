@@ -105,6 +105,8 @@ std::vector<std::byte> serialize_llama2c(const Model& model) {
     require(c.family == Family::llama,
             "llama2.c checkpoints hold llama-family models only, not ", to_string(c.family));
     require(c.q_dim() == c.dim, "llama2.c checkpoints need dim == n_heads * head_dim");
+    require(!c.moe(), "llama2.c checkpoints hold dense models only, not ", c.describe(),
+            " (a mixture of experts goes to GGUF)");
     const std::int32_t vocab = model.shared_classifier() ? c.vocab : -c.vocab;
     const std::int32_t h[7] = {c.dim, c.ffn_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab,
                                c.max_seq_len};

@@ -43,6 +43,11 @@ void ModelConfig::validate() const {
             "ModelConfig.dim = ", dim, " must equal n_heads * head_dim = ", q_dim(),
                 " for llama");
     require(rope_theta > 0.0f, "ModelConfig.rope_theta = ", rope_theta, " must be > 0");
+    require(n_experts == 0 ? n_experts_used == 0 : n_experts >= 2 && n_experts <= kMaxExperts,
+            "ModelConfig.n_experts = ", n_experts, ": must be 0 (dense) or in 2..", kMaxExperts,
+            n_experts == 0 ? cat(", and n_experts_used = ", n_experts_used, " must then be 0") : "");
+    require(n_experts == 0 || (n_experts_used >= 1 && n_experts_used <= n_experts),
+            "ModelConfig.n_experts_used = ", n_experts_used, ": must be in 1..n_experts = ", n_experts);
     require(norm_eps > 0.0f && norm_eps < 1.0f,
             "ModelConfig.norm_eps = ", norm_eps, " must be in (0, 1)");
 }
@@ -50,7 +55,8 @@ void ModelConfig::validate() const {
 std::string ModelConfig::describe() const {
     return cat(to_string(family), " vocab=", vocab, " dim=", dim, " layers=", n_layers,
                " heads=", n_heads, " kv_heads=", n_kv_heads, " head_dim=", head_dim,
-               " ffn=", ffn_dim, " max_seq_len=", max_seq_len);
+               " ffn=", ffn_dim, moe() ? cat(" experts=", n_experts_used, "/", n_experts) : "",
+               " max_seq_len=", max_seq_len);
 }
 
 }  // namespace kvweld

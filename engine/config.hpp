@@ -21,6 +21,9 @@ std::string_view to_string(Family f);
 Family family_from_string(std::string_view s);  // throws Error naming s
 std::string_view to_string(Dtype d);
 
+// llama.cpp's LLAMA_MAX_EXPERTS is far larger; kvweld's MoE models are tiny.
+inline constexpr int kMaxExperts = 64;
+
 struct ModelConfig {
     Family family = Family::llama;
     int vocab = 0;
@@ -33,10 +36,18 @@ struct ModelConfig {
     int max_seq_len = 0;
     float rope_theta = 10000.0f;
     float norm_eps = 1e-5f;
+    // Mixture of experts (0: a dense feed-forward). Each layer's router picks
+    // the n_experts_used largest of n_experts logits; the chosen experts'
+    // outputs are summed, weighted by the softmax over the chosen logits
+    // (llama.cpp's llama architecture for Mixtral-style models).
+    int n_experts = 0;
+    int n_experts_used = 0;
 
     int q_dim() const { return n_heads * head_dim; }
     int kv_dim() const { return n_kv_heads * head_dim; }
     int kv_group() const { return n_heads / n_kv_heads; }
+    bool moe() const { return n_experts > 0; }
+    int experts_stored() const { return moe() ? n_experts : 1; }  // feed-forward copies per layer
 
     void validate() const;  // throws Error naming the field
     std::string describe() const;

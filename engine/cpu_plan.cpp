@@ -5,6 +5,7 @@
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvweld {
@@ -42,6 +43,7 @@ void CpuPlan::prepare(const Model& model, int threads, int max_seq_len, const Ad
     const ModelConfig& c = config_;
     loras_.assign(adapters.loras().begin(), adapters.loras().end());
     if (adapters.cvec()) cvec_at_build_ = *adapters.cvec();
+    warmup_at_build_ = adapters.warmup();
     int max_rank = 0;
     for (const LoraUse& u : loras_) max_rank = std::max(max_rank, u.adapter->rank());
     lora_rank_.resize(sz(max_rank));
@@ -55,6 +57,8 @@ void CpuPlan::prepare(const Model& model, int threads, int max_seq_len, const Ad
     att_.resize(sz(c.q_dim()));
     proj_.resize(sz(c.dim));
     h13_.resize(2 * sz(c.ffn_dim));
+    router_.resize(sz(c.n_experts));
+    expert_out_.resize(c.moe() ? sz(c.dim) : 0);
     logits_.resize(sz(c.vocab));
     if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads);
     scores_.resize(sz(max_seq_len) * sz(threads));  // one row per thread
@@ -81,10 +85,14 @@ void CpuPlan::build_ops() {
         ops_.push_back({OpKind::out_proj, l});
         ops_.push_back({OpKind::residual, l});
         ops_.push_back({OpKind::ffn_norm, l});
-        ops_.push_back({OpKind::gate_up, l});
-        ops_.push_back({OpKind::swiglu, l});
-        ops_.push_back({OpKind::down_proj, l});
-        if (!loras_.empty()) ops_.push_back({OpKind::lora_down, l});
+        if (config_.moe()) {
+            ops_.push_back({OpKind::moe, l});  // no LoRA on experts (lora_adapts)
+        } else {
+            ops_.push_back({OpKind::gate_up, l});
+            ops_.push_back({OpKind::swiglu, l});
+            ops_.push_back({OpKind::down_proj, l});
+            if (!loras_.empty()) ops_.push_back({OpKind::lora_down, l});
+        }
         ops_.push_back({OpKind::residual, l});
         if (l >= 1) ops_.push_back({OpKind::cvec, l});  // layer 0 never has one
     }
@@ -219,6 +227,32 @@ const ControlVector* CpuPlan::step_cvec(const StepParams& step) const {
     return step.adapters ? step.adapters->cvec() : nullptr;
 }
 
+bool CpuPlan::step_warmup(const StepParams& step) const {
+    if (fault_on(Fault::warmup_baked)) return warmup_at_build_;
+    return step.adapters && step.adapters->warmup();
+}
+
+void CpuPlan::moe(const PackedWeights::Layer& p, const StepParams& step) {
+    const ModelConfig& c = config_;
+    cpu::matvec(router_.data(), w(p.router), xb_.data(), c.n_experts, c.dim);
+    std::vector<int> order(sz(c.n_experts));
+    for (int e = 0; e < c.n_experts; ++e) order[sz(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return router_[sz(a)] > router_[sz(b)]; });
+    const int weighed = step_warmup(step) ? c.n_experts : c.n_experts_used;
+    const float top = router_[sz(order[0])];
+    double denom = 0.0;
+    for (int i = 0; i < weighed; ++i) denom += std::exp(double(router_[sz(order[sz(i)])]) - top);
+    std::fill(proj_.begin(), proj_.end(), 0.0f);
+    for (int i = 0; i < c.n_experts_used; ++i) {
+        const int e = order[sz(i)];
+        matvec(h13_.data(), p.w13 + sz(e) * p.w13_stride, xb_.data(), 2 * c.ffn_dim, c.dim);
+        cpu::swiglu(h13_.data(), h13_.data() + c.ffn_dim, c.ffn_dim);
+        matvec(expert_out_.data(), p.w2 + sz(e) * p.w2_stride, h13_.data(), c.dim, c.ffn_dim);
+        const auto weight = static_cast<float>(std::exp(double(router_[sz(e)]) - top) / denom);
+        for (int j = 0; j < c.dim; ++j) proj_[sz(j)] += weight * expert_out_[sz(j)];
+    }
+}
+
 void CpuPlan::exec(const Op& op, const StepParams& step, std::span<const int> table) {
     const ModelConfig& c = config_;
     const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
@@ -263,6 +297,7 @@ void CpuPlan::exec(const Op& op, const StepParams& step, std::span<const int> ta
             apply_loras(qkv_.data() + q_dim + kv_dim, xb_.data(), LoraTarget::wv, op.layer, step);
             break;
         case OpKind::lora_down: apply_loras(proj_.data(), h13_.data(), LoraTarget::w2, op.layer, step); break;
+        case OpKind::moe: moe(*p, step); break;
         case OpKind::cvec:
             if (const ControlVector* cv = step_cvec(step); cv && cv->applies(op.layer))
                 cpu::add(x_.data(), cv->row(op.layer, c.dim), c.dim);

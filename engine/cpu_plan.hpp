@@ -42,6 +42,7 @@ private:
         ffn_norm, gate_up, swiglu, down_proj, final_norm, classifier,
         lora_qv, lora_down,  // the adapter set's deltas (only in a plan built with adapters)
         cvec,                // the step's control vector, after a layer (layers 1.. only)
+        moe,                 // an MoE layer's feed-forward: route, then the chosen experts
     };
     struct Op {
         OpKind kind;
@@ -52,6 +53,9 @@ private:
     void apply_loras(float* out, const float* x, LoraTarget t, int layer, const StepParams& step);
     float lora_factor(std::size_t i, const StepParams& step) const;
     const ControlVector* step_cvec(const StepParams& step) const;
+    bool step_warmup(const StepParams& step) const;
+    // proj_ = the routed experts' outputs at xb_, weighted (see reference.cpp's moe_ffn).
+    void moe(const PackedWeights::Layer& p, const StepParams& step);
     void build_ops();
     // Paged: the K/V rows of block table entry `i` in `layer`, or a zero block
     // when the entry is outside the welded storage (what a stale plan reads).
@@ -106,9 +110,11 @@ private:
     std::unique_ptr<WorkerPool> pool_;  // threads > 1 only
     std::vector<LoraUse> loras_;        // the adapter set, as built (scales: read only under lora_scale_baked)
     std::optional<ControlVector> cvec_at_build_;  // read only under the cvec_baked fault
+    bool warmup_at_build_ = false;                // read only under the warmup_baked fault
     std::vector<float> lora_rank_, lora_out_;     // LoRA scratch: A x, then B (A x)
     // scratch
     std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;
+    std::vector<float> router_, expert_out_;  // MoE: the router's logits, one expert's output
 };
 
 }  // namespace kvweld

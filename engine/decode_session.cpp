@@ -84,7 +84,8 @@ Validity DecodeSession::check(const Model& model, const KvPool& pool, int positi
 
 void DecodeSession::require_backend_adapters(const Adapters& adapters) const {
     require(options_.backend == Backend::cpu || adapters.empty(),
-            "backend=cuda: the CUDA plan applies no LoRA adapters or control vectors yet (the CPU plan does)");
+            "backend=cuda: the CUDA plan applies no LoRA adapters, control vectors or warmup routing yet (the CPU plan "
+            "does)");
 }
 
 std::vector<StorageSerial> DecodeSession::bound_serials() const {
@@ -178,15 +179,26 @@ std::span<const float> DecodeSession::decode(const Model& model, KvPool& pool, P
         StepParams{token, pos, pos + 1, std::span<const int>(seq.table().data(), seq.table().size()), &adapters});
 }
 
+namespace {
+void require_cuda_dense(const Model& model) {
+    require(!model.config().moe(), "backend=cuda: the CUDA plan has no mixture-of-experts kernels yet (the CPU plan "
+            "does): ", model.config().describe());
+}
+}  // namespace
+
 std::unique_ptr<Plan> make_plan(Backend backend, const Model& model, const KvCache& cache, int threads,
                                 const Adapters& adapters) {
     if (backend == Backend::cpu) return std::make_unique<CpuPlan>(model, cache, threads, adapters);
+    require_cuda_dense(model);
     return make_cuda_plan(model, cache, adapters);
 }
 
 std::unique_ptr<Plan> make_paged_plan(Backend backend, const Model& model, const KvPool& pool, int position,
                                       int threads, const Adapters& adapters) {
-    if (backend == Backend::cuda) return make_cuda_paged_plan(model, pool, position, adapters);
+    if (backend == Backend::cuda) {
+        require_cuda_dense(model);
+        return make_cuda_paged_plan(model, pool, position, adapters);
+    }
     return std::make_unique<CpuPlan>(model, pool, position, threads, adapters);
 }
 

@@ -45,6 +45,9 @@ enum class Fault : std::uint8_t {
     lora_scale_in_key,       // a scale change rebuilds
     cvec_baked,              // the plan keeps the control vector it was built with
     cvec_in_key,             // a control vector change rebuilds
+    // Mixture of experts: warmup routing is step data.
+    warmup_baked,   // the plan keeps the warmup routing it was built with (llama.cpp 0.3.36's graph does)
+    warmup_in_key,  // a warmup switch rebuilds
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports

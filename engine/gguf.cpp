@@ -60,6 +60,15 @@ std::vector<Tensor> tensors_of(const Model& m) {
         t.push_back({b + "attn_v.weight", {d, kv}, w.wv});
         t.push_back({b + "attn_output.weight", {q, d}, w.wo});
         t.push_back({b + "ffn_norm.weight", {d}, w.ffn_norm});
+        if (c.moe()) {
+            // Experts stacked on ggml's last axis: kvweld's [expert][out][in].
+            const auto e = std::uint64_t(c.n_experts);
+            t.push_back({b + "ffn_gate_inp.weight", {d, e}, w.router});
+            t.push_back({b + "ffn_gate_exps.weight", {d, f, e}, w.w1});
+            t.push_back({b + "ffn_up_exps.weight", {d, f, e}, w.w3});
+            t.push_back({b + "ffn_down_exps.weight", {f, d, e}, w.w2});
+            continue;
+        }
         t.push_back({b + "ffn_gate.weight", {d, f}, w.w1});
         t.push_back({b + "ffn_up.weight", {d, f}, w.w3});
         t.push_back({b + "ffn_down.weight", {f, d}, w.w2});
@@ -87,7 +96,8 @@ void kv_str(Writer& w, std::string_view key, std::string_view v) {
     w.str(v);
 }
 
-// The model's key-value pairs (12).
+// The model's key-value pairs (12, and 2 more for an MoE model).
+std::uint64_t model_kv_count(const ModelConfig& c) { return c.moe() ? 14 : 12; }
 void model_kvs(Writer& w, const ModelConfig& c) {
     kv_str(w, "general.architecture", "llama");
     kv_u32(w, "llama.vocab_size", std::uint32_t(c.vocab));
@@ -101,6 +111,10 @@ void model_kvs(Writer& w, const ModelConfig& c) {
     kv_f32(w, "llama.attention.layer_norm_rms_epsilon", c.norm_eps);
     kv_f32(w, "llama.rope.freq_base", c.rope_theta);
     kv_str(w, "tokenizer.ggml.model", "none");
+    if (c.moe()) {
+        kv_u32(w, "llama.expert_count", std::uint32_t(c.n_experts));
+        kv_u32(w, "llama.expert_used_count", std::uint32_t(c.n_experts_used));
+    }
 }
 
 // A GGUF file: the header, `n_kv` key-value pairs written by `kvs`, the
@@ -139,7 +153,8 @@ void require_llama(const ModelConfig& c, const char* what) {
 
 std::vector<std::byte> serialize_gguf(const Model& model) {
     require_llama(model.config(), "GGUF export");
-    return gguf_file(12, [&](Writer& w) { model_kvs(w, model.config()); }, tensors_of(model));
+    return gguf_file(model_kv_count(model.config()), [&](Writer& w) { model_kvs(w, model.config()); },
+                     tensors_of(model));
 }
 
 void save_gguf(const Model& model, const std::string& path) { write_file(path, serialize_gguf(model), "GGUF"); }
@@ -157,6 +172,7 @@ std::vector<std::byte> serialize_gguf_lora(const LoraAdapter& adapter) {
         for (int t = 0; t < kLoraTargets; ++t) {
             const auto [n_out, n_in] = lora_shape(c, LoraTarget(t));
             const LoraMatrix& m = adapter.matrix(l, LoraTarget(t));
+            if (m.rank == 0) continue;
             const std::string name = cat("blk.", l, ".", to_string(LoraTarget(t)), ".weight.lora_");
             tensors.push_back({name + "a", {std::uint64_t(n_in), r}, m.a});
             tensors.push_back({name + "b", {r, std::uint64_t(n_out)}, m.b});

@@ -14,7 +14,7 @@ namespace kvweld {
 // groups hold n_layers tensors back to back.
 struct Model::Offsets {
     std::size_t embedding, att_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3, final_norm,
-        classifier, q_norm, k_norm, end;
+        classifier, q_norm, k_norm, router, end;
 };
 
 namespace {
@@ -25,7 +25,7 @@ std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
 Model::Offsets Model::offsets_for(const ModelConfig& c, bool shared_classifier) {
     const std::size_t L = sz(c.n_layers), d = sz(c.dim), q = sz(c.q_dim()), kv = sz(c.kv_dim()),
-                      f = sz(c.ffn_dim);
+                      f = sz(c.ffn_dim) * sz(c.experts_stored());
     Offsets o{};
     o.embedding = 0;
     o.att_norm = o.embedding + sz(c.vocab) * d;
@@ -42,7 +42,8 @@ Model::Offsets Model::offsets_for(const ModelConfig& c, bool shared_classifier) 
     o.q_norm = o.classifier + (shared_classifier ? 0 : sz(c.vocab) * d);
     const std::size_t norms = c.family == Family::qwen3 ? L * sz(c.head_dim) : 0;
     o.k_norm = o.q_norm + norms;
-    o.end = o.k_norm + norms;
+    o.router = o.k_norm + norms;
+    o.end = o.router + L * sz(c.n_experts) * d;
     return o;
 }
 
@@ -99,7 +100,8 @@ Model Model::random(const ModelConfig& config, std::uint64_t seed,
     fill(o.w3, o.final_norm, gain(c.dim));
     fill_norm(o.final_norm, o.classifier);
     fill(o.classifier, o.q_norm, 2.0f * gain(c.dim));  // logits of order 1
-    fill_norm(o.q_norm, o.end);
+    fill_norm(o.q_norm, o.router);
+    fill(o.router, o.end, 2.0f * gain(c.dim));  // router logits of order 1: a decisive choice
     return m;
 }
 
@@ -124,7 +126,7 @@ LayerWeights Model::layer(int l) const {
     const ModelConfig& c = config_;
     const Offsets o = offsets();
     const std::size_t i = sz(l), d = sz(c.dim), q = sz(c.q_dim()), kv = sz(c.kv_dim()),
-                      f = sz(c.ffn_dim), h = sz(c.head_dim);
+                      f = sz(c.ffn_dim) * sz(c.experts_stored()), h = sz(c.head_dim), e = sz(c.n_experts);
     LayerWeights w;
     w.att_norm = slice(o.att_norm + i * d, d);
     w.wq = slice(o.wq + i * q * d, q * d);
@@ -139,6 +141,7 @@ LayerWeights Model::layer(int l) const {
         w.q_norm = slice(o.q_norm + i * h, h);
         w.k_norm = slice(o.k_norm + i * h, h);
     }
+    if (c.moe()) w.router = slice(o.router + i * e * d, e * d);
     return w;
 }
 

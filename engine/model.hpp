@@ -27,9 +27,17 @@ struct LayerWeights {
     std::span<const float> q_norm;    // [head_dim], qwen3 only
     std::span<const float> k_norm;    // [head_dim], qwen3 only
     std::span<const float> ffn_norm;  // [dim]
-    std::span<const float> w1;        // [ffn][dim] gate
-    std::span<const float> w2;        // [dim][ffn] down
-    std::span<const float> w3;        // [ffn][dim] up
+    // Feed-forward; an MoE layer holds n_experts of each, back to back.
+    std::span<const float> w1;        // [experts][ffn][dim] gate
+    std::span<const float> w2;        // [experts][dim][ffn] down
+    std::span<const float> w3;        // [experts][ffn][dim] up
+    std::span<const float> router;    // [n_experts][dim], MoE only
+
+    // Expert e's share of w1, w2 or w3 (of `experts` equal parts).
+    static std::span<const float> expert(std::span<const float> w, int e, int experts) {
+        const std::size_t n = w.size() / static_cast<std::size_t>(experts);
+        return w.subspan(static_cast<std::size_t>(e) * n, n);
+    }
 };
 
 // No model kvweld builds may hold more fp32 weights than this (4 GiB): a
@@ -64,7 +72,8 @@ public:
     std::span<const float> classifier() const;  // [vocab][dim]
     LayerWeights layer(int l) const;
 
-    // The whole buffer, in checkpoint order (qwen3 norms after the classifier).
+    // The whole buffer, in checkpoint order (qwen3 norms, then MoE routers,
+    // after the classifier).
     std::span<const float> all_weights() const { return {data_.data(), data_.size()}; }
     std::span<float> all_weights_mut() { return {data_.data(), data_.size()}; }
     // The buffer's address: an identity only the weight_pointer_key fault uses.

@@ -31,8 +31,18 @@ PackedWeights pack_weights(const Model& model) {
         o.k_norm = append(p.data, w.k_norm);
         o.wo = append(p.data, w.wo);
         o.ffn_norm = append(p.data, w.ffn_norm);
-        o.w13 = append(p.data, w.w1, w.w3);
-        o.w2 = append(p.data, w.w2);
+        const int n = c.experts_stored();
+        for (int e = 0; e < n; ++e) {
+            const std::size_t at = append(p.data, LayerWeights::expert(w.w1, e, n), LayerWeights::expert(w.w3, e, n));
+            if (e == 0) o.w13 = at;
+            if (e == 1) o.w13_stride = at - o.w13;
+        }
+        for (int e = 0; e < n; ++e) {
+            const std::size_t at = append(p.data, LayerWeights::expert(w.w2, e, n));
+            if (e == 0) o.w2 = at;
+            if (e == 1) o.w2_stride = at - o.w2;
+        }
+        o.router = append(p.data, w.router);
         p.layers.push_back(o);
     }
     p.final_norm = append(p.data, model.final_norm());

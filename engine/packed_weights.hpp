@@ -18,6 +18,8 @@ namespace kvweld {
 struct PackedWeights {
     struct Layer {
         std::size_t att_norm, wqkv, q_norm, k_norm, wo, ffn_norm, w13, w2;  // offsets into data
+        // MoE: expert e's w13 is at w13 + e * w13_stride (w2 likewise); the router's [n_experts][dim].
+        std::size_t w13_stride = 0, w2_stride = 0, router = 0;
     };
     std::vector<float, WeightAllocator<float>> data;
     std::vector<Layer> layers;

@@ -95,6 +95,8 @@ PlanKey model_key(const Model& model, const Adapters& adapters) {
     k.adapters = adapters.set_id();
     k.scales_version = adapters.scales_version();
     k.cvec_version = adapters.cvec_version();
+    k.warmup_version = adapters.warmup_version();
+    k.moe = c.moe();
     return k;
 }
 
@@ -143,6 +145,7 @@ bool same_model(const PlanKey& held, const PlanKey& now) {
 bool same_adapters(const PlanKey& held, const PlanKey& now) {
     if (fault_on(Fault::lora_scale_in_key) && held.scales_version != now.scales_version) return false;
     if (fault_on(Fault::cvec_in_key) && held.cvec_version != now.cvec_version) return false;
+    if (fault_on(Fault::warmup_in_key) && now.moe && held.warmup_version != now.warmup_version) return false;
     if (fault_on(Fault::adapter_set_not_in_key)) return true;
     return held.adapters == now.adapters;
 }

@@ -62,8 +62,9 @@ struct PlanKey {
     const void* weight_address = nullptr;
     int position = 0;
     std::uint64_t weight_digest = 0;  // computed only under model_key_by_content
-    // Step data the lora_scale_in_key and cvec_in_key faults key on.
-    std::uint64_t scales_version = 0, cvec_version = 0;
+    // Step data the lora_scale_in_key, cvec_in_key and warmup_in_key faults key on.
+    std::uint64_t scales_version = 0, cvec_version = 0, warmup_version = 0;
+    bool moe = false;  // warmup_in_key keys warmup only where it routes
 };
 
 // Throws Error when the cache cannot serve the model at all (layer count,

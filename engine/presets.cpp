@@ -17,6 +17,12 @@ constexpr ModelConfig with_family(ModelConfig c, Family f) {
     return c;
 }
 
+constexpr ModelConfig moe(ModelConfig c, int n_experts, int n_used) {
+    c.n_experts = n_experts;
+    c.n_experts_used = n_used;
+    return c;
+}
+
 constexpr ModelConfig mha(ModelConfig c) {
     c.n_kv_heads = c.n_heads;
     return c;
@@ -26,6 +32,9 @@ constexpr std::array kPresets = {
     ModelPreset{"tiny", kTiny, true, "llama, GQA, 2 layers (tests, swarm)"},
     ModelPreset{"tiny-mha", mha(kTiny), true, "llama, MHA (swarm)"},
     ModelPreset{"tiny-qwen3", with_family(kTiny, Family::qwen3), true, "qwen3, GQA (tests, swarm)"},
+    // Not in the swarm's draw (that would move every seed's model): the
+    // simulator swaps it in for "tiny" on its own stream (sim/sim_config.cpp).
+    ModelPreset{"tiny-moe", moe(kTiny, 4, 2), false, "llama, GQA, 4 experts of which 2 are used (swarm, tests)"},
     ModelPreset{"small",
                 {.family = Family::llama, .vocab = 96, .dim = 48, .n_layers = 3, .n_heads = 6,
                  .n_kv_heads = 3, .head_dim = 8, .ffn_dim = 96, .max_seq_len = 128},

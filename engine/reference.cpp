@@ -89,6 +89,47 @@ void add_loras(float* out, const float* x, const Adapters& adapters, int layer, 
             lora_reference_add(out, x, m, n_in, n_out, u.factor());
 }
 
+// One expert's feed-forward (the dense layer's is expert 0 of 1):
+// out = w2(silu(w1 x) * w3 x); returns the hidden row w2 reads.
+std::vector<float> expert_ffn(float* out, const float* x, const LayerWeights& w, int e, const ModelConfig& c) {
+    const int n = c.experts_stored();
+    std::vector<float> hb(c.ffn_dim), hb2(c.ffn_dim);
+    matmul(hb.data(), x, LayerWeights::expert(w.w1, e, n), c.ffn_dim, c.dim);
+    matmul(hb2.data(), x, LayerWeights::expert(w.w3, e, n), c.ffn_dim, c.dim);
+    for (int i = 0; i < c.ffn_dim; i++) hb[i] = hb[i] / (1.0f + std::exp(-hb[i])) * hb2[i];
+    matmul(out, hb.data(), LayerWeights::expert(w.w2, e, n), c.dim, c.ffn_dim);
+    return hb;
+}
+
+// An MoE layer's feed-forward. The router's logits in double; the
+// n_experts_used largest are chosen (a tie goes to the lower index) and
+// weighted by the softmax over the chosen logits. Under warmup the weights
+// are the softmax over all experts, still summing the n_used largest: what
+// llama.cpp 0.3.36 computes (llama-graph.cpp build_moe_ffn: warmup selects
+// all n_expert, normalizes over them, and sums the first n_expert_used;
+// PR 14753), which kvweld's engine adopts so one reference judges both.
+void moe_ffn(float* out, const float* x, const LayerWeights& w, const ModelConfig& c, bool warmup) {
+    std::vector<double> logit(c.n_experts);
+    for (int e = 0; e < c.n_experts; e++) {
+        double sum = 0.0;
+        for (int j = 0; j < c.dim; j++) sum += double(w.router[std::size_t(e) * c.dim + j]) * x[j];
+        logit[e] = sum;
+    }
+    std::vector<int> order(c.n_experts);
+    for (int e = 0; e < c.n_experts; e++) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logit[a] > logit[b]; });
+    const int weighed = warmup ? c.n_experts : c.n_experts_used;  // the softmax's span
+    double denom = 0.0;
+    for (int i = 0; i < weighed; i++) denom += std::exp(logit[order[i]] - logit[order[0]]);
+    std::fill(out, out + c.dim, 0.0f);
+    std::vector<float> y(c.dim);
+    for (int i = 0; i < c.n_experts_used; i++) {
+        expert_ffn(y.data(), x, w, order[i], c);
+        const double weight = std::exp(logit[order[i]] - logit[order[0]]) / denom;
+        for (int j = 0; j < c.dim; j++) out[j] += static_cast<float>(weight * y[j]);
+    }
+}
+
 }  // namespace
 
 std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
@@ -103,7 +144,6 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
     std::vector<float> x(model.embedding().begin() + token * dim,
                          model.embedding().begin() + (token + 1) * dim);
     std::vector<float> xb(std::max(dim, q_dim)), q(q_dim), att(pos + 1), out(dim);
-    std::vector<float> hb(c.ffn_dim), hb2(c.ffn_dim);
 
     for (int l = 0; l < c.n_layers; l++) {
         const LayerWeights w = model.layer(l);
@@ -146,13 +186,14 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
         matmul(out.data(), xb.data(), w.wo, dim, q_dim);
         for (int i = 0; i < dim; i++) x[i] += out[i];
 
-        // feed-forward: w2(silu(w1 x) * w3 x)
+        // feed-forward
         rmsnorm(xb.data(), x.data(), w.ffn_norm.data(), dim, c.norm_eps);
-        matmul(hb.data(), xb.data(), w.w1, c.ffn_dim, dim);
-        matmul(hb2.data(), xb.data(), w.w3, c.ffn_dim, dim);
-        for (int i = 0; i < c.ffn_dim; i++) hb[i] = hb[i] / (1.0f + std::exp(-hb[i])) * hb2[i];
-        matmul(out.data(), hb.data(), w.w2, dim, c.ffn_dim);
-        add_loras(out.data(), hb.data(), adapters, l, LoraTarget::w2, c);
+        if (c.moe()) {
+            moe_ffn(out.data(), xb.data(), w, c, adapters.warmup());
+        } else {
+            const std::vector<float> hidden = expert_ffn(out.data(), xb.data(), w, 0, c);
+            add_loras(out.data(), hidden.data(), adapters, l, LoraTarget::w2, c);
+        }
         for (int i = 0; i < dim; i++) x[i] += out[i];
 
         // control vector: added to the residual stream after the layer

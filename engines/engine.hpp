@@ -82,6 +82,9 @@ public:
     // vector is an Error naming it, and nothing changes.
     virtual void set_loras(std::span<const LoraUse> uses) = 0;
     virtual void set_cvec(const ControlVector* cvec) = 0;
+    // KVWELD_CAP_WARMUP: llama.cpp's warmup routing for an MoE model
+    // (engine/adapters.hpp); survives a reload.
+    virtual void set_warmup(bool on) = 0;
     // The white-box capabilities (nullptr: none, as behind any plugin).
     virtual WhiteBox* white_box() { return nullptr; }
 };

@@ -57,6 +57,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 4 capability in an older table";
     else if (api->abi_version < 5 && (api->capabilities & (KVWELD_CAP_LORA | KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS)))
         problem = "declares a version 5 capability in an older table";
+    else if (api->abi_version < 6 && (api->capabilities & (KVWELD_CAP_MOE | KVWELD_CAP_WARMUP)))
+        problem = "declares a version 6 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -71,7 +73,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_PLAN_SERIAL) && !api->plan_serial) ||
              ((api->capabilities & KVWELD_CAP_LORA) && !api->set_loras) ||
              ((api->capabilities & KVWELD_CAP_CVEC) && !api->set_cvec) ||
-             ((api->capabilities & KVWELD_CAP_OUTPUTS) && !api->decode_outputs))
+             ((api->capabilities & KVWELD_CAP_OUTPUTS) && !api->decode_outputs) ||
+             ((api->capabilities & KVWELD_CAP_WARMUP) && !api->set_warmup))
         problem = "declares a capability whose function is empty";
     if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
     if (!problem.empty()) {
@@ -216,6 +219,11 @@ void PluginEngine::set_cvec(const ControlVector* cvec) {
         return library_->api().set_cvec(engine_, cvec->data.data() + dim, cvec->data.size() - dim, cvec->dim,
                                         cvec->start, cvec->end, e, n);
     });
+}
+
+void PluginEngine::set_warmup(bool on) {
+    require(capabilities() & KVWELD_CAP_WARMUP, "engine ", name(), " has no warmup mode (no KVWELD_CAP_WARMUP)");
+    call("set_warmup", [&](char* e, std::size_t n) { return library_->api().set_warmup(engine_, on ? 1 : 0, e, n); });
 }
 
 void PluginEngine::reload(const Model& model) {

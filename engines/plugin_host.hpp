@@ -88,6 +88,7 @@ public:
     void pool_op(int op) override;
     void set_loras(std::span<const LoraUse> uses) override;
     void set_cvec(const ControlVector* cvec) override;
+    void set_warmup(bool on) override;
 
 private:
     template <class Fn>

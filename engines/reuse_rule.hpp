@@ -31,8 +31,8 @@ struct ReuseExpectation {
     // another sequence), so a swarm can show its rule was not vacuous there.
     int must_reuse_shared = 0;
     // The contract clause (not a design fact of the engine) that required a
-    // reuse in this call, where the rule names one: a known finding of an
-    // engine release is matched on it (sim/known_findings.hpp).
+    // reuse, or a build, in this call, where the rule names one: a known
+    // finding of an engine release is matched on it (sim/known_findings.hpp).
     const char* clause = nullptr;
 };
 

@@ -78,6 +78,7 @@ Op next_op(FuzzedDataProvider& in, const SimConfig& c) {
             op.layer = in.ConsumeIntegralInRange(0, c.model.n_layers - 1);
             op.layer_end = in.ConsumeIntegralInRange(0, c.model.n_layers - 1);
             break;
+        case OpKind::warmup: op.on = in.ConsumeBool(); break;
         default: break;
     }
     return op;

@@ -81,16 +81,21 @@ void Simulator::invalid(const Op& op, int seq) {
                                            std::vector<std::int32_t>(std::size_t(over), 0)); }});
 
     if (engine_->capabilities() & KVWELD_CAP_LORA) {
+        // Another width of a matrix the adapter adapts: ffn_down's input, or
+        // (an MoE model's adapters leave ffn_down alone) attn_v's output.
         ModelConfig other = config_.model;
-        other.ffn_dim += 16 * (1 + int(v % 2));
-        calls.push_back({cat("a LoRA adapter for a model with ffn ", other.ffn_dim, " (the model's is ",
-                             config_.model.ffn_dim, ")"),
-                         std::to_string(other.ffn_dim),
+        const bool moe = other.moe();
+        if (moe) other.n_kv_heads = other.n_kv_heads == other.n_heads ? other.n_heads / 2 : other.n_heads;
+        else other.ffn_dim += 16 * (1 + int(v % 2));
+        const int got = moe ? other.kv_dim() : other.ffn_dim, want = moe ? config_.model.kv_dim() : config_.model.ffn_dim;
+        calls.push_back({cat("a LoRA adapter for a model with ", moe ? "kv_dim " : "ffn ", got, " (the model's is ", want,
+                             ")"),
+                         moe ? cat("kv_heads=", other.n_kv_heads) : std::to_string(got),
                          [&, other] {
                              const LoraUse use{LoraAdapter::random(other, 1, 1.0f, v), 1.0f};
                              engine_->set_loras(std::span<const LoraUse>(&use, 1));
                          },
-                         "ffn_down"});
+                         moe ? "attn_v" : "ffn_down"});
     }
     if (engine_->capabilities() & KVWELD_CAP_CVEC) {
         const int end = config_.model.n_layers + int(v % 3);

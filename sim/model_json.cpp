@@ -9,7 +9,7 @@
 namespace kvweld::sim {
 
 nlohmann::json model_to_json(const std::string& name, const ModelConfig& model, std::uint64_t weights_seed) {
-    return {{"name", name},
+    nlohmann::json j = {{"name", name},
             {"family", to_string(model.family)},
             {"vocab", model.vocab},
             {"dim", model.dim},
@@ -22,6 +22,9 @@ nlohmann::json model_to_json(const std::string& name, const ModelConfig& model, 
             {"rope_theta", model.rope_theta},
             {"norm_eps", model.norm_eps},
             {"weights_seed", weights_seed}};
+    // Written only for an MoE model: a dense model's trace reads as before.
+    if (model.moe()) j.update({{"n_experts", model.n_experts}, {"n_experts_used", model.n_experts_used}});
+    return j;
 }
 
 ModelConfig model_from_json(const nlohmann::json& m) {
@@ -37,6 +40,10 @@ ModelConfig model_from_json(const nlohmann::json& m) {
     c.max_seq_len = json_field<int>(m, "max_seq_len");
     c.rope_theta = json_field<float>(m, "rope_theta");
     c.norm_eps = json_field<float>(m, "norm_eps");
+    if (m.contains("n_experts")) {
+        c.n_experts = json_field<int>(m, "n_experts");
+        c.n_experts_used = json_field<int>(m, "n_experts_used");
+    }
     c.validate();
     // A trace is input: refuse a model no simulation here could hold.
     const std::size_t limit = std::size_t{1} << 28;

@@ -27,6 +27,7 @@ constexpr NameTable<OpKind, kOpKinds> kServeOpNames{{
     {OpKind::migrate, "migrate"},
     {OpKind::lora, "lora"},
     {OpKind::cvec, "cvec"},
+    {OpKind::warmup, "warmup"},
 }};
 
 std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
@@ -113,6 +114,7 @@ void to_json(nlohmann::json& j, const Op& op) {
             if (op.clear) j["clear"] = true;
             else j.update({{"seed", op.seed}, {"start", op.layer}, {"end", op.layer_end}});
             break;
+        case OpKind::warmup: j["on"] = op.on; break;
     }
 }
 
@@ -178,6 +180,7 @@ Op op_from_json(const nlohmann::json& j) {
             break;
         case OpKind::lora: read_loras(j, op); break;
         case OpKind::cvec: read_cvec(j, op); break;
+        case OpKind::warmup: op.on = json_field<bool>(j, "on"); break;
     }
     return op;
 }

@@ -30,8 +30,9 @@ enum class OpKind : std::uint8_t {
     migrate,    // white box: a request and its storage move to a free slot (whose held plan did not build on it)
     lora,       // white box: the LoRA adapters every later decode runs with, each at a scale (a new set, new scales, none)
     cvec,       // white box: the control vector every later decode adds (set, changed, re-ranged or cleared)
+    warmup,     // llama.cpp's warmup routing on or off (an MoE model's engine with the capability)
 };
-inline constexpr int kOpKinds = 16;
+inline constexpr int kOpKinds = 17;
 // The LoRA adapters a run has (drawn from its weights seed); a lora op names them by index.
 inline constexpr int kLoraPool = 3;
 std::string_view to_string(OpKind k);
@@ -66,6 +67,7 @@ struct Op {
     std::vector<float> scales;  // lora: each one's scale
     bool clear = false;         // cvec: none from now on
     int layer_end = 0;          // cvec: the range is [layer, layer_end] (each mod the model's layers)
+    bool on = false;            // warmup: on or off (the same again is drawn too)
 };
 
 inline Op make_op(OpKind kind, std::uint32_t pick = 0) {

@@ -35,7 +35,7 @@ void Simulator::check_accounting(const std::vector<Pair>& pairs,
     if (!rule_) return;
     std::vector<int> seqs;
     for (const Pair& p : pairs) seqs.push_back(p.seq);
-    const ReuseExpectation e = rule_->on_decode(seqs, output_flags(pairs));
+    const ReuseExpectation& e = *expectation_;
     const auto after = read_counters();
     require(before && after, "engine ", engine_->name(), " stopped reporting its counters");
     if (oracles_.plan_identity) check_plan_identity(pairs, std::int64_t(after->builds - before->builds));

@@ -38,7 +38,8 @@ std::vector<std::vector<float>> Simulator::check_data(const std::vector<Pair>& p
         if (!(err <= kDataTolerance))
             fail(Verdict::stale_decode, Oracle::data,
                  cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ", pairs.size(),
-                     " in the call): logit error ", err, " > ", kDataTolerance, " against the reference"));
+                     " in the call): logit error ", err, " > ", kDataTolerance, " against the reference"),
+                 call_clause());
     }
     return want;
 }

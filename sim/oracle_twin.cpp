@@ -71,7 +71,8 @@ std::vector<float> Simulator::check_twin(const std::vector<Pair>& pairs, const s
              cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", got.size() / v,
                  " in the call): the row differs from the twin's (the engine with plan reuse off) by up to ", worst,
                  tolerance.why ? cat(" (past the engine's tolerance ", tolerance.tolerance, ": ", tolerance.why, ")")
-                               : std::string()));
+                               : std::string()),
+             call_clause());
     }
     return want;
 }

@@ -105,6 +105,7 @@ Op draw_op(const Simulator& sim, Rng& rng) {
             op.layer = int(rng.range(1, std::max(1, c.model.n_layers - 1)));
             op.layer_end = int(rng.range(op.layer, std::max(op.layer, c.model.n_layers - 1)));
             break;
+        case OpKind::warmup: op.on = rng.chance(0.5); break;
     }
     return op;
 }

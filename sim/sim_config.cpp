@@ -39,6 +39,22 @@ void apply_fixed_shape(SimConfig& c, const EngineChoice& e) {
     }
 }
 
+constexpr std::uint64_t kMoeStream = 0x6d6978747572652dULL;
+
+// A mixture of experts, where the engine loads one: a quarter of the seeds
+// decode the "tiny" dims with experts, and most of those switch warmup.
+// Drawn on a stream of their own (the seed's other draws did not change
+// when MoE came; the seeds it picks decode another model now).
+void draw_moe(SimConfig& c, bool model_drawn, std::uint32_t capabilities) {
+    Rng rng(c.seed ^ kMoeStream);
+    if (model_drawn && (capabilities & KVWELD_CAP_MOE) && rng.chance(0.25)) {
+        c.model_name = "tiny-moe";
+        c.model = config_by_name(c.model_name);  // max_seq_len 256: every n_ctx drawn fits
+    }
+    const bool warmup = c.model.moe() && (capabilities & KVWELD_CAP_WARMUP) && rng.chance(0.75);
+    c.weights[int(OpKind::warmup)] = warmup ? int(rng.range(1, 20)) : 0;
+}
+
 }  // namespace
 
 SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
@@ -86,6 +102,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     // LoRA adapters and a control vector, where the engine takes them.
     for (const auto& [k, cap] : {std::pair{OpKind::lora, KVWELD_CAP_LORA}, std::pair{OpKind::cvec, KVWELD_CAP_CVEC}})
         c.weights[int(k)] = (capabilities & cap) && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
+    draw_moe(c, model.empty(), capabilities);
     return c;
 }
 

@@ -160,9 +160,12 @@ std::vector<int> Simulator::eligible(OpKind kind) const {
     std::vector<int> out;
     if (kind == OpKind::admit) return free_seqs();
     if (kind == OpKind::migrate && (!white_box_ || free_seqs().empty())) return {};
-    if (kind == OpKind::lora || kind == OpKind::cvec)  // the engine's, not a sequence's
-        return engine_->capabilities() & (kind == OpKind::lora ? KVWELD_CAP_LORA : KVWELD_CAP_CVEC) ? std::vector<int>{0}
-                                                                                                   : std::vector<int>{};
+    if (kind == OpKind::lora || kind == OpKind::cvec || kind == OpKind::warmup) {  // the engine's, not a sequence's
+        const std::uint32_t cap = kind == OpKind::lora ? KVWELD_CAP_LORA
+                                  : kind == OpKind::cvec ? KVWELD_CAP_CVEC
+                                                         : KVWELD_CAP_WARMUP;
+        return engine_->capabilities() & cap ? std::vector<int>{0} : std::vector<int>{};
+    }
     if (kind == OpKind::reload)  // needs no sequence, only the capability
         return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
     if (kind == OpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
@@ -231,6 +234,7 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
             case OpKind::migrate: migrate(op, seq); break;
             case OpKind::lora: set_loras(op); break;
             case OpKind::cvec: set_cvec(op); break;
+            case OpKind::warmup: set_warmup(op.on); break;
         }
         check_blocks(false);
         if (op.kind != OpKind::step) read_counters();  // a step read them after its call
@@ -397,6 +401,14 @@ void Simulator::set_cvec(const Op& op) {
     if (rule_) rule_->on_adapters(before, adapters_);
 }
 
+void Simulator::set_warmup(bool on) {
+    both([&](Engine& e) { e.set_warmup(on); });
+    const Adapters before = adapters_;
+    adapters_.set_warmup(on);
+    // A dense model routes nothing: no plan depends on warmup there.
+    if (rule_ && config_.model.moe()) rule_->on_adapters(before, adapters_);
+}
+
 void Simulator::poison(int seq, int from, int to) {
     if (!white_box_) return;
     for (const KvLayer& layer : ledger_[std::size_t(seq)].pinned) {
@@ -544,6 +556,9 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
         for (int s : seqs) blocks_->append(s);
     ++stats_.calls;
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
+    // The rule's expectation first: every oracle's failure names its clause.
+    expectation_.reset();
+    if (rule_) expectation_ = rule_->on_decode(seqs, outputs);
     // Oracles one file each (oracle_*.cpp): the twin, data, then weld and
     // kv, then the blocks, then accounting.
     // First: it needs no model of what the plan bakes in.

@@ -177,6 +177,7 @@ private:
     void migrate(const Op& op, int from);
     void set_loras(const Op& op);  // white box: the adapters the engine and the reference run with
     void set_cvec(const Op& op);
+    void set_warmup(bool on);
     void open_twin();  // --twin, where the engine names a no-reuse setting
     // White box: rows [from, to) of the sequence's pinned storage are dead
     // (truncated away): NaN, as ASan poisons freed memory, so that a decode
@@ -236,6 +237,9 @@ private:
     // One engine call, every row checked; returns the reference's logits per pair.
     std::vector<std::vector<float>> checked_decode(const std::vector<Pair>& pairs);
     void check_accounting(const std::vector<Pair>& pairs, const std::optional<kvweld_engine_counters>& before);
+    // The reuse rule's contract clause for the call being judged ("" when it
+    // names none): a stale row on a call the clause decided carries it too.
+    std::string call_clause() const { return expectation_ && expectation_->clause ? expectation_->clause : ""; }
     // The engine's counters (nullopt without a rule), checked against the
     // last read: they never go down, across every op, reloads included.
     std::optional<kvweld_engine_counters> read_counters();
@@ -262,6 +266,7 @@ private:
     std::vector<std::optional<Request>> requests_;  // per sequence id
     std::set<std::uint64_t> seen_serials_;               // every storage serial accepted this run
     std::optional<kvweld_engine_counters> last_counters_;  // the last counters read
+    std::optional<engines::ReuseExpectation> expectation_;  // the rule's, for the call being judged
     std::set<std::uint64_t> plan_serials_;               // every plan serial seen this run
     WhiteBox* white_box_ = nullptr;                      // an engine in process: its white-box capabilities
     bool spec_reject_fault_ = false;                     // the scheduler's fault switch (white box)

@@ -230,6 +230,8 @@ void DenseEngine::set_loras(std::span<const LoraUse> uses) {
     adapters_.set_loras(model_->config(), std::vector<LoraUse>(uses.begin(), uses.end()));
 }
 
+void DenseEngine::set_warmup(bool on) { adapters_.set_warmup(on); }
+
 void DenseEngine::set_cvec(const ControlVector* cvec) {
     adapters_.set_cvec(model_->config(), cvec ? std::optional<ControlVector>(*cvec) : std::nullopt);
 }

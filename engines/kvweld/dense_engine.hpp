@@ -50,7 +50,8 @@ public:
     DenseEngine(const Model& model, const EngineSetup& setup, FaultSet faults);
 
     std::string name() const override { return "kvweld"; }
-    std::uint32_t capabilities() const override { return kDenseCapabilities; }
+    // In process it also takes MoE models (a plugin reads llama2.c checkpoints, which hold none).
+    std::uint32_t capabilities() const override { return kDenseCapabilities | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP; }
     std::string model_format() const override { return "llama2c"; }
     int vocab() const override { return model_->config().vocab; }
     const ModelConfig& config() const { return model_->config(); }
@@ -82,6 +83,7 @@ public:
     void migrate(int from, int to) override;
     void set_loras(std::span<const LoraUse> uses) override;
     void set_cvec(const ControlVector* cvec) override;
+    void set_warmup(bool on) override;
 
 private:
     struct Slot {

@@ -182,6 +182,7 @@ const kvweld_engine_api kApi = {
     storage, read_kv, swap_layer,
     nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
     plan_serial, set_loras, set_cvec, decode_outputs,
+    nullptr,  // no warmup: llama2.c checkpoints hold no experts to route
 };
 
 }  // namespace

@@ -206,6 +206,7 @@ const kvweld_engine_api kApi = {
     plan_serial,
     nullptr, nullptr,  // no adapters yet
     nullptr,           // every row returned
+    nullptr,           // no warmup: llama2.c checkpoints hold no experts to route
 };
 
 }  // namespace

@@ -11,6 +11,8 @@
 // LoRA adapters and a control vector (ABI 5) go to llama_set_adapters_lora
 // and llama_set_adapter_cvec; the plugin keeps what it was given and sets it
 // again on the context a reload makes (adapters are loaded per model).
+// Warmup (ABI 6) goes to llama_set_warmup, deprecated in llama.h but the
+// only way to reach the routing it switches; it too is set again on reload.
 //
 // Settings (options.params): kv_unified=0|1 (default 0: each sequence has
 // n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
@@ -100,6 +102,7 @@ struct kvweld_engine {
     std::map<std::string, llama_adapter_lora*> loras;  // freed with the model
     std::vector<float> cvec;
     int32_t cvec_start = -1, cvec_end = -1;
+    bool warmup = false;
     ~kvweld_engine() {
         if (ctx) llama_free(ctx);
         if (model) llama_model_free(model);
@@ -382,8 +385,18 @@ std::vector<llama_adapter_lora*> load_loras(llama_model* model, std::map<std::st
     return out;
 }
 
+// llama.h marks it deprecated ("user code should do warmup runs
+// manually"); it is still what switches the graph's expert routing.
+void set_llama_warmup(llama_context* ctx, bool on) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    llama_set_warmup(ctx, on);
+#pragma GCC diagnostic pop
+}
+
 // What the engine was given, on `ctx` (a new context after a reload).
 void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adapter_lora*> loras) {
+    set_llama_warmup(ctx, e->warmup);
     llama_set_adapters_lora(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
                             loras.empty() ? nullptr : e->lora_scales.data());
     const int32_t n_embd = llama_model_n_embd(e->model);
@@ -424,6 +437,14 @@ int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, in
         e->cvec.assign(data, data ? data + len : data);
         e->cvec_start = data ? il_start : -1;
         e->cvec_end = data ? il_end : -1;
+    });
+}
+
+int set_warmup(kvweld_engine* e, int32_t on, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(on == 0 || on == 1, "set_warmup: on = ", on, ": must be 0 or 1");
+        set_llama_warmup(e->ctx, on == 1);
+        e->warmup = on == 1;
     });
 }
 
@@ -486,13 +507,13 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_LORA | KVWELD_CAP_CVEC |
-        KVWELD_CAP_OUTPUTS,
+        KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP,
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
     nullptr, nullptr, nullptr, nullptr,  // no paged KV pool to report
     nullptr,  // no plan identity: llama.cpp does not expose one for its graphs
-    set_loras, set_cvec, decode_outputs,
+    set_loras, set_cvec, decode_outputs, set_warmup,
 };
 
 }  // namespace

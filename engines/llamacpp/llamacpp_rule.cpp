@@ -46,6 +46,13 @@
 //   reused: the contract clause "adapters-unchanged", named in the
 //   expectation (a known finding of 0.3.36 breaks it for the control
 //   vector: engines/llamacpp/known_findings/0.3.36.json).
+// Clause 8 (warmup): an MoE model's graph routes by n_expert_used, which
+//   warmup sets to n_expert (llm_graph_context's constructor): a graph
+//   built under the other setting computes other weights, so after warmup
+//   is switched the next graph must build ("warmup-switched"; llama.cpp
+//   0.3.36 neither compares warmup in allow_reuse nor reserves on
+//   set_warmup: a known finding). The simulator tells the rule only about
+//   an MoE model's switches: a dense graph does not read the setting.
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "engines/abi_lists.hpp"
@@ -151,6 +158,7 @@ public:
             const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
             const bool same_window = window_known && previous_window_known_;
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
+                                 : warmup_switched_       ? "8 (warmup switched)"
                                  : adapters_changed_      ? "7 (the adapters changed)"
                                  : stream_copied_         ? "4 (a stream copy discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
@@ -164,11 +172,12 @@ public:
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
+            if (reuse_ && warmup_switched_) e.clause = "warmup-switched";
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
             stream_copied_ = false;
-            adapters_changed_ = adapters_set_again_ = false;
+            adapters_changed_ = adapters_set_again_ = warmup_switched_ = false;
         }
         return e;
     }
@@ -188,8 +197,11 @@ public:
     }
     void on_clear_all() override { placed_ = 0; }  // every cell freed, the head at 0
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
-        const bool changed = effective_loras(before) != effective_loras(after) || !same_cvec(before, after);
+        const bool warmup = before.warmup() != after.warmup();
+        const bool changed =
+            effective_loras(before) != effective_loras(after) || !same_cvec(before, after) || warmup;
         adapters_changed_ = adapters_changed_ || changed;
+        warmup_switched_ = warmup_switched_ || warmup;
         adapters_set_again_ = adapters_set_again_ || !changed;
     }
 
@@ -201,6 +213,7 @@ private:
     bool stream_copied_ = false;
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
+    bool warmup_switched_ = false;     // clause 8: since the last graph
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens, n_outputs;
         const char* clause;

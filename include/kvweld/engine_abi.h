@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 5 (plugins of versions 2 to 4 still load).
+/* kvweld's engine plugin ABI, version 6 (plugins of versions 2 to 5 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -35,8 +35,10 @@ extern "C" {
  *    refused call changes nothing, a whole batch included.
  * 5: adapters and output subsets: the lora, cvec and outputs
  *    capabilities (new fields at the end of the table; an older plugin
- *    still loads, without them). */
-#define KVWELD_ENGINE_ABI_VERSION 5u
+ *    still loads, without them).
+ * 6: mixture of experts: the moe capability (the engine loads models
+ *    with experts) and warmup (set_warmup, a new field at the end). */
+#define KVWELD_ENGINE_ABI_VERSION 6u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -51,6 +53,8 @@ extern "C" {
 #define KVWELD_CAP_LORA 0x200u        /* version 5: set_loras is implemented */
 #define KVWELD_CAP_CVEC 0x400u        /* version 5: set_cvec is implemented */
 #define KVWELD_CAP_OUTPUTS 0x800u     /* version 5: decode_outputs is implemented */
+#define KVWELD_CAP_MOE 0x1000u        /* version 6: loads models with experts (GGUF llama.expert_count) */
+#define KVWELD_CAP_WARMUP 0x2000u     /* version 6: set_warmup is implemented */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -185,6 +189,12 @@ typedef struct kvweld_engine_api {
      * as in decode. Refusals as decode's. */
     int (*decode_outputs)(kvweld_engine* engine, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs,
                           int32_t n, float* logits, char* err, size_t err_len);
+    /* Version 6, KVWELD_CAP_WARMUP: llama.cpp's warmup mode (llama_set_warmup)
+     * for every later decode: an MoE layer's router weighs the experts it
+     * sums by the softmax over all n_expert logits, not over the chosen
+     * n_expert_used (llama.cpp 0.3.36 runs every expert and sums the
+     * n_expert_used largest). No effect on a dense model. Survives a reload. */
+    int (*set_warmup)(kvweld_engine* engine, int32_t on, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0
