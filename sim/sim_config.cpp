@@ -42,17 +42,19 @@ void apply_fixed_shape(SimConfig& c, const EngineChoice& e) {
 constexpr std::uint64_t kMoeStream = 0x6d6978747572652dULL;
 
 // A mixture of experts, where the engine loads one: a quarter of the seeds
-// decode the "tiny" dims with experts, and most of those switch warmup.
-// Drawn on a stream of their own (the seed's other draws did not change
-// when MoE came; the seeds it picks decode another model now).
-void draw_moe(SimConfig& c, bool model_drawn, std::uint32_t capabilities) {
-    Rng rng(c.seed ^ kMoeStream);
-    if (model_drawn && (capabilities & KVWELD_CAP_MOE) && rng.chance(0.25)) {
-        c.model_name = "tiny-moe";
-        c.model = config_by_name(c.model_name);  // max_seq_len 256: every n_ctx drawn fits
-    }
-    const bool warmup = c.model.moe() && (capabilities & KVWELD_CAP_WARMUP) && rng.chance(0.75);
-    c.weights[int(OpKind::warmup)] = warmup ? int(rng.range(1, 20)) : 0;
+// decode the "tiny" dims with experts instead of the model drawn, and most
+// of those switch warmup. Drawn on a stream of their own (the seed's other
+// draws did not change when MoE came; the seeds it picks decode another
+// model now), every draw made whatever is used, so that a reproduce command
+// that names the model draws the same warmup weight.
+struct MoeDraw {
+    bool moe, warmup;
+    int weight;
+};
+MoeDraw draw_moe(std::uint64_t seed) {
+    Rng rng(seed ^ kMoeStream);
+    const bool moe = rng.chance(0.25), warmup = rng.chance(0.75);
+    return {moe, warmup, int(rng.range(1, 20))};
 }
 
 }  // namespace
@@ -83,6 +85,8 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     c.sampled = rng.chance(0.5);
     const std::vector<std::string_view> models = model_names(white_box);
     c.model_name = std::string(models[rng.below(models.size())]);
+    const MoeDraw moe = draw_moe(seed);
+    if (moe.moe && (capabilities & KVWELD_CAP_MOE)) c.model_name = "tiny-moe";  // before the shape drawn from it
     if (!model.empty()) c.model_name = model;
     c.model = config_by_name(c.model_name);
     c.weights_seed = rng.next();
@@ -102,7 +106,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     // LoRA adapters and a control vector, where the engine takes them.
     for (const auto& [k, cap] : {std::pair{OpKind::lora, KVWELD_CAP_LORA}, std::pair{OpKind::cvec, KVWELD_CAP_CVEC}})
         c.weights[int(k)] = (capabilities & cap) && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
-    draw_moe(c, model.empty(), capabilities);
+    c.weights[int(OpKind::warmup)] = c.model.moe() && (capabilities & KVWELD_CAP_WARMUP) && moe.warmup ? moe.weight : 0;
     return c;
 }
 

@@ -28,11 +28,13 @@
 
 namespace kvweld::engines {
 
-// The ABI capabilities it declares, in process and as a plugin.
+// The ABI capabilities it declares as a plugin; in process it also takes
+// MoE models (a plugin reads llama2.c checkpoints, which hold none).
 inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS |
                                                     KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                                                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS;
+inline constexpr std::uint32_t kInprocCapabilities = kDenseCapabilities | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP;
 
 struct DenseSettings {
     RebindPolicy policy = RebindPolicy::rebind;
@@ -50,8 +52,7 @@ public:
     DenseEngine(const Model& model, const EngineSetup& setup, FaultSet faults);
 
     std::string name() const override { return "kvweld"; }
-    // In process it also takes MoE models (a plugin reads llama2.c checkpoints, which hold none).
-    std::uint32_t capabilities() const override { return kDenseCapabilities | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP; }
+    std::uint32_t capabilities() const override { return kInprocCapabilities; }
     std::string model_format() const override { return "llama2c"; }
     int vocab() const override { return model_->config().vocab; }
     const ModelConfig& config() const { return model_->config(); }

@@ -48,8 +48,9 @@
 //   vector: engines/llamacpp/known_findings/0.3.36.json).
 // Clause 8 (warmup): an MoE model's graph routes by n_expert_used, which
 //   warmup sets to n_expert (llm_graph_context's constructor): a graph
-//   built under the other setting computes other weights, so after warmup
-//   is switched the next graph must build ("warmup-switched"; llama.cpp
+//   built under the other setting computes other weights, so a graph whose
+//   setting is not the current one must build ("warmup-switched"; switched
+//   and back again, the held graph fits and must be reused; llama.cpp
 //   0.3.36 neither compares warmup in allow_reuse nor reserves on
 //   set_warmup: a known finding). The simulator tells the rule only about
 //   an MoE model's switches: a dense graph does not read the setting.
@@ -157,8 +158,9 @@ public:
             placed_ += u.n_tokens;
             const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
             const bool same_window = window_known && previous_window_known_;
+            const bool warmup_switched = warmup_ != graph_warmup_;
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
-                                 : warmup_switched_       ? "8 (warmup switched)"
+                                 : warmup_switched        ? "8 (warmup switched)"
                                  : adapters_changed_      ? "7 (the adapters changed)"
                                  : stream_copied_         ? "4 (a stream copy discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
@@ -167,17 +169,18 @@ public:
                                      ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
-            if (reuse_ && !stream_copied_ && !adapters_changed_ && previous_ && *previous_ == u) {
+            if (reuse_ && !stream_copied_ && !adapters_changed_ && !warmup_switched && previous_ && *previous_ == u) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
-            if (reuse_ && warmup_switched_) e.clause = "warmup-switched";
+            if (reuse_ && warmup_switched) e.clause = "warmup-switched";
+            graph_warmup_ = warmup_;
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
             stream_copied_ = false;
-            adapters_changed_ = adapters_set_again_ = warmup_switched_ = false;
+            adapters_changed_ = adapters_set_again_ = false;
         }
         return e;
     }
@@ -197,11 +200,9 @@ public:
     }
     void on_clear_all() override { placed_ = 0; }  // every cell freed, the head at 0
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
-        const bool warmup = before.warmup() != after.warmup();
-        const bool changed =
-            effective_loras(before) != effective_loras(after) || !same_cvec(before, after) || warmup;
+        const bool changed = effective_loras(before) != effective_loras(after) || !same_cvec(before, after);
         adapters_changed_ = adapters_changed_ || changed;
-        warmup_switched_ = warmup_switched_ || warmup;
+        warmup_ = after.warmup();
         adapters_set_again_ = adapters_set_again_ || !changed;
     }
 
@@ -213,7 +214,9 @@ private:
     bool stream_copied_ = false;
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
-    bool warmup_switched_ = false;     // clause 8: since the last graph
+    // Clause 8: the setting now, and the one the last graph was built under
+    // (switched and back again, a graph still fits: llama.cpp reserves nothing).
+    bool warmup_ = false, graph_warmup_ = false;
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens, n_outputs;
         const char* clause;
