@@ -101,7 +101,7 @@ Model Model::random(const ModelConfig& config, std::uint64_t seed,
     fill_norm(o.final_norm, o.classifier);
     fill(o.classifier, o.q_norm, 2.0f * gain(c.dim));  // logits of order 1
     fill_norm(o.q_norm, o.router);
-    fill(o.router, o.end, 2.0f * gain(c.dim));  // router logits of order 1: a decisive choice
+    fill(o.router, o.end, gain(c.dim));  // router logits of order 1: warmup (all four weighed) shows
     return m;
 }
 
