@@ -271,6 +271,11 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
                 name.c_str(), (unsigned long long)p.seed, p.ticks, p.slots, p.model.c_str(), p.arrival_rate,
                 p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept, p.preempt_rate, p.offload_rate, p.reload_rate,
                 a.repeat);
+    if (p.adapters)
+        std::printf("per-request LoRA: %d adapters and the base model, one call per adapter in use, switched by %s\n",
+                    p.adapters,
+                    p.adapter_switch == AdapterSwitch::set ? "setting the one adapter (none for the base)"
+                                                           : "the scales of one set of every adapter (1 for the call's, 0 for the rest)");
     std::fflush(stdout);
     const BuildCosts costs = measure_build_costs(p, base, base.engine);
     for (const auto& [setting, secs] : costs)

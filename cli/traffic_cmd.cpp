@@ -10,6 +10,7 @@ namespace {
 struct TrafficArgs {
     TrafficParams params;
     EngineTrafficArgs engine;
+    std::string adapter_switch = "set";
 };
 
 }  // namespace
@@ -34,6 +35,15 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--offload-rate", p.offload_rate, "a layer swapped out and in, per active request per tick (engines that can)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--reload-rate", p.reload_rate, "model reloads per tick")->capture_default_str()->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--reload-new-weights", p.reload_new_weights, "share of reloads with new weights")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--adapters", p.adapters,
+                    kvweld::cat("per-request LoRA adapters: each request uses one of N or the base model; a step makes one "
+                                "call per adapter in use (0..", kLoraPool, "; engines with LoRA)"))
+        ->capture_default_str()->check(CLI::Range(0, kLoraPool));
+    cmd->add_option("--adapter-switch", a->adapter_switch,
+                    "with --adapters: set (before each call, a set of its one adapter) or scales (one set of every "
+                    "adapter, the call's at scale 1, the rest at 0)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"set", "scales"}));
     cmd->add_flag("--sweep", a->engine.sweep, "also sweep the arrival rate (0.1..2) and draft acceptance (0..1) per setting");
     cmd->add_option("--csv", a->engine.csv, "write every run as CSV here");
     cmd->add_option("--plot", a->engine.plot, "draw reuse ratio and build share against arrival rate (PNG; needs --sweep)");
@@ -45,7 +55,12 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str()->check(CLI::Range(1, 512));
     cmd->add_option("--repeat", a->engine.repeat, "runs per setting; decode time is the best")
         ->capture_default_str()->check(CLI::Range(1, 100));
-    cmd->callback([a, &action] { action = [a] { return run_engine_traffic_cmd(a->params, a->engine); }; });
+    cmd->callback([a, &action] {
+        action = [a] {
+            a->params.adapter_switch = adapter_switch_from_string(a->adapter_switch);
+            return run_engine_traffic_cmd(a->params, a->engine);
+        };
+    });
 }
 
 }  // namespace kvweld::cli

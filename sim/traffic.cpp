@@ -1,7 +1,9 @@
 #include "sim/traffic.hpp"
 
 #include "engine/cat.hpp"
+#include "engine/enum_names.hpp"
 #include "engine/error.hpp"
+#include "kvweld/engine_abi.h"
 #include "sim/distributions.hpp"
 #include "sim/report.hpp"
 #include "engines/registry.hpp"
@@ -11,6 +13,13 @@
 #include <algorithm>
 
 namespace kvweld::sim {
+
+namespace {
+constexpr NameTable<AdapterSwitch, 2> kAdapterSwitches{{{AdapterSwitch::set, "set"}, {AdapterSwitch::scales, "scales"}}};
+}  // namespace
+
+std::string_view to_string(AdapterSwitch s) { return name_in(kAdapterSwitches, s); }
+AdapterSwitch adapter_switch_from_string(std::string_view s) { return parse_in(kAdapterSwitches, s, "adapter switch"); }
 
 namespace {
 
@@ -32,7 +41,11 @@ SimConfig traffic_serve_config(const TrafficParams& t, const EngineChoice& engin
 class EngineTraffic {
 public:
     EngineTraffic(const TrafficParams& t, const EngineChoice& engine, int chunk)
-        : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {}
+        : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {
+        require(t.adapters >= 0 && t.adapters <= kLoraPool, "--adapters ", t.adapters, ": must be in 0..", kLoraPool);
+        require(t.adapters == 0 || sim_.eligible(OpKind::lora).size() == 1, "--adapters ", t.adapters, ": engine ",
+                engine.engine, " takes no LoRA adapters (no KVWELD_CAP_LORA)");
+    }
 
     EngineTrafficResult run() {
         const BlockModel* blocks = sim_.block_model();
@@ -72,6 +85,8 @@ private:
                 admit.pick = pick_of(OpKind::admit, s);
                 apply(admit);
                 admitted_[s] = ++admissions_;
+                adapter_of_[s] = waiting_adapter_.front();
+                waiting_adapter_.erase(waiting_adapter_.begin());
             } else if (r && r->done()) {
                 apply(make_op(OpKind::retire, pick_of(OpKind::retire, s)));
             } else if (r && preempt && !r->history.empty()) {
@@ -86,11 +101,43 @@ private:
         step.seed = rng_.next();
         make_room();
         for (int s = 0; s < sim_.config().seqs; ++s) step.wants.push_back(wants(s));
-        if (!failed_) apply(step);
+        if (t_.adapters == 0) {
+            if (!failed_) apply(step);
+        } else {
+            step_per_adapter(step);
+        }
         if (const BlockModel* b = sim_.block_model()) {
             utilisation_ += double(b->in_use()) / double(b->n_blocks());
             ++steps_;
         }
+    }
+
+    // One call per adapter in use (the base model is adapter -1), each after
+    // the adapters that serve it are set: what a server with one context
+    // does for a batch of requests on several LoRAs.
+    void step_per_adapter(const Op& step) {
+        for (int a = -1; a < t_.adapters && !failed_; ++a) {
+            Op group = step;
+            group.seed = step.seed + std::uint64_t(a + 1);
+            bool any = false;
+            for (int s = 0; s < sim_.config().seqs; ++s) {
+                if (adapter_of_[s] != a) group.wants[std::size_t(s)] = 0;
+                any = any || group.wants[std::size_t(s)] > 0;
+            }
+            if (!any) continue;
+            apply(adapters_for(a));
+            if (!failed_) apply(group);
+        }
+    }
+
+    Op adapters_for(int a) const {
+        Op op = make_op(OpKind::lora);
+        for (int i = 0; i < t_.adapters; ++i) {
+            if (t_.adapter_switch == AdapterSwitch::set && i != a) continue;
+            op.adapters.push_back(i);
+            op.scales.push_back(i == a ? 1.0f : 0.0f);
+        }
+        return op;
     }
 
     int wants(int s) const {
@@ -150,6 +197,8 @@ private:
         for (int& tok : op.tokens) tok = int(rng_.below(std::uint64_t(sim_.config().model.vocab)));
         op.max_new = std::min(capacity - prompt, geometric(rng_, t_.output_mean));
         op.recycle = t_.recycle;
+        // Drawn only with adapters: the traffic without them is as it was.
+        waiting_adapter_.push_back(t_.adapters ? int(rng_.below(std::uint64_t(t_.adapters) + 1)) - 1 : -1);
         return op;
     }
 
@@ -169,6 +218,8 @@ private:
     Simulator sim_;
     Rng rng_;
     std::vector<Op> waiting_;
+    std::vector<int> waiting_adapter_;  // each waiting request's adapter (-1: the base model)
+    std::map<int, int> adapter_of_;     // sequence -> its request's adapter
     std::vector<Op> ops_;
     bool failed_ = false;
     std::map<int, std::uint64_t> admitted_;  // sequence -> admission order (preempt the newest first)

@@ -15,6 +15,13 @@
 
 namespace kvweld::sim {
 
+// How a server switches between its requests' adapters: a set of the one
+// adapter (none for the base model) before each call, or one set of every
+// adapter whose scales select the call's (1 for it, 0 for the rest).
+enum class AdapterSwitch : std::uint8_t { set, scales };
+std::string_view to_string(AdapterSwitch s);
+AdapterSwitch adapter_switch_from_string(std::string_view s);  // throws Error naming s
+
 // The traffic: simulated time (ticks), Poisson arrivals, prompt and output
 // lengths from stated distributions, speculative decoding, preemption,
 // offload/restore, model reloads.
@@ -35,6 +42,12 @@ struct TrafficParams {
     // White box: a request is admitted onto the storage its slot kept from
     // the last one, rewound (a server that recycles caches), where it kept some.
     bool recycle = false;
+    // Per-request LoRA adapters, the way a server serves several: each
+    // request uses one of `adapters` (0..kLoraPool) or the base model,
+    // uniformly; a tick's step runs one engine call per adapter in use, the
+    // adapters set before each (engines with KVWELD_CAP_LORA).
+    int adapters = 0;
+    AdapterSwitch adapter_switch = AdapterSwitch::set;
 };
 
 // A paged engine's pool under the traffic (engines with a block model).
