@@ -31,6 +31,14 @@ namespace kvweld::engines {
 // ("k=v,..."), the sequences open at once, the positions each holds, and
 // its threads.
 // Reuse rules and block models are built from the same.
+// How far an engine's rows may lie from its twin's (logit_error; 0: bit
+// for bit), and why, where the engine is not bitwise reproducible across
+// instances in some state.
+struct TwinTolerance {
+    double tolerance = 0.0;
+    const char* why = nullptr;
+};
+
 struct EngineSetup {
     std::string params;
     int seqs = 1;
@@ -85,6 +93,8 @@ public:
     // KVWELD_CAP_WARMUP: llama.cpp's warmup routing for an MoE model
     // (engine/adapters.hpp); survives a reload.
     virtual void set_warmup(bool on) = 0;
+    // The twin tolerance in the engine's present state (ABI 6 twin_tolerance).
+    virtual TwinTolerance twin_tolerance() const { return {}; }
     // The white-box capabilities (nullptr: none, as behind any plugin).
     virtual WhiteBox* white_box() { return nullptr; }
 };

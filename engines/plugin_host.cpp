@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include <array>
+#include <cmath>
 
 namespace kvweld::engines {
 
@@ -224,6 +225,18 @@ void PluginEngine::set_cvec(const ControlVector* cvec) {
 void PluginEngine::set_warmup(bool on) {
     require(capabilities() & KVWELD_CAP_WARMUP, "engine ", name(), " has no warmup mode (no KVWELD_CAP_WARMUP)");
     call("set_warmup", [&](char* e, std::size_t n) { return library_->api().set_warmup(engine_, on ? 1 : 0, e, n); });
+}
+
+TwinTolerance PluginEngine::twin_tolerance() const {
+    const kvweld_engine_api& api = library_->api();
+    if (api.abi_version < 6 || !api.twin_tolerance) return {};
+    const char* why = nullptr;
+    const double t = api.twin_tolerance(engine_, &why);
+    // A tolerance is a loosened oracle: only a finite, small one, with its reason.
+    require(std::isfinite(t) && t >= 0.0 && t <= 1e-2, "engine ", name(), " declares a twin tolerance of ", t,
+            ": must be in 0..0.01");
+    require(t == 0.0 || (why && *why), "engine ", name(), " declares a twin tolerance of ", t, " without a reason");
+    return {t, why};
 }
 
 void PluginEngine::reload(const Model& model) {

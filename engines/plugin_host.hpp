@@ -89,6 +89,7 @@ public:
     void set_loras(std::span<const LoraUse> uses) override;
     void set_cvec(const ControlVector* cvec) override;
     void set_warmup(bool on) override;
+    TwinTolerance twin_tolerance() const override;
 
 private:
     template <class Fn>

@@ -26,20 +26,21 @@
 #define LLAMACPP_MISSING "not built"
 #endif
 
+#include <cstring>
+
 namespace kvweld::engines {
 
 namespace {
 
 const EngineEntry kEngines[] = {
     {"inproc", "", "", open_dense_engine, kInprocCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
-     kvweld_dense_settings, "reuse=0", nullptr, nullptr, nullptr},
+     kvweld_dense_settings, kDenseNoReuse, nullptr, nullptr},
     {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings,
-     "reuse=0", nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_paged_reuse_rule,
-     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr, nullptr, nullptr, nullptr},
+     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr, nullptr, nullptr},
     {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, nullptr, 0, nullptr, llamacpp_reuse_rule, nullptr,
-     llamacpp_settings, "graph_reuse=0", LLAMACPP_KNOWN_FINDINGS, llamacpp_reference_blind,
-     llamacpp_twin_tolerance},
+     llamacpp_settings, nullptr, LLAMACPP_KNOWN_FINDINGS, llamacpp_reference_blind},
 };
 
 }  // namespace
@@ -107,11 +108,18 @@ std::string draw_engine_settings(std::string_view engine_name, const EngineSetup
 
 std::optional<std::string> twin_params(std::string_view engine, const std::string& params, std::string& why_not) {
     const EngineEntry* e = engine_entry(engine);
-    if (!e || !e->no_reuse) {
-        why_not = cat("engine ", engine, " names no setting that turns its plan reuse off (engines/registry.cpp)");
+    const char* no_reuse = nullptr;
+    if (e && e->in_process) {
+        no_reuse = e->in_process_no_reuse;
+    } else {
+        const kvweld_engine_api& api = engine_library(std::string(engine))->api();
+        no_reuse = api.abi_version >= 6 ? api.no_reuse_param : nullptr;
+    }
+    if (!no_reuse || !std::strchr(no_reuse, '=')) {
+        why_not = cat("engine ", engine, " declares no setting that turns its plan reuse off (ABI 6 no_reuse_param)");
         return std::nullopt;
     }
-    const std::string_view setting = e->no_reuse;
+    const std::string_view setting = no_reuse;
     const std::string_view key = setting.substr(0, setting.find('=') + 1);
     std::string out;
     for (const std::string& item : abi::split_list(params.c_str()))
@@ -128,11 +136,6 @@ std::string reference_blind(std::string_view engine, const std::string& params) 
     } catch (const std::runtime_error& error) {
         throw Error(cat("engine ", engine, ": ", error.what()));
     }
-}
-
-TwinTolerance twin_tolerance(std::string_view engine, const Adapters& adapters) {
-    const EngineEntry* e = engine_entry(engine);
-    return e && e->twin_tolerance ? e->twin_tolerance(adapters) : TwinTolerance{};
 }
 
 std::string engine_plugin_path(const std::string& engine) {

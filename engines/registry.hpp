@@ -21,14 +21,6 @@
 
 namespace kvweld::engines {
 
-// How far an engine's rows may lie from its twin's (logit_error; 0: bit
-// for bit), and why, where the engine is not bitwise reproducible across
-// instances in some state.
-struct TwinTolerance {
-    double tolerance = 0.0;
-    const char* why = nullptr;
-};
-
 struct EngineEntry {
     std::string_view name;
     const char* plugin;   // its path in this build, "" when not built (or in process)
@@ -41,22 +33,19 @@ struct EngineEntry {
     BlockModel (*block_model)(const EngineSetup&);  // the block model that follows its pool (nullptr: none)
     // The settings setup.params leaves open, drawn and appended (nullptr: none).
     std::string (*draw_settings)(const EngineSetup& setup, Rng& rng);
-    // The setting that turns its plan reuse off ("key=value"; nullptr: none):
-    // the differential twin is the same engine with it.
-    const char* no_reuse;
+    // In process: the setting that turns its plan reuse off ("key=value";
+    // nullptr: none), for the differential twin (a plugin declares its own:
+    // ABI 6 no_reuse_param).
+    const char* in_process_no_reuse;
     // Its known findings file for the release this build makes (nullptr:
     // none; sim/known_findings.hpp).
     const char* known_findings;
     // Why the reference cannot follow the engine under these settings
     // (nullptr: it can, or no function): then the twin is the data oracle.
     const char* (*reference_blind)(const std::string& params);
-    // Its twin tolerance with these adapters set (nullptr: bit for bit always).
-    TwinTolerance (*twin_tolerance)(const Adapters& adapters);
 };
 
 const char* llamacpp_reference_blind(const std::string& params);
-TwinTolerance llamacpp_twin_tolerance(const Adapters& adapters);
-TwinTolerance twin_tolerance(std::string_view engine, const Adapters& adapters);
 // Why kvweld's reference cannot follow `engine` under `params` ("": it can).
 std::string reference_blind(std::string_view engine, const std::string& params);
 

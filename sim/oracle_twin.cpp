@@ -1,11 +1,11 @@
 // The twin oracle: a second instance of the same engine (same settings,
 // same fault switches, same model), created with plan reuse turned off
-// (the registry names the setting: kvweld reuse=0, llama.cpp
-// graph_reuse=0), driven in lockstep through every memory op. Every row the
-// engine returns must equal the twin's bit for bit (or, in a state where
-// the registry says the engine is not bitwise reproducible across
-// instances, lie within the tolerance it declares from then on, counted
-// apart): a plan
+// (the engine declares the setting, ABI 6 no_reuse_param: kvweld reuse=0,
+// llama.cpp graph_reuse=0), driven in lockstep through every memory op.
+// Every row the engine returns must equal the twin's bit for bit (or, in a
+// state where the engine declares it is not bitwise reproducible across
+// instances, ABI 6 twin_tolerance, lie within that tolerance from then on,
+// counted apart): a plan
 // that is rebuilt for every token cannot be stale, so a difference is a
 // stale plan by
 // construction, whatever feature caused it, including features the
@@ -48,7 +48,7 @@ std::vector<float> Simulator::check_twin(const std::vector<Pair>& pairs, const s
     const auto v = std::size_t(config_.model.vocab);
     // Sticky: rows computed in such a state stay in the KV and tell on every
     // later row that attends to them.
-    if (const TwinTolerance now = twin_tolerance(config_.engine.engine, adapters_); now.tolerance > 0)
+    if (const TwinTolerance now = engine_->twin_tolerance(); now.tolerance > 0)
         twin_tolerance_ = now;
     const TwinTolerance& tolerance = twin_tolerance_;
     std::size_t row = 0;  // the rows are the output pairs'

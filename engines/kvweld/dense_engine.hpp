@@ -34,6 +34,8 @@ inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD
                                                     KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                                                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS;
+// The setting that makes it build a plan for every token (the twin's).
+inline constexpr const char* kDenseNoReuse = "reuse=0";
 inline constexpr std::uint32_t kInprocCapabilities = kDenseCapabilities | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP;
 
 struct DenseSettings {

@@ -183,6 +183,8 @@ const kvweld_engine_api kApi = {
     nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
     plan_serial, set_loras, set_cvec, decode_outputs,
     nullptr,  // no warmup: llama2.c checkpoints hold no experts to route
+    kvweld::engines::kDenseNoReuse,
+    nullptr,  // bit for bit with its twin in every state
 };
 
 }  // namespace

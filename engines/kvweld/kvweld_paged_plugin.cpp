@@ -207,6 +207,7 @@ const kvweld_engine_api kApi = {
     nullptr, nullptr,  // no adapters yet
     nullptr,           // every row returned
     nullptr,           // no warmup: llama2.c checkpoints hold no experts to route
+    nullptr, nullptr,  // no setting turns its plan reuse off: no twin
 };
 
 }  // namespace

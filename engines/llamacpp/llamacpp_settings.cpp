@@ -28,22 +28,6 @@ std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
 // other seeds each run, by up to 6.6e-4 in a logit: llama.cpp is not
 // bitwise reproducible across contexts there, and f16 rounding amplifies a
 // last-bit difference. rope_scale is f32 throughout: bitwise.
-// Measured: a swarm with the twin (kvweld swarm --engine llamacpp --twin
-// --seeds 0..199) differed from it on 3 to 6 seeds per run, other seeds
-// each run, by up to 1.9e-6 in a logit, every one with two or more LoRA
-// adapters set and none of the 33 seeds without adapters. Stale LoRA
-// scales or sets move the logits by orders more (the adapter fault
-// scales_kept_with_reuse: 1.66 and 1.88 on the first seeds that kill it,
-// kvweld mutants --engine llamacpp --fault scales_kept_with_reuse).
-TwinTolerance llamacpp_twin_tolerance(const Adapters& adapters) {
-    int active = 0;
-    for (const LoraUse& u : adapters.loras()) active += u.scale != 0.0f;
-    if (active < 2) return {};
-    return {1e-5, "llama.cpp adds two or more LoRA deltas in the order of an unordered_map keyed by the adapters' "
-                  "addresses (src/llama-adapter.h:90, src/llama-graph.cpp:1534), so two contexts can differ in the "
-                  "last bits"};
-}
-
 const char* llamacpp_reference_blind(const std::string& params) {
     const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
     if (p.count("rope_scale") && p.at("rope_scale") != "1")

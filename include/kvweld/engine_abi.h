@@ -37,7 +37,8 @@ extern "C" {
  *    capabilities (new fields at the end of the table; an older plugin
  *    still loads, without them).
  * 6: mixture of experts: the moe capability (the engine loads models
- *    with experts) and warmup (set_warmup, a new field at the end). */
+ *    with experts) and warmup (set_warmup); the differential twin:
+ *    no_reuse_param and twin_tolerance (new fields at the end). */
 #define KVWELD_ENGINE_ABI_VERSION 6u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
@@ -195,6 +196,16 @@ typedef struct kvweld_engine_api {
      * n_expert_used (llama.cpp 0.3.36 runs every expert and sums the
      * n_expert_used largest). No effect on a dense model. Survives a reload. */
     int (*set_warmup)(kvweld_engine* engine, int32_t on, char* err, size_t err_len);
+    /* Version 6, the differential twin (both optional). no_reuse_param: the
+     * setting ("key=value" for options.params) that makes the engine build
+     * a fresh plan for every call; the harness runs a second instance with
+     * it in lockstep and compares every row (NULL: no twin). twin_tolerance:
+     * how far this engine's rows may lie from that twin's in its present
+     * state, in kvweld's logit error (max |a - b| / max(1, max |b|)), with
+     * *why set to a static string naming the cause; 0, or the function
+     * NULL, means bit for bit. */
+    const char* no_reuse_param;
+    double (*twin_tolerance)(const kvweld_engine* engine, const char** why);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

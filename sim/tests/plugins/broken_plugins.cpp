@@ -49,7 +49,7 @@ constexpr kvweld_engine_api kApi = {
     seq_op, seq_op, decode, trunc, seq_op, all, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
     nullptr, nullptr, nullptr, nullptr, nullptr,
     nullptr, nullptr, nullptr,  // version 5: no adapters, every row
-    nullptr,                    // version 6: no warmup
+    nullptr, nullptr, nullptr,  // version 6: no warmup, no twin
 };
 
 }  // namespace
