@@ -16,9 +16,7 @@
 
 struct kvweld_engine {
     std::unique_ptr<kvweld::engines::DenseEngine> engine;
-    // Adapter files read, by path: a path names one adapter for the
-    // engine's life, so the same set set again is the same set (its id).
-    std::map<std::string, std::shared_ptr<const kvweld::LoraAdapter>> adapters;
+    kvweld::abi::LoraFiles adapters;
 };
 
 namespace {
@@ -143,34 +141,15 @@ int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, s
 // Every file is read and checked before the engine changes.
 int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        const std::vector<std::string> named = kvweld::abi::lora_paths(paths, scales, n);
-        std::vector<kvweld::LoraUse> uses;
-        for (std::size_t i = 0; i < named.size(); ++i) {
-            auto& adapter = e->adapters[named[i]];
-            if (!adapter) adapter = kvweld::load_lora(named[i], e->engine->config());
-            uses.push_back({adapter, scales[i]});
-        }
-        e->engine->set_loras(uses);
+        e->engine->set_loras(kvweld::abi::lora_uses(e->adapters, paths, scales, n, e->engine->config()));
     });
 }
 
-// llama.cpp's layout (n_embd floats per layer from layer 1) into kvweld's.
 int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, int32_t il_start, int32_t il_end,
              char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        if (!data) return e->engine->set_cvec(nullptr);
-        const kvweld::ModelConfig& c = e->engine->config();
-        require(n_embd == c.dim, "set_cvec: n_embd ", n_embd, " is not the model's ", c.dim);
-        const std::size_t want = std::size_t(c.dim) * std::size_t(c.n_layers - 1);
-        require(len == want, "set_cvec: len ", len, " floats: the model needs ", want, " (", c.n_layers - 1,
-                " layers from layer 1, x ", c.dim, ")");
-        kvweld::ControlVector cv;
-        cv.dim = c.dim;
-        cv.start = il_start;
-        cv.end = il_end;
-        cv.data.assign(std::size_t(c.dim), 0.0f);  // layer 0 has none
-        cv.data.insert(cv.data.end(), data, data + len);
-        e->engine->set_cvec(&cv);
+        const auto cv = kvweld::abi::cvec_of(data, len, n_embd, il_start, il_end, e->engine->config());
+        e->engine->set_cvec(cv ? &*cv : nullptr);
     });
 }
 

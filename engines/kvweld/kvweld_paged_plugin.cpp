@@ -9,7 +9,9 @@
 // backend=cpu|cuda. A decode
 // that needs a block when none is free grows the pool to twice its size
 // first, as a server would rather than fail the request; copy_seq shares
-// the source's blocks (copy on write).
+// the source's blocks (copy on write). LoRA adapters and a control vector
+// are the engine's (they survive a reload): the adapter set is in the one
+// plan's key, scales and the vector are step data, as in the dense engine.
 #include "engines/kvweld/kvweld_plugin_base.hpp"
 #include "engines/kvweld/paged_params.hpp"
 #include "engine/decode_session.hpp"
@@ -21,6 +23,8 @@ struct kvweld_engine : kvweld::abi::PluginBase {
     std::optional<kvweld::KvPool> pool_kv;  // set at create
     kvweld::DecodeSession session;          // the one held plan
     std::map<int, kvweld::PagedSequence> seqs;
+    kvweld::Adapters adapters;
+    kvweld::abi::LoraFiles lora_files;
 };
 
 namespace {
@@ -77,18 +81,48 @@ bool needs_block(const kvweld::KvPool& pool, const kvweld::PagedSequence& s) {
     return s.length() % pool.block_size() == 0 || pool.refcount(s.table().back()) > 1;
 }
 
+// Every pair is decoded (its KV written); a row is returned for each pair
+// `outputs` wants (all when it is null).
+void decode_pairs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
+                  float* logits) {
+    kvweld::abi::require_batch(e, seqs, tokens, n, [&](int32_t seq) { return seq_of(e, seq).length(); });
+    const auto v = static_cast<std::size_t>(vocab(e));
+    kvweld::KvPool& pool = *e->pool_kv;
+    std::size_t rows = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        kvweld::PagedSequence& s = seq_of(e, seqs[i]);
+        if (pool.free_blocks() == 0 && needs_block(pool, s)) pool.grow(kvweld::abi::grown_blocks(pool.n_blocks()));
+        const std::span<const float> row = e->session.decode(*e->model, pool, s, tokens[i], e->adapters);
+        if (!outputs || outputs[i]) std::copy(row.begin(), row.end(), logits + v * rows++);
+    }
+}
+
 int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
            size_t err_len) {
+    return guarded(e, err, err_len, [&] { decode_pairs(e, seqs, tokens, nullptr, n, logits); });
+}
+
+int decode_outputs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
+                   float* logits, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
-        kvweld::abi::require_batch(e, seqs, tokens, n, [&](int32_t seq) { return seq_of(e, seq).length(); });
-        const auto v = static_cast<std::size_t>(vocab(e));
-        kvweld::KvPool& pool = *e->pool_kv;
-        for (int32_t i = 0; i < n; ++i) {
-            kvweld::PagedSequence& s = seq_of(e, seqs[i]);
-            if (pool.free_blocks() == 0 && needs_block(pool, s)) pool.grow(kvweld::abi::grown_blocks(pool.n_blocks()));
-            const std::span<const float> row = e->session.decode(*e->model, pool, s, tokens[i]);
-            std::copy(row.begin(), row.end(), logits + static_cast<std::size_t>(i) * v);
-        }
+        require(outputs != nullptr, "decode_outputs of ", n, " pairs without output flags");
+        decode_pairs(e, seqs, tokens, outputs, n, logits);
+    });
+}
+
+// Every file is read and checked before the adapters change.
+int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        const kvweld::ModelConfig& c = e->model->config();
+        e->adapters.set_loras(c, kvweld::abi::lora_uses(e->lora_files, paths, scales, n, c));
+    });
+}
+
+int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, int32_t il_start, int32_t il_end,
+             char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        const kvweld::ModelConfig& c = e->model->config();
+        e->adapters.set_cvec(c, kvweld::abi::cvec_of(data, len, n_embd, il_start, il_end, c));
     });
 }
 
@@ -196,16 +230,14 @@ int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, s
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld-paged", "llama2c",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_READ_KV | KVWELD_CAP_BLOCKS |
-        KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL,
+        KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA | KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS,
     fault_list().c_str(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr,  // per-sequence storage identity: the pool's is in pool_info
     read_kv,
     nullptr,  // no layer swap: one pool holds every layer
     pool_info, block_table, block_refcount, pool_op,
-    plan_serial,
-    nullptr, nullptr,  // no adapters yet
-    nullptr,           // every row returned
+    plan_serial, set_loras, set_cvec, decode_outputs,
     nullptr,           // no warmup: llama2.c checkpoints hold no experts to route
     nullptr, nullptr,  // no setting turns its plan reuse off: no twin
 };

@@ -11,7 +11,10 @@
 //   (engines/kvweld/block_model.hpp) says when, from the op log alone.
 // Clause 4: every other pair reuses the plan as kept: opening, closing,
 //   truncating, preempting, forking (shared blocks, copy on write) and
-//   compacting a sequence change per-step data only.
+//   compacting a sequence change per-step data only; so do LoRA scales and
+//   the control vector.
+// Clause 5: the first pair after the LoRA adapter set changed (another set,
+//   or none) builds: the set is in the plan's key.
 #include "engines/kvweld/block_model.hpp"
 #include "engines/reuse_rule.hpp"
 
@@ -35,10 +38,10 @@ public:
             const bool grew = blocks_.append(s);
             const bool other_seq = last_seq_ && *last_seq_ != s;
             last_seq_ = s;
-            if (!built_ || reloaded_) {
+            if (!built_ || reloaded_ || adapters_changed_) {
                 ++builds;  // a build binds the current storage too
                 built_ = true;
-                reloaded_ = replaced_ = false;
+                reloaded_ = replaced_ = adapters_changed_ = false;
             } else if (grew || replaced_) {
                 ++rebinds;
                 replaced_ = false;
@@ -53,7 +56,8 @@ public:
         return e;
     }
     std::string why_last() const override {
-        return cat("clauses 1 and 2: ", last_builds_, " builds (first pair, or first after a reload); clause 3: ",
+        return cat("clauses 1, 2 and 5: ", last_builds_,
+                   " builds (first pair, or first after a reload or a new adapter set); clause 3: ",
                    last_rebinds_, " rebinds after the pool's storage was replaced (", blocks_.grows(),
                    " grows so far, ", blocks_.n_blocks(), " blocks); clause 4: the rest keep");
     }
@@ -66,6 +70,9 @@ public:
         blocks_.clear_all();
         reloaded_ = true;
     }
+    void on_adapters(const Adapters& before, const Adapters& after) override {
+        adapters_changed_ = adapters_changed_ || before.set_id() != after.set_id();
+    }
     void on_pool_op(int op) override {
         if (op == KVWELD_POOL_COMPACT) return;
         op == KVWELD_POOL_GROW ? blocks_.grow() : blocks_.reset();
@@ -74,7 +81,7 @@ public:
 
 private:
     BlockModel blocks_;
-    bool built_ = false, reloaded_ = false, replaced_ = false;
+    bool built_ = false, reloaded_ = false, replaced_ = false, adapters_changed_ = false;
     std::optional<int> last_seq_;  // the sequence of the pair the plan last ran
     int last_builds_ = 0, last_rebinds_ = 0;
 };

@@ -1,11 +1,14 @@
 // What kvweld's two engine plugins (dense: kvweld_engine_plugin.cpp, paged:
 // kvweld_paged_plugin.cpp) share: the model loaded from the llama2.c
 // checkpoint the harness wrote, the engine's options and fault switches,
-// reload, and the fault list each design can reach through the ABI.
+// reload, the fault list each design can reach through the ABI, and the
+// adapters and control vector as the ABI hands them over.
 #pragma once
 
 #include "engines/abi_guard.hpp"
 #include "engines/abi_lists.hpp"
+#include "engine/adapter_file.hpp"
+#include "engine/adapters.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
@@ -17,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kvweld::abi {
 
@@ -116,6 +120,42 @@ inline void reload_model(PluginBase& e, const char* path) {
     } catch (const Error&) {  // the file changed under us: keep what was checked
         e.model.emplace(std::move(checked));
     }
+}
+
+// Adapter files read, by path: a path names one adapter for the engine's
+// life, so the same set set again is the same set (its id).
+using LoraFiles = std::map<std::string, std::shared_ptr<const LoraAdapter>>;
+
+// set_loras's arguments as uses, every file read (once per path) and
+// checked against the model before anything changes.
+inline std::vector<LoraUse> lora_uses(LoraFiles& read, const char* const* paths, const float* scales, int32_t n,
+                                      const ModelConfig& config) {
+    const std::vector<std::string> named = lora_paths(paths, scales, n);
+    std::vector<LoraUse> uses;
+    for (std::size_t i = 0; i < named.size(); ++i) {
+        auto& adapter = read[named[i]];
+        if (!adapter) adapter = load_lora(named[i], config);
+        uses.push_back({adapter, scales[i]});
+    }
+    return uses;
+}
+
+// set_cvec's arguments (llama.cpp's layout: n_embd floats per layer from
+// layer 1) as kvweld's vector; nullopt when data is NULL (clear).
+inline std::optional<ControlVector> cvec_of(const float* data, size_t len, int32_t n_embd, int32_t il_start,
+                                            int32_t il_end, const ModelConfig& c) {
+    if (!data) return std::nullopt;
+    require(n_embd == c.dim, "set_cvec: n_embd ", n_embd, " is not the model's ", c.dim);
+    const std::size_t want = std::size_t(c.dim) * std::size_t(c.n_layers - 1);
+    require(len == want, "set_cvec: len ", len, " floats: the model needs ", want, " (", c.n_layers - 1,
+            " layers from layer 1, x ", c.dim, ")");
+    ControlVector cv;
+    cv.dim = c.dim;
+    cv.start = il_start;
+    cv.end = il_end;
+    cv.data.assign(std::size_t(c.dim), 0.0f);  // layer 0 has none
+    cv.data.insert(cv.data.end(), data, data + len);
+    return cv;
 }
 
 }  // namespace kvweld::abi
