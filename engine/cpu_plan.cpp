@@ -200,16 +200,6 @@ void CpuPlan::write_kv(int layer, int at, std::span<const int> table) {
     std::copy_n(qkv_.data() + q_dim + kv_dim, kv_dim, v);
 }
 
-// The step's scale for the plan's adapter i. The build's under the fault,
-// and when the step's set is another (only a plan the
-// adapter_set_not_in_key fault kept meets one).
-float CpuPlan::lora_factor(std::size_t i, const StepParams& step) const {
-    const LoraUse& baked = loras_[i];
-    if (fault_on(Fault::lora_scale_baked) || !step.adapters) return baked.factor();
-    const std::span<const LoraUse> now = step.adapters->loras();
-    return i < now.size() && now[i].adapter->id() == baked.adapter->id() ? now[i].factor() : baked.factor();
-}
-
 void CpuPlan::apply_loras(float* out, const float* x, LoraTarget t, int layer, const StepParams& step) {
     const auto [n_out, n_in] = lora_shape(config_, t);
     for (std::size_t i = 0; i < loras_.size(); ++i) {
@@ -217,14 +207,9 @@ void CpuPlan::apply_loras(float* out, const float* x, LoraTarget t, int layer, c
         if (m.rank == 0) continue;
         cpu::matvec(lora_rank_.data(), m.a.data(), x, m.rank, n_in);
         cpu::matvec(lora_out_.data(), m.b.data(), lora_rank_.data(), n_out, m.rank);
-        const float f = lora_factor(i, step);
+        const float f = step_lora_factor(loras_, i, step);
         for (int j = 0; j < n_out; ++j) out[j] += f * lora_out_[sz(j)];
     }
-}
-
-const ControlVector* CpuPlan::step_cvec(const StepParams& step) const {
-    if (fault_on(Fault::cvec_baked)) return cvec_at_build_ ? &*cvec_at_build_ : nullptr;
-    return step.adapters ? step.adapters->cvec() : nullptr;
 }
 
 bool CpuPlan::step_warmup(const StepParams& step) const {
@@ -299,7 +284,7 @@ void CpuPlan::exec(const Op& op, const StepParams& step, std::span<const int> ta
         case OpKind::lora_down: apply_loras(proj_.data(), h13_.data(), LoraTarget::w2, op.layer, step); break;
         case OpKind::moe: moe(*p, step); break;
         case OpKind::cvec:
-            if (const ControlVector* cv = step_cvec(step); cv && cv->applies(op.layer))
+            if (const ControlVector* cv = step_cvec(cvec_at_build_, step); cv && cv->applies(op.layer))
                 cpu::add(x_.data(), cv->row(op.layer, c.dim), c.dim);
             break;
     }

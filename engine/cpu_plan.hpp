@@ -51,8 +51,6 @@ private:
     void prepare(const Model& model, int threads, int max_seq_len, const Adapters& adapters);
     // out += every baked adapter's delta for matrix `t` of `layer` at x.
     void apply_loras(float* out, const float* x, LoraTarget t, int layer, const StepParams& step);
-    float lora_factor(std::size_t i, const StepParams& step) const;
-    const ControlVector* step_cvec(const StepParams& step) const;
     bool step_warmup(const StepParams& step) const;
     // proj_ = the routed experts' outputs at xb_, weighted (see reference.cpp's moe_ffn).
     void moe(const PackedWeights::Layer& p, const StepParams& step);

@@ -4,6 +4,7 @@
 #include "engine/cat.hpp"
 #include "engine/enum_names.hpp"
 #include "engine/cpu_plan.hpp"
+#include "engine/cuda_limits.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 
@@ -83,9 +84,8 @@ Validity DecodeSession::check(const Model& model, const KvPool& pool, int positi
 }
 
 void DecodeSession::require_backend_adapters(const Adapters& adapters) const {
-    require(options_.backend == Backend::cpu || adapters.empty(),
-            "backend=cuda: the CUDA plan applies no LoRA adapters, control vectors or warmup routing yet (the CPU plan "
-            "does)");
+    require(options_.backend == Backend::cpu || int(adapters.loras().size()) <= kMaxCudaLoras, "backend=cuda: ",
+            adapters.loras().size(), " LoRA adapters in a set, the CUDA plan takes at most ", kMaxCudaLoras);
 }
 
 std::vector<StorageSerial> DecodeSession::bound_serials() const {

@@ -11,6 +11,7 @@
 #include "engine/kv_pool.hpp"
 #include "engine/plan_key.hpp"
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -28,6 +29,15 @@ struct StepParams {
     // vector (the adapter set itself is in the key). nullptr: none.
     const Adapters* adapters = nullptr;
 };
+
+// The adapters' step data as a plan built with `baked` adapters (its set)
+// and `cvec_at_build` applies it, one rule for every backend: the scale of
+// its adapter i is the step's for the same adapter; the build's under the
+// lora_scale_baked fault, or when the step's set is another (only a plan
+// the adapter_set_not_in_key fault kept meets one). The control vector is
+// the step's; the build's under the cvec_baked fault.
+float step_lora_factor(std::span<const LoraUse> baked, std::size_t i, const StepParams& step);
+const ControlVector* step_cvec(const std::optional<ControlVector>& cvec_at_build, const StepParams& step);
 
 // Throws Error unless every layer fits a plan with this key and KV width;
 // backends call it before changing anything (rebind is all or nothing).

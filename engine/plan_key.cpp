@@ -49,6 +49,18 @@ void require_cache_fits(const Model& model, const KvCache& cache) {
 
 void Plan::rebind_pool(const KvPool&) { throw Error("rebind_pool: this plan reads a dense cache, not a KV pool"); }
 
+float step_lora_factor(std::span<const LoraUse> baked, std::size_t i, const StepParams& step) {
+    const LoraUse& built = baked[i];
+    if (fault_on(Fault::lora_scale_baked) || !step.adapters) return built.factor();
+    const std::span<const LoraUse> now = step.adapters->loras();
+    return i < now.size() && now[i].adapter->id() == built.adapter->id() ? now[i].factor() : built.factor();
+}
+
+const ControlVector* step_cvec(const std::optional<ControlVector>& cvec_at_build, const StepParams& step) {
+    if (fault_on(Fault::cvec_baked)) return cvec_at_build ? &*cvec_at_build : nullptr;
+    return step.adapters ? step.adapters->cvec() : nullptr;
+}
+
 void require_rebind_compatible(std::span<const KvLayer> layers, const PlanKey& key, int kv_dim) {
     require(layers.size() == static_cast<std::size_t>(key.n_layers), "rebind: ", layers.size(),
             " layers offered, the plan has ", key.n_layers);

@@ -5,6 +5,8 @@
 #include "engine/faults.hpp"
 #include "engine/packed_weights.hpp"
 
+#include <algorithm>
+
 
 namespace kvweld::cuda {
 
@@ -23,11 +25,12 @@ T* pinned(std::size_t count) {
 }  // namespace
 
 CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode, const Adapters& adapters)
-    : config_(model.config()), mode_(mode) {
+    : config_(model.config()), mode_(mode), loras_(adapters.loras().begin(), adapters.loras().end()) {
     const auto lock = device_lock();
     require_cache_fits(model, cache);
     require_device();
     key_ = key_of(model, cache, adapters);
+    if (adapters.cvec()) cvec_at_build_ = *adapters.cvec();
     for (int l = 0; l < config_.n_layers; ++l) {
         kv_.push_back(cache.layer(l));
         bound_.push_back(device_kv(kv_.back()));
@@ -36,13 +39,14 @@ CudaPlan::CudaPlan(const Model& model, const KvCache& cache, Mode mode, const Ad
 }
 
 CudaPlan::CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode, const Adapters& adapters)
-    : config_(model.config()), mode_(mode) {
+    : config_(model.config()), mode_(mode), loras_(adapters.loras().begin(), adapters.loras().end()) {
     const auto lock = device_lock();
     require(pool.n_layers() == config_.n_layers && pool.kv_dim() == config_.kv_dim(), "KV pool of ", pool.n_layers(),
             " layers, kv_dim ", pool.kv_dim(), " cannot serve a model of ", config_.n_layers, " layers, kv_dim ",
             config_.kv_dim());
     require_device();
     key_ = key_of(model, pool, position, adapters);
+    if (adapters.cvec()) cvec_at_build_ = *adapters.cvec();
     paged_ = pool.storage();
     block_size_ = pool.block_size();
     const DevicePool& d = DevicePool::of(*paged_);
@@ -51,6 +55,8 @@ CudaPlan::CudaPlan(const Model& model, const KvPool& pool, int position, Mode mo
 }
 
 void CudaPlan::start(const Model& model) {
+    require(int(loras_.size()) <= kMaxCudaLoras, "backend=cuda: ", loras_.size(), " LoRA adapters in a set, the CUDA plan "
+            "takes at most ", kMaxCudaLoras);
     weights_ = DeviceModel::of(model);
     allocate();
     cudaStream_t stream = nullptr;
@@ -90,11 +96,42 @@ void CudaPlan::allocate() {
     step_ = DeviceBuffer<StepData>(1);
     host_step_.reset(pinned<StepData>(1));
     host_logits_.reset(pinned<float>(sz(c.vocab)));
+    upload_loras();
+    cvec_ = DeviceBuffer<float>(sz(c.n_layers) * sz(c.dim));
+    cvec_on_ = DeviceBuffer<int>(sz(c.n_layers));
     if (paged_) {  // room for a whole sequence; unused entries name no block (-1)
         const std::vector<int> none(sz(rows / block_size_ + 1), -1);
         table_ = DeviceBuffer<int>(none.size());
         table_.upload(none.data(), none.size());
         host_table_.reset(pinned<int>(none.size()));
+    }
+}
+
+void CudaPlan::upload_loras() {
+    int max_rank = 0;
+    for (const LoraUse& u : loras_)
+        for (int l = 0; l < config_.n_layers; ++l)
+            for (int t = 0; t < kLoraTargets; ++t) {
+                const LoraMatrix& m = u.adapter->matrix(l, LoraTarget(t));
+                max_rank = std::max(max_rank, m.rank);
+                lora_a_.emplace_back(m.a.size());
+                lora_b_.emplace_back(m.b.size());
+                if (m.rank == 0) continue;
+                lora_a_.back().upload(m.a.data(), m.a.size());
+                lora_b_.back().upload(m.b.data(), m.b.size());
+            }
+    lora_t_ = DeviceBuffer<float>(sz(max_rank));
+}
+
+void CudaPlan::record_loras(cudaStream_t s, LoraTarget t, int layer, const float* x, float* out) {
+    const auto [n_out, n_in] = lora_shape(config_, t);
+    for (std::size_t i = 0; i < loras_.size(); ++i) {
+        const LoraMatrix& m = loras_[i].adapter->matrix(layer, t);
+        if (m.rank == 0) continue;
+        const std::size_t at = (i * sz(config_.n_layers) + sz(layer)) * kLoraTargets + sz(int(t));
+        KVWELD_CUDA_CHECK(launch_matvec({lora_a_[at].get(), x, lora_t_.get(), m.rank, n_in}, s));
+        KVWELD_CUDA_CHECK(
+            launch_lora_add({lora_b_[at].get(), lora_t_.get(), out, step_.get(), int(i), n_out, m.rank}, s));
     }
 }
 
@@ -115,6 +152,8 @@ void CudaPlan::record(cudaStream_t s) {
         const Bound kv = bound_[sz(l)];
         KVWELD_CUDA_CHECK(launch_rmsnorm({x, w.att_norm, xb, c.dim, 1, c.norm_eps}, s));
         KVWELD_CUDA_CHECK(launch_matvec({w.wqkv, xb, qkv, q_dim + 2 * kv_dim, c.dim}, s));
+        record_loras(s, LoraTarget::wq, l, xb, qkv);
+        record_loras(s, LoraTarget::wv, l, xb, qkv + q_dim + kv_dim);
         if (c.family == Family::qwen3) {
             KVWELD_CUDA_CHECK(launch_rmsnorm({qkv, w.q_norm, qkv, c.head_dim, c.n_heads, c.norm_eps}, s));
             KVWELD_CUDA_CHECK(launch_rmsnorm({qkv + q_dim, w.k_norm, qkv + q_dim, c.head_dim, c.n_kv_heads, c.norm_eps}, s));
@@ -132,7 +171,10 @@ void CudaPlan::record(cudaStream_t s) {
         KVWELD_CUDA_CHECK(launch_matvec({w.w13, xb, h13, 2 * c.ffn_dim, c.dim}, s));
         KVWELD_CUDA_CHECK(launch_swiglu({h13, h13 + c.ffn_dim, c.ffn_dim}, s));
         KVWELD_CUDA_CHECK(launch_matvec({w.w2, h13, proj_.get(), c.dim, c.ffn_dim}, s));
+        record_loras(s, LoraTarget::w2, l, h13, proj_.get());
         KVWELD_CUDA_CHECK(launch_add({x, proj_.get(), c.dim}, s));
+        if (l >= 1)  // layer 0 never has a control vector
+            KVWELD_CUDA_CHECK(launch_cvec({x, cvec_.get() + sz(l) * sz(c.dim), cvec_on_.get(), l, c.dim}, s));
     }
     KVWELD_CUDA_CHECK(launch_rmsnorm({x, weights_->final_norm(), x, c.dim, 1, c.norm_eps}, s));
     KVWELD_CUDA_CHECK(launch_matvec({weights_->classifier(), x, logits_.get(), c.vocab, c.dim}, s));
@@ -303,6 +345,8 @@ std::span<const float> CudaPlan::run(const StepParams& step) {
     cudaStream_t s = stream_.get();
     const bool skip_write = fault_on(Fault::refeed_write_skipped) && step.pos < written_;
     *host_step_ = StepData{step.token, step.pos, step.mask_len, skip_write ? 0 : 1};
+    for (std::size_t i = 0; i < loras_.size(); ++i) host_step_->lora_factor[i] = step_lora_factor(loras_, i, step);
+    upload_cvec(step_cvec(cvec_at_build_, step));
     written_ = std::max(written_, step.pos + 1);
     KVWELD_CUDA_CHECK(cudaMemcpyAsync(step_.get(), host_step_.get(), sizeof(StepData), cudaMemcpyHostToDevice, s));
     if (paged_) upload_table(step.blocks);
@@ -314,6 +358,20 @@ std::span<const float> CudaPlan::run(const StepParams& step) {
                                       cudaMemcpyDeviceToHost, s));
     KVWELD_CUDA_CHECK(cudaStreamSynchronize(s));
     return {host_logits_.get(), sz(config_.vocab)};
+}
+
+// The step's control vector into the fixed device buffers, when it is not
+// the one they hold (no launch is in flight: run() waits for each).
+void CudaPlan::upload_cvec(const ControlVector* cv) {
+    const bool same = cv ? cvec_uploaded_ && *cvec_uploaded_ == *cv : !cvec_uploaded_;
+    if (cvec_filled_ && same) return;
+    const ModelConfig& c = config_;
+    std::vector<int> on(sz(c.n_layers), 0);
+    for (int l = 0; l < c.n_layers; ++l) on[sz(l)] = cv && cv->applies(l) ? 1 : 0;
+    if (cv) cvec_.upload(cv->data.data(), std::min(cv->data.size(), cvec_.size()));
+    cvec_on_.upload(on.data(), on.size());
+    cvec_uploaded_ = cv ? std::optional<ControlVector>(*cv) : std::nullopt;
+    cvec_filled_ = true;
 }
 
 // The step's block table into the fixed device buffer, on the plan's stream

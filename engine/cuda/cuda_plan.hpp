@@ -46,8 +46,9 @@ public:
         graph,   // the held plan: one graph launch per token
         stream,  // the same kernels launched one by one (measurement only)
     };
-    // `adapters` names the adapter set in the key; the CUDA plan applies
-    // none yet (DecodeSession refuses a decode with any on this backend).
+    // `adapters`: the LoRA adapter set the graph applies (baked: the set is
+    // in the key; at most kMaxCudaLoras); their scales and the control
+    // vector are step data, uploaded before each launch.
     CudaPlan(const Model& model, const KvCache& cache, Mode mode = Mode::graph,
              const Adapters& adapters = Adapters::none());
     CudaPlan(const Model& model, const KvPool& pool, int position, Mode mode = Mode::graph,
@@ -93,6 +94,10 @@ private:
     void start(const Model& model);  // weights, buffers, stream, capture
     void allocate();
     void upload_table(std::span<const int> blocks);
+    void upload_loras();                        // the set's A and B matrices, once
+    void upload_cvec(const ControlVector* cv);  // the step's vector, when it is not the one uploaded
+    // out += each baked adapter's delta for matrix t of `layer` at x.
+    void record_loras(cudaStream_t s, LoraTarget t, int layer, const float* x, float* out);
     void move_nodes(const std::vector<Bound>& next, std::size_t moved);  // all or nothing
     void record(cudaStream_t stream);  // queues the whole forward
     void capture();
@@ -114,6 +119,14 @@ private:
     std::vector<Bound> bound_;
     DeviceBuffer<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_, rope_;
     DeviceBuffer<StepData> step_;
+    std::vector<LoraUse> loras_;                  // the adapter set, as built
+    std::optional<ControlVector> cvec_at_build_;  // read only under the cvec_baked fault
+    std::vector<DeviceBuffer<float>> lora_a_, lora_b_;  // [adapter][layer][target]; empty where not adapted
+    DeviceBuffer<float> lora_t_;                  // A x, the rank-sized scratch
+    DeviceBuffer<float> cvec_;                    // [n_layers][dim]: the step's control vector
+    DeviceBuffer<int> cvec_on_;                   // [n_layers]: whether a layer adds it
+    std::optional<ControlVector> cvec_uploaded_;  // what cvec_ and cvec_on_ hold (none: all off)
+    bool cvec_filled_ = false;                    // cvec_on_ holds something at all
     std::unique_ptr<StepData, PinnedDeleter> host_step_;
     std::unique_ptr<float, PinnedDeleter> host_logits_;
     std::vector<KvNode> kv_nodes_;

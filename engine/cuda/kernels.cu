@@ -173,6 +173,21 @@ __global__ void add_kernel(AddArgs a) {
     if (i < a.n) a.x[i] += a.y[i];
 }
 
+// One thread per output row (a rank is small).
+__global__ void lora_add_kernel(LoraAddArgs a) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= a.rows) return;
+    const float* row = a.b + static_cast<size_t>(j) * a.rank;
+    float sum = 0.0f;
+    for (int k = 0; k < a.rank; ++k) sum += row[k] * a.t[k];
+    a.out[j] += a.step->lora_factor[a.slot] * sum;
+}
+
+__global__ void cvec_kernel(CvecArgs a) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < a.dim && a.on[a.layer]) a.x[i] += a.vec[i];
+}
+
 }  // namespace
 
 cudaError_t launch_embed(const EmbedArgs& a, cudaStream_t s) {
@@ -212,6 +227,16 @@ cudaError_t launch_swiglu(const SwigluArgs& a, cudaStream_t s) {
 
 cudaError_t launch_add(const AddArgs& a, cudaStream_t s) {
     add_kernel<<<blocks_for(a.n), kThreads, 0, s>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_lora_add(const LoraAddArgs& a, cudaStream_t s) {
+    lora_add_kernel<<<blocks_for(a.rows), kThreads, 0, s>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_cvec(const CvecArgs& a, cudaStream_t s) {
+    cvec_kernel<<<blocks_for(a.dim), kThreads, 0, s>>>(a);
     return cudaGetLastError();
 }
 

@@ -8,6 +8,8 @@
 // graph launch. KV, weight and scratch pointers are arguments: baked.
 #pragma once
 
+#include "engine/cuda_limits.hpp"
+
 #include <cuda_runtime_api.h>
 
 namespace kvweld::cuda {
@@ -17,6 +19,7 @@ struct StepData {
     int pos;       // KV write offset and RoPE row
     int mask_len;  // attention length
     int write = 1; // 0: the KV write is skipped (the refeed_write_skipped fault)
+    float lora_factor[kMaxCudaLoras] = {};  // each adapter's scale * alpha / rank, by its slot in the set
 };
 
 struct EmbedArgs {
@@ -104,6 +107,29 @@ struct AddArgs {
     int n;
 };
 
+// A LoRA delta: out[j] += factor * sum_k b[j][k] t[k], with t = A x from a
+// matvec before it and the factor read from step->lora_factor[slot] (the
+// scale is step data; the adapters are baked).
+struct LoraAddArgs {
+    const float* b;  // [rows][rank]
+    const float* t;  // [rank]
+    float* out;
+    const StepData* step;
+    int slot;
+    int rows;
+    int rank;
+};
+
+// A control vector's row for one layer: x += vec where on[layer] != 0. The
+// host fills vec and on before each launch (the vector is step data).
+struct CvecArgs {
+    float* x;
+    const float* vec;  // this layer's row
+    const int* on;     // [n_layers]
+    int layer;
+    int dim;
+};
+
 // Each launch returns cudaGetLastError() after queuing the kernel on `stream`.
 cudaError_t launch_embed(const EmbedArgs& a, cudaStream_t stream);
 cudaError_t launch_rmsnorm(const RmsNormArgs& a, cudaStream_t stream);
@@ -113,6 +139,8 @@ cudaError_t launch_kv_write(const KvWriteArgs& a, cudaStream_t stream);
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream);
 cudaError_t launch_swiglu(const SwigluArgs& a, cudaStream_t stream);
 cudaError_t launch_add(const AddArgs& a, cudaStream_t stream);
+cudaError_t launch_lora_add(const LoraAddArgs& a, cudaStream_t stream);
+cudaError_t launch_cvec(const CvecArgs& a, cudaStream_t stream);
 
 // The kernel functions, to recognize their nodes in a captured graph.
 const void* kv_write_kernel();

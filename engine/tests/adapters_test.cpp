@@ -5,6 +5,7 @@
 // applies the change: its rows move with the reference's). The faults that
 // break each half are shown to break it.
 #include "engine/adapters.hpp"
+#include "engine/cuda_limits.hpp"
 #include "engine/decode_session.hpp"
 #include "engine/faults.hpp"
 #include "test_util.hpp"
@@ -192,10 +193,13 @@ TEST_F(AdapterContract, BadAdaptersAreRefusedNamingTheValueAndNothingChanges) {
     expect_error([] { LoraAdapter(tiny_config(), 0, 1.0f); }, {"rank 0", "1..256"});
 }
 
-TEST_F(AdapterContract, TheCudaBackendRefusesAdaptersNamingItAndDecodesNothing) {
+TEST_F(AdapterContract, TheCudaBackendRefusesASetPastItsLimitNamingItAndDecodesNothing) {
     DecodeSession cuda(SessionOptions{.backend = Backend::cuda});
-    adapters.set_loras(model.config(), {{a, 1.0f}});
-    expect_error([&] { cuda.decode(model, cache, 1, adapters); }, {"backend=cuda", "LoRA"});
+    std::vector<LoraUse> many;
+    for (int i = 0; i <= kMaxCudaLoras; ++i) many.push_back({LoraAdapter::random(model.config(), 1, 1.0f, 10 + i), 1.0f});
+    adapters.set_loras(model.config(), many);
+    expect_error([&] { cuda.decode(model, cache, 1, adapters); },
+                 {"backend=cuda", std::to_string(kMaxCudaLoras + 1) + " LoRA adapters", "at most " + std::to_string(kMaxCudaLoras)});
     EXPECT_EQ(cache.cached_len(), 0);
     EXPECT_FALSE(cuda.has_plan());
 }

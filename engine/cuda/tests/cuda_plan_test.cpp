@@ -219,5 +219,37 @@ TEST(CudaPlan, UnavailableBackendErrorIsClear) {
     EXPECT_EQ(cache.cached_len(), 0);
 }
 
+// LoRA adapters and a control vector on CUDA, both halves: the set is in
+// the key (a new set re-captures), the scales and the vector are step data
+// (the graph is kept and applies them, as the reference does).
+TEST(CudaPlan, AdaptersAreAppliedScalesAndVectorAreStepData) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const Model model = Model::random(tiny_config(), 5);
+    const ModelConfig& c = model.config();
+    auto a = LoraAdapter::random(c, 2, 2.0f, 1), b = LoraAdapter::random(c, 4, 8.0f, 2);
+    KvCache cache = KvCache::with_capacity(c);
+    DecodeSession session({.backend = Backend::cuda});
+    ReferenceKv shadow(c);
+    Adapters adapters;
+    int pos = 0;
+    auto step = [&](int token) {
+        const std::vector<float> want = reference_forward(model, shadow, token, pos++, adapters);
+        return error(session.decode(model, cache, token, adapters), want);
+    };
+    adapters.set_loras(c, {{a, 1.0f}, {b, 0.5f}});
+    adapters.set_cvec(c, ControlVector::random(c, 1, 1, 1));
+    for (int t : tokens(8, c.vocab, 3)) EXPECT_LE(step(t), kDataTolerance);
+    adapters.set_loras(c, {{a, 2.0f}, {b, 0.0f}});  // scales: step data
+    adapters.set_cvec(c, ControlVector::random(c, 2, 1, 1));
+    for (int t : tokens(4, c.vocab, 4)) EXPECT_LE(step(t), kDataTolerance);
+    adapters.set_cvec(c, std::nullopt);
+    EXPECT_LE(step(5), kDataTolerance);
+    EXPECT_EQ(session.counters().builds, 1u);
+    adapters.set_loras(c, {{b, 1.0f}});  // another set: a new graph
+    EXPECT_LE(step(6), kDataTolerance);
+    EXPECT_EQ(session.counters().builds, 2u);
+    EXPECT_EQ(session.counters().by(BuildReason::adapters), 1u);
+}
+
 }  // namespace
 }  // namespace kvweld::cuda

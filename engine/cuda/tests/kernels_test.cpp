@@ -2,6 +2,7 @@
 // random inputs. Tolerances are fp32 relative 1e-5 unless a reduction order
 // differs over many terms.
 #include "cuda_test_util.hpp"
+#include "engine/adapters.hpp"
 #include "engine/cpu_kernels.hpp"
 #include "engine/cuda/device_buffer.hpp"
 #include "engine/cuda/kernels.cuh"
@@ -190,6 +191,47 @@ TEST(CudaKernels, SwigluAndAdd) {
     KVWELD_CUDA_CHECK(launch_add({d_g.get(), d_u.get(), n}, nullptr));
     sync();
     expect_close(to_host(d_g), sum, 1e-5);
+}
+
+// The LoRA delta against engine/adapters' reference (A then B, in double),
+// with the factor read from the step data's slot.
+TEST(CudaKernels, LoraAddReadsItsFactorFromTheStep) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int rank = 4, n_in = 48, n_out = 40;
+    LoraMatrix m;
+    m.rank = rank;
+    m.a = random_vec(std::size_t(rank * n_in), 15);
+    m.b = random_vec(std::size_t(n_out * rank), 16);
+    const auto x = random_vec(n_in, 17), base = random_vec(n_out, 18);
+    StepData step{0, 0, 1, 1};
+    step.lora_factor[3] = 0.75f;
+    std::vector<float> want = base;
+    lora_reference_add(want.data(), x.data(), m, n_in, n_out, 0.75f);
+    auto d_a = to_device(m.a), d_b = to_device(m.b), d_x = to_device(x), d_out = to_device(base);
+    DeviceBuffer<float> d_t(rank);
+    const DeviceBuffer<StepData> d_step = step_on_device(step);
+    KVWELD_CUDA_CHECK(launch_matvec({d_a.get(), d_x.get(), d_t.get(), rank, n_in}, nullptr));
+    KVWELD_CUDA_CHECK(launch_lora_add({d_b.get(), d_t.get(), d_out.get(), d_step.get(), 3, n_out, rank}, nullptr));
+    sync();
+    expect_close(to_host(d_out), want, 1e-5);
+}
+
+TEST(CudaKernels, CvecAddsOnlyWhereItsLayerIsOn) {
+    KVWELD_REQUIRE_CUDA_DEVICE();
+    const int dim = 70;
+    const auto x = random_vec(dim, 19), vec = random_vec(dim, 20);
+    const std::vector<int> on = {0, 1, 0};
+    auto d_x = to_device(x), d_vec = to_device(vec);
+    DeviceBuffer<int> d_on(on.size());
+    d_on.upload(on.data(), on.size());
+    KVWELD_CUDA_CHECK(launch_cvec({d_x.get(), d_vec.get(), d_on.get(), 2, dim}, nullptr));  // off: unchanged
+    sync();
+    expect_close(to_host(d_x), x, 0.0);
+    KVWELD_CUDA_CHECK(launch_cvec({d_x.get(), d_vec.get(), d_on.get(), 1, dim}, nullptr));
+    sync();
+    std::vector<float> want = x;
+    cpu::add(want.data(), vec.data(), dim);
+    expect_close(to_host(d_x), want, 1e-6);
 }
 
 }  // namespace
