@@ -22,34 +22,10 @@ using testing::kCpuTolerance;
 // tolerance (a stale plan is plain, not marginal).
 constexpr double kMargin = 100 * kCpuTolerance;
 
-class AdapterContract : public ::testing::Test {
+class AdapterContract : public ::testing::Test, public testing::AdaptedDecode {
 protected:
-    // Decodes `token` with the adapters held now; the logits' error against
-    // the reference with the same adapters. `also` gets the reference's
-    // logits under `other` adapters from the same history, for the half
-    // that shows a change mattered.
-    double step(int token, const Adapters* other = nullptr, double* other_error = nullptr) {
-        const std::span<const float> got = session.decode(model, cache, token, adapters);
-        const std::vector<float> logits(got.begin(), got.end());
-        if (other) {
-            ReferenceKv copy = shadow;
-            *other_error = logit_error(logits, reference_forward(model, copy, token, pos, *other));
-        }
-        return logit_error(logits, reference_forward(model, shadow, token, pos++, adapters));
-    }
-    void prefill(int n) {
-        for (int t : testing::random_tokens(n, model.config().vocab, 5)) ASSERT_LE(step(t), kCpuTolerance);
-    }
-    std::uint64_t builds() const { return session.counters().builds; }
-    // Forgets the last decoded row (a faulty plan wrote it wrong).
-    void undo() { cache.truncate_to(--pos); }
+    AdapterContract() : AdaptedDecode(Model::random(tiny_config(), 31)) {}
 
-    Model model = Model::random(tiny_config(), 31);
-    KvCache cache = KvCache::with_capacity(model.config());
-    DecodeSession session;
-    Adapters adapters;
-    ReferenceKv shadow{model.config()};
-    int pos = 0;
     std::shared_ptr<const LoraAdapter> a = LoraAdapter::random(model.config(), 2, 2.0f, 1);
     std::shared_ptr<const LoraAdapter> b = LoraAdapter::random(model.config(), 4, 8.0f, 2);
 };
@@ -132,15 +108,10 @@ TEST_F(AdapterContract, AControlVectorSetChangedReRangedOrClearedKeepsThePlanAnd
 
 TEST_F(AdapterContract, EachFaultBreaksItsHalf) {
     if (!kFaultsCompiled) GTEST_SKIP() << "this build has no fault switches (KVWELD_FAULTS)";
-    auto with = [](Fault f) {
-        FaultSet s;
-        s.add(f);
-        return s;
-    };
     adapters.set_loras(model.config(), {{a, 1.0f}});
     prefill(3);
     {  // a new set kept under adapter_set_not_in_key: the old set's rows
-        const ScopedFaults on(with(Fault::adapter_set_not_in_key));
+        const ScopedFaults on(testing::only(Fault::adapter_set_not_in_key));
         adapters.set_loras(model.config(), {{b, 1.0f}});
         EXPECT_EQ(session.check(model, cache, adapters), Validity::valid());
         EXPECT_GT(step(4), kMargin);
@@ -149,24 +120,24 @@ TEST_F(AdapterContract, EachFaultBreaksItsHalf) {
     session = DecodeSession{};  // a plan built for {b}, then the scale faults
     EXPECT_LE(step(5), kCpuTolerance);
     {
-        const ScopedFaults on(with(Fault::lora_scale_baked));
+        const ScopedFaults on(testing::only(Fault::lora_scale_baked));
         adapters.set_loras(model.config(), {{b, 2.0f}});
         EXPECT_EQ(session.check(model, cache, adapters), Validity::valid());
         EXPECT_GT(step(6), kMargin);
         undo();
     }
     {
-        const ScopedFaults on(with(Fault::lora_scale_in_key));
+        const ScopedFaults on(testing::only(Fault::lora_scale_in_key));
         adapters.set_loras(model.config(), {{b, 0.5f}});
         EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
     }
     {
-        const ScopedFaults on(with(Fault::cvec_in_key));
+        const ScopedFaults on(testing::only(Fault::cvec_in_key));
         adapters.set_cvec(model.config(), ControlVector::random(model.config(), 3, 1, 1));
         EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
     }
     {
-        const ScopedFaults on(with(Fault::cvec_baked));
+        const ScopedFaults on(testing::only(Fault::cvec_baked));
         EXPECT_GT(step(7), kMargin);  // the plan was built with no vector
     }
 }

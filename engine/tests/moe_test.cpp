@@ -34,27 +34,9 @@ TEST(MoeConfig, ImpossibleExpertCountsAreRefusedNamingTheField) {
     expect_error([&] { dense.validate(); }, {"n_experts = 0", "n_experts_used = 2", "must then be 0"});
 }
 
-class MoeContract : public ::testing::Test {
+class MoeContract : public ::testing::Test, public testing::AdaptedDecode {
 protected:
-    // Decodes `token` with the state held now: the error against the
-    // reference under it, and (with `other`) under other state.
-    double step(int token, const Adapters* other = nullptr, double* other_error = nullptr) {
-        const std::span<const float> got = session.decode(model, cache, token, state);
-        const std::vector<float> logits(got.begin(), got.end());
-        if (other) {
-            ReferenceKv copy = shadow;
-            *other_error = logit_error(logits, reference_forward(model, copy, token, pos, *other));
-        }
-        return logit_error(logits, reference_forward(model, shadow, token, pos++, state));
-    }
-    std::uint64_t builds() const { return session.counters().builds; }
-
-    Model model = Model::random(config_by_name("tiny-moe"), 41);
-    KvCache cache = KvCache::with_capacity(model.config());
-    DecodeSession session;
-    Adapters state;
-    ReferenceKv shadow{model.config()};
-    int pos = 0;
+    MoeContract() : AdaptedDecode(Model::random(config_by_name("tiny-moe"), 41)) {}
 };
 
 TEST_F(MoeContract, TheRoutedPlanFollowsTheReferenceAndTheRouterMatters) {
@@ -74,55 +56,46 @@ TEST_F(MoeContract, AWarmupSwitchKeepsThePlanAndTheKeptPlanRoutesByIt) {
     for (bool on : {true, false, true}) {
         Adapters before;
         before.set_warmup(!on);
-        state.set_warmup(on);
-        EXPECT_EQ(session.check(model, cache, state), Validity::valid()) << "warmup " << on;
+        adapters.set_warmup(on);
+        EXPECT_EQ(session.check(model, cache, adapters), Validity::valid()) << "warmup " << on;
         double stale = 0;
         EXPECT_LE(step(9, &before, &stale), kCpuTolerance) << "warmup " << on;
         EXPECT_GT(stale, kMargin) << "warmup " << on << ": the other setting must give other rows";
     }
     // The same setting again is no change at all.
-    const std::uint64_t version = state.warmup_version();
-    state.set_warmup(true);
-    EXPECT_EQ(state.warmup_version(), version);
+    const std::uint64_t version = adapters.warmup_version();
+    adapters.set_warmup(true);
+    EXPECT_EQ(adapters.warmup_version(), version);
     EXPECT_EQ(builds(), 1u);
 }
 
 TEST_F(MoeContract, EachWarmupFaultBreaksItsHalf) {
     if (!kFaultsCompiled) GTEST_SKIP() << "this build has no fault switches (KVWELD_FAULTS)";
-    auto with = [](Fault f) {
-        FaultSet s;
-        s.add(f);
-        return s;
-    };
     for (int t : testing::random_tokens(3, model.config().vocab, 5)) ASSERT_LE(step(t), kCpuTolerance);
     {  // the plan routes as it was built (warmup off) after the switch
-        const ScopedFaults on(with(Fault::warmup_baked));
-        state.set_warmup(true);
-        EXPECT_EQ(session.check(model, cache, state), Validity::valid());
+        const ScopedFaults on(testing::only(Fault::warmup_baked));
+        adapters.set_warmup(true);
+        EXPECT_EQ(session.check(model, cache, adapters), Validity::valid());
         EXPECT_GT(step(4), kMargin);
-        cache.truncate_to(--pos);
+        undo();
     }
     {
-        const ScopedFaults on(with(Fault::warmup_in_key));
-        state.set_warmup(false);
-        EXPECT_EQ(session.check(model, cache, state), Validity::stale(StaleReason::adapters));
+        const ScopedFaults on(testing::only(Fault::warmup_in_key));
+        adapters.set_warmup(false);
+        EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
     }
 }
 
 TEST(MoeDense, WarmupOnADenseModelChangesNothing) {
-    const Model model = Model::random(tiny_config(), 3);
-    KvCache cache = KvCache::with_capacity(model.config());
-    DecodeSession session;
-    Adapters state;
-    ReferenceKv shadow(model.config());
-    int pos = 0;
-    for (int t : testing::random_tokens(6, model.config().vocab, 2)) {
-        state.set_warmup(pos % 2 == 1);
-        const std::span<const float> got = session.decode(model, cache, t, state);
-        const std::vector<float> cold = reference_forward(model, shadow, t, pos++, Adapters::none());
-        EXPECT_LE(logit_error(got, cold), kCpuTolerance);
+    testing::AdaptedDecode r(Model::random(tiny_config(), 3));
+    const Adapters cold;
+    for (int t : testing::random_tokens(6, r.model.config().vocab, 2)) {
+        r.adapters.set_warmup(r.pos % 2 == 1);
+        double vs_cold = 0;
+        EXPECT_LE(r.step(t, &cold, &vs_cold), kCpuTolerance);
+        EXPECT_LE(vs_cold, kCpuTolerance);
     }
-    EXPECT_EQ(session.counters().builds, 1u);
+    EXPECT_EQ(r.builds(), 1u);
 }
 
 TEST(MoeFiles, Llama2cRefusesExpertsAndGgufNamesThem) {

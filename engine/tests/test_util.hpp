@@ -1,7 +1,10 @@
 // Helpers shared by the engine tests.
 #pragma once
 
+#include "engine/adapters.hpp"
+#include "engine/decode_session.hpp"
 #include "engine/error.hpp"
+#include "engine/faults.hpp"
 #include "engine/model.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
@@ -55,5 +58,46 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
             EXPECT_NE(what.find(f), std::string::npos) << "message '" << what << "' lacks '" << f << "'";
     }
 }
+
+// The set of one fault switch, for a ScopedFaults.
+inline FaultSet only(Fault f) {
+    FaultSet s;
+    s.add(f);
+    return s;
+}
+
+// One request decoded with an adapter state that the test changes between
+// steps (the contract rows of engine/adapters.hpp and of warmup).
+class AdaptedDecode {
+public:
+    explicit AdaptedDecode(Model m) : model(std::move(m)) {}
+
+    // Decodes `token` with the adapters held now: the logits' error against
+    // the reference with the same adapters. With `other`, also the error
+    // against the reference under other adapters from the same history,
+    // for the half that shows a change mattered.
+    double step(int token, const Adapters* other = nullptr, double* other_error = nullptr) {
+        const std::span<const float> got = session.decode(model, cache, token, adapters);
+        const std::vector<float> logits(got.begin(), got.end());
+        if (other) {
+            ReferenceKv copy = shadow;
+            *other_error = logit_error(logits, reference_forward(model, copy, token, pos, *other));
+        }
+        return logit_error(logits, reference_forward(model, shadow, token, pos++, adapters));
+    }
+    void prefill(int n) {
+        for (int t : random_tokens(n, model.config().vocab, 5)) ASSERT_LE(step(t), kCpuTolerance);
+    }
+    std::uint64_t builds() const { return session.counters().builds; }
+    // Forgets the last decoded row (a faulty plan wrote it wrong).
+    void undo() { cache.truncate_to(--pos); }
+
+    Model model;
+    KvCache cache = KvCache::with_capacity(model.config());
+    DecodeSession session;
+    Adapters adapters;
+    ReferenceKv shadow{model.config()};
+    int pos = 0;
+};
 
 }  // namespace kvweld::testing
