@@ -82,9 +82,9 @@ constexpr std::array kFaults = {
               "the control vector in the key: a set, change, re-range or clear rebuilds", FaultDesign::dense, false, true},
     FaultInfo{Fault::warmup_baked, "warmup_baked", {D::stale_decode},
               "an MoE plan keeps the warmup routing it was built with (not keyed, not step data)", FaultDesign::dense,
-              true, true},
+              false, true},
     FaultInfo{Fault::warmup_in_key, "warmup_in_key", {D::spurious_invalidation},
-              "warmup in the key: switching it rebuilds an MoE plan", FaultDesign::dense, true, true},
+              "warmup in the key: switching it rebuilds an MoE plan", FaultDesign::dense, false, true},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

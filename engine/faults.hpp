@@ -86,8 +86,7 @@ struct FaultInfo {
     std::string_view bug;
     FaultDesign design = FaultDesign::dense;
     // Reached only by what the simulator plays in process (the scheduler's
-    // speculative rewind; an MoE model, which no llama2.c checkpoint holds):
-    // kvweld's plugins leave it out.
+    // speculative rewind): kvweld's plugins leave it out.
     bool in_process_only = false;
     // Acts on the adapter state (engine/adapters.hpp), not on KV or model.
     bool adapters = false;

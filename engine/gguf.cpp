@@ -2,6 +2,7 @@
 
 #include "engine/error.hpp"
 #include "engine/file_bytes.hpp"
+#include "engine/gguf_layout.hpp"
 
 #include <cstring>
 #include <string_view>
@@ -10,10 +11,8 @@ namespace kvweld {
 
 namespace {
 
-// GGUF value types and the one tensor type used (GGML_TYPE_F32).
-enum GgufType : std::uint32_t { u32 = 4, f32 = 6, string = 8 };
-constexpr std::uint32_t kGgmlF32 = 0;
-constexpr std::uint64_t kAlignment = 32;  // GGUF's default general.alignment
+using gguf::kAlignment;
+using gguf::Tensor;
 
 class Writer {
 public:
@@ -38,61 +37,23 @@ private:
     std::vector<std::byte> out_;
 };
 
-struct Tensor {
-    std::string name;
-    std::vector<std::uint64_t> ne;  // ggml order: ne[0] is the contiguous (input) dimension
-    std::span<const float> data;
-};
-
 std::uint64_t padded(std::uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
-
-std::vector<Tensor> tensors_of(const Model& m) {
-    const ModelConfig& c = m.config();
-    const auto d = std::uint64_t(c.dim), q = std::uint64_t(c.q_dim()), kv = std::uint64_t(c.kv_dim()),
-               f = std::uint64_t(c.ffn_dim), v = std::uint64_t(c.vocab);
-    std::vector<Tensor> t = {{"token_embd.weight", {d, v}, m.embedding()}};
-    for (int l = 0; l < c.n_layers; ++l) {
-        const LayerWeights w = m.layer(l);
-        const std::string b = cat("blk.", l, ".");
-        t.push_back({b + "attn_norm.weight", {d}, w.att_norm});
-        t.push_back({b + "attn_q.weight", {d, q}, w.wq});
-        t.push_back({b + "attn_k.weight", {d, kv}, w.wk});
-        t.push_back({b + "attn_v.weight", {d, kv}, w.wv});
-        t.push_back({b + "attn_output.weight", {q, d}, w.wo});
-        t.push_back({b + "ffn_norm.weight", {d}, w.ffn_norm});
-        if (c.moe()) {
-            // Experts stacked on ggml's last axis: kvweld's [expert][out][in].
-            const auto e = std::uint64_t(c.n_experts);
-            t.push_back({b + "ffn_gate_inp.weight", {d, e}, w.router});
-            t.push_back({b + "ffn_gate_exps.weight", {d, f, e}, w.w1});
-            t.push_back({b + "ffn_up_exps.weight", {d, f, e}, w.w3});
-            t.push_back({b + "ffn_down_exps.weight", {f, d, e}, w.w2});
-            continue;
-        }
-        t.push_back({b + "ffn_gate.weight", {d, f}, w.w1});
-        t.push_back({b + "ffn_up.weight", {d, f}, w.w3});
-        t.push_back({b + "ffn_down.weight", {f, d}, w.w2});
-    }
-    t.push_back({"output_norm.weight", {d}, m.final_norm()});
-    t.push_back({"output.weight", {d, v}, m.classifier()});
-    return t;
-}
 
 void kv_u32(Writer& w, std::string_view key, std::uint32_t v) {
     w.str(key);
-    w.pod<std::uint32_t>(u32);
+    w.pod<std::uint32_t>(gguf::u32);
     w.pod(v);
 }
 
 void kv_f32(Writer& w, std::string_view key, float v) {
     w.str(key);
-    w.pod<std::uint32_t>(f32);
+    w.pod<std::uint32_t>(gguf::f32);
     w.pod(v);
 }
 
 void kv_str(Writer& w, std::string_view key, std::string_view v) {
     w.str(key);
-    w.pod<std::uint32_t>(string);
+    w.pod<std::uint32_t>(gguf::string);
     w.str(v);
 }
 
@@ -122,7 +83,7 @@ void model_kvs(Writer& w, const ModelConfig& c) {
 template <class Kvs>
 std::vector<std::byte> gguf_file(std::uint64_t n_kv, Kvs&& kvs, const std::vector<Tensor>& tensors) {
     Writer w;
-    w.pod<std::uint32_t>(0x46554747);  // "GGUF"
+    w.pod<std::uint32_t>(gguf::kMagic);
     w.pod<std::uint32_t>(3);
     w.pod<std::uint64_t>(tensors.size());
     w.pod<std::uint64_t>(n_kv);
@@ -132,7 +93,7 @@ std::vector<std::byte> gguf_file(std::uint64_t n_kv, Kvs&& kvs, const std::vecto
         w.str(t.name);
         w.pod<std::uint32_t>(std::uint32_t(t.ne.size()));
         for (std::uint64_t n : t.ne) w.pod(n);
-        w.pod<std::uint32_t>(kGgmlF32);
+        w.pod<std::uint32_t>(gguf::kGgmlF32);
         w.pod(offset);
         offset += padded(t.data.size_bytes());
     }
@@ -154,7 +115,7 @@ void require_llama(const ModelConfig& c, const char* what) {
 std::vector<std::byte> serialize_gguf(const Model& model) {
     require_llama(model.config(), "GGUF export");
     return gguf_file(model_kv_count(model.config()), [&](Writer& w) { model_kvs(w, model.config()); },
-                     tensors_of(model));
+                     gguf::model_tensors(model));
 }
 
 void save_gguf(const Model& model, const std::string& path) { write_file(path, serialize_gguf(model), "GGUF"); }
@@ -166,17 +127,7 @@ void save_gguf(const Model& model, const std::string& path) { write_file(path, s
 std::vector<std::byte> serialize_gguf_lora(const LoraAdapter& adapter) {
     const ModelConfig& c = adapter.config();
     require_llama(c, "GGUF LoRA export");
-    const auto r = std::uint64_t(adapter.rank());
-    std::vector<Tensor> tensors;
-    for (int l = 0; l < c.n_layers; ++l)
-        for (int t = 0; t < kLoraTargets; ++t) {
-            const auto [n_out, n_in] = lora_shape(c, LoraTarget(t));
-            const LoraMatrix& m = adapter.matrix(l, LoraTarget(t));
-            if (m.rank == 0) continue;
-            const std::string name = cat("blk.", l, ".", to_string(LoraTarget(t)), ".weight.lora_");
-            tensors.push_back({name + "a", {std::uint64_t(n_in), r}, m.a});
-            tensors.push_back({name + "b", {r, std::uint64_t(n_out)}, m.b});
-        }
+    const std::vector<Tensor> tensors = gguf::lora_tensors(adapter);
     const auto kvs = [&](Writer& w) {
         kv_str(w, "general.architecture", "llama");
         kv_str(w, "general.type", "adapter");

@@ -11,6 +11,8 @@
 #include "engine/model.hpp"
 
 #include <cstddef>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,5 +22,17 @@ std::vector<std::byte> serialize_gguf(const Model& model);
 void save_gguf(const Model& model, const std::string& path);
 // A LoRA adapter as llama.cpp's adapter GGUF (general.type "adapter").
 std::vector<std::byte> serialize_gguf_lora(const LoraAdapter& adapter);
+
+// Reading them back (engine/gguf_read.cpp): F32 tensors of the llama
+// architecture as kvweld writes them (engine/gguf_layout.hpp). A model
+// without output.weight shares its embedding as the classifier. An
+// adapter must be for `model`'s shape and adapt every matrix kvweld adapts.
+// Anything else is an Error naming the file and the value.
+Model parse_gguf(std::span<const std::byte> bytes, const std::string& origin,
+                 pmr::memory_resource* resource = nullptr);
+Model load_gguf(const std::string& path, pmr::memory_resource* resource = nullptr);
+std::shared_ptr<const LoraAdapter> parse_gguf_lora(std::span<const std::byte> bytes, const ModelConfig& model,
+                                                   const std::string& origin);
+std::shared_ptr<const LoraAdapter> load_gguf_lora(const std::string& path, const ModelConfig& model);
 
 }  // namespace kvweld

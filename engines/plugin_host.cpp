@@ -6,7 +6,7 @@
 #include "engine/faults.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
-#include "engine/adapter_file.hpp"
+#include "engine/file_bytes.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -184,8 +184,10 @@ ModelFile::ModelFile(const Model& model, const std::string& format) : path_(temp
         save_llama2c(model, path_);
 }
 
-ModelFile::ModelFile(const LoraAdapter& adapter, const std::string& format) : path_(temp_path(format)) {
-    save_lora(adapter, path_, format);
+// Adapters are llama.cpp's adapter GGUF for every engine (the llama2.c
+// format has none).
+ModelFile::ModelFile(const LoraAdapter& adapter) : path_(temp_path("gguf")) {
+    write_file(path_, serialize_gguf_lora(adapter), "LoRA adapter");
 }
 
 ModelFile::~ModelFile() {
@@ -193,14 +195,14 @@ ModelFile::~ModelFile() {
     std::filesystem::remove(path_, ignored);
 }
 
-// Each adapter is written once, in the engine's format, and kept while the engine lives.
+// Each adapter is written once and kept while the engine lives.
 void PluginEngine::set_loras(std::span<const LoraUse> uses) {
     require(capabilities() & KVWELD_CAP_LORA, "engine ", name(), " takes no LoRA adapters (no KVWELD_CAP_LORA)");
     std::vector<const char*> paths;
     std::vector<float> scales;
     for (const LoraUse& u : uses) {
         auto& file = adapter_files_[u.adapter->id().get()];
-        if (!file) file = std::make_unique<ModelFile>(*u.adapter, model_format());
+        if (!file) file = std::make_unique<ModelFile>(*u.adapter);
         paths.push_back(file->path().c_str());
         scales.push_back(u.scale);
     }

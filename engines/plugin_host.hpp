@@ -42,8 +42,8 @@ private:
 class ModelFile {
 public:
     ModelFile(const Model& model, const std::string& format);
-    // A LoRA adapter, in the same format (engine/adapter_file.hpp).
-    ModelFile(const LoraAdapter& adapter, const std::string& format);
+    // A LoRA adapter: llama.cpp's adapter GGUF, whatever the model's format.
+    explicit ModelFile(const LoraAdapter& adapter);
     ~ModelFile();
     ModelFile(const ModelFile&) = delete;
     ModelFile& operator=(const ModelFile&) = delete;

@@ -33,7 +33,7 @@ namespace kvweld::engines {
 namespace {
 
 const EngineEntry kEngines[] = {
-    {"inproc", "", "", open_dense_engine, kInprocCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
+    {"inproc", "", "", open_dense_engine, kDenseCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
      kvweld_dense_settings, kDenseNoReuse, nullptr, nullptr},
     {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings,
      nullptr, nullptr, nullptr},

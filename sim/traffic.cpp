@@ -41,11 +41,7 @@ SimConfig traffic_serve_config(const TrafficParams& t, const EngineChoice& engin
 class EngineTraffic {
 public:
     EngineTraffic(const TrafficParams& t, const EngineChoice& engine, int chunk)
-        : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {
-        require(t.adapters >= 0 && t.adapters <= kLoraPool, "--adapters ", t.adapters, ": must be in 0..", kLoraPool);
-        require(t.adapters == 0 || sim_.eligible(OpKind::lora).size() == 1, "--adapters ", t.adapters, ": engine ",
-                engine.engine, " takes no LoRA adapters (no KVWELD_CAP_LORA)");
-    }
+        : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {}
 
     EngineTrafficResult run() {
         const BlockModel* blocks = sim_.block_model();
@@ -238,6 +234,11 @@ std::string describe(const PoolStats& p) {
 }
 
 EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk) {
+    // Checked before the engine is opened.
+    require(traffic.adapters >= 0 && traffic.adapters <= kLoraPool, "--adapters ", traffic.adapters,
+            ": must be in 0..", kLoraPool);
+    require(traffic.adapters == 0 || (engine_capabilities(engine.engine) & KVWELD_CAP_LORA), "--adapters ",
+            traffic.adapters, ": engine ", engine.engine, " takes no LoRA adapters (no KVWELD_CAP_LORA)");
     return EngineTraffic(traffic, engine, chunk).run();
 }
 

@@ -113,5 +113,70 @@ TEST(Gguf, Qwen3IsRefusedWithTheReason) {
                  {"GGUF", "/nonexistent/dir/x.gguf", "cannot open"});
 }
 
+// Reading back what the writer wrote: the same weights, bit for bit, for a
+// dense model, an MoE model and an adapter.
+TEST(GgufRead, RoundTripKeepsEveryWeight) {
+    for (const char* name : {"tiny", "tiny-moe", "small"}) {
+        const Model model = Model::random(config_by_name(name), 7);
+        const Model back = parse_gguf(serialize_gguf(model), "<memory>");
+        EXPECT_EQ(back.config(), model.config()) << name;
+        ASSERT_EQ(back.all_weights().size(), model.all_weights().size()) << name;
+        EXPECT_TRUE(std::equal(back.all_weights().begin(), back.all_weights().end(), model.all_weights().begin()))
+            << name;
+        EXPECT_NE(back.id(), model.id());
+    }
+    const Model model = Model::random(tiny_config(), 8);
+    const auto lora = LoraAdapter::random(model.config(), 4, 8.0f, 3);
+    const auto back = parse_gguf_lora(serialize_gguf_lora(*lora), model.config(), "<memory>");
+    EXPECT_EQ(back->rank(), 4);
+    EXPECT_EQ(back->alpha(), 8.0f);
+    for (int l = 0; l < model.config().n_layers; ++l)
+        for (int t = 0; t < kLoraTargets; ++t) {
+            EXPECT_EQ(back->matrix(l, LoraTarget(t)).a, lora->matrix(l, LoraTarget(t)).a);
+            EXPECT_EQ(back->matrix(l, LoraTarget(t)).b, lora->matrix(l, LoraTarget(t)).b);
+        }
+}
+
+// A corrupt file is an Error naming the file and the value, never a crash
+// or an allocation its bytes do not back.
+TEST(GgufRead, CorruptFilesAreRefusedNamingTheProblem) {
+    const std::vector<std::byte> good = serialize_gguf(Model::random(tiny_config(), 9));
+    auto with = [&](std::size_t at, std::uint64_t value, std::size_t bytes) {
+        std::vector<std::byte> b = good;
+        std::memcpy(b.data() + at, &value, bytes);
+        return b;
+    };
+    auto find = [&](std::string_view text) {
+        const std::string_view all(reinterpret_cast<const char*>(good.data()), good.size());
+        return all.find(text);
+    };
+    expect_error([&] { parse_gguf(std::span(good).first(3), "m.gguf"); }, {"m.gguf", "truncated"});
+    expect_error([&] { parse_gguf(with(0, 0x12345678, 4), "m.gguf"); }, {"not a GGUF file"});
+    expect_error([&] { parse_gguf(with(4, 9, 4), "m.gguf"); }, {"version 9", "2 and 3"});
+    expect_error([&] { parse_gguf(with(8, std::uint64_t(1) << 40, 8), "m.gguf"); }, {"tensors", "limit"});
+    expect_error([&] { parse_gguf(std::span(good).first(good.size() / 2), "m.gguf"); }, {"m.gguf"});
+    // The embedding width past what the data holds: refused before allocating.
+    const std::size_t dim_value = find("llama.embedding_length") + std::string_view("llama.embedding_length").size() + 4;
+    expect_error([&] { parse_gguf(with(dim_value, 4096, 4), "m.gguf"); }, {"m.gguf"});
+    // A tensor of another type, and of another shape.
+    const std::size_t embd = find("token_embd.weight") + std::string_view("token_embd.weight").size();
+    expect_error([&] { parse_gguf(with(embd + 4 + 16, 1, 4), "m.gguf"); }, {"token_embd.weight", "ggml type 1", "F32"});
+    expect_error([&] { parse_gguf(with(embd + 4, 31, 8), "m.gguf"); }, {"token_embd.weight", "[31, 64]", "[32, 64]"});
+    std::vector<std::byte> nan = good;
+    const float bad = std::nanf("");
+    std::memcpy(nan.data() + nan.size() - 4, &bad, 4);
+    expect_error([&] { parse_gguf(nan, "m.gguf"); }, {"output.weight", "not finite"});
+    expect_error([] { load_gguf("/nonexistent/m.gguf"); }, {"/nonexistent/m.gguf", "cannot open"});
+}
+
+TEST(GgufRead, AnAdapterOfAnotherShapeIsRefusedNamingTheTensor) {
+    ModelConfig wide = tiny_config();
+    wide.ffn_dim += 16;
+    const std::vector<std::byte> file = serialize_gguf_lora(*LoraAdapter::random(wide, 2, 2.0f, 1));
+    expect_error([&] { parse_gguf_lora(file, tiny_config(), "a.gguf"); }, {"a.gguf", "ffn_down", "[80, 2]", "[64, 2]"});
+    expect_error([&] { parse_gguf_lora(serialize_gguf(Model::random(tiny_config(), 1)), tiny_config(), "m.gguf"); },
+                 {"m.gguf", "general.type"});
+}
+
 }  // namespace
 }  // namespace kvweld

@@ -28,15 +28,14 @@
 
 namespace kvweld::engines {
 
-// The ABI capabilities it declares as a plugin; in process it also takes
-// MoE models (a plugin reads llama2.c checkpoints, which hold none).
+// The ABI capabilities it declares, in process and as a plugin.
 inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS |
                                                     KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
-                                                    KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS;
+                                                    KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
+                                                    KVWELD_CAP_WARMUP;
 // The setting that makes it build a plan for every token (the twin's).
 inline constexpr const char* kDenseNoReuse = "reuse=0";
-inline constexpr std::uint32_t kInprocCapabilities = kDenseCapabilities | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP;
 
 struct DenseSettings {
     RebindPolicy policy = RebindPolicy::rebind;
@@ -54,8 +53,8 @@ public:
     DenseEngine(const Model& model, const EngineSetup& setup, FaultSet faults);
 
     std::string name() const override { return "kvweld"; }
-    std::uint32_t capabilities() const override { return kInprocCapabilities; }
-    std::string model_format() const override { return "llama2c"; }
+    std::uint32_t capabilities() const override { return kDenseCapabilities; }
+    std::string model_format() const override { return "gguf"; }
     int vocab() const override { return model_->config().vocab; }
     const ModelConfig& config() const { return model_->config(); }
     const FaultSet& faults() const { return faults_; }

@@ -1,13 +1,11 @@
 // kvweld's dense engine (engines/kvweld/dense_engine.hpp) behind the plugin
 // ABI (include/kvweld/engine_abi.h): the same class the simulator runs in
-// process, over the model loaded from the llama2.c checkpoint the harness
-// wrote. It exists so that the ABI is exercised by an engine with fault
+// process, over the model loaded from the GGUF file the harness wrote. It exists so that the ABI is exercised by an engine with fault
 // switches, and so that the in-process engine and its plugin can be run
 // side by side on the same seeds.
 #include "engines/kvweld/dense_engine.hpp"
 #include "engines/kvweld/kvweld_plugin_base.hpp"
-#include "engine/adapter_file.hpp"
-#include "engine/checkpoint.hpp"
+#include "engine/gguf.hpp"
 #include "engine/error.hpp"
 
 #include <map>
@@ -48,7 +46,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
                     "': this engine's faults are ", fault_list().empty() ? "(none in this build)" : fault_list());
             faults.add(*f);
         }
-        const kvweld::Model model = kvweld::load_llama2c(o->model_path);
+        const kvweld::Model model = kvweld::load_gguf(o->model_path);
         const kvweld::engines::EngineSetup setup{o->params ? o->params : "", o->n_seq_max, o->n_ctx, o->threads};
         *out = new kvweld_engine{std::make_unique<kvweld::engines::DenseEngine>(model, setup, faults), {}};
     });
@@ -106,7 +104,7 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
 int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(path != nullptr, "reload: no model path");
-        e->engine->reload(kvweld::load_llama2c(path));
+        e->engine->reload(kvweld::load_gguf(path));
     });
 }
 
@@ -153,15 +151,21 @@ int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, in
     });
 }
 
+int set_warmup(kvweld_engine* e, int32_t on, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(on == 0 || on == 1, "set_warmup: on = ", on, ": must be 0 or 1");
+        e->engine->set_warmup(on == 1);
+    });
+}
+
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "kvweld", "llama2c",
+    KVWELD_ENGINE_ABI_VERSION, "kvweld", "gguf",
     kvweld::engines::kDenseCapabilities,
     fault_list().c_str(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     storage, read_kv, swap_layer,
     nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
-    plan_serial, set_loras, set_cvec, decode_outputs,
-    nullptr,  // no warmup: llama2.c checkpoints hold no experts to route
+    plan_serial, set_loras, set_cvec, decode_outputs, set_warmup,
     kvweld::engines::kDenseNoReuse,
     nullptr,  // bit for bit with its twin in every state
 };

@@ -110,6 +110,13 @@ int decode_outputs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens,
     });
 }
 
+int set_warmup(kvweld_engine* e, int32_t on, char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] {
+        require(on == 0 || on == 1, "set_warmup: on = ", on, ": must be 0 or 1");
+        e->adapters.set_warmup(on == 1);
+    });
+}
+
 // Every file is read and checked before the adapters change.
 int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
@@ -228,17 +235,17 @@ int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, s
 }
 
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "kvweld-paged", "llama2c",
+    KVWELD_ENGINE_ABI_VERSION, "kvweld-paged", "gguf",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_READ_KV | KVWELD_CAP_BLOCKS |
-        KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA | KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS,
+        KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA | KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS |
+        KVWELD_CAP_MOE | KVWELD_CAP_WARMUP,
     fault_list().c_str(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr,  // per-sequence storage identity: the pool's is in pool_info
     read_kv,
     nullptr,  // no layer swap: one pool holds every layer
     pool_info, block_table, block_refcount, pool_op,
-    plan_serial, set_loras, set_cvec, decode_outputs,
-    nullptr,           // no warmup: llama2.c checkpoints hold no experts to route
+    plan_serial, set_loras, set_cvec, decode_outputs, set_warmup,
     nullptr, nullptr,  // no setting turns its plan reuse off: no twin
 };
 

@@ -1,15 +1,14 @@
 // What kvweld's two engine plugins (dense: kvweld_engine_plugin.cpp, paged:
-// kvweld_paged_plugin.cpp) share: the model loaded from the llama2.c
-// checkpoint the harness wrote, the engine's options and fault switches,
+// kvweld_paged_plugin.cpp) share: the model loaded from the GGUF file the
+// harness wrote, the engine's options and fault switches,
 // reload, the fault list each design can reach through the ABI, and the
 // adapters and control vector as the ABI hands them over.
 #pragma once
 
 #include "engines/abi_guard.hpp"
 #include "engines/abi_lists.hpp"
-#include "engine/adapter_file.hpp"
 #include "engine/adapters.hpp"
-#include "engine/checkpoint.hpp"
+#include "engine/gguf.hpp"
 #include "engine/error.hpp"
 #include "engine/faults.hpp"
 #include "engines/kvweld/recycling_resource.hpp"
@@ -93,7 +92,7 @@ std::string fault_names_for(Reachable&& reachable) {
 // Loads the model and checks the options; `allowed` is fault_names_for's list.
 inline void init_base(PluginBase& e, const kvweld_engine_options* o, const std::string& allowed) {
     require(o && o->model_path, "no options or model path");
-    e.model.emplace(load_llama2c(o->model_path, e.pool.get()));
+    e.model.emplace(load_gguf(o->model_path, e.pool.get()));
     const int max_ctx = e.model->config().max_seq_len;
     require(o->n_ctx >= 1 && o->n_ctx <= max_ctx, "n_ctx = ", o->n_ctx, ": must be in 1..", max_ctx);
     require(o->n_seq_max >= 1 && o->n_seq_max <= 4096, "n_seq_max = ", o->n_seq_max, ": must be in 1..4096");
@@ -112,11 +111,11 @@ inline void init_base(PluginBase& e, const kvweld_engine_options* o, const std::
 // address; checked in full before, so a bad file loses nothing.
 inline void reload_model(PluginBase& e, const char* path) {
     require(path != nullptr, "reload: no model path");
-    Model checked = load_llama2c(path);
+    Model checked = load_gguf(path);
     require(checked.config() == e.model->config(), "reload: ", path, " holds a model of another shape");
     e.model.reset();
     try {
-        e.model.emplace(load_llama2c(path, e.pool.get()));
+        e.model.emplace(load_gguf(path, e.pool.get()));
     } catch (const Error&) {  // the file changed under us: keep what was checked
         e.model.emplace(std::move(checked));
     }
@@ -134,7 +133,7 @@ inline std::vector<LoraUse> lora_uses(LoraFiles& read, const char* const* paths,
     std::vector<LoraUse> uses;
     for (std::size_t i = 0; i < named.size(); ++i) {
         auto& adapter = read[named[i]];
-        if (!adapter) adapter = load_lora(named[i], config);
+        if (!adapter) adapter = load_gguf_lora(named[i], config);
         uses.push_back({adapter, scales[i]});
     }
     return uses;

@@ -167,11 +167,11 @@ typedef struct kvweld_engine_api {
      * must show a new serial, so a counter that hides a build is caught. */
     int (*plan_serial)(const kvweld_engine* engine, int32_t seq, uint64_t* out, char* err, size_t err_len);
     /* Version 5, KVWELD_CAP_LORA: the LoRA adapters every later decode runs
-     * with, n files the harness wrote (in api.model_format: "gguf", a GGUF
+     * with, n files the harness wrote (whatever api.model_format: a GGUF
      * with general.type "adapter", adapter.type "lora", adapter.lora.alpha
      * and per adapted matrix "<tensor>.lora_a" [r][n_in] and ".lora_b"
-     * [n_out][r]; "llama2c", kvweld's own LoRA file, engine/adapter_file.hpp),
-     * each with its scale: W x + scale * alpha / r * B (A x). n = 0: none.
+     * [n_out][r], llama.cpp's adapter file; since version 6 kvweld writes
+     * no other kind), each with its scale: W x + scale * alpha / r * B (A x). n = 0: none.
      * The same set at the same scales again changes nothing. A file of
      * another model's shape fails, naming it, and changes nothing. The
      * adapters and the control vector survive a reload. */
