@@ -228,9 +228,11 @@ void copy_tensor(const File& f, const gguf::Tensor& t, float* out, const std::st
 
 // The file holds no tensor but the table's.
 void require_only(const File& f, const std::vector<gguf::Tensor>& table, const std::string& origin) {
-    for (const auto& [name, info] : f.tensors)
+    for (const auto& entry : f.tensors) {
+        const std::string& name = entry.first;  // not a structured binding: clang before 16 cannot capture one
         require(std::any_of(table.begin(), table.end(), [&](const gguf::Tensor& t) { return t.name == name; }),
                 "GGUF ", origin, ": tensor '", name, "' is not one kvweld reads for this model");
+    }
 }
 
 }  // namespace
