@@ -58,6 +58,7 @@ void CpuPlan::prepare(const Model& model, int threads, int max_seq_len, const Ad
     proj_.resize(sz(c.dim));
     h13_.resize(2 * sz(c.ffn_dim));
     router_.resize(sz(c.n_experts));
+    route_.resize(sz(c.n_experts));
     expert_out_.resize(c.moe() ? sz(c.dim) : 0);
     logits_.resize(sz(c.vocab));
     if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads);
@@ -220,7 +221,7 @@ bool CpuPlan::step_warmup(const StepParams& step) const {
 void CpuPlan::moe(const PackedWeights::Layer& p, const StepParams& step) {
     const ModelConfig& c = config_;
     cpu::matvec(router_.data(), w(p.router), xb_.data(), c.n_experts, c.dim);
-    std::vector<int> order(sz(c.n_experts));
+    std::vector<int>& order = route_;
     for (int e = 0; e < c.n_experts; ++e) order[sz(e)] = e;
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return router_[sz(a)] > router_[sz(b)]; });
     const int weighed = step_warmup(step) ? c.n_experts : c.n_experts_used;

@@ -113,6 +113,7 @@ private:
     // scratch
     std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;
     std::vector<float> router_, expert_out_;  // MoE: the router's logits, one expert's output
+    std::vector<int> route_;                  // MoE: the experts, best first
 };
 
 }  // namespace kvweld

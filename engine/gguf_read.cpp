@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <variant>
@@ -67,7 +68,10 @@ public:
             case gguf::i16: return std::int64_t(pod<std::int16_t>("value"));
             case gguf::u32: return std::int64_t(pod<std::uint32_t>("value"));
             case gguf::i32: return std::int64_t(pod<std::int32_t>("value"));
-            case gguf::u64: return std::int64_t(pod<std::uint64_t>("value") & 0x7fffffffffffffffULL);
+            case gguf::u64: {  // past int64's range: -1, which every integer key refuses
+                const auto v = pod<std::uint64_t>("value");
+                return v > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ? std::int64_t(-1) : std::int64_t(v);
+            }
             case gguf::i64: return pod<std::int64_t>("value");
             case gguf::f32: return double(pod<float>("value"));
             case gguf::f64: return pod<double>("value");
