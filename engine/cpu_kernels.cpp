@@ -142,6 +142,19 @@ void rope(float* vec, int n_heads, int head_dim, const float* rope_row) {
     }
 }
 
+void rotate_by(float* vec, int n_heads, int head_dim, int delta, float theta) {
+    for (int i = 0; i < head_dim; i += 2) {
+        const double angle = delta * std::pow(double(theta), -double(i) / head_dim);
+        const double c = std::cos(angle), s = std::sin(angle);
+        for (int h = 0; h < n_heads; ++h) {
+            float* v = vec + h * head_dim + i;
+            const double a = v[0], b = v[1];
+            v[0] = float(a * c - b * s);
+            v[1] = float(a * s + b * c);
+        }
+    }
+}
+
 namespace {
 
 // Calls fn(t, row) for positions t in [0, len) in order, walking the blocks

@@ -15,6 +15,11 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
 // rope_row[2i] = cos, rope_row[2i+1] = sin.
 void rope(float* vec, int n_heads, int head_dim, const float* rope_row);
 
+// Re-rotates each head's pairs (2i, 2i+1) of a key row that was rotated at
+// some position p so that it is rotated at p + delta: the angle delta *
+// theta^(-2i/head_dim) in double, rounded once (a context shift).
+void rotate_by(float* vec, int n_heads, int head_dim, int delta, float theta);
+
 // Single-query attention for one head over positions [0, len):
 // out = softmax(q . k_t / sqrt(d)) . v_t, rows `stride` floats apart.
 void attend(float* out, float* scores, const float* q, const float* k, const float* v, int len,

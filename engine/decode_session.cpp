@@ -150,6 +150,7 @@ std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache,
                                              const Adapters& adapters) {
     validate_input(model, cache, token);
     require_backend_adapters(adapters);
+    cache.settle(model.config().rope_theta);  // a context shift's owed rotations: data, not the plan's
     prepare(model, key_of(model, cache, adapters), Target{&cache, nullptr, cache.cached_len(), &adapters});
     const int pos = cache.cached_len();
     const std::span<const float> logits = plan_->run(StepParams{token, pos, pos + 1, {}, &adapters});

@@ -85,6 +85,13 @@ constexpr std::array kFaults = {
               false, true},
     FaultInfo{Fault::warmup_in_key, "warmup_in_key", {D::spurious_invalidation},
               "warmup in the key: switching it rebuilds an MoE plan", FaultDesign::dense, false, true},
+    FaultInfo{Fault::shift_rotation_skipped, "shift_rotation_skipped", {D::stale_decode},
+              "a context shift moves the key rows down but leaves them rotated for their old positions"},
+    FaultInfo{Fault::shift_delta_overwritten, "shift_delta_overwritten", {D::stale_decode},
+              "a second shift before the next decode overwrites the rotation a row owes instead of adding to it "
+              "(llama.cpp issue 3825's K-shift)"},
+    FaultInfo{Fault::shift_remints_id, "shift_remints_id", {D::spurious_invalidation},
+              "a context shift mints a new allocation id, so the held plan is rebound though its storage is the same"},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

@@ -48,6 +48,10 @@ enum class Fault : std::uint8_t {
     // Mixture of experts: warmup routing is step data.
     warmup_baked,   // the plan keeps the warmup routing it was built with (llama.cpp 0.3.36's graph does)
     warmup_in_key,  // a warmup switch rebuilds
+    // Context shift (KvCache::shift): the rotation is data, the storage kept.
+    shift_rotation_skipped,   // moved key rows keep the rotation of their old positions
+    shift_delta_overwritten,  // a second shift before the rotation replaces the delta owed (llama.cpp issue 3825)
+    shift_remints_id,         // a shift mints a new allocation id: the plan is moved for nothing
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports

@@ -2,7 +2,10 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "engine/cpu_kernels.hpp"
 #include "engine/faults.hpp"
+
+#include <algorithm>
 
 namespace kvweld {
 
@@ -82,6 +85,7 @@ void KvCache::clear() {
     for (int i = 0; i < geometry_.n_layers; ++i) fresh.push_back(fresh_layer());
     layers_ = std::move(fresh);
     cached_len_ = 0;
+    owed_.clear();
     // The fault keeps the old id: a held plan then never notices the swap.
     if (!alloc_id_ || !fault_on(Fault::no_remint_on_clear)) alloc_id_ = KvAllocId::mint();
 }
@@ -109,6 +113,7 @@ void KvCache::truncate_to(int n) {
     require(n >= 0 && n <= cached_len_,
             "truncate_to(", n, "): must be in 0..cached_len = ", cached_len_);
     cached_len_ = n;
+    if (!owed_.empty()) std::fill(owed_.begin() + n, owed_.end(), 0);  // a row written anew owes nothing
     // The fault re-mints: every speculative reject then forces a spurious rebuild.
     if (fault_on(Fault::remint_on_truncate)) alloc_id_ = KvAllocId::mint();
 }
@@ -121,6 +126,64 @@ void KvCache::require_room() const {
 void KvCache::advance() {
     require_room();
     ++cached_len_;
+}
+
+void KvCache::shift(int p0, int p1) {
+    require(p0 >= 0 && p0 <= p1 && p1 <= cached_len_, "shift: positions [", p0, ", ", p1,
+            ") must lie in 0..cached_len = ", cached_len_, " with p0 <= p1");
+    if (p0 == p1) return;
+    const int moved = cached_len_ - p1, delta = p1 - p0;
+    const auto row_floats = std::size_t(geometry_.kv_dim());
+    for (const KvLayer& l : layers_) {
+        if (l->device()) l->device()->download(*l, 0, cached_len_);  // the device copy is current
+        std::copy_n(l->key_row(p1), std::size_t(moved) * row_floats, l->key_row(p0));
+        std::copy_n(l->value_row(p1), std::size_t(moved) * row_floats, l->value_row(p0));
+        if (l->device() && moved > 0) l->device()->upload(*l, p0, moved);
+    }
+    owed_.resize(std::size_t(geometry_.max_seq_len), 0);
+    for (int i = p0; i < p0 + moved; ++i)
+        // The fault forgets a rotation still owed from an earlier shift.
+        owed_[std::size_t(i)] = (fault_on(Fault::shift_delta_overwritten) ? 0 : owed_[std::size_t(i + delta)]) - delta;
+    std::fill(owed_.begin() + p0 + moved, owed_.end(), 0);
+    cached_len_ -= delta;
+    if (fault_on(Fault::shift_remints_id)) alloc_id_ = KvAllocId::mint();
+}
+
+bool KvCache::settled() const {
+    return std::all_of(owed_.begin(), owed_.end(), [](int d) { return d == 0; });
+}
+
+void KvCache::settle(float rope_theta) {
+    for (int pos = 0; pos < int(owed_.size()); ++pos) {
+        int& delta = owed_[std::size_t(pos)];
+        if (delta == 0) continue;
+        for (const KvLayer& l : layers_) {
+            // The fault moves the row without its rotation.
+            if (!fault_on(Fault::shift_rotation_skipped))
+                cpu::rotate_by(l->key_row(pos), geometry_.n_kv_heads, geometry_.head_dim, delta, rope_theta);
+            if (l->device()) l->device()->upload(*l, pos, 1);
+        }
+        delta = 0;
+    }
+}
+
+void KvCache::overwrite(int len, std::span<const float> rows) {
+    const auto row_floats = std::size_t(geometry_.kv_dim());
+    require(len >= 0 && len <= geometry_.max_seq_len, "overwrite: ", len, " rows, the capacity is ",
+            geometry_.max_seq_len);
+    const std::size_t per_layer = 2 * std::size_t(len) * row_floats;
+    require(rows.size() == per_layer * std::size_t(geometry_.n_layers), "overwrite: ", rows.size(),
+            " floats for ", len, " rows of ", geometry_.n_layers, " layers (", per_layer * std::size_t(geometry_.n_layers),
+            " needed)");
+    for (int l = 0; l < geometry_.n_layers; ++l) {
+        KvStorage& s = *layers_[std::size_t(l)];
+        const float* from = rows.data() + std::size_t(l) * per_layer;
+        std::copy_n(from, std::size_t(len) * row_floats, s.key_row(0));
+        std::copy_n(from + std::size_t(len) * row_floats, std::size_t(len) * row_floats, s.value_row(0));
+        if (s.device() && len > 0) s.device()->upload(s, 0, len);
+    }
+    owed_.clear();
+    cached_len_ = len;
 }
 
 const KvLayer& KvCache::layer(int i) const {

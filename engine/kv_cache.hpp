@@ -4,12 +4,22 @@
 //
 //   construct, clear(), set_layer()  => storage replaced => new KvAllocId
 //   truncate_to(n)                   => cached_len moves only => same id
+//   shift(p0, p1), overwrite(...)    => rows rewritten in place => same id
+//
+// A context shift removes positions [p0, p1) and moves the later rows down.
+// Keys are stored rotated for their positions (RoPE), so each moved key
+// row owes a rotation by the positions it moved; the owed deltas add up
+// over shifts and are applied by settle(), which every decode runs first
+// (llama.cpp's K-shift is applied at the next decode's memory update the
+// same way). The plan stays valid: the rotation is data, the storage and
+// its id are the ones it was built on.
 #pragma once
 
 #include "engine/config.hpp"
 #include "engine/ids.hpp"
 
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace kvweld {
@@ -107,6 +117,18 @@ public:
     void advance();
     // Throws the "cache full" Error when no position is left.
     void require_room() const;
+    // Removes positions [p0, p1): 0 <= p0 <= p1 <= cached_len, else Error
+    // naming the bound, and nothing changes.
+    void shift(int p0, int p1);
+    // Applies the rotations the moved key rows owe (theta: the model's
+    // rope_theta), in the device copy too.
+    void settle(float rope_theta);
+    bool settled() const;
+    // Replaces the content with `len` rows per layer read from `rows`:
+    // per layer, len key rows then len value rows, kv_dim floats each (a
+    // state import). len > max_seq_len or a wrong size is an Error and
+    // nothing changes.
+    void overwrite(int len, std::span<const float> rows);
 
     const KvLayer& layer(int i) const;
     std::vector<StorageSerial> storage_serials() const;
@@ -120,6 +142,7 @@ private:
     std::vector<KvLayer> layers_;
     int cached_len_ = 0;
     KvAllocId alloc_id_;
+    std::vector<int> owed_;  // per position: the rotation its key row owes (empty: none owed)
 };
 
 }  // namespace kvweld

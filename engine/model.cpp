@@ -145,4 +145,10 @@ LayerWeights Model::layer(int l) const {
     return w;
 }
 
+std::uint64_t weight_digest(const Model& model) {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (std::byte b : std::as_bytes(model.all_weights())) h = (h ^ std::to_integer<std::uint64_t>(b)) * 0x100000001b3ULL;
+    return h;
+}
+
 }  // namespace kvweld

@@ -92,4 +92,9 @@ private:
     pmr::vector<float> data_;
 };
 
+// FNV-1a over the weights' bytes: the model's identity by content (a state
+// export names the model it came from by it). Slow: computed once per
+// loaded model where it is needed.
+std::uint64_t weight_digest(const Model& model);
+
 }  // namespace kvweld

@@ -75,18 +75,6 @@ void require_rebind_compatible(std::span<const KvLayer> layers, const PlanKey& k
 
 namespace {
 
-// FNV-1a over the weights' bytes: slow, and only ever run under the fault.
-std::uint64_t weight_digest(const Model& model) {
-    std::uint64_t h = 0xcbf29ce484222325ULL;
-    const auto weights = std::as_bytes(model.all_weights());
-    for (std::byte b : weights) h = (h ^ std::to_integer<std::uint64_t>(b)) * 0x100000001b3ULL;
-    return h;
-}
-
-}  // namespace
-
-namespace {
-
 // Everything the model and the adapters contribute to a key.
 PlanKey model_key(const Model& model, const Adapters& adapters) {
     const ModelConfig& c = model.config();

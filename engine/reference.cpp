@@ -12,7 +12,8 @@ namespace kvweld {
 
 ReferenceKv::ReferenceKv(const ModelConfig& c)
     : key(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
-      value(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())) {}
+      value(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
+      raw_key(value) {}
 
 namespace {
 
@@ -65,6 +66,20 @@ void rope(float* vec, int n_heads, int head_dim, int pos, float theta) {
 }
 
 }  // namespace
+
+void ReferenceKv::shift(const ModelConfig& c, int p0, int p1, int len) {
+    require(p0 >= 0 && p0 <= p1 && p1 <= len && len <= c.max_seq_len, "reference shift: [", p0, ", ", p1,
+            ") of ", len, " positions");
+    const auto row = std::size_t(c.kv_dim());
+    for (int l = 0; l < c.n_layers; ++l)
+        for (int from = p1, to = p0; from < len; ++from, ++to) {
+            for (auto* m : {&raw_key[std::size_t(l)], &value[std::size_t(l)]})
+                std::copy_n(m->begin() + long(std::size_t(from) * row), row, m->begin() + long(std::size_t(to) * row));
+            float* k = key[std::size_t(l)].data() + std::size_t(to) * row;
+            std::copy_n(raw_key[std::size_t(l)].data() + std::size_t(to) * row, row, k);
+            rope(k, c.n_kv_heads, c.head_dim, to, c.rope_theta);
+        }
+}
 
 double logit_error(std::span<const float> got, std::span<const float> want) {
     require(got.size() == want.size(), "logit_error: ", got.size(), " logits against ", want.size());
@@ -163,6 +178,7 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
             for (int h = 0; h < c.n_kv_heads; h++)
                 rmsnorm(&k[h * hd], &k[h * hd], w.k_norm.data(), hd, c.norm_eps);
         }
+        std::copy_n(k, kv_dim, kv.raw_key[l].data() + pos * kv_dim);
         rope(q.data(), c.n_heads, hd, pos, c.rope_theta);
         rope(k, c.n_kv_heads, hd, pos, c.rope_theta);
 

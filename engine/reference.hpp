@@ -12,11 +12,19 @@
 
 namespace kvweld {
 
-// A plain KV: key[layer][pos * kv_dim + i], value likewise.
+// A plain KV: key[layer][pos * kv_dim + i], value likewise; raw_key holds
+// each key before its rotation, so that a context shift can rotate a moved
+// key afresh for its new position.
 struct ReferenceKv {
     explicit ReferenceKv(const ModelConfig& config);
     std::vector<std::vector<float>> key;
     std::vector<std::vector<float>> value;
+    std::vector<std::vector<float>> raw_key;
+    // A context shift of a history of `len` positions: [p0, p1) removed, the
+    // later rows moved down, each moved key rotated from its raw row for its
+    // new position (one rotation from scratch, where an engine composes two:
+    // the data oracle judges the composition against it).
+    void shift(const ModelConfig& config, int p0, int p1, int len);
 };
 
 // Logits for `token` at position `pos`; writes this position's K and V into

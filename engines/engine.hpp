@@ -4,7 +4,8 @@
 // logits each, rewinds, clears and copies sequences, and declares the rest
 // as capabilities (the KVWELD_CAP_* bits of include/kvweld/engine_abi.h):
 // plan counters and identity, reload, storage reports and KV read-back,
-// layer swaps, a paged pool, LoRA adapters and a control vector. Every failure is an Error naming the engine
+// layer swaps, a paged pool, LoRA adapters and a control vector, context
+// shifts and state save and load. Every failure is an Error naming the engine
 // and what went wrong; a refused call changes nothing.
 //
 // Implementations: DenseEngine (engines/kvweld/dense_engine.hpp), kvweld's
@@ -66,6 +67,15 @@ public:
         return decode(seqs, tokens, {});
     }
     virtual void truncate(int seq, int n) = 0;
+    // KVWELD_CAP_SHIFT, a context shift: positions [p0, p1) removed, the
+    // later ones moved down by p1 - p0 (their keys re-rotated).
+    virtual void shift(int seq, int p0, int p1) = 0;
+    // KVWELD_CAP_STATE: a sequence's state as bytes, in the engine's own
+    // format; and such bytes loaded into an open sequence, replacing what it
+    // held. A state of another model or shape, or corrupt bytes, is an Error
+    // and the sequence keeps what it held.
+    virtual std::vector<std::uint8_t> state_save(int seq) = 0;
+    virtual void state_load(int seq, std::span<const std::uint8_t> bytes) = 0;
     virtual void clear(int seq) = 0;
     virtual void clear_all() = 0;
     // Capabilities: each throws Error when the engine does not declare it.

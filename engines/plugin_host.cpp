@@ -7,6 +7,7 @@
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
 #include "engine/file_bytes.hpp"
+#include "engine/kv_cache.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -60,6 +61,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 5 capability in an older table";
     else if (api->abi_version < 6 && (api->capabilities & (KVWELD_CAP_MOE | KVWELD_CAP_WARMUP)))
         problem = "declares a version 6 capability in an older table";
+    else if (api->abi_version < 7 && (api->capabilities & (KVWELD_CAP_SHIFT | KVWELD_CAP_STATE)))
+        problem = "declares a version 7 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -75,7 +78,9 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_LORA) && !api->set_loras) ||
              ((api->capabilities & KVWELD_CAP_CVEC) && !api->set_cvec) ||
              ((api->capabilities & KVWELD_CAP_OUTPUTS) && !api->decode_outputs) ||
-             ((api->capabilities & KVWELD_CAP_WARMUP) && !api->set_warmup))
+             ((api->capabilities & KVWELD_CAP_WARMUP) && !api->set_warmup) ||
+             ((api->capabilities & KVWELD_CAP_SHIFT) && !api->shift) ||
+             ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)))
         problem = "declares a capability whose function is empty";
     if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
     if (!problem.empty()) {
@@ -151,6 +156,36 @@ std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std:
 
 void PluginEngine::truncate(int seq, int len) {
     call("truncate", [&](char* e, std::size_t n) { return library_->api().truncate(engine_, seq, len, e, n); });
+}
+
+void PluginEngine::shift(int seq, int p0, int p1) {
+    require(capabilities() & KVWELD_CAP_SHIFT, "engine ", name(), " cannot shift a sequence (no KVWELD_CAP_SHIFT)");
+    call("shift", [&](char* e, std::size_t n) { return library_->api().shift(engine_, seq, p0, p1, e, n); });
+}
+
+std::vector<std::uint8_t> PluginEngine::state_save(int seq) {
+    require(capabilities() & KVWELD_CAP_STATE, "engine ", name(), " cannot save a sequence's state (no KVWELD_CAP_STATE)");
+    std::size_t size = 0;
+    call("state_save (size)", [&](char* e, std::size_t n) {
+        return library_->api().state_save(engine_, seq, nullptr, 0, &size, e, n);
+    });
+    // No state can be larger than the largest KV a cache may hold.
+    require(size <= kMaxCacheBytes, "engine ", name(), ": state_save reports ", size, " bytes: the limit is ",
+            kMaxCacheBytes);
+    std::vector<std::uint8_t> out(size);
+    std::size_t written = 0;
+    call("state_save", [&](char* e, std::size_t n) {
+        return library_->api().state_save(engine_, seq, out.data(), out.size(), &written, e, n);
+    });
+    require(written == size, "engine ", name(), ": state_save wrote ", written, " bytes after reporting ", size);
+    return out;
+}
+
+void PluginEngine::state_load(int seq, std::span<const std::uint8_t> bytes) {
+    require(capabilities() & KVWELD_CAP_STATE, "engine ", name(), " cannot load a sequence's state (no KVWELD_CAP_STATE)");
+    call("state_load", [&](char* e, std::size_t n) {
+        return library_->api().state_load(engine_, seq, bytes.data(), bytes.size(), e, n);
+    });
 }
 
 void PluginEngine::clear(int seq) {

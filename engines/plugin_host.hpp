@@ -73,6 +73,9 @@ public:
     std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
                               std::span<const std::uint8_t> outputs) override;
     void truncate(int seq, int n) override;
+    void shift(int seq, int p0, int p1) override;
+    std::vector<std::uint8_t> state_save(int seq) override;
+    void state_load(int seq, std::span<const std::uint8_t> bytes) override;
     void clear(int seq) override;
     void clear_all() override;
     void copy(int src, int dst) override;

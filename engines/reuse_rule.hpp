@@ -47,7 +47,7 @@ inline ReuseExpectation exact_expectation(int plans, int builds, int rebinds) {
 enum class StorageEffect : std::uint8_t { keeps, replaces, may_replace };
 
 // What the simulator did to a sequence, as far as its storage goes.
-enum class SeqOp : std::uint8_t { decode, truncate, open, recycle, clear, copy_into, reload, swap_layer, migrate };
+enum class SeqOp : std::uint8_t { decode, truncate, open, recycle, clear, copy_into, reload, swap_layer, migrate, shift, load };
 
 // Without a rule of its own, an engine may replace a sequence's storage at
 // any memory op, but never in a decode, a truncate, a recycling open or a
@@ -70,6 +70,10 @@ public:
     // as numbers and formatted only when asked, so a passing call costs no
     // text.
     virtual std::string why_last() const = 0;
+    // A clause that stands for these sequences before the call is decided
+    // (their rows left wrong by an earlier op): a call the engine refuses
+    // carries it too (nullptr: none).
+    virtual const char* standing_clause(std::span<const int> /*seqs*/) const { return nullptr; }
     virtual void on_open(int /*seq*/) {}
     // White-box ops (engines/white_box.hpp), for the engine that has them.
     virtual void on_open_sized(int seq, int /*capacity*/, bool /*recycle*/) { on_open(seq); }
@@ -82,6 +86,12 @@ public:
     virtual void on_reload() {}
     virtual void on_swap_layer(int /*seq*/, int /*layer*/) {}
     virtual void on_pool_op(int /*op*/) {}  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
+    // A context shift of a sequence of `len` positions: [p0, p1) removed.
+    virtual void on_shift(int /*seq*/, int /*p0*/, int /*p1*/, int /*len*/) {}
+    // A sequence's state saved as state `id` (a serial of the simulator's),
+    // and a saved state of `len` positions loaded into an open sequence.
+    virtual void on_state_save(int /*seq*/, int /*id*/) {}
+    virtual void on_state_load(int /*seq*/, int /*len*/, int /*id*/) {}
     // The adapters (LoRA set and scales, control vector) changed from
     // `before` to `after`, or were set again unchanged, as the simulator's
     // own account has them.

@@ -28,6 +28,10 @@ constexpr NameTable<OpKind, kOpKinds> kServeOpNames{{
     {OpKind::lora, "lora"},
     {OpKind::cvec, "cvec"},
     {OpKind::warmup, "warmup"},
+    {OpKind::shift, "shift"},
+    {OpKind::save, "save"},
+    {OpKind::load, "load"},
+    {OpKind::steady, "steady"},
 }};
 
 std::vector<int> non_negative(const nlohmann::json& j, const char* name) {
@@ -115,6 +119,17 @@ void to_json(nlohmann::json& j, const Op& op) {
             else j.update({{"seed", op.seed}, {"start", op.layer}, {"end", op.layer_end}});
             break;
         case OpKind::warmup: j["on"] = op.on; break;
+        case OpKind::shift:
+            j.update({{"pick", op.pick}, {"keep", op.length}, {"discard", op.pick2}});
+            if (op.twice) j["twice"] = true;
+            break;
+        case OpKind::save: j["pick"] = op.pick; break;
+        case OpKind::load:
+            j["state"] = op.pick;
+            j["to"] = op.pick2;
+            if (op.onto_open) j["onto_open"] = true;
+            break;
+        case OpKind::steady: j.update({{"wants", op.wants}, {"seed", op.seed}, {"steps", op.length}}); break;
     }
 }
 
@@ -181,6 +196,25 @@ Op op_from_json(const nlohmann::json& j) {
         case OpKind::lora: read_loras(j, op); break;
         case OpKind::cvec: read_cvec(j, op); break;
         case OpKind::warmup: op.on = json_field<bool>(j, "on"); break;
+        case OpKind::shift:
+            op.pick = json_field<std::uint32_t>(j, "pick");
+            op.length = json_field<std::uint32_t>(j, "keep");
+            op.pick2 = json_field<std::uint32_t>(j, "discard");
+            op.twice = j.contains("twice") && json_field<bool>(j, "twice");
+            break;
+        case OpKind::save: op.pick = json_field<std::uint32_t>(j, "pick"); break;
+        case OpKind::load:
+            op.pick = json_field<std::uint32_t>(j, "state");
+            op.pick2 = json_field<std::uint32_t>(j, "to");
+            op.onto_open = j.contains("onto_open") && json_field<bool>(j, "onto_open");
+            break;
+        case OpKind::steady:
+            op.wants = non_negative(j, "wants");
+            op.seed = json_field<std::uint64_t>(j, "seed");
+            op.length = json_field<std::uint32_t>(j, "steps");
+            require(op.length >= 1 && op.length <= kMaxSteadySteps, "field 'steps' = ", op.length, ": must be in 1..",
+                    kMaxSteadySteps);
+            break;
     }
     return op;
 }

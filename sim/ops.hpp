@@ -31,8 +31,16 @@ enum class OpKind : std::uint8_t {
     lora,       // white box: the LoRA adapters every later decode runs with, each at a scale (a new set, new scales, none)
     cvec,       // white box: the control vector every later decode adds (set, changed, re-ranged or cleared)
     warmup,     // llama.cpp's warmup routing on or off (an MoE model's engine with the capability)
+    shift,      // a context shift: keep the first n_keep positions, drop a chunk after them, move the rest down
+    save,       // a sequence's state saved (a slot save, or an idle conversation offloaded)
+    load,       // a saved state loaded into an open or a free sequence (same or another, maybe after others left)
+    steady,     // a steady-state phase: `steps` steps in a row, every sequence asking the same tokens each step
 };
-inline constexpr int kOpKinds = 17;
+inline constexpr int kOpKinds = 21;
+// The most saved states a run keeps (the oldest goes first), and the
+// longest steady phase one op plays.
+inline constexpr int kSavedStates = 4;
+inline constexpr int kMaxSteadySteps = 256;
 // The LoRA adapters a run has (drawn from its weights seed); a lora op names them by index.
 inline constexpr int kLoraPool = 3;
 std::string_view to_string(OpKind k);
@@ -40,20 +48,22 @@ OpKind op_kind_from_string(std::string_view s);  // throws Error naming s
 
 struct Op {
     OpKind kind = OpKind::step;
-    std::uint32_t pick = 0;    // which eligible sequence (fork: the source)
-    // fork, migrate: which destination; invalid: which bad call (of those the
-    // state allows); admit: which of the seed's capacities (white box)
+    std::uint32_t pick = 0;    // which eligible sequence (fork: the source; load: which saved state)
+    // fork, migrate, load: which destination; invalid: which bad call (of
+    // those the state allows); admit: which of the seed's capacities (white
+    // box); shift: how many positions it drops (1..what follows n_keep)
     std::uint32_t pick2 = 0;
     bool recycle = false;      // admit (white box): on the storage the slot kept, rewound, where it kept some
-    bool onto_open = false;    // fork: onto another open sequence (its positions replaced), where there is one
+    bool onto_open = false;    // fork, load: onto an open sequence (its positions replaced), where there is one
     std::vector<int> tokens;   // admit: the prompt
     int max_new = 0;           // admit: output budget
-    // step: tokens asked of each sequence id (0 = sits out). A sequence in
+    // step, steady: tokens asked of each sequence id (0 = sits out). A sequence in
     // prefill feeds up to that many prompt tokens (a chunk); one decoding
     // feeds its pending token and up to wants-1 speculative drafts.
     std::vector<int> wants;
     bool last_only = false;    // step: a prefill chunk asks for its last row's logits only (an engine with outputs)
-    std::uint32_t length = 0;  // truncate: the new length (mod length + 1)
+    std::uint32_t length = 0;  // truncate: the new length (mod length + 1); shift: n_keep (mod length); steady: steps
+    bool twice = false;        // shift: a second shift of the same sequence before its next decode
     // truncate, preempt: the dropped tokens are fed again changed (each one
     // replaced by another, drawn from `seed`), so the KV rows at those
     // positions must be written anew: an engine that skips that write

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <map>
@@ -106,6 +107,26 @@ Op draw_op(const Simulator& sim, Rng& rng) {
             op.layer_end = int(rng.range(op.layer, std::max(op.layer, c.model.n_layers - 1)));
             break;
         case OpKind::warmup: op.on = rng.chance(0.5); break;
+        case OpKind::shift:
+            // Half keep a prefix (llama-server's n_keep), half none.
+            op.length = rng.chance(0.5) ? 0 : draw32(rng);
+            op.pick2 = draw32(rng);
+            op.twice = rng.chance(0.3);
+            break;
+        case OpKind::save: break;
+        case OpKind::load:
+            op.pick2 = draw32(rng);
+            op.onto_open = rng.chance(0.4);
+            break;
+        case OpKind::steady:
+            op.wants.resize(std::size_t(c.seqs));
+            {  // every sequence decoding asks the same: 1 (plain decode) or 1 + drafts
+                const int k = rng.chance(0.5) ? 1 : int(rng.range(1, std::min(8, c.max_chunk)));
+                for (int& want : op.wants) want = rng.chance(0.9) ? k : 0;
+            }
+            op.seed = rng.next();
+            op.length = std::uint32_t(rng.range(8, 64));
+            break;
     }
     return op;
 }
@@ -276,7 +297,8 @@ std::string failure_line(const RunResult& r) {
     std::string out = cat("verdict: FAIL ", to_string(r.verdict));
     if (r.failure)
         out += cat(" at op ", r.failure->op_index, " (", r.failure->op, ", ", to_string(r.failure->oracle),
-                   " oracle): ", r.failure->detail);
+                   " oracle): ", r.failure->detail,
+                   r.failure->clause.empty() ? "" : cat(" [the call's contract clause: ", r.failure->clause, "]"));
     return out;
 }
 

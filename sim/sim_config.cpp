@@ -57,6 +57,25 @@ MoeDraw draw_moe(std::uint64_t seed) {
     return {moe, warmup, int(rng.range(1, 20))};
 }
 
+constexpr std::uint64_t kStateStream = 0x73746174652d6f70ULL;
+
+// Context shifts, state save and load, and steady phases, where the engine
+// does them: on a stream of their own too (seeds drew the same ops as
+// before where these are off), each on about half the seeds.
+void draw_state_ops(SimConfig& c, std::uint32_t capabilities) {
+    Rng rng(c.seed ^ kStateStream);
+    const auto weight = [&](bool able) {
+        const int w = int(rng.range(1, 12));  // both drawn whatever is used: the stream stays aligned
+        const bool on = rng.chance(0.5);
+        return able && on ? w : 0;
+    };
+    c.weights[int(OpKind::shift)] = weight(capabilities & KVWELD_CAP_SHIFT);
+    const int state = weight(capabilities & KVWELD_CAP_STATE);
+    c.weights[int(OpKind::save)] = state;
+    c.weights[int(OpKind::load)] = state;
+    c.weights[int(OpKind::steady)] = weight(true) / 3;
+}
+
 }  // namespace
 
 SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
@@ -107,6 +126,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     for (const auto& [k, cap] : {std::pair{OpKind::lora, KVWELD_CAP_LORA}, std::pair{OpKind::cvec, KVWELD_CAP_CVEC}})
         c.weights[int(k)] = (capabilities & cap) && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
     c.weights[int(OpKind::warmup)] = c.model.moe() && (capabilities & KVWELD_CAP_WARMUP) && moe.warmup ? moe.weight : 0;
+    draw_state_ops(c, capabilities);
     return c;
 }
 

@@ -17,6 +17,7 @@ namespace kvweld::sim {
 namespace {
 
 constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
+constexpr std::uint64_t kParkStream = 0x7061726b65642d74ULL;
 
 // A violation ends the run: thrown from deep in an op, caught in apply().
 struct Stop {};
@@ -33,7 +34,7 @@ const SimConfig& require_simulable(const SimConfig& c) {
             c.model.max_seq_len);
     KvGeometry engine_kv = KvGeometry::of(c.model);
     engine_kv.max_seq_len = c.n_ctx;
-    const std::size_t per_seq = engine_kv.bytes() + KvGeometry::of(c.model).bytes();
+    const std::size_t per_seq = engine_kv.bytes() + KvGeometry::of(c.model).bytes() * 3 / 2;  // the shadow keeps raw keys too
     const std::size_t total = per_seq * std::size_t(c.seqs);
     require(total <= kMaxSimKvBytes, "this run could hold ", total, " bytes of KV (", c.seqs,
             " sequences x (engine + reference shadow) of ", per_seq, " bytes each): the limit is ", kMaxSimKvBytes,
@@ -166,6 +167,11 @@ std::vector<int> Simulator::eligible(OpKind kind) const {
                                                          : KVWELD_CAP_WARMUP;
         return engine_->capabilities() & cap ? std::vector<int>{0} : std::vector<int>{};
     }
+    if (kind == OpKind::load)  // a saved state to load, and somewhere to load it
+        return (engine_->capabilities() & KVWELD_CAP_STATE) && !saved_.empty() ? std::vector<int>{0} : std::vector<int>{};
+    if ((kind == OpKind::save && !(engine_->capabilities() & KVWELD_CAP_STATE)) ||
+        (kind == OpKind::shift && !(engine_->capabilities() & KVWELD_CAP_SHIFT)))
+        return {};
     if (kind == OpKind::reload)  // needs no sequence, only the capability
         return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
     if (kind == OpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
@@ -189,7 +195,10 @@ std::vector<int> Simulator::eligible(OpKind kind) const {
     for (int s = 0; s < config_.seqs; ++s) {
         const auto& r = requests_[std::size_t(s)];
         if (!r) continue;
-        const bool ok = kind == OpKind::step        ? !r->done()
+        // A server shifts a context that is filling up: from half its capacity.
+        const bool ok = kind == OpKind::step || kind == OpKind::steady ? !r->done()
+                        : kind == OpKind::shift     ? int(r->history.size()) >= std::max(2, r->capacity / 2)
+                        : kind == OpKind::save      ? !r->history.empty()
                         : kind == OpKind::truncate  ? !r->history.empty()
                         : kind == OpKind::preempt   ? !r->history.empty()
                         : kind == OpKind::fork      ? !r->history.empty() && config_.seqs > 1
@@ -235,13 +244,23 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
             case OpKind::lora: set_loras(op); break;
             case OpKind::cvec: set_cvec(op); break;
             case OpKind::warmup: set_warmup(op.on); break;
+            case OpKind::shift: shift(op, seq); break;
+            case OpKind::save: save(seq); break;
+            case OpKind::load: load(op); break;
+            case OpKind::steady:
+                if (!steady(op)) {
+                    ++stats_.ops_skipped;
+                    return true;
+                }
+                break;
         }
         check_blocks(false);
         if (op.kind != OpKind::step) read_counters();  // a step read them after its call
     } catch (const Stop&) {
         return false;
     } catch (const Error& e) {  // the engine refused a valid op
-        record(Verdict::engine_error, Oracle::engine, e.what());
+        record(Verdict::engine_error, Oracle::engine, e.what(), standing_ ? standing_ : "");
+        standing_ = nullptr;
         return false;
     }
     ++stats_.ops_run;
@@ -295,6 +314,7 @@ void Simulator::requeue_all(SeqOp op) {
 
 void Simulator::requeue_from(Request& r, std::size_t n) {
     if (n < r.history.size()) r.decoding = false;  // the queue now starts with tokens fed before
+    r.parked.reset();  // chosen after what is fed again
     r.queue.insert(r.queue.begin(), r.history.begin() + long(n), r.history.end());
     r.history.resize(n);
 }
@@ -519,7 +539,12 @@ bool Simulator::step(const Op& op) {
         r.generated += part.accepted > 0 ? part.accepted : 0;
         if (!r.queue.empty()) continue;
         r.decoding = false;
-        if (r.generated >= r.max_new || int(r.history.size()) >= r.capacity) continue;  // done
+        if (r.generated >= r.max_new) continue;  // done
+        if (int(r.history.size()) >= r.capacity) {  // full: its next token waits for a context shift
+            Rng park(op.seed ^ kParkStream ^ std::uint64_t(part.seq));  // not the step's stream: its draws stay as they were
+            r.parked = choose_token(want[part.first + kept - 1], config_.sampled, park);
+            continue;
+        }
         r.queue.push_back(choose_token(want[part.first + kept - 1], config_.sampled, rng));
         r.decoding = true;
         ++r.generated;
@@ -549,8 +574,10 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
         for (std::size_t i = 0; i < pairs.size(); ++i)
             if (i == 0 || std::none_of(pairs.begin(), pairs.begin() + long(i), [&](const Pair& p) { return p.seq == pairs[i].seq; }))
                 blind.emplace_back(i, blindness_before(pairs[i].seq, pairs[i].pos));
+    standing_ = rule_ ? rule_->standing_clause(seqs) : nullptr;  // what a refusal of this call carries
     const auto start = std::chrono::steady_clock::now();
     const std::vector<float> got = engine_->decode(seqs, tokens, outputs);
+    standing_ = nullptr;
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (blocks_)
         for (int s : seqs) blocks_->append(s);

@@ -95,8 +95,20 @@ struct Request {
     bool decoding = false;     // queue holds one freshly chosen token: drafts may follow it
     int generated = 0;
     int max_new = 0;
-    ReferenceKv shadow;        // the data oracle's KV, from history alone
+    // The token chosen when the sequence filled its context with output
+    // budget left: a context shift makes room and it is fed then.
+    std::optional<int> parked;
+    ReferenceKv shadow;        // the data oracle's KV, from history alone (and the shifts it was given)
     bool done() const { return queue.empty(); }
+};
+
+// A saved sequence state (OpKind::save): the bytes the engine (and its
+// twin) gave, and the request as the simulator had it then.
+struct SavedState {
+    std::vector<std::uint8_t> bytes, twin_bytes;
+    Request request;
+    std::uint64_t weights_generation = 0;  // the weights it was saved under
+    int id = 0;                            // its serial in the run (the rule's name for it)
 };
 
 // The ledger's entry for one sequence slot: the storage the simulator
@@ -178,6 +190,12 @@ private:
     void set_loras(const Op& op);  // white box: the adapters the engine and the reference run with
     void set_cvec(const Op& op);
     void set_warmup(bool on);
+    // Context shifts (engine, twin, rule and the reference's shadow alike).
+    void shift(const Op& op, int seq);
+    void shift_once(int seq, int p0, int p1);
+    void save(int seq);
+    void load(const Op& op);
+    bool steady(const Op& op);  // false: no step of it fed a token
     void open_twin();  // --twin, where the engine names a no-reuse setting
     // White box: rows [from, to) of the sequence's pinned storage are dead
     // (truncated away): NaN, as ASan poisons freed memory, so that a decode
@@ -267,11 +285,14 @@ private:
     std::set<std::uint64_t> seen_serials_;               // every storage serial accepted this run
     std::optional<kvweld_engine_counters> last_counters_;  // the last counters read
     std::optional<engines::ReuseExpectation> expectation_;  // the rule's, for the call being judged
+    const char* standing_ = nullptr;  // the rule's standing clause for the decode in flight
     std::set<std::uint64_t> plan_serials_;               // every plan serial seen this run
     WhiteBox* white_box_ = nullptr;                      // an engine in process: its white-box capabilities
     bool spec_reject_fault_ = false;                     // the scheduler's fault switch (white box)
     std::vector<SlotLedger> ledger_;                     // per sequence slot
     std::vector<PlanPins> plans_;                        // white box: per sequence slot
+    std::vector<SavedState> saved_;                      // the states saved (at most kSavedStates, oldest first)
+    int states_saved_ = 0;
     std::uint64_t model_generation_ = 1, weights_generation_ = 1;
     std::optional<BlockModel> blocks_;                   // paged engines: the block ownership the op log implies
     std::uint64_t pool_storage_ = 0;                     // the pool storage the simulator accepted

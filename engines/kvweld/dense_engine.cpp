@@ -2,6 +2,7 @@
 
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
+#include "engine/kv_state.hpp"
 #include "engines/abi_lists.hpp"
 
 #include <algorithm>
@@ -52,6 +53,7 @@ DenseEngine::DenseEngine(const Model& model, const EngineSetup& setup, FaultSet 
     require(settings.backend != Backend::cuda || cuda_backend_available(&why), "backend=cuda: ", why);
     const ScopedFaults scoped(faults_);  // refuses switches this build cannot turn on
     model_.emplace(copy_into(model, memory_.get()));
+    model_digest_ = weight_digest(*model_);
 }
 
 DenseEngine::Slot& DenseEngine::slot(int seq) {
@@ -130,6 +132,23 @@ void DenseEngine::truncate(int seq, int n) {
     slot(seq).cache->truncate_to(n);
 }
 
+void DenseEngine::shift(int seq, int p0, int p1) {
+    const ScopedFaults scoped(faults_);
+    slot(seq).cache->shift(p0, p1);
+}
+
+std::vector<std::uint8_t> DenseEngine::state_save(int seq) {
+    const ScopedFaults scoped(faults_);
+    KvCache& c = *slot(seq).cache;
+    c.settle(model_->config().rope_theta);
+    return export_kv_state(c, model_digest_);
+}
+
+void DenseEngine::state_load(int seq, std::span<const std::uint8_t> bytes) {
+    const ScopedFaults scoped(faults_);
+    import_kv_state(*slot(seq).cache, bytes, model_digest_);
+}
+
 void DenseEngine::clear(int seq) {
     const ScopedFaults scoped(faults_);
     slot(seq).cache->clear();
@@ -145,8 +164,9 @@ void DenseEngine::clear_all() {
 void DenseEngine::copy(int src, int dst) {
     require(src != dst, "copy_seq: source and destination are both sequence ", src);
     const ScopedFaults scoped(faults_);
-    const KvCache& from = *slot(src).cache;
+    KvCache& from = *slot(src).cache;
     Slot& to = slot(dst);
+    from.settle(model_->config().rope_theta);  // the copy holds the rows as plans read them
     KvCache copy = fresh_cache(from.geometry().max_seq_len);
     for (int l = 0; l < copy.n_layers(); ++l) {
         KvStorage& layer = *from.layer(l);
@@ -165,6 +185,7 @@ void DenseEngine::reload(const Model& model) {
     const ScopedFaults scoped(faults_);
     model_.reset();
     model_.emplace(copy_into(model, memory_.get()));
+    model_digest_ = weight_digest(*model_);
     for (auto& [id, s] : slots_)
         if (s.open) s.cache->clear();
 }
@@ -181,8 +202,11 @@ std::vector<std::uint64_t> DenseEngine::storage(int seq, int which, int n_layers
     return out;
 }
 
+// A row read between a shift and the next decode is read as it will be
+// decoded over: the owed rotations are applied first.
 void DenseEngine::read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const {
-    const KvCache& c = *slot(seq).cache;
+    KvCache& c = *const_cast<DenseEngine*>(this)->slot(seq).cache;
+    c.settle(model_->config().rope_theta);
     require(layer >= 0 && layer < c.n_layers(), "read_kv: layer ", layer, " out of range 0..", c.n_layers() - 1);
     require(pos >= 0 && pos < c.cached_len(), "read_kv: position ", pos, " out of range 0..", c.cached_len() - 1);
     KvStorage& storage = *c.layer(layer);

@@ -11,6 +11,11 @@
 // storage was replaced; default rebind), backend=cpu|cuda (default cpu),
 // reuse=1|0 (0: the twin that builds a plan for every token, to measure
 // what a build costs; default 1).
+// A context shift rewrites rows in the sequence's own storage and a state
+// import writes into it: neither replaces storage, so a held plan stays
+// valid (kvweld_rule.cpp, clause 4). Position division (self-extend) is
+// not supported: a dense cache's row is its position, and divided
+// positions collide.
 // Every call runs with the engine's fault switches on; a refused call
 // (an Error naming the value and the limit) changes nothing.
 #pragma once
@@ -33,7 +38,7 @@ inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD
                                                     KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                                                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
-                                                    KVWELD_CAP_WARMUP;
+                                                    KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE;
 // The setting that makes it build a plan for every token (the twin's).
 inline constexpr const char* kDenseNoReuse = "reuse=0";
 
@@ -65,6 +70,9 @@ public:
     std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
                               std::span<const std::uint8_t> outputs) override;
     void truncate(int seq, int n) override;
+    void shift(int seq, int p0, int p1) override;
+    std::vector<std::uint8_t> state_save(int seq) override;
+    void state_load(int seq, std::span<const std::uint8_t> bytes) override;
     void clear(int seq) override;
     void clear_all() override;
     void copy(int src, int dst) override;
@@ -102,6 +110,7 @@ private:
     // Declared first, so it outlives the model (see the constructor).
     std::unique_ptr<RecyclingResource> memory_ = std::make_unique<RecyclingResource>();
     std::optional<Model> model_;  // always set; optional so a reload can free it first
+    std::uint64_t model_digest_ = 0;  // its weight digest: what a state export names
     EngineSetup setup_;
     SessionOptions session_options_;
     FaultSet faults_;

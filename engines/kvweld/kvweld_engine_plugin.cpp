@@ -88,6 +88,21 @@ int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len
     return guarded(err, err_len, [&] { e->engine->truncate(seq, n); });
 }
 
+int shift(kvweld_engine* e, int32_t seq, int32_t p0, int32_t p1, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->shift(seq, p0, p1); });
+}
+
+int state_save(kvweld_engine* e, int32_t seq, uint8_t* out, size_t cap, size_t* n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { kvweld::abi::write_sized(e->engine->state_save(seq), out, cap, n); });
+}
+
+int state_load(kvweld_engine* e, int32_t seq, const uint8_t* data, size_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(data || n == 0, "state_load: no data");
+        e->engine->state_load(seq, {data, n});
+    });
+}
+
 int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(err, err_len, [&] { e->engine->clear(seq); });
 }
@@ -168,6 +183,7 @@ const kvweld_engine_api kApi = {
     plan_serial, set_loras, set_cvec, decode_outputs, set_warmup,
     kvweld::engines::kDenseNoReuse,
     nullptr,  // bit for bit with its twin in every state
+    shift, state_save, state_load,
 };
 
 }  // namespace

@@ -247,6 +247,9 @@ const kvweld_engine_api kApi = {
     pool_info, block_table, block_refcount, pool_op,
     plan_serial, set_loras, set_cvec, decode_outputs, set_warmup,
     nullptr, nullptr,  // no setting turns its plan reuse off: no twin
+    // No context shift or state: a block table's row is its position (a
+    // shift would move rows across blocks); the dense design has both.
+    nullptr, nullptr, nullptr,
 };
 
 }  // namespace

@@ -20,7 +20,9 @@
 //   recycling open (truncate_to(0) on the same storage) keep the storage,
 //   so they keep the plan too; so do new LoRA scales and a control vector
 //   set, changed, re-ranged or cleared (step data: the contract, and
-//   kvweld's choice; llama.cpp rebuilds on each).
+//   kvweld's choice; llama.cpp rebuilds on each); so do a context shift
+//   (its rows are rewritten and re-rotated in place: the rotation is data)
+//   and a state load (written into the sequence's own storage).
 #include "engines/reuse_rule.hpp"
 
 #include "engine/cat.hpp"
@@ -42,7 +44,9 @@ public:
             case SeqOp::decode:
             case SeqOp::truncate:
             case SeqOp::recycle:
-            case SeqOp::migrate: return StorageEffect::keeps;
+            case SeqOp::migrate:
+            case SeqOp::shift:
+            case SeqOp::load: return StorageEffect::keeps;
             default: return StorageEffect::replaces;
         }
     }

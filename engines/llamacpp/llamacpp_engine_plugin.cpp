@@ -33,6 +33,7 @@
 #include <llama.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -103,6 +104,7 @@ struct kvweld_engine {
     std::vector<float> cvec;
     int32_t cvec_start = -1, cvec_end = -1;
     bool warmup = false;
+    std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
     ~kvweld_engine() {
         if (ctx) llama_free(ctx);
         if (model) llama_model_free(model);
@@ -196,6 +198,17 @@ llama_context* create_context(llama_model* model, const llama_context_params& cp
     return ctx;
 }
 
+// FNV-1a over a model file's bytes: the model a saved state belongs to.
+std::uint64_t file_digest(const char* path) {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path, "rb"), std::fclose);
+    require(f != nullptr, "cannot read ", path);
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    std::vector<unsigned char> buf(1 << 16);
+    for (std::size_t got; (got = std::fread(buf.data(), 1, buf.size(), f.get())) > 0;)
+        for (std::size_t i = 0; i < got; ++i) h = (h ^ buf[i]) * 0x100000001b3ULL;
+    return h;
+}
+
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         static const bool init = [] {
@@ -216,6 +229,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         mp.n_gpu_layers = 0;
         e->model = llama_model_load_from_file(o->model_path, mp);
         require(e->model != nullptr, "llama.cpp cannot load ", o->model_path);
+        e->model_digest = file_digest(o->model_path);
         llama_context_params cp = llama_context_default_params();
         // Not unified (llama.cpp's default): each sequence has n_ctx cells of its own.
         cp.n_ctx = std::uint32_t(o->n_ctx) * std::uint32_t(o->n_seq_max);
@@ -358,6 +372,80 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
         llama_memory_seq_rm(memory(e), dst, -1, -1);
         llama_memory_seq_cp(memory(e), src, dst, -1, -1);
         to = n;
+    });
+}
+
+// A context shift the way llama-server does one: the positions removed,
+// the later ones moved down (llama.cpp re-rotates their keys at the next
+// decode's memory update, its K-shift).
+int shift(kvweld_engine* e, int32_t seq, int32_t p0, int32_t p1, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        int& len = len_of(e, seq);
+        require(p0 >= 0 && p0 <= p1 && p1 <= len, "shift: positions [", p0, ", ", p1, ") must lie in 0..", len,
+                " with p0 <= p1");
+        require(llama_memory_can_shift(memory(e)), "llama.cpp cannot shift this context's memory (llama_memory_can_shift)");
+        if (p0 == p1) return;
+        require(llama_memory_seq_rm(memory(e), seq, p0, p1), "llama_memory_seq_rm refused [", p0, ", ", p1, ")");
+        llama_memory_seq_add(memory(e), seq, p1, -1, p0 - p1);
+        len -= p1 - p0;
+    });
+}
+
+// A saved state: the plugin's header, then llama.cpp's sequence state.
+// llama.cpp's own bytes name no model; the header does, by the digest of
+// the model file, and the positions the state holds.
+constexpr char kStateMagic[4] = {'K', 'V', 'L', 'S'};
+constexpr std::size_t kStateHeader = 16;  // magic, u32 positions, u64 model digest
+
+std::vector<uint8_t> llama_seq_state(kvweld_engine* e, int32_t seq) {
+    std::vector<uint8_t> out(llama_state_seq_get_size(e->ctx, seq));
+    const std::size_t got = llama_state_seq_get_data(e->ctx, out.data(), out.size(), seq);
+    require(got == out.size(), "llama_state_seq_get_data wrote ", got, " bytes of ", out.size());
+    return out;
+}
+
+int state_save(kvweld_engine* e, int32_t seq, uint8_t* out, size_t cap, size_t* n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto len = std::uint32_t(len_of(e, seq));
+        std::vector<uint8_t> bytes(kStateHeader);
+        std::memcpy(bytes.data(), kStateMagic, 4);
+        std::memcpy(bytes.data() + 4, &len, 4);
+        std::memcpy(bytes.data() + 8, &e->model_digest, 8);
+        const std::vector<uint8_t> body = llama_seq_state(e, seq);
+        bytes.insert(bytes.end(), body.begin(), body.end());
+        kvweld::abi::write_sized(bytes, out, cap, n);
+    });
+}
+
+// llama.cpp empties the sequence when it refuses a state
+// (llama_kv_cache::state_read): the plugin keeps what the sequence held
+// and puts it back, so a refused load loses nothing.
+int state_load(kvweld_engine* e, int32_t seq, const uint8_t* data, size_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        int& len = len_of(e, seq);
+        require(data && n >= kStateHeader, "state_load: ", n, " bytes, less than the ", kStateHeader, "-byte header");
+        require(std::memcmp(data, kStateMagic, 4) == 0, "state_load: not a state this plugin saved (no KVLS magic)");
+        std::uint32_t positions = 0;
+        std::uint64_t digest = 0;
+        std::memcpy(&positions, data + 4, 4);
+        std::memcpy(&digest, data + 8, 8);
+        require(digest == e->model_digest, "state_load: a state of another model (model file digest ", digest,
+                "; this engine's is ", e->model_digest, ")");
+        require(positions <= std::uint32_t(e->n_ctx), "state_load: ", positions, " positions, a sequence holds ", e->n_ctx);
+        const std::vector<uint8_t> held = len > 0 ? llama_seq_state(e, seq) : std::vector<uint8_t>{};
+        const std::size_t read = llama_state_seq_set_data(e->ctx, data + kStateHeader, n - kStateHeader, seq);
+        const llama_pos lo = llama_memory_seq_pos_min(memory(e), seq), hi = llama_memory_seq_pos_max(memory(e), seq);
+        const bool whole = read == n - kStateHeader && (positions == 0 ? hi < 0 : lo == 0 && hi + 1 == llama_pos(positions));
+        if (whole) {
+            len = int(positions);
+            return;
+        }
+        llama_memory_seq_rm(memory(e), seq, -1, -1);
+        if (!held.empty())
+            require(llama_state_seq_set_data(e->ctx, held.data(), held.size(), seq) == held.size(),
+                    "state_load: refused, and the sequence's own state did not load back");
+        require(false, "state_load: llama.cpp read ", read, " of ", n - kStateHeader, " bytes and holds positions ", lo,
+                "..", hi, " for a state of ", positions, ": refused");
     });
 }
 
@@ -507,6 +595,7 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
         llama_model_free(e->model);
         e->ctx = ctx;
         e->model = model;
+        e->model_digest = file_digest(path);
         e->loras = std::move(loras);
         for (int& len : e->len)
             if (len > 0) len = 0;
@@ -526,7 +615,7 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_LORA | KVWELD_CAP_CVEC |
-        KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP,
+        KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE,
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
@@ -535,6 +624,7 @@ const kvweld_engine_api kApi = {
     set_loras, set_cvec, decode_outputs, set_warmup,
     "graph_reuse=0",  // LLAMA_GRAPH_REUSE_DISABLE for the twin's context
     twin_tolerance,
+    shift, state_save, state_load,
 };
 
 }  // namespace

@@ -32,6 +32,12 @@
 // Clause 4 (stream copies): copying a sequence between streams (copy_seq
 //   without a unified cache) is queued and done at the next decode's memory
 //   update, which discards every held graph: that call's first graph builds.
+//   The same holds for a context shift that moves positions (seq_add
+//   over cells: their keys owe a K-shift, llama_kv_cache::update applies it
+//   in memory_update, src/llama-context.cpp:847-876, which resets every
+//   held graph result; a design choice of 0.3.36, marked there as a TODO:
+//   the contract needs no rebuild, the rotation is data). A shift that
+//   drops the tail moves no cell and queues nothing.
 // Clause 5: with graph_reuse=0 (LLAMA_GRAPH_REUSE_DISABLE) nothing is reused.
 // Clause 6: a reload makes a new context, which holds no graph.
 // Clause 7 (adapters): the graph holds the LoRA adapters with a non-zero
@@ -54,12 +60,18 @@
 //   0.3.36 neither compares warmup in allow_reuse nor reserves on
 //   set_warmup: a known finding). The simulator tells the rule only about
 //   an MoE model's switches: a dense graph does not read the setting.
+// A state load (llama_state_seq_set_data) places its cells as a decode
+// does (clause 3 counts them) and discards no graph.
+// Clause 9: sequences whose rows an earlier op left wrong in 0.3.36 (its
+//   known findings, not the contract): every call that decodes one names
+//   the finding's condition (engines/llamacpp/llamacpp_wrong_rows.hpp).
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "engines/abi_lists.hpp"
 #include "engine/cat.hpp"
 #include "engine/error.hpp"
 #include "engines/llamacpp/llamacpp_params.hpp"
+#include "engines/llamacpp/llamacpp_wrong_rows.hpp"
 #include "engines/reuse_rule.hpp"
 
 #include <algorithm>
@@ -162,14 +174,14 @@ public:
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : warmup_switched        ? "8 (warmup switched)"
                                  : adapters_changed_      ? "7 (the adapters changed)"
-                                 : stream_copied_         ? "4 (a stream copy discarded the graph)"
+                                 : update_queued_         ? "4 (a stream copy or a K-shift discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
                                  : !(*previous_ == u)     ? "2 (another shape)"
                                  : same_window && adapters_set_again_
                                      ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
-            if (reuse_ && !stream_copied_ && !adapters_changed_ && !warmup_switched && previous_ && *previous_ == u) {
+            if (reuse_ && !update_queued_ && !adapters_changed_ && !warmup_switched && previous_ && *previous_ == u) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
@@ -179,9 +191,11 @@ public:
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
-            stream_copied_ = false;
+            update_queued_ = false;
             adapters_changed_ = adapters_set_again_ = false;
         }
+        if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
+        wrong_rows_.decoded();
         return e;
     }
     std::string why_last() const override {
@@ -192,13 +206,36 @@ public:
                        "): clause ", d.clause);
         return out;
     }
-    void on_copy(int, int) override { stream_copied_ = stream_copied_ || !unified_; }
+    const char* standing_clause(std::span<const int> seqs) const override { return wrong_rows_.clause(seqs); }
+    void on_copy(int src, int dst) override {
+        update_queued_ = update_queued_ || !unified_;
+        wrong_rows_.copied(src, dst);
+    }
+    void on_shift(int seq, int p0, int p1, int len) override {
+        const bool moved = p0 < p1 && p1 < len;  // cells past the dropped ones move: a K-shift is queued
+        update_queued_ = update_queued_ || moved;
+        wrong_rows_.shifted(seq, moved);
+    }
+    void on_state_save(int seq, int id) override { wrong_rows_.saved(seq, id); }
+    void on_state_load(int seq, int len, int id) override {
+        placed_ += len;
+        wrong_rows_.loaded(seq, id);
+    }
+    void on_truncate(int seq, int n) override {
+        if (n == 0) wrong_rows_.emptied(seq);
+    }
+    void on_clear(int seq) override { wrong_rows_.emptied(seq); }
+    void on_close(int seq) override { wrong_rows_.emptied(seq); }
     void on_reload() override {
         previous_.reset();
-        stream_copied_ = false;  // the new context has nothing queued
+        wrong_rows_.all_emptied();
+        update_queued_ = false;  // the new context has nothing queued
         placed_ = 0;             // nor any used cell
     }
-    void on_clear_all() override { placed_ = 0; }  // every cell freed, the head at 0
+    void on_clear_all() override {  // every cell freed, the head at 0
+        placed_ = 0;
+        wrong_rows_.all_emptied();
+    }
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
         const bool changed = effective_loras(before) != effective_loras(after) || !same_cvec(before, after);
         adapters_changed_ = adapters_changed_ || changed;
@@ -211,7 +248,8 @@ private:
     std::optional<UbatchShape> previous_;
     bool previous_window_known_ = false;  // the previous graph's window was 256
     int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
-    bool stream_copied_ = false;
+    bool update_queued_ = false;  // a stream copy or K-shift the next decode's memory update applies
+    WrongRows wrong_rows_{unified_};  // clause 9
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
     // Clause 8: the setting now, and the one the last graph was built under

@@ -13,12 +13,15 @@ namespace kvweld::engines {
 
 std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
     const auto given = abi::parse_params(setup.params.c_str(), kLlamacppSettings);
+    // Every value drawn whatever is given, so a reproduce command that names
+    // the drawn settings draws the same seed's later values.
     const bool unified = rng.chance(0.5), reuse = rng.chance(0.8);
     std::string out = setup.params;
     if (!given.count("kv_unified")) out += cat(out.empty() ? "" : ",", "kv_unified=", unified ? 1 : 0);
     if (!given.count("graph_reuse")) out += cat(out.empty() ? "" : ",", "graph_reuse=", reuse ? 1 : 0);
     // Drawn after the rest, so the settings above did not change for any seed.
-    if (!given.count("rope_scale") && rng.chance(0.125)) out += cat(out.empty() ? "" : ",", "rope_scale=0.5");
+    const bool scaled = rng.chance(0.125);
+    if (!given.count("rope_scale") && scaled) out += cat(out.empty() ? "" : ",", "rope_scale=0.5");
     return out;
 }
 

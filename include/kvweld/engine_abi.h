@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 6 (plugins of versions 2 to 5 still load).
+/* kvweld's engine plugin ABI, version 7 (plugins of versions 2 to 6 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -38,8 +38,10 @@ extern "C" {
  *    still loads, without them).
  * 6: mixture of experts: the moe capability (the engine loads models
  *    with experts) and warmup (set_warmup); the differential twin:
- *    no_reuse_param and twin_tolerance (new fields at the end). */
-#define KVWELD_ENGINE_ABI_VERSION 6u
+ *    no_reuse_param and twin_tolerance (new fields at the end).
+ * 7: sequence state the way servers move it: the shift and state
+ *    capabilities (new fields at the end). */
+#define KVWELD_ENGINE_ABI_VERSION 7u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -56,6 +58,8 @@ extern "C" {
 #define KVWELD_CAP_OUTPUTS 0x800u     /* version 5: decode_outputs is implemented */
 #define KVWELD_CAP_MOE 0x1000u        /* version 6: loads models with experts (GGUF llama.expert_count) */
 #define KVWELD_CAP_WARMUP 0x2000u     /* version 6: set_warmup is implemented */
+#define KVWELD_CAP_SHIFT 0x4000u      /* version 7: shift is implemented (context shift) */
+#define KVWELD_CAP_STATE 0x8000u      /* version 7: state_save and state_load are implemented */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -206,6 +210,25 @@ typedef struct kvweld_engine_api {
      * NULL, means bit for bit. */
     const char* no_reuse_param;
     double (*twin_tolerance)(const kvweld_engine* engine, const char** why);
+    /* Version 7, KVWELD_CAP_SHIFT, a context shift (llama.cpp's seq_rm then
+     * seq_add with a negative delta): positions [p0, p1) of the sequence
+     * are removed and the later ones move down by p1 - p0, their keys
+     * re-rotated for their new positions; the next token goes at length -
+     * (p1 - p0). 0 <= p0 <= p1 <= length, else it fails naming the bound and
+     * changes nothing. (Position division, llama.cpp's seq_div for
+     * self-extend, has no capability yet: kvweld's reference shadow holds a
+     * row per position, so no oracle could judge it.) */
+    int (*shift)(kvweld_engine* engine, int32_t seq, int32_t p0, int32_t p1, char* err, size_t err_len);
+    /* KVWELD_CAP_STATE: a sequence's state (its KV rows and length, naming
+     * the model it came from) in the engine's own format. state_save with
+     * out = NULL sets *n to the size; with out, writes at most cap bytes
+     * and sets *n to the size (a cap below it fails). state_load replaces
+     * what an open sequence holds with the state's positions; a state of
+     * another model or shape, or bytes that are not a whole state, fail
+     * naming why, and the sequence keeps what it held. */
+    int (*state_save)(kvweld_engine* engine, int32_t seq, uint8_t* out, size_t cap, size_t* n, char* err,
+                      size_t err_len);
+    int (*state_load)(kvweld_engine* engine, int32_t seq, const uint8_t* data, size_t n, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -50,6 +50,7 @@ constexpr kvweld_engine_api kApi = {
     nullptr, nullptr, nullptr, nullptr, nullptr,
     nullptr, nullptr, nullptr,  // version 5: no adapters, every row
     nullptr, nullptr, nullptr,  // version 6: no warmup, no twin
+    nullptr, nullptr, nullptr,  // version 7: no shift, no state
 };
 
 }  // namespace
