@@ -74,6 +74,8 @@ public:
     // (their rows left wrong by an earlier op): a call the engine refuses
     // carries it too (nullptr: none).
     virtual const char* standing_clause(std::span<const int> /*seqs*/) const { return nullptr; }
+    // ... and for saved state `id` (on_state_save), which a load refused carries.
+    virtual const char* state_clause(int /*id*/) const { return nullptr; }
     virtual void on_open(int /*seq*/) {}
     // White-box ops (engines/white_box.hpp), for the engine that has them.
     virtual void on_open_sized(int seq, int /*capacity*/, bool /*recycle*/) { on_open(seq); }

@@ -88,8 +88,10 @@ void Simulator::load(const Op& op) {
         requests_[std::size_t(dst)].emplace(config_.model);
         ledger_after(SeqOp::open, dst);
     }
+    standing_ = rule_ ? rule_->state_clause(state.id) : nullptr;  // what a refusal carries
     engine_->state_load(dst, state.bytes);
     if (twin_) twin_->state_load(dst, state.twin_bytes);
+    standing_ = nullptr;
     if (rule_) rule_->on_state_load(dst, len, state.id);
     Request& r = *requests_[std::size_t(dst)];
     r = state.request;

@@ -195,9 +195,11 @@ std::vector<int> Simulator::eligible(OpKind kind) const {
     for (int s = 0; s < config_.seqs; ++s) {
         const auto& r = requests_[std::size_t(s)];
         if (!r) continue;
-        // A server shifts a context that is filling up: from half its capacity.
+        // A server shifts a context that is full; the simulator's requests
+        // are short (a shift at any length moves rows the same way), and a
+        // full one waits for a shift with its next token parked.
         const bool ok = kind == OpKind::step || kind == OpKind::steady ? !r->done()
-                        : kind == OpKind::shift     ? int(r->history.size()) >= std::max(2, r->capacity / 2)
+                        : kind == OpKind::shift     ? r->history.size() >= 2
                         : kind == OpKind::save      ? !r->history.empty()
                         : kind == OpKind::truncate  ? !r->history.empty()
                         : kind == OpKind::preempt   ? !r->history.empty()

@@ -207,6 +207,7 @@ public:
         return out;
     }
     const char* standing_clause(std::span<const int> seqs) const override { return wrong_rows_.clause(seqs); }
+    const char* state_clause(int id) const override { return wrong_rows_.state_clause(id); }
     void on_copy(int src, int dst) override {
         update_queued_ = update_queued_ || !unified_;
         wrong_rows_.copied(src, dst);

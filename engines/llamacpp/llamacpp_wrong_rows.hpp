@@ -41,6 +41,10 @@ public:
             if (const auto it = wrong_.find(s); it != wrong_.end()) return it->second;
         return nullptr;
     }
+    const char* state_clause(int id) const {
+        const auto it = states_.find(id);
+        return it == states_.end() ? nullptr : it->second;
+    }
     void decoded() {  // the memory update ran: copies and rotations done
         queued_.clear();
         shifted_.clear();
