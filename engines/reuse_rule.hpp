@@ -94,6 +94,8 @@ public:
     // and a saved state of `len` positions loaded into an open sequence.
     virtual void on_state_save(int /*seq*/, int /*id*/) {}
     virtual void on_state_load(int /*seq*/, int /*len*/, int /*id*/) {}
+    // A state load into `seq` refused (the sequence must keep what it held).
+    virtual void on_state_refused(int /*seq*/) {}
     // The adapters (LoRA set and scales, control vector) changed from
     // `before` to `after`, or were set again unchanged, as the simulator's
     // own account has them.

@@ -1,7 +1,8 @@
 // The invalid calls the simulator draws (OpKind::invalid): a
 // truncate past the length, a decode of a token outside the vocabulary, on
 // a closed sequence or past n_ctx, an open of an open or out-of-range
-// sequence, a copy onto itself; a LoRA adapter of another shape and a
+// sequence, a copy onto itself, a shift past the length, a state cut short;
+// a LoRA adapter of another shape and a
 // control vector past the model's layers, where the engine takes them. Each must be refused with an error that
 // names the bad value (engine_abi.h) and must change nothing: a batch that
 // holds a good pair beside the bad one is refused whole, and every row
@@ -21,10 +22,11 @@ namespace {
 struct Call {
     std::string what;   // for messages
     std::string value;  // the bad value the refusal must name
-    std::function<void()> run;
+    std::function<void(Engine&)> run;  // on the engine, and on its twin where there is one
     // Or this, where the bad value is a shape: the tensor it is wrong in
     // (llama.cpp names the tensor, not its dimensions).
     std::string tensor = {};
+    bool state_load = false;  // the rule is told of a refused state load (an engine may put the sequence back)
 };
 
 // `value` as a whole number in `text` (not the 1 of "12" or of "-1").
@@ -45,41 +47,56 @@ void Simulator::invalid(const Op& op, int seq) {
     const int len = int(r.history.size()), vocab = config_.model.vocab;
     const std::uint64_t v = op.seed;
     // A pair the sequence could take, so a batch is refused for its bad pair alone.
-    const auto batch = [&](std::vector<std::int32_t> seqs, std::vector<std::int32_t> tokens) {
+    const auto batch = [&](Engine& e, std::vector<std::int32_t> seqs, std::vector<std::int32_t> tokens) {
         if (!r.queue.empty() && len < r.capacity) {
             seqs.insert(seqs.begin(), seq);
             tokens.insert(tokens.begin(), r.queue.front());
         }
-        engine_->decode(seqs, tokens);
+        e.decode(seqs, tokens);
     };
     std::vector<Call> calls;
     const int past = len + 1 + int(v % 4);
     calls.push_back({cat("truncate(", seq, ", ", past, ") past its length ", len), std::to_string(past),
-                     [&] { engine_->truncate(seq, past); }});
+                     [&](Engine& e) { e.truncate(seq, past); }});
     const int token = v % 2 ? vocab + int(v % 7) : -1 - int(v % 3);
     calls.push_back({cat("a decode of token ", token, " (vocab ", vocab, ")"), std::to_string(token),
-                     [&] { batch({seq}, {token}); }});
+                     [&](Engine& e) { batch(e, {seq}, {token}); }});
     calls.push_back({cat("an open of sequence ", seq, ", which is open"), std::to_string(seq),
-                     [&] { engine_->open(seq); }});
+                     [&](Engine& e) { e.open(seq); }});
     const int beyond = config_.seqs + int(v % 3);
     calls.push_back({cat("an open of sequence ", beyond, " (", config_.seqs, " sequences)"), std::to_string(beyond),
-                     [&] { engine_->open(beyond); }});
+                     [&](Engine& e) { e.open(beyond); }});
     const std::vector<int> free = free_seqs();
     const int closed = free.empty() ? -1 : free[v % free.size()];
     if (closed >= 0)
         calls.push_back({cat("a decode on sequence ", closed, ", which is closed"), std::to_string(closed),
-                         [&] { batch({closed}, {0}); }});
+                         [&](Engine& e) { batch(e, {closed}, {0}); }});
     if (engine_->capabilities() & KVWELD_CAP_COPY_SEQ)
         calls.push_back({cat("a copy of sequence ", seq, " onto itself"), std::to_string(seq),
-                         [&] { engine_->copy(seq, seq); }});
+                         [&](Engine& e) { e.copy(seq, seq); }});
     // One position more than the sequence has room for.
     const int over = r.capacity - len + 1;
     calls.push_back({cat("a decode of ", over, " tokens on sequence ", seq, " at length ", len, " (capacity ",
                          r.capacity, ")"),
                      std::to_string(r.capacity),
-                     [&] { engine_->decode(std::vector<std::int32_t>(std::size_t(over), seq),
-                                           std::vector<std::int32_t>(std::size_t(over), 0)); }});
+                     [&](Engine& e) { e.decode(std::vector<std::int32_t>(std::size_t(over), seq),
+                                               std::vector<std::int32_t>(std::size_t(over), 0)); }});
 
+    if (engine_->capabilities() & KVWELD_CAP_SHIFT)
+        calls.push_back({cat("a shift of positions [", std::min(len, 1), ", ", past, ") of sequence ", seq, " at length ", len),
+                         std::to_string(past), [&](Engine& e) { e.shift(seq, std::min(len, 1), past); }});
+    if ((engine_->capabilities() & KVWELD_CAP_STATE) && len > 0) {
+        // The sequence's own state, cut short: corrupt bytes must not half-load.
+        const std::size_t size = engine_->state_save(seq).size();
+        const std::size_t keep = size - 1 - std::size_t(v % std::min<std::size_t>(size, 64));
+        calls.push_back({cat("a state load of ", keep, " bytes (the sequence's own state, cut short)"),
+                         std::to_string(keep), [&, keep](Engine& e) {
+                             std::vector<std::uint8_t> cut = e.state_save(seq);
+                             cut.resize(std::min(keep, cut.size()));
+                             e.state_load(seq, cut);
+                         },
+                         "", true});
+    }
     if (engine_->capabilities() & KVWELD_CAP_LORA) {
         // Another width of a matrix the adapter adapts: ffn_down's input, or
         // (an MoE model's adapters leave ffn_down alone) attn_v's output.
@@ -91,30 +108,38 @@ void Simulator::invalid(const Op& op, int seq) {
         calls.push_back({cat("a LoRA adapter for a model with ", moe ? "kv_dim " : "ffn ", got, " (the model's is ", want,
                              ")"),
                          moe ? cat("kv_heads=", other.n_kv_heads) : std::to_string(got),
-                         [&, other] {
+                         [&, other](Engine& e) {
                              const LoraUse use{LoraAdapter::random(other, 1, 1.0f, v), 1.0f};
-                             engine_->set_loras(std::span<const LoraUse>(&use, 1));
+                             e.set_loras(std::span<const LoraUse>(&use, 1));
                          },
                          moe ? "attn_v" : "ffn_down"});
     }
     if (engine_->capabilities() & KVWELD_CAP_CVEC) {
         const int end = config_.model.n_layers + int(v % 3);
         calls.push_back({cat("a control vector over layers 1..", end, " (the model has ", config_.model.n_layers, ")"),
-                         std::to_string(end), [&, end] {
+                         std::to_string(end), [&, end](Engine& e) {
                              ControlVector cv = ControlVector::random(config_.model, v, 1, 1);
                              cv.end = end;
-                             engine_->set_cvec(&cv);
+                             e.set_cvec(&cv);
                          }});
     }
     const Call& call = calls[op.pick2 % calls.size()];
+    // The twin is refused the same call first, so whatever a refusal does to
+    // an engine's layout (a state load put back) happens to both.
+    if (twin_) try {
+            call.run(*twin_);
+            fail(Verdict::engine_error, Oracle::twin, cat("the twin accepted ", call.what, ": it must be refused"));
+        } catch (const Error&) {
+        }
     try {
-        call.run();
+        call.run(*engine_);
     } catch (const Error& e) {
         const bool tensor = !call.tensor.empty() && std::string(e.what()).find(call.tensor) != std::string::npos;
         if (!names(e.what(), call.value) && !tensor)
             fail(Verdict::engine_error, Oracle::engine,
                  cat("the engine refused ", call.what, " without naming ", call.value, ": ", e.what()));
         ++stats_.refused;
+        if (call.state_load && rule_) rule_->on_state_refused(seq);
         return;
     }
     fail(Verdict::engine_error, Oracle::engine, cat("the engine accepted ", call.what, ": it must be refused"));

@@ -444,8 +444,8 @@ int state_load(kvweld_engine* e, int32_t seq, const uint8_t* data, size_t n, cha
         if (!held.empty())
             require(llama_state_seq_set_data(e->ctx, held.data(), held.size(), seq) == held.size(),
                     "state_load: refused, and the sequence's own state did not load back");
-        require(false, "state_load: llama.cpp read ", read, " of ", n - kStateHeader, " bytes and holds positions ", lo,
-                "..", hi, " for a state of ", positions, ": refused");
+        require(false, "state_load: refused a state of ", n, " bytes: llama.cpp read ", read, " of the ", n - kStateHeader,
+                " after the header and holds positions ", lo, "..", hi, " for a state of ", positions);
     });
 }
 

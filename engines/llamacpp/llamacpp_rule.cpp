@@ -222,6 +222,9 @@ public:
         placed_ += len;
         wrong_rows_.loaded(seq, id);
     }
+    // The plugin puts a refused load's sequence back from a state it saves
+    // first (llama.cpp empties it): a save and a load, as far as clause 9 goes.
+    void on_state_refused(int seq) override { wrong_rows_.put_back(seq); }
     void on_truncate(int seq, int n) override {
         if (n == 0) wrong_rows_.emptied(seq);
     }

@@ -74,6 +74,12 @@ public:
         for (const auto& [dst, src] : queued_)
             if (src == seq) wrong_[dst] = "state-io-under-queued-copy";
     }
+    void put_back(int seq) {  // saved and loaded again at once
+        constexpr int kNow = -1;  // no simulator state has this id
+        saved(seq, kNow);
+        loaded(seq, kNow);
+        states_.erase(kNow);
+    }
     // Its cells freed (clear, close, truncate to 0, the target of a copy or load).
     void emptied(int seq) {
         wrong_.erase(seq);
