@@ -174,14 +174,14 @@ public:
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : warmup_switched        ? "8 (warmup switched)"
                                  : adapters_changed_      ? "7 (the adapters changed)"
-                                 : update_queued_         ? "4 (a stream copy or a K-shift discarded the graph)"
+                                 : copy_queued_ || kshift_queued_ ? "4 (a stream copy or a K-shift discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
                                  : !(*previous_ == u)     ? "2 (another shape)"
                                  : same_window && adapters_set_again_
                                      ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
-            if (reuse_ && !update_queued_ && !adapters_changed_ && !warmup_switched && previous_ && *previous_ == u) {
+            if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched && previous_ && *previous_ == u) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
@@ -191,7 +191,7 @@ public:
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
-            update_queued_ = false;
+            copy_queued_ = kshift_queued_ = false;
             adapters_changed_ = adapters_set_again_ = false;
         }
         if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
@@ -209,12 +209,12 @@ public:
     const char* standing_clause(std::span<const int> seqs) const override { return wrong_rows_.clause(seqs); }
     const char* state_clause(int id) const override { return wrong_rows_.state_clause(id); }
     void on_copy(int src, int dst) override {
-        update_queued_ = update_queued_ || !unified_;
+        copy_queued_ = copy_queued_ || !unified_;
         wrong_rows_.copied(src, dst);
     }
     void on_shift(int seq, int p0, int p1, int len) override {
         const bool moved = p0 < p1 && p1 < len;  // cells past the dropped ones move: a K-shift is queued
-        update_queued_ = update_queued_ || moved;
+        kshift_queued_ = kshift_queued_ || moved;
         wrong_rows_.shifted(seq, moved);
     }
     void on_state_save(int seq, int id) override { wrong_rows_.saved(seq, id); }
@@ -232,13 +232,14 @@ public:
     void on_close(int seq) override { wrong_rows_.emptied(seq); }
     void on_reload() override {
         previous_.reset();
-        wrong_rows_.all_emptied();
-        update_queued_ = false;  // the new context has nothing queued
+        wrong_rows_.all_emptied(true);
+        copy_queued_ = kshift_queued_ = false;  // the new context has nothing queued
         placed_ = 0;             // nor any used cell
     }
     void on_clear_all() override {  // every cell freed, the head at 0
         placed_ = 0;
-        wrong_rows_.all_emptied();
+        kshift_queued_ = false;
+        wrong_rows_.all_emptied(false);
     }
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
         const bool changed = effective_loras(before) != effective_loras(after) || !same_cvec(before, after);
@@ -252,7 +253,10 @@ private:
     std::optional<UbatchShape> previous_;
     bool previous_window_known_ = false;  // the previous graph's window was 256
     int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
-    bool update_queued_ = false;  // a stream copy or K-shift the next decode's memory update applies
+    // What the next decode's memory update applies: stream copies (queued
+    // until then whatever happens, clear_all included: llama_kv_cache::clear
+    // leaves sc_info) and K-shifts (dropped with the cells by clear_all).
+    bool copy_queued_ = false, kshift_queued_ = false;
     WrongRows wrong_rows_{unified_};  // clause 9
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph

@@ -86,11 +86,13 @@ public:
         for (int other : sharing_[seq]) sharing_[other].erase(seq);
         sharing_.erase(seq);
     }
-    void all_emptied() {  // clear_all, reload
+    // clear_all (the queued copies stay queued: llama_kv_cache::clear
+    // leaves sc_info) or a reload (a new context: nothing queued).
+    void all_emptied(bool new_context) {
         wrong_.clear();
         sharing_.clear();
-        queued_.clear();
         shifted_.clear();
+        if (new_context) queued_.clear();
     }
 
 private:
