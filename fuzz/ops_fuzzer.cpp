@@ -79,6 +79,20 @@ Op next_op(FuzzedDataProvider& in, const SimConfig& c) {
             op.layer_end = in.ConsumeIntegralInRange(0, c.model.n_layers - 1);
             break;
         case OpKind::warmup: op.on = in.ConsumeBool(); break;
+        case OpKind::shift:
+            op.length = in.ConsumeIntegral<std::uint8_t>();
+            op.pick2 = in.ConsumeIntegral<std::uint32_t>();
+            op.twice = in.ConsumeBool();
+            break;
+        case OpKind::load:
+            op.pick2 = in.ConsumeIntegral<std::uint8_t>();
+            op.onto_open = in.ConsumeBool();
+            break;
+        case OpKind::steady:
+            for (int s = 0; s < c.seqs; ++s) op.wants.push_back(in.ConsumeIntegralInRange(0, 3));
+            op.seed = in.ConsumeIntegral<std::uint8_t>();
+            op.length = in.ConsumeIntegralInRange(1, 8);
+            break;
         default: break;
     }
     return op;

@@ -441,11 +441,16 @@ int state_load(kvweld_engine* e, int32_t seq, const uint8_t* data, size_t n, cha
             return;
         }
         llama_memory_seq_rm(memory(e), seq, -1, -1);
+        // A cell at a negative position (llama.cpp takes a state's positions
+        // unchecked) is out of every range seq_rm removes: a known finding.
+        const llama_pos stuck = llama_memory_seq_pos_min(memory(e), seq);
         if (!held.empty())
             require(llama_state_seq_set_data(e->ctx, held.data(), held.size(), seq) == held.size(),
                     "state_load: refused, and the sequence's own state did not load back");
         require(false, "state_load: refused a state of ", n, " bytes: llama.cpp read ", read, " of the ", n - kStateHeader,
-                " after the header and holds positions ", lo, "..", hi, " for a state of ", positions);
+                " after the header and holds positions ", lo, "..", hi, " for a state of ", positions,
+                stuck == -1 ? std::string() : " (and keeps a cell at position " + std::to_string(stuck) +
+                                                  " that llama_memory_seq_rm cannot remove: the sequence is not what it held)");
     });
 }
 
