@@ -82,8 +82,9 @@ Measured measure(const TrafficParams& p, const EngineChoice& e, int chunk, int r
 }
 
 struct Row {
-    std::string sweep;  // "base", "arrival", "accept"
+    std::string sweep;  // "base", "arrival", "accept" (churn); "slots", "spec_k" (steady)
     double arrival = 0, accept = 0;
+    int slots = 0, spec_k = 0;
     Setting setting;
     Measured with, without;  // reuse on; reuse off (empty when none)
     bool has_without = false;
@@ -116,7 +117,7 @@ std::vector<Row> run_rows(const TrafficParams& p, const EngineChoice& base, int 
                           const std::string& sweep, const BuildCosts& costs) {
     std::vector<Row> rows;
     for (const Setting& s : settings_for(base.engine, base.params, p)) {
-        Row row{sweep, p.arrival_rate, p.accept, s, {}, {}, !s.no_reuse.empty(), costs.at(s.params)};
+        Row row{sweep, p.arrival_rate, p.accept, p.slots, p.spec_k, s, {}, {}, !s.no_reuse.empty(), costs.at(s.params)};
         TrafficParams q = p;
         q.recycle = s.recycle;
         row.with = measure(q, {base.engine, s.params, ""}, chunk, repeat);
@@ -139,8 +140,9 @@ std::string ideal_text(const RunStats& s) {
 void print_row(const std::string& label, const Measured& m, const std::string& share) {
     const RunStats& s = m.result.run.stats;
     const RunResult& r = m.result.run;
-    std::printf("%-30s %6llu %6llu %6llu %6llu %7llu %7.4f %-14s %8.4f %6s  %s\n", label.c_str(),
-                (unsigned long long)s.calls, (unsigned long long)s.plans, (unsigned long long)s.reused,
+    std::printf("%-30s %6llu %5.3f %6llu %6llu %6llu %7llu %7.4f %-14s %8.4f %6s  %s\n", label.c_str(),
+                (unsigned long long)s.calls, s.calls ? double(s.same_shape_calls) / double(s.calls) : 0.0,
+                (unsigned long long)s.plans, (unsigned long long)s.reused,
                 (unsigned long long)s.builds, (unsigned long long)s.rebinds, s.reuse_ratio(), ideal_text(s).c_str(),
                 m.seconds, share.c_str(),
                 r.verdict == Verdict::pass ? "pass"
@@ -148,8 +150,8 @@ void print_row(const std::string& label, const Measured& m, const std::string& s
 }
 
 void print_table(const std::vector<Row>& rows) {
-    std::printf("%-30s %6s %6s %6s %6s %7s %7s %-14s %8s %6s  %s\n", "setting", "calls", "plans", "reused", "built",
-                "rebound", "reuse", "rule's ideal", "decode s", "build", "verdict");
+    std::printf("%-30s %6s %5s %6s %6s %6s %7s %7s %-14s %8s %6s  %s\n", "setting", "calls", "same", "plans", "reused",
+                "built", "rebound", "reuse", "rule's ideal", "decode s", "build", "verdict");
     for (const Row& r : rows) {
         print_row(r.setting.label(), r.with, share_text(Row::share(r.with, r.build_seconds)));
         if (r.has_without)
@@ -180,11 +182,12 @@ void print_shapes(const Row& row) {
 void write_csv(const std::string& path, const std::vector<Row>& rows) {
     std::ofstream out(path, std::ios::trunc);
     require(out.good(), "--csv ", path, ": cannot open for writing");
-    out << "sweep,setting,arrival_rate,accept,calls,graphs,reused,reuse_ratio,ideal_ratio,may_reuse,decode_s,"
-           "decode_s_no_reuse,build_us,build_share,build_share_no_reuse\n";
+    out << "sweep,setting,arrival_rate,accept,slots,spec_k,calls,same_shape_calls,graphs,reused,reuse_ratio,ideal_ratio,"
+           "may_reuse,decode_s,decode_s_no_reuse,build_us,build_share,build_share_no_reuse\n";
     for (const Row& r : rows) {
         const RunStats& s = r.with.result.run.stats;
-        out << r.sweep << ',' << '"' << r.setting.label() << '"' << ',' << r.arrival << ',' << r.accept << ',' << s.calls << ',' << s.plans << ','
+        out << r.sweep << ',' << '"' << r.setting.label() << '"' << ',' << r.arrival << ',' << r.accept << ','
+            << r.slots << ',' << r.spec_k << ',' << s.calls << ',' << s.same_shape_calls << ',' << s.plans << ','
             << s.reused << ',' << s.reuse_ratio() << ',' << s.ideal_ratio() << ',' << s.may_reuse << ','
             << r.with.seconds << ',' << (r.has_without ? r.without.seconds : std::nan("")) << ','
             << r.build_seconds * 1e6 << ',' << Row::share(r.with, r.build_seconds) << ','
@@ -192,9 +195,18 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
     }
 }
 
-// Two panels against arrival rate: the reuse ratio (solid) and the most
-// reuse the rule allows (dashed) per setting, and graph building's share of decode time.
-void write_plot(const std::string& png, const std::vector<Row>& rows, const std::string& engine) {
+// One panel of the sweep's plot: the rows of one sweep, x from each row,
+// and either the reuse ratio (solid) with the most the rule allows
+// (dashed), or graph building's share of decode time.
+struct Panel {
+    const char* sweep;
+    double (*x)(const Row&);
+    bool reuse;
+    const char* xlabel;
+};
+
+void write_plot(const std::string& png, const std::vector<Row>& rows, const std::string& engine,
+                const std::vector<Panel>& panels, const std::string& title) {
     const std::string script = png + ".gp";
     std::ofstream gp(script, std::ios::trunc);
     require(gp.good(), "--plot ", png, ": cannot write ", script);
@@ -202,29 +214,29 @@ void write_plot(const std::string& png, const std::vector<Row>& rows, const std:
     for (const Row& r : rows)
         if (std::find(settings.begin(), settings.end(), r.setting.label()) == settings.end())
             settings.push_back(r.setting.label());
-    for (std::size_t i = 0; i < settings.size(); ++i) {
-        gp << "$s" << i << " << EOD\n";
-        for (const Row& r : rows)
-            if (r.sweep == "arrival" && r.setting.label() == settings[i]) {
-                const double share = Row::share(r.with, r.build_seconds);
-                const RunStats& st = r.with.result.run.stats;
-                const double allowed = st.plans ? double(st.must_reuse + st.may_reuse) / double(st.plans) : 0.0;
-                gp << r.arrival << ' ' << st.reuse_ratio() << ' ' << allowed << ' '
-                   << (std::isnan(share) ? 0.0 : 100.0 * share) << '\n';
-            }
-        gp << "EOD\n";
-    }
+    for (std::size_t p = 0; p < panels.size(); ++p)
+        for (std::size_t i = 0; i < settings.size(); ++i) {
+            gp << "$p" << p << "s" << i << " << EOD\n";
+            for (const Row& r : rows)
+                if (r.sweep == panels[p].sweep && r.setting.label() == settings[i]) {
+                    const double share = Row::share(r.with, r.build_seconds);
+                    const RunStats& st = r.with.result.run.stats;
+                    const double allowed = st.plans ? double(st.must_reuse + st.may_reuse) / double(st.plans) : 0.0;
+                    gp << panels[p].x(r) << ' ' << st.reuse_ratio() << ' ' << allowed << ' '
+                       << (std::isnan(share) ? 0.0 : 100.0 * share) << '\n';
+                }
+            gp << "EOD\n";
+        }
     gp << "set terminal pngcairo size 1200,500 noenhanced\nset output '" << png << "'\nset key top right\nset grid\n"
-       << "set multiplot layout 1,2 title '" << engine
-       << ": plan reuse under the same synthetic traffic (every row checked against the reference)'\n"
-       << "set xlabel 'arrival rate (requests / tick)'\n";
-    for (const bool reuse : {true, false}) {
-        gp << "set ylabel '" << (reuse ? "reused plans / plans; dashed: the most the rule allows" : "plan building, % of decode time")
+       << "set multiplot layout 1," << panels.size() << " title '" << engine << ": " << title << "'\n";
+    for (std::size_t p = 0; p < panels.size(); ++p) {
+        gp << "set xlabel '" << panels[p].xlabel << "'\nset ylabel '"
+           << (panels[p].reuse ? "reused plans / plans; dashed: the most the rule allows" : "plan building, % of decode time")
            << "'\nplot ";
         for (std::size_t i = 0; i < settings.size(); ++i) {
-            gp << (i ? ", " : "") << "$s" << i << " using 1:" << (reuse ? 2 : 4) << " with linespoints lw 2 lc " << i + 1
-               << " title '" << settings[i] << "'";
-            if (reuse) gp << ", $s" << i << " using 1:3 with lines dt 2 lc " << i + 1 << " notitle";
+            gp << (i ? ", " : "") << "$p" << p << "s" << i << " using 1:" << (panels[p].reuse ? 2 : 4)
+               << " with linespoints lw 2 lc " << i + 1 << " title '" << settings[i] << "'";
+            if (panels[p].reuse) gp << ", $p" << p << "s" << i << " using 1:3 with lines dt 2 lc " << i + 1 << " notitle";
         }
         gp << "\n";
     }
@@ -232,6 +244,42 @@ void write_plot(const std::string& png, const std::vector<Row>& rows, const std:
     gp.close();
     const int rc = std::system(cat("gnuplot '", script, "'").c_str());
     require(rc == 0, "gnuplot failed on ", script, " (exit ", rc, "); is gnuplot installed? (scripts/setup)");
+}
+
+double arrival_of(const Row& r) { return r.arrival; }
+double slots_of(const Row& r) { return r.slots; }
+double spec_k_of(const Row& r) { return r.spec_k; }
+
+// The sweeps per mode, each a run of every setting per value.
+void sweep(const TrafficParams& p, const EngineChoice& base, const EngineTrafficArgs& a, const BuildCosts& costs,
+           std::vector<Row>& rows) {
+    const auto add = [&](const TrafficParams& q, const char* name) {
+        for (Row& r : run_rows(q, base, a.chunk, a.repeat, name, costs)) rows.push_back(std::move(r));
+    };
+    if (p.mode == TrafficMode::steady) {
+        for (int slots : {1, 2, 4, 8, 16}) {
+            TrafficParams q = p;
+            q.slots = slots;
+            q.arrival_rate = p.arrival_rate * slots / p.slots;  // the same load per sequence
+            add(q, "slots");
+        }
+        for (int k : {1, 2, 4, 8}) {
+            TrafficParams q = p;
+            q.spec_k = k;
+            add(q, "spec_k");
+        }
+        return;
+    }
+    for (double rate : {0.1, 0.25, 0.5, 1.0, 2.0}) {
+        TrafficParams q = p;
+        q.arrival_rate = rate;
+        add(q, "arrival");
+    }
+    for (double accept : {0.0, 0.2, 0.4, 0.6, 0.8, 1.0}) {
+        TrafficParams q = p;
+        q.accept = accept;
+        add(q, "accept");
+    }
 }
 
 }  // namespace
@@ -265,12 +313,18 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
     const EngineChoice base{a.engine, a.params, ""};
     require_engine(base.engine);
     const std::string name = engine_display_name(base.engine);
-    std::printf("traffic on engine %s: seed %llu, %d ticks, %d sequences, model %s, arrivals %.3g/tick, prompt mean %d"
-                " (chunks of %d), output mean %d, spec k=%d accept %.2f, preempt %.3g, offload %.3g (where the engine can swap "
-                "layers) and reload %.3g per tick. Decode s: wall time in the engine's decode calls, best of %d.\n",
-                name.c_str(), (unsigned long long)p.seed, p.ticks, p.slots, p.model.c_str(), p.arrival_rate,
-                p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept, p.preempt_rate, p.offload_rate, p.reload_rate,
-                a.repeat);
+    std::printf("traffic (%s) on engine %s: seed %llu, %d ticks, %d sequences, model %s, arrivals %.3g/tick, prompt "
+                "mean %d (chunks of %d), output mean %d, spec k=%d accept %.2f",
+                std::string(to_string(p.mode)).c_str(), name.c_str(), (unsigned long long)p.seed, p.ticks, p.slots,
+                p.model.c_str(), p.arrival_rate, p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept);
+    if (p.mode == TrafficMode::steady)
+        std::printf(", %d tokens per step (decodes first); lengths log-normal, outputs also ending at a stop token; "
+                    "no preemption but for memory, no offload, no reload", p.token_budget);
+    else
+        std::printf(", preempt %.3g, offload %.3g (where the engine can swap layers) and reload %.3g per tick",
+                    p.preempt_rate, p.offload_rate, p.reload_rate);
+    std::printf(". Same: the share of calls with the last call's batch shape. Decode s: wall time in the engine's "
+                "decode calls, best of %d.\n", a.repeat);
     if (p.adapters)
         std::printf("per-request LoRA: %d adapters and the base model, one call per adapter in use, switched by %s\n",
                     p.adapters,
@@ -289,25 +343,27 @@ int run_engine_traffic_cmd(const TrafficParams& p, const EngineTrafficArgs& a) {
     print_shapes(rows.front());
     bool ok = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
     if (a.sweep) {
-        for (double rate : {0.1, 0.25, 0.5, 1.0, 2.0}) {
-            TrafficParams q = p;
-            q.arrival_rate = rate;
-            for (Row& r : run_rows(q, base, a.chunk, a.repeat, "arrival", costs)) rows.push_back(std::move(r));
-        }
-        for (double accept : {0.0, 0.2, 0.4, 0.6, 0.8, 1.0}) {
-            TrafficParams q = p;
-            q.accept = accept;
-            for (Row& r : run_rows(q, base, a.chunk, a.repeat, "accept", costs)) rows.push_back(std::move(r));
-        }
+        sweep(p, base, a, costs, rows);
         ok = ok && std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); });
-        std::printf("sweep: arrival rate 0.1..2 and draft acceptance 0..1 per setting: %s\n",
+        std::printf("sweep: %s per setting: %s\n",
+                    p.mode == TrafficMode::steady ? "concurrent sequences 1..16 and speculative k 1..8"
+                                                  : "arrival rate 0.1..2 and draft acceptance 0..1",
                     ok ? "no oracle failed" : "FAILURES, see the CSV");
     }
     if (!a.csv.empty()) write_csv(a.csv, rows);
     if (!a.json.empty()) write_json(a.json, rows_json(rows, costs, ok));
     if (!a.plot.empty()) {
         require(a.sweep, "--plot needs --sweep (it plots the sweep)");
-        write_plot(a.plot, rows, name);
+        if (p.mode == TrafficMode::steady)
+            write_plot(a.plot, rows, name,
+                       {{"slots", slots_of, true, "concurrent sequences (--slots)"},
+                        {"spec_k", spec_k_of, true, "speculative k (tokens per sequence per step)"}},
+                       "plan reuse in the steady state (every row checked against the reference)");
+        else
+            write_plot(a.plot, rows, name,
+                       {{"arrival", arrival_of, true, "arrival rate (requests / tick)"},
+                        {"arrival", arrival_of, false, "arrival rate (requests / tick)"}},
+                       "plan reuse under the same synthetic traffic (every row checked against the reference)");
         std::printf("plot: %s\n", a.plot.c_str());
     }
     std::printf("traffic verdict: %s\n", ok ? "PASS" : "FAIL");

@@ -11,7 +11,15 @@ struct TrafficArgs {
     TrafficParams params;
     EngineTrafficArgs engine;
     std::string adapter_switch = "set";
+    std::string mode = "churn";
 };
+
+// Steady mode's lengths when not given: serving-like means, heavy-tailed,
+// within the 256 positions the swarm's models hold.
+// And arrivals a little under what 8 sequences serve (a request holds a
+// sequence about 60 steps), so the batch stays full and changes seldom.
+constexpr int kSteadyPromptMean = 96, kSteadyOutputMean = 128;
+constexpr double kSteadyArrivalRate = 0.1;
 
 }  // namespace
 
@@ -26,9 +34,27 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--ticks", p.ticks, "simulated ticks")->capture_default_str()->check(CLI::Range(1, 1000000));
     cmd->add_option("--slots", p.slots, "server slots")->capture_default_str()->check(CLI::Range(1, 16));
     cmd->add_option("--model", p.model, kvweld::cat("model dims: ", kvweld::preset_names()))->capture_default_str();
-    cmd->add_option("--arrival-rate", p.arrival_rate, "Poisson arrivals per tick")->capture_default_str()->check(CLI::Range(0.0, 16.0));
-    cmd->add_option("--prompt-mean", p.prompt_mean, "prompt length mean (uniform 1..2*mean-1)")->capture_default_str()->check(CLI::Range(1, 100));
-    cmd->add_option("--output-mean", p.output_mean, "output length mean (geometric)")->capture_default_str()->check(CLI::Range(1, 1000));
+    CLI::Option* arrival_rate =
+        cmd->add_option("--arrival-rate", p.arrival_rate,
+                        kvweld::cat("Poisson arrivals per tick (steady: default ", kSteadyArrivalRate, ")"))
+            ->capture_default_str()->check(CLI::Range(0.0, 16.0));
+    CLI::Option* prompt_mean =
+        cmd->add_option("--prompt-mean", p.prompt_mean,
+                        kvweld::cat("prompt length mean (churn: uniform 1..2*mean-1; steady: log-normal, default ",
+                                    kSteadyPromptMean, ")"))
+            ->capture_default_str()->check(CLI::Range(1, 1000));
+    CLI::Option* output_mean =
+        cmd->add_option("--output-mean", p.output_mean,
+                        kvweld::cat("output length mean (churn: geometric; steady: log-normal, or a stop token, default ",
+                                    kSteadyOutputMean, ")"))
+            ->capture_default_str()->check(CLI::Range(1, 1000));
+    cmd->add_option("--mode", a->mode,
+                    "churn (random admits, preemption, offload and reloads: a new batch shape almost every call) or "
+                    "steady (every running sequence decodes every step with the same drafts, chunked prefill within "
+                    "--token-budget, preemption only for memory: most steps repeat the last one's shape)")
+        ->capture_default_str()->check(CLI::IsMember({"churn", "steady"}));
+    cmd->add_option("--token-budget", p.token_budget, "steady: tokens one step may carry (decodes first)")
+        ->capture_default_str()->check(CLI::Range(1, 512));
     cmd->add_option("--spec-k", p.spec_k, "speculative k (1 = off)")->capture_default_str()->check(CLI::Range(1, 16));
     cmd->add_option("--accept", p.accept, "draft acceptance probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--preempt-rate", p.preempt_rate, "clear and re-prefill, per active request per tick")->capture_default_str()->check(CLI::Range(0.0, 1.0));
@@ -44,20 +70,30 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
                     "adapter, the call's at scale 1, the rest at 0)")
         ->capture_default_str()
         ->check(CLI::IsMember({"set", "scales"}));
-    cmd->add_flag("--sweep", a->engine.sweep, "also sweep the arrival rate (0.1..2) and draft acceptance (0..1) per setting");
+    cmd->add_flag("--sweep", a->engine.sweep,
+                  "also sweep per setting: churn, the arrival rate (0.1..2) and draft acceptance (0..1); steady, the "
+                  "concurrent sequences (--slots 1..16) and speculative k (1..8)");
     cmd->add_option("--csv", a->engine.csv, "write every run as CSV here");
-    cmd->add_option("--plot", a->engine.plot, "draw reuse ratio and build share against arrival rate (PNG; needs --sweep)");
+    cmd->add_option("--plot", a->engine.plot,
+                    "draw the sweep (PNG; needs --sweep): churn, reuse ratio and build share against arrival rate; "
+                    "steady, reuse ratio against concurrent sequences and against speculative k");
     cmd->add_option("--json", a->engine.json, "write every run's report as JSON here");
     cmd->add_option("--engine", a->engine.engine, cat("the engine: ", builtin_engine_names(), " or a plugin's .so"))
         ->capture_default_str();
     cmd->add_option("--params", a->engine.params, "one setting to study instead of the engine's own list");
-    cmd->add_option("--chunk", a->engine.chunk, "prefill tokens per sequence per step")
+    cmd->add_option("--chunk", a->engine.chunk, "churn: prefill tokens per sequence per step")
         ->capture_default_str()->check(CLI::Range(1, 512));
     cmd->add_option("--repeat", a->engine.repeat, "runs per setting; decode time is the best")
         ->capture_default_str()->check(CLI::Range(1, 100));
-    cmd->callback([a, &action] {
-        action = [a] {
+    cmd->callback([a, &action, prompt_mean, output_mean, arrival_rate] {
+        action = [a, prompt_mean, output_mean, arrival_rate] {
             a->params.adapter_switch = adapter_switch_from_string(a->adapter_switch);
+            a->params.mode = traffic_mode_from_string(a->mode);
+            if (a->params.mode == TrafficMode::steady) {
+                if (!prompt_mean->count()) a->params.prompt_mean = kSteadyPromptMean;
+                if (!output_mean->count()) a->params.output_mean = kSteadyOutputMean;
+                if (!arrival_rate->count()) a->params.arrival_rate = kSteadyArrivalRate;
+            }
             return run_engine_traffic_cmd(a->params, a->engine);
         };
     });

@@ -25,6 +25,15 @@ inline int geometric(Rng& rng, double mean) {
     return k;
 }
 
+// Heavy-tailed lengths, as serving traces show: log-normal with this mean
+// (sigma the spread of the log), at least 1. Two draws (Box-Muller).
+inline int lognormal(Rng& rng, double mean, double sigma) {
+    const double u1 = std::max(rng.unit(), 1e-12), u2 = rng.unit();
+    const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.141592653589793 * u2);
+    const double mu = std::log(std::max(1.0, mean)) - sigma * sigma / 2.0;
+    return std::max(1, int(std::lround(std::min(std::exp(mu + sigma * normal), 1e6))));
+}
+
 // An index drawn with probability proportional to its weight (0 = never);
 // nullopt when every weight is 0. Draws once from rng, or not at all.
 inline std::optional<int> weighted_index(std::span<const int> weights, Rng& rng) {

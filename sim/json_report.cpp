@@ -16,6 +16,7 @@ constexpr struct {
     {"ops_run", &RunStats::ops_run},       {"ops_skipped", &RunStats::ops_skipped},
     {"requests", &RunStats::requests},     {"calls", &RunStats::calls},
     {"rows", &RunStats::rows},             {"batched_calls", &RunStats::batched_calls},
+    {"same_shape_calls", &RunStats::same_shape_calls},
     {"drafts", &RunStats::drafts},         {"rejected", &RunStats::rejected},
     {"refused", &RunStats::refused},       {"plans", &RunStats::plans},
     {"reused", &RunStats::reused},         {"must_reuse", &RunStats::must_reuse},

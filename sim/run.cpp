@@ -270,7 +270,8 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
         if (s.ops_by_kind[std::size_t(k)])
             kinds += cat(kinds.empty() ? "" : " ", to_string(OpKind(k)), "=", s.ops_by_kind[std::size_t(k)]);
     out += table_row("ops run", cat(s.ops_run, " (", kinds, ")"));
-    out += table_row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched)"));
+    out += table_row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched, ",
+                                                    s.same_shape_calls, " of the last call's shape)"));
     out += table_row("rows / by the reference (max logit / K/V error)",
                      cat(s.rows, " / ", s.reference_rows, " (", oracles.data ? sci(s.max_logit_error) : "-", " / ",
                          oracles.kv ? sci(s.max_kv_error) : "-", ")"));

@@ -54,6 +54,7 @@ void RunStats::add(const RunStats& o) {
     rows += o.rows;
     reference_rows += o.reference_rows;
     batched_calls += o.batched_calls;
+    same_shape_calls += o.same_shape_calls;
     drafts += o.drafts;
     rejected += o.rejected;
     refused += o.refused;
@@ -584,6 +585,11 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
     if (blocks_)
         for (int s : seqs) blocks_->append(s);
     ++stats_.calls;
+    std::vector<std::int32_t> batch = seqs;
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+        if (!outputs[i]) batch[i] = -1 - batch[i];
+    stats_.same_shape_calls += batch == last_batch_ ? 1 : 0;
+    last_batch_ = std::move(batch);
     stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
     // The rule's expectation first: every oracle's failure names its clause.
     expectation_.reset();

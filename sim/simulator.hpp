@@ -43,6 +43,7 @@ struct RunStats {
     std::uint64_t rows = 0;         // rows of logits decoded (one per token fed)
     std::uint64_t reference_rows = 0;  // of them, checked against the reference (the data oracle)
     std::uint64_t batched_calls = 0;  // calls carrying more than one sequence
+    std::uint64_t same_shape_calls = 0;  // calls whose batch is the last call's (same sequences, order and outputs)
     std::uint64_t drafts = 0, rejected = 0;
     std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
     std::uint64_t twin_rows = 0;    // rows compared with the twin's
@@ -286,6 +287,7 @@ private:
     std::optional<kvweld_engine_counters> last_counters_;  // the last counters read
     std::optional<engines::ReuseExpectation> expectation_;  // the rule's, for the call being judged
     const char* standing_ = nullptr;  // the rule's standing clause for the decode in flight
+    std::vector<std::int32_t> last_batch_;  // the last call's sequence per pair, -1 marking a pair without output
     std::set<std::uint64_t> plan_serials_;               // every plan serial seen this run
     WhiteBox* white_box_ = nullptr;                      // an engine in process: its white-box capabilities
     bool spec_reject_fault_ = false;                     // the scheduler's fault switch (white box)

@@ -16,7 +16,11 @@ namespace kvweld::sim {
 
 namespace {
 constexpr NameTable<AdapterSwitch, 2> kAdapterSwitches{{{AdapterSwitch::set, "set"}, {AdapterSwitch::scales, "scales"}}};
+constexpr NameTable<TrafficMode, 2> kTrafficModes{{{TrafficMode::churn, "churn"}, {TrafficMode::steady, "steady"}}};
 }  // namespace
+
+std::string_view to_string(TrafficMode m) { return name_in(kTrafficModes, m); }
+TrafficMode traffic_mode_from_string(std::string_view s) { return parse_in(kTrafficModes, s, "traffic mode"); }
 
 std::string_view to_string(AdapterSwitch s) { return name_in(kAdapterSwitches, s); }
 AdapterSwitch adapter_switch_from_string(std::string_view s) { return parse_in(kAdapterSwitches, s, "adapter switch"); }
@@ -27,7 +31,7 @@ SimConfig traffic_serve_config(const TrafficParams& t, const EngineChoice& engin
     SimConfig c = draw_config(t.seed, engine, t.model, engine_capabilities(engine.engine));
     c.seqs = t.slots;
     c.n_ctx = std::min(c.model.max_seq_len, kMaxDrawnCtx);
-    c.max_chunk = std::max(chunk, t.spec_k);
+    c.max_chunk = std::max({chunk, t.spec_k, t.mode == TrafficMode::steady ? t.token_budget : 0});
     c.sampled = false;
     c.accept_mean = float(t.accept);
     for (int& w : c.weights) w = 1;  // informational only: the traffic decides the ops
@@ -61,6 +65,7 @@ private:
     void step_tick() {
         const int arrivals = poisson(rng_, t_.arrival_rate);
         for (int i = 0; i < arrivals; ++i) waiting_.push_back(draw_request());
+        if (t_.mode == TrafficMode::steady) return steady_tick();
         if (rng_.chance(t_.reload_rate)) {
             Op reload = make_op(OpKind::reload);
             reload.same_weights = !rng_.chance(t_.reload_new_weights);
@@ -108,6 +113,56 @@ private:
         }
     }
 
+    // Steady mode: slots admit and retire; the step carries every decode
+    // (spec_k tokens each) and then prefill chunks within the token budget.
+    void steady_tick() {
+        for (int s = 0; s < sim_.config().seqs && !failed_; ++s) {
+            const auto& r = sim_.request(s);
+            if (r && r->done()) apply(make_op(OpKind::retire, pick_of(OpKind::retire, s)));
+            if (!sim_.request(s) && !waiting_.empty() && fits(waiting_.front().tokens.size())) {
+                Op admit = waiting_.front();
+                waiting_.erase(waiting_.begin());
+                admit.pick = pick_of(OpKind::admit, s);
+                apply(admit);
+                admitted_[s] = ++admissions_;
+                adapter_of_[s] = waiting_adapter_.front();
+                waiting_adapter_.erase(waiting_adapter_.begin());
+            }
+        }
+        Op step = make_op(OpKind::step);
+        step.seed = rng_.next();
+        make_room();
+        step.wants = budgeted_wants();
+        if (failed_) return;
+        if (t_.adapters == 0) apply(step);
+        else step_per_adapter(step);
+        if (const BlockModel* b = sim_.block_model()) {
+            utilisation_ += double(b->in_use()) / double(b->n_blocks());
+            ++steps_;
+        }
+    }
+
+    std::vector<int> budgeted_wants() const {
+        const int n = sim_.config().seqs;
+        std::vector<int> out(std::size_t(n), 0);
+        int budget = t_.token_budget;
+        for (int s = 0; s < n; ++s)
+            if (const auto& r = sim_.request(s); r && !r->done() && r->decoding && t_.spec_k <= budget) {
+                out[std::size_t(s)] = t_.spec_k;
+                budget -= t_.spec_k;
+            }
+        std::vector<int> by_arrival;
+        for (int s = 0; s < n; ++s)
+            if (const auto& r = sim_.request(s); r && !r->done() && !r->decoding) by_arrival.push_back(s);
+        std::sort(by_arrival.begin(), by_arrival.end(), [&](int a, int b) { return admitted_.at(a) < admitted_.at(b); });
+        for (int s : by_arrival) {  // as much of each prompt as the budget leaves (vLLM's chunked prefill)
+            const int k = std::min(int(sim_.request(s)->queue.size()), budget);
+            out[std::size_t(s)] = std::max(0, k);
+            budget -= std::max(0, k);
+        }
+        return out;
+    }
+
     // One call per adapter in use (the base model is adapter -1), each after
     // the adapters that serve it are set: what a server with one context
     // does for a batch of requests on several LoRAs.
@@ -138,6 +193,7 @@ private:
 
     int wants(int s) const {
         const auto& r = sim_.request(s);
+        if (t_.mode == TrafficMode::steady) return !r || r->done() ? 0 : budgeted_wants()[std::size_t(s)];
         return !r || r->done() ? 0 : r->decoding ? t_.spec_k : chunk_;
     }
 
@@ -188,10 +244,14 @@ private:
         const int n_ctx = sim_.config().n_ctx;
         const int capacity = n_ctx - t_.spec_k - 2;
         Op op = make_op(OpKind::admit);
-        const int prompt = std::min(capacity / 2, int(rng_.range(1, 2 * t_.prompt_mean - 1)));
+        const bool steady = t_.mode == TrafficMode::steady;
+        const int prompt = steady ? std::min(capacity * 3 / 4, lognormal(rng_, t_.prompt_mean, 1.0))
+                                  : std::min(capacity / 2, int(rng_.range(1, 2 * t_.prompt_mean - 1)));
         op.tokens.resize(std::size_t(prompt));
         for (int& tok : op.tokens) tok = int(rng_.below(std::uint64_t(sim_.config().model.vocab)));
-        op.max_new = std::min(capacity - prompt, geometric(rng_, t_.output_mean));
+        const int output = steady ? std::min(lognormal(rng_, t_.output_mean, 1.0), geometric(rng_, 2.0 * t_.output_mean))
+                                  : geometric(rng_, t_.output_mean);
+        op.max_new = std::min(capacity - prompt, output);
         op.recycle = t_.recycle;
         // Drawn only with adapters: the traffic without them is as it was.
         waiting_adapter_.push_back(t_.adapters ? int(rng_.below(std::uint64_t(t_.adapters) + 1)) - 1 : -1);

@@ -22,6 +22,18 @@ enum class AdapterSwitch : std::uint8_t { set, scales };
 std::string_view to_string(AdapterSwitch s);
 AdapterSwitch adapter_switch_from_string(std::string_view s);  // throws Error naming s
 
+// How the server schedules. churn: each tick admits what fits, preempts and
+// offloads at random, and steps every sequence (prefill chunks and decodes
+// with drafts): a batch of another shape almost every call. steady: as
+// llama-server and vLLM do, every running sequence decodes every step with
+// the same draft count, new requests enter by chunked prefill within a
+// per-step token budget (decodes first), requests end by length or a stop
+// token, and nothing is preempted but for memory (a paged pool's room):
+// most steps repeat the last one's shape.
+enum class TrafficMode : std::uint8_t { churn, steady };
+std::string_view to_string(TrafficMode m);
+TrafficMode traffic_mode_from_string(std::string_view s);  // throws Error naming s
+
 // The traffic: simulated time (ticks), Poisson arrivals, prompt and output
 // lengths from stated distributions, speculative decoding, preemption,
 // offload/restore, model reloads.
@@ -48,6 +60,12 @@ struct TrafficParams {
     // adapters set before each (engines with KVWELD_CAP_LORA).
     int adapters = 0;
     AdapterSwitch adapter_switch = AdapterSwitch::set;
+    TrafficMode mode = TrafficMode::churn;
+    // steady: the tokens one step may carry (decodes first, then as much of
+    // each waiting prompt as is left, in arrival order: --chunk is churn's); lengths log-normal (heavy-tailed) around
+    // the means, an output also ending at a stop token (one chance in
+    // 2 x output_mean per token); no random preemption, offload or reload.
+    int token_budget = 256;
 };
 
 // A paged engine's pool under the traffic (engines with a block model).
