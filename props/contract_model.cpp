@@ -115,6 +115,44 @@ struct Truncate : Command {
     void show(std::ostream& os) const override { os << "Truncate(" << n << ")"; }
 };
 
+// Property 4: a context shift keeps the id (its rows are rewritten in
+// place); property 1 then judges the moved keys, rotated afresh in the
+// shadow, through every later decode.
+struct Shift : Command {
+    int p0, p1;
+    std::optional<std::pair<int, int>> again;  // a second shift before the next decode: owed rotations add up
+    explicit Shift(const ContractModel& m)
+        : p0(*rc::gen::inRange(0, m.len + 1)), p1(*rc::gen::inRange(p0, m.len + 1)) {
+        const int left = m.len - (p1 - p0);
+        if (*rc::gen::arbitrary<bool>()) {
+            const int q0 = *rc::gen::inRange(0, left + 1);
+            again = std::pair{q0, *rc::gen::inRange(q0, left + 1)};
+        }
+    }
+    void checkPreconditions(const ContractModel& m) const override {
+        RC_PRE(p1 <= m.len);
+        RC_PRE(!again || again->second <= m.len - (p1 - p0));
+    }
+    void apply(ContractModel& m) const override {
+        m.len -= p1 - p0;
+        if (again) m.len -= again->second - again->first;
+    }
+    void run(const ContractModel& m, ContractSut& s) const override {
+        const KvAllocId before = s.cache.alloc_id();
+        int len = m.len;
+        for (const auto& [a, b] : {std::pair{p0, p1}, again.value_or(std::pair{0, 0})}) {
+            s.shadow.shift(s.config, a, b, len);
+            s.cache.shift(a, b);
+            len -= b - a;
+        }
+        PROP_ASSERT(Prop::ids, s.cache.alloc_id() == before);
+    }
+    void show(std::ostream& os) const override {
+        os << "Shift(" << p0 << ", " << p1 << ")";
+        if (again) os << " then Shift(" << again->first << ", " << again->second << ")";
+    }
+};
+
 // Property 4: clear, set_layer and construction always mint a new, never
 // seen id.
 // Records the real serials behind the abstract ids a full replacement mints.
@@ -190,7 +228,7 @@ void check_contract() {
     ContractModel initial;
     ContractSut sut;
     rc::state::check(initial, sut,
-                     rc::state::gen::execOneOfWithArgs<Decode, Decode, Decode, Truncate, Clear, SetLayer,
+                     rc::state::gen::execOneOfWithArgs<Decode, Decode, Decode, Truncate, Shift, Clear, SetLayer,
                                                        NewCache, Reload, Check, Check>());
 }
 

@@ -45,6 +45,9 @@ const std::vector<Expected>& expected_kills() {
         {Fault::model_key_by_content, {P::validity, P::accounting}},
         {Fault::build_counted_as_kept, {P::accounting}},
         {Fault::refeed_write_skipped, {P::data}},
+        {Fault::shift_rotation_skipped, {P::data}},
+        {Fault::shift_delta_overwritten, {P::data}},
+        {Fault::shift_remints_id, {P::ids}},
     };
     return table;
 }

@@ -71,7 +71,11 @@ constexpr struct {
     Fault fault;
     const char* classes;
 } kFaults[] = {{"truncate_one_short", truncate_one_short, "stale_decode|engine_error"},
-               {"decode_wrong_seq", decode_wrong_seq, "stale_decode|engine_error"},
+               // Or a spurious invalidation: the moved pair changes the
+               // ubatch llama.cpp splits, so a graph the rule requires
+               // reused (same shape as the caller sent) is built (seed 28
+               // of the kill matrix, in a steady phase).
+               {"decode_wrong_seq", decode_wrong_seq, "stale_decode|engine_error|spurious_invalidation"},
                {"skip_clear", skip_clear, "engine_error"},
                {"stale_logits", stale_logits, "stale_decode"},
                {"reload_drops_reuse", reload_drops_reuse, "spurious_invalidation"},
