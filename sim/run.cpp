@@ -111,7 +111,7 @@ Op draw_op(const Simulator& sim, Rng& rng) {
             // Half keep a prefix (llama-server's n_keep), half none.
             op.length = rng.chance(0.5) ? 0 : draw32(rng);
             op.pick2 = draw32(rng);
-            op.twice = rng.chance(0.3);
+            op.twice = rng.chance(0.5);
             break;
         case OpKind::save: break;
         case OpKind::load:
