@@ -6,7 +6,12 @@
 # <target>_seed_corpus.zip, <target>.dict and <target>.options.
 #
 # Locally: scripts/cflite-check runs this with clang and libFuzzer.
-targets=(ops_fuzzer trace_fuzzer checkpoint_fuzzer api_fuzzer pool_fuzzer)
+# fuzz/targets: each target and its max_len.
+declare -A max_len
+while read -r name len; do
+  if [[ $name =~ ^[a-z] ]]; then max_len[$name]=$len; fi
+done < fuzz/targets
+targets=("${!max_len[@]}")
 build=${WORK:?}/kvweld-build
 
 # CMake takes CC, CXX, CFLAGS and CXXFLAGS from the environment.
@@ -22,5 +27,5 @@ for t in "${targets[@]}"; do
   cp "fuzz/dict/$t.dict" "$OUT/$t.dict"
   rm -f "$OUT/${t}_seed_corpus.zip"
   zip -q -j "$OUT/${t}_seed_corpus.zip" fuzz/corpus/"$t"/*
-  printf '[libfuzzer]\ndict = %s.dict\nmax_len = 512\n' "$t" > "$OUT/$t.options"
+  printf '[libfuzzer]\ndict = %s.dict\nmax_len = %s\n' "$t" "${max_len[$t]}" > "$OUT/$t.options"
 done

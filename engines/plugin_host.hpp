@@ -29,6 +29,8 @@ public:
 
     const kvweld_engine_api& api() const { return *api_; }
     const std::string& path() const { return path_; }
+    // Which build of the engine this is (ABI 8 `build`; "" when unnamed or older).
+    std::string build() const { return api_->abi_version >= 8 && api_->build ? api_->build : ""; }
 
 private:
     PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api);

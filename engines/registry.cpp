@@ -25,6 +25,9 @@
 #ifndef LLAMACPP_MISSING
 #define LLAMACPP_MISSING "not built"
 #endif
+#ifndef KVWELD_BUILD
+#define KVWELD_BUILD "kvweld"
+#endif
 
 #include <cstring>
 
@@ -34,26 +37,46 @@ namespace {
 
 const EngineEntry kEngines[] = {
     {"inproc", "", "", open_dense_engine, kDenseCapabilities, dense_fault_list, kvweld_reuse_rule, nullptr,
-     kvweld_dense_settings, kDenseNoReuse, nullptr, nullptr},
+     kvweld_dense_settings, kDenseNoReuse, nullptr, nullptr, nullptr},
     {"kvweld", KVWELD_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_reuse_rule, nullptr, kvweld_dense_settings,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr},
     {"kvweld-paged", KVWELD_PAGED_PLUGIN_PATH, "not built", nullptr, 0, nullptr, kvweld_paged_reuse_rule,
-     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr, nullptr, nullptr},
+     BlockModel::for_kvweld_paged, kvweld_paged_settings, nullptr, nullptr, nullptr, nullptr},
     {"llamacpp", LLAMACPP_PLUGIN_PATH, LLAMACPP_MISSING, nullptr, 0, nullptr, llamacpp_reuse_rule, nullptr,
-     llamacpp_settings, nullptr, LLAMACPP_KNOWN_FINDINGS, llamacpp_reference_blind},
+     llamacpp_settings, nullptr, LLAMACPP_KNOWN_FINDINGS, llamacpp_reference_blind, llamacpp_rule_gap},
 };
+
+// "llamacpp@0.3.20" -> ("llamacpp", "0.3.20"); a path or a plain name has no release.
+std::pair<std::string_view, std::string_view> split_release(std::string_view engine) {
+    const auto at = engine.find('@');
+    if (at == std::string_view::npos || engine.find('/') != std::string_view::npos) return {engine, {}};
+    return {engine.substr(0, at), engine.substr(at + 1)};
+}
 
 }  // namespace
 
 const EngineEntry* engine_entry(std::string_view name) {
+    const std::string_view base = split_release(name).first;
     for (const EngineEntry& e : kEngines)
-        if (e.name == name) return &e;
+        if (e.name == base) return &e;
     return nullptr;
+}
+
+std::string engine_build(const std::string& engine) {
+    if (engine_in_process(engine)) return KVWELD_BUILD;
+    return engine_library(engine)->build();
+}
+
+std::string rule_gap(std::string_view engine_name, const std::string& build) {
+    const EngineEntry* e = engine_entry(engine_name);
+    if (!e || !e->rule || !e->rule_gap) return "";
+    const char* gap = e->rule_gap(build);
+    return gap ? gap : "";
 }
 
 bool engine_in_process(std::string_view engine) {
     const EngineEntry* e = engine_entry(engine);
-    return e && e->in_process;
+    return e && e->in_process && split_release(engine).second.empty();
 }
 
 std::uint32_t engine_capabilities(const std::string& engine) {
@@ -82,10 +105,13 @@ std::string builtin_engine_names() {
     return out;
 }
 
-std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const EngineSetup& setup,
+std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const std::string& build, const EngineSetup& setup,
                                           std::string& why_not) {
     const EngineEntry* e = engine_entry(engine_name);
-    if (e && e->rule) return e->rule(setup);
+    if (e && e->rule) {
+        why_not = rule_gap(engine_name, build);
+        return why_not.empty() ? e->rule(setup) : nullptr;
+    }
     why_not = cat("no reuse rule for engine '", engine_name, "' (engines/registry.cpp lists the rules)");
     return nullptr;
 }
@@ -142,7 +168,15 @@ std::string engine_plugin_path(const std::string& engine) {
     if (const EngineEntry* e = engine_entry(engine)) {
         require(!e->in_process, "engine '", engine, "' runs in process: it has no plugin");
         require(*e->plugin, "engine '", engine, "' is not available in this build: ", e->missing);
-        return e->plugin;
+        const std::string_view release = split_release(engine).second;
+        if (release.empty()) return e->plugin;
+        // Built beside the pinned release's plugin (engines/llamacpp/CMakeLists.txt).
+        const std::filesystem::path pinned = e->plugin;
+        const std::filesystem::path path = pinned.parent_path() / "releases" / release / pinned.filename();
+        require(std::filesystem::exists(path), "engine '", engine, "': no plugin for release ", release,
+                " in this build (", path.string(), "): run scripts/setup-llama --version ", release,
+                ", then build again (every release in the cache gets a plugin)");
+        return path.string();
     }
     require(engine.find('/') != std::string::npos || engine.ends_with(".so"), "unknown engine '", engine,
             "': expected a built-in name (", builtin_engine_names(), ") or a plugin's path (.so)");

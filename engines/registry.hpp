@@ -43,14 +43,27 @@ struct EngineEntry {
     // Why the reference cannot follow the engine under these settings
     // (nullptr: it can, or no function): then the twin is the data oracle.
     const char* (*reference_blind)(const std::string& params);
+    // Why its reuse rule does not apply to the build a plugin reports
+    // (ABI 8 `build`; nullptr: it applies, or no function): the rule states
+    // one release's facts, and another release runs without it, the twin on.
+    const char* (*rule_gap)(const std::string& build);
 };
+
 
 const char* llamacpp_reference_blind(const std::string& params);
 // Why kvweld's reference cannot follow `engine` under `params` ("": it can).
 std::string reference_blind(std::string_view engine, const std::string& params);
 
 // The entry of a built-in engine (nullptr for a plugin of the user's own).
+// "llamacpp@0.3.20" is the built-in llamacpp, its plugin built against
+// another release in the cache (scripts/setup-llama --version).
 const EngineEntry* engine_entry(std::string_view name);
+// Which build of the engine runs: a plugin's ABI 8 `build` ("" when it
+// names none), kvweld in process its commit.
+std::string engine_build(const std::string& engine);
+// Why the reuse rule of the engine named `engine_name` does not apply to
+// `build` ("": it does).
+std::string rule_gap(std::string_view engine_name, const std::string& build);
 // Whether `engine` runs in this process (and has the white-box capabilities).
 bool engine_in_process(std::string_view engine);
 // The ABI capabilities `engine` declares (KVWELD_CAP_*), without opening it.
@@ -76,7 +89,9 @@ std::shared_ptr<const PluginLibrary> engine_library(const std::string& engine);
 // The rule for the engine its plugin names (nullptr, and `why_not` says
 // so, for one without); its block model (nullopt without); `setup.params`
 // with the settings it leaves open drawn.
-std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const EngineSetup& setup,
+// `build` is the running engine's (engine_build): a rule that states one
+// release's facts is not applied to another's.
+std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const std::string& build, const EngineSetup& setup,
                                           std::string& why_not);
 std::optional<BlockModel> block_model_for(std::string_view engine_name, const EngineSetup& setup);
 std::string draw_engine_settings(std::string_view engine_name, const EngineSetup& setup, Rng& rng);

@@ -107,5 +107,8 @@ public:
 std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup& setup);
 std::unique_ptr<ReuseRule> kvweld_paged_reuse_rule(const EngineSetup& setup);
 std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& setup);
+// Why that rule does not apply to a plugin's build (nullptr: the build is
+// of a release the rule states the facts of).
+const char* llamacpp_rule_gap(const std::string& build);
 
 }  // namespace kvweld::engines

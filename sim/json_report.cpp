@@ -1,6 +1,7 @@
 #include "sim/json_report.hpp"
 
 #include "engine/error.hpp"
+#include "engines/registry.hpp"
 #include "sim/json_field.hpp"
 #include "sim/report.hpp"
 
@@ -109,7 +110,8 @@ nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint
     for (const RunResult& s : r.seeds) seeds.push_back(json_report(s));
     nlohmann::json j = swarm_header(kSwarmFormat, range_first, range_last, shard, o.first, o.last, o.steps);
     j["model"] = o.model;
-    j["engine"] = {{"name", o.engine.engine}, {"params", o.engine.params}, {"faults", o.engine.faults},
+    j["engine"] = {{"name", o.engine.engine}, {"build", engines::engine_build(o.engine.engine)},
+                   {"params", o.engine.params}, {"faults", o.engine.faults},
                    {"seqs", o.engine.seqs},   {"n_ctx", o.engine.n_ctx}};
     j["failures"] = r.failures;
     j["known_findings"] = {{"file", r.known_path}, {"known", r.known}, {"unreproduced", r.unreproduced}};

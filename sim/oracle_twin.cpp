@@ -22,8 +22,10 @@
 namespace kvweld::sim {
 
 void Simulator::open_twin() {
-    // On by default where the reference cannot follow the engine's settings.
-    if (!config_.engine.twin && oracles_.data) {
+    // On by default where the reference cannot follow the engine's settings,
+    // and where the engine's reuse rule does not apply to its release.
+    const bool unruled = !rule_gap(engine_->name(), engine_build(config_.engine.engine)).empty();
+    if (!config_.engine.twin && oracles_.data && !unruled) {
         oracles_.twin_why_not = "not asked for: --twin runs the engine again with plan reuse off, at about three times the cost";
         return;
     }

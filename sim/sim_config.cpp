@@ -16,6 +16,16 @@ namespace kvweld::sim {
 
 namespace {
 
+// Which build of the engine runs ("" when it names none or cannot be opened:
+// the error comes where the run opens it).
+std::string build_of(const std::string& engine) {
+    try {
+        return engines::engine_build(engine);
+    } catch (const Error&) {
+        return "";
+    }
+}
+
 // Engines behind the ABI load llama-family weights (GGUF or llama2.c); one
 // in process takes every family.
 std::vector<std::string_view> model_names(bool in_process) {
@@ -140,7 +150,9 @@ std::string SimConfig::describe() const {
     std::string ops;
     for (int k = 0; k < kOpKinds; ++k)
         if (weights[k]) ops += cat(ops.empty() ? "" : " ", to_string(OpKind(k)), "=", weights[k]);
-    return cat("  engine: ", engine.engine, " params=", engine.params.empty() ? "(defaults)" : engine.params,
+    const std::string build = build_of(engine.engine);
+    return cat("  engine: ", engine.engine, build.empty() ? "" : cat(" (", build, ")"),
+               " params=", engine.params.empty() ? "(defaults)" : engine.params,
                " faults=", engine.faults.empty() ? "none" : engine.faults, engine.twin ? " twin=on" : "", "\n",
                "  ops: ", ops, "\n",
                "  sequences=", seqs, " n_ctx=", n_ctx, capacities.empty() ? "" : cat(" capacities=", capacities_text()),
@@ -155,7 +167,11 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
     for (int k = 0; k < kOpKinds; ++k) weights[std::string(to_string(OpKind(k)))] = c.weights[k];
     j = {{"seed", c.seed},
          {"engine",
-          {{"name", c.engine.engine}, {"params", c.engine.params}, {"faults", c.engine.faults}, {"twin", c.engine.twin}}},
+          {{"name", c.engine.engine},
+           {"build", build_of(c.engine.engine)},
+           {"params", c.engine.params},
+           {"faults", c.engine.faults},
+           {"twin", c.engine.twin}}},
          {"weights", weights},
          {"seqs", c.seqs},
          {"n_ctx", c.n_ctx},

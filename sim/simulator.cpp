@@ -104,7 +104,8 @@ Simulator::Simulator(const SimConfig& config, bool checked)
     if (!(engine_->capabilities() & KVWELD_CAP_PLAN_COUNTERS))
         oracles_.accounting_why_not = cat("engine ", engine_->name(), " declares no plan counters");
     else
-        rule_ = reuse_rule_for(engine_->name(), config_.setup(), oracles_.accounting_why_not);
+        rule_ = reuse_rule_for(engine_->name(), engine_build(config_.engine.engine), config_.setup(),
+                               oracles_.accounting_why_not);
     oracles_.accounting = rule_ != nullptr;
     oracles_.plan_identity = rule_ && (engine_->capabilities() & KVWELD_CAP_PLAN_SERIAL);
     if (!oracles_.plan_identity)

@@ -184,6 +184,7 @@ const kvweld_engine_api kApi = {
     kvweld::engines::kDenseNoReuse,
     nullptr,  // bit for bit with its twin in every state
     shift, state_save, state_load,
+    KVWELD_BUILD,
 };
 
 }  // namespace

@@ -250,6 +250,7 @@ const kvweld_engine_api kApi = {
     // No context shift or state: a block table's row is its position (a
     // shift would move rows across blocks); the dense design has both.
     nullptr, nullptr, nullptr,
+    KVWELD_BUILD,
 };
 
 }  // namespace

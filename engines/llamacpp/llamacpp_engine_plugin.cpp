@@ -9,10 +9,18 @@
 // checks `reused` only.
 //
 // LoRA adapters and a control vector (ABI 5) go to llama_set_adapters_lora
-// and llama_set_adapter_cvec; the plugin keeps what it was given and sets it
+// and llama_set_adapter_cvec (or their older forms: llama_compat.hpp, which
+// hides every difference between releases 0.3.15 .. 0.3.36); the plugin keeps what it was given and sets it
 // again on the context a reload makes (adapters are loaded per model).
 // Warmup (ABI 6) goes to llama_set_warmup, deprecated in llama.h but the
 // only way to reach the routing it switches; it too is set again on reload.
+// A context shift (ABI 7) is llama_memory_seq_rm then llama_memory_seq_add
+// with a negative delta, refused where llama_memory_can_shift says no; no
+// seq_div (the ABI has no capability for it). A state (ABI 7) is a header of
+// the plugin's ("KVLS", the positions, a digest of the model file: another
+// model's state is refused before llama.cpp reads it) and
+// llama_state_seq_get_data's bytes; llama.cpp empties a sequence whose load
+// it refuses, so the plugin saves the sequence first and puts it back.
 //
 // Settings (options.params): kv_unified=0|1 (default 0: each sequence has
 // n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
@@ -27,6 +35,7 @@
 // real engine; see kFaults.
 #include "engines/abi_guard.hpp"
 #include "engines/abi_lists.hpp"
+#include "engines/llamacpp/llama_compat.hpp"
 #include "engines/llamacpp/llamacpp_params.hpp"
 #include "kvweld/engine_abi.h"
 
@@ -241,8 +250,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         cp.n_batch = cp.n_ubatch = 512;
         cp.n_threads = cp.n_threads_batch = std::max(1, o->threads);
         cp.type_k = cp.type_v = kv_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
-        cp.flash_attn_type = kvweld::abi::flag_param(params, "flash_attn", false) ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                                                                                  : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        kvweld::llama_compat::set_flash_attn(cp, kvweld::abi::flag_param(params, "flash_attn", false));
         cp.no_perf = false;
         cp.kv_unified = kvweld::abi::flag_param(params, "kv_unified", false);
         if (params.count("rope_scale")) {
@@ -494,12 +502,13 @@ void set_llama_warmup(llama_context* ctx, bool on) {
 // What the engine was given, on `ctx` (a new context after a reload).
 void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adapter_lora*> loras) {
     set_llama_warmup(ctx, e->warmup);
-    llama_set_adapters_lora(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
-                            loras.empty() ? nullptr : e->lora_scales.data());
+    require(kvweld::llama_compat::set_adapters(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
+                                               loras.empty() ? nullptr : e->lora_scales.data()) == 0,
+            "llama.cpp refused the LoRA adapters");
     const int32_t n_embd = llama_model_n_embd(e->model);
-    require(llama_set_adapter_cvec(ctx, e->cvec.empty() ? nullptr : e->cvec.data(), e->cvec.size(), n_embd,
-                                   e->cvec_start, e->cvec_end) == 0,
-            "llama_set_adapter_cvec refused the control vector");
+    require(kvweld::llama_compat::set_cvec(ctx, e->cvec.empty() ? nullptr : e->cvec.data(), e->cvec.size(), n_embd,
+                                           e->cvec_start, e->cvec_end) == 0,
+            "llama.cpp refused the control vector");
 }
 
 int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
@@ -510,8 +519,9 @@ int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, i
         e->lora_paths = std::move(named);
         if (keep) return;
         e->lora_scales.assign(scales, scales + n);
-        llama_set_adapters_lora(e->ctx, loaded.empty() ? nullptr : loaded.data(), loaded.size(),
-                                loaded.empty() ? nullptr : e->lora_scales.data());
+        require(kvweld::llama_compat::set_adapters(e->ctx, loaded.empty() ? nullptr : loaded.data(), loaded.size(),
+                                                   loaded.empty() ? nullptr : e->lora_scales.data()) == 0,
+                "llama.cpp refused the LoRA adapters");
     });
 }
 
@@ -529,8 +539,8 @@ int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, in
             require(il_start >= 0 && il_start <= il_end && il_end < n_layer, "set_cvec: range [", il_start, ", ",
                     il_end, "] must lie in 0..", n_layer - 1);
         }
-        require(llama_set_adapter_cvec(e->ctx, data, len, n_embd, il_start, il_end) == 0,
-                "llama_set_adapter_cvec refused the control vector");
+        require(kvweld::llama_compat::set_cvec(e->ctx, data, len, n_embd, il_start, il_end) == 0,
+                "llama.cpp refused the control vector");
         e->cvec.assign(data, data ? data + len : data);
         e->cvec_start = data ? il_start : -1;
         e->cvec_end = data ? il_end : -1;
@@ -623,8 +633,10 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
-    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_LORA | KVWELD_CAP_CVEC |
-        KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE,
+    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
+        KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE |
+        // What this release's llama.h lacks is not declared (llama_compat.hpp).
+        (kvweld::llama_compat::kHasLora ? KVWELD_CAP_LORA : 0u) | (kvweld::llama_compat::kHasCvec ? KVWELD_CAP_CVEC : 0u),
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
@@ -634,6 +646,7 @@ const kvweld_engine_api kApi = {
     "graph_reuse=0",  // LLAMA_GRAPH_REUSE_DISABLE for the twin's context
     twin_tolerance,
     shift, state_save, state_load,
+    KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
 };
 
 }  // namespace

@@ -86,6 +86,15 @@ namespace {
 constexpr int kUbatch = 512;  // the adapter's n_ubatch
 constexpr int kPad = 256;     // llama.cpp's cell and window padding
 
+// The releases whose facts the clauses above state, each read off that
+// release's source (the lines the clauses cite). Of the clauses, 1, 3, 4's
+// K-shift and 7's zero-scale adapters are design choices of the release,
+// not the contract; 2, 5, 6, 7's other half and 8 follow from the
+// contract. A release not listed runs without this rule: the twin and the
+// reference judge its rows, and `kvweld diff` compares its reuse with
+// another release's call by call.
+constexpr const char* kRuleReleases[] = {"0.3.36"};
+
 struct UbatchShape {
     bool equal_seqs = false;
     int n_tokens = 0, n_seq_tokens = 0, n_seqs = 0, n_seqs_unq = 0, n_outputs = 0;
@@ -285,6 +294,20 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
     require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
     const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
     return std::make_unique<LlamacppRule>(unified, reuse, window_fixed);
+}
+
+const char* llamacpp_rule_gap(const std::string& build) {
+    static thread_local std::string why;
+    const std::string tag = "llama-cpp-python ";
+    const auto at = build.find(tag);
+    const std::string release =
+        at == std::string::npos ? "" : build.substr(at + tag.size(), build.find(',', at) - at - tag.size());
+    for (const char* r : kRuleReleases)
+        if (release == r) return nullptr;
+    why = cat("the llama.cpp rule states the facts of release ", kRuleReleases[0], " (engines/llamacpp/llamacpp_rule.cpp);"
+              " this plugin is ", build.empty() ? "of no named release" : build,
+              ": the rule is not applied, the twin is on and judges every row with the reference");
+    return why.c_str();
 }
 
 }  // namespace kvweld::engines

@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 7 (plugins of versions 2 to 6 still load).
+/* kvweld's engine plugin ABI, version 8 (plugins of versions 2 to 7 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -40,8 +40,9 @@ extern "C" {
  *    with experts) and warmup (set_warmup); the differential twin:
  *    no_reuse_param and twin_tolerance (new fields at the end).
  * 7: sequence state the way servers move it: the shift and state
- *    capabilities (new fields at the end). */
-#define KVWELD_ENGINE_ABI_VERSION 7u
+ *    capabilities (new fields at the end).
+ * 8: build: which build of the engine this is (a new field at the end). */
+#define KVWELD_ENGINE_ABI_VERSION 8u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -229,6 +230,12 @@ typedef struct kvweld_engine_api {
     int (*state_save)(kvweld_engine* engine, int32_t seq, uint8_t* out, size_t cap, size_t* n, char* err,
                       size_t err_len);
     int (*state_load)(kvweld_engine* engine, int32_t seq, const uint8_t* data, size_t n, char* err, size_t err_len);
+    /* Version 8: which build of the engine this is, as free text naming its
+     * release and source (llama.cpp's plugin: "llama-cpp-python 0.3.36,
+     * llama.cpp 0c1e57098bba"); NULL or "" when it has no name. Every
+     * report, trace and JSON names it, and `kvweld diff` and `versions`
+     * tell two builds apart by it. */
+    const char* build;
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -51,6 +51,7 @@ constexpr kvweld_engine_api kApi = {
     nullptr, nullptr, nullptr,  // version 5: no adapters, every row
     nullptr, nullptr, nullptr,  // version 6: no warmup, no twin
     nullptr, nullptr, nullptr,  // version 7: no shift, no state
+    nullptr,                    // version 8: no build named
 };
 
 }  // namespace
