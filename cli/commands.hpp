@@ -30,6 +30,8 @@ void add_swarm_command(CLI::App& app, std::function<int()>& action);
 void add_merge_command(CLI::App& app, std::function<int()>& action);
 void add_mutants_command(CLI::App& app, std::function<int()>& action);
 void add_traffic_command(CLI::App& app, std::function<int()>& action);
+void add_diff_command(CLI::App& app, std::function<int()>& action);
+void add_versions_command(CLI::App& app, std::function<int()>& action);
 
 // Options every simulating command shares.
 struct RunOptions {
@@ -76,6 +78,8 @@ struct EngineTrafficArgs {
 };
 int run_engine_traffic_cmd(const sim::TrafficParams& traffic, const EngineTrafficArgs& args);
 
+// --seeds A..B (inclusive), checked.
+std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s);
 // A decimal unsigned integer and nothing else ("-3" is not 2^64 - 3).
 std::optional<std::uint64_t> parse_u64(std::string_view text);
 // For a seed option: refuses anything parse_u64 refuses, naming the text.

@@ -76,7 +76,7 @@ int run_engine_sim(const RunOptions& o, std::uint64_t seed, const std::string& t
                    const Checking& checking) {
     const EngineChoice engine = engine_choice(o);
     const SimConfig config =
-        draw_config(seed, engine, o.model, engine_capabilities(engine.engine));
+        draw_config(seed, engine, o.model, choice_capabilities(engine));
     const auto start = std::chrono::steady_clock::now();
     const RunResult r = run_generated(config, o.steps, !checking.no_oracles);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -98,7 +98,7 @@ namespace {
 
 constexpr const char* kVerdictExits =
     "Exit 0 pass, 3 stale decode (twin, data, kv, weld or blocks oracle), 4 spurious invalidation, 5 missed invalidation, "
-    "6 engine error, 2 bad input or usage, 70 internal error";
+    "6 engine error, 7 rows differ and 8 reuse differs (a trace kvweld diff wrote), 2 bad input or usage, 70 internal error";
 
 }  // namespace
 

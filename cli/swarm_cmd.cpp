@@ -18,16 +18,6 @@ namespace kvweld::cli {
 
 using namespace kvweld::sim;
 
-namespace {
-
-struct SwarmArgs {
-    RunOptions run;
-    std::string seeds = "0..99";
-    std::string shard = "0/1";
-    int jobs = 0;
-    std::string json;
-};
-
 std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s) {
     const auto dots = s.find("..");
     const auto first = dots == std::string::npos ? std::nullopt : parse_u64(std::string_view(s).substr(0, dots));
@@ -37,6 +27,16 @@ std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s) {
     require(*last - *first < 100'000'000, "--seeds '", s, "': at most 100000000 seeds per swarm");
     return {*first, *last};
 }
+
+namespace {
+
+struct SwarmArgs {
+    RunOptions run;
+    std::string seeds = "0..99";
+    std::string shard = "0/1";
+    int jobs = 0;
+    std::string json;
+};
 
 int run_swarm_cmd(const SwarmArgs& a) {
     const auto range = parse_seed_range(a.seeds);

@@ -126,9 +126,10 @@ void Simulator::invalid(const Op& op, int seq) {
     const Call& call = calls[op.pick2 % calls.size()];
     // The twin is refused the same call first, so whatever a refusal does to
     // an engine's layout (a state load put back) happens to both.
-    if (twin_) try {
-            call.run(*twin_);
-            fail(Verdict::engine_error, Oracle::twin, cat("the twin accepted ", call.what, ": it must be refused"));
+    if (second_) try {
+            call.run(*second_);
+            fail(Verdict::engine_error, peer_ ? Oracle::peer : Oracle::twin,
+                 cat(second_name(), " accepted ", call.what, ": it must be refused"));
         } catch (const Error&) {
         }
     try {

@@ -14,10 +14,7 @@
 
 namespace kvweld::sim {
 
-namespace {
-
-// "4x1": four sequences, one token each; "2x1-5": two, one to five tokens.
-std::string shape_of(const std::vector<int>& seqs) {
+std::string batch_shape(const std::vector<int>& seqs) {
     std::map<int, int> tokens;
     for (int s : seqs) ++tokens[s];
     int lo = 1 << 30, hi = 0;
@@ -28,29 +25,30 @@ std::string shape_of(const std::vector<int>& seqs) {
     return cat(tokens.size(), "x", lo, lo == hi ? "" : cat("-", hi));
 }
 
-}  // namespace
-
 void Simulator::check_accounting(const std::vector<Pair>& pairs,
                                       const std::optional<kvweld_engine_counters>& before) {
-    if (!rule_) return;
+    if (!before) return;  // no counters read: an unchecked run, or an engine without them
     std::vector<int> seqs;
     for (const Pair& p : pairs) seqs.push_back(p.seq);
-    const ReuseExpectation& e = *expectation_;
     const auto after = read_counters();
-    require(before && after, "engine ", engine_->name(), " stopped reporting its counters");
-    if (oracles_.plan_identity) check_plan_identity(pairs, std::int64_t(after->builds - before->builds));
+    require(after.has_value(), "engine ", engine_->name(), " stopped reporting its counters");
     const auto delta = [](std::uint64_t a, std::uint64_t b) { return std::int64_t(a) - std::int64_t(b); };
     const std::int64_t reused = delta(after->reused, before->reused);
     const std::int64_t builds = delta(after->builds, before->builds);
     const std::int64_t rebound = delta(after->rebound, before->rebound);
-    stats_.plans += std::uint64_t(e.plans);
+    // What the engine counted, with or without a rule (a release the rule
+    // does not state the facts of still shows its reuse).
     stats_.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
+    stats_.builds += std::uint64_t(std::max<std::int64_t>(0, builds));
+    stats_.rebinds += std::uint64_t(std::max<std::int64_t>(0, rebound));
+    if (!rule_) return;
+    const ReuseExpectation& e = *expectation_;
+    if (oracles_.plan_identity) check_plan_identity(pairs, builds);
+    stats_.plans += std::uint64_t(e.plans);
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
-    stats_.builds += std::uint64_t(std::max<std::int64_t>(0, builds));
-    stats_.rebinds += std::uint64_t(std::max<std::int64_t>(0, rebound));
-    ShapeStats& shape = shapes_[shape_of(seqs)];
+    ShapeStats& shape = shapes_[batch_shape(seqs)];
     ++shape.calls;
     shape.plans += std::uint64_t(e.plans);
     shape.must_reuse += std::uint64_t(e.must_reuse);
@@ -76,7 +74,7 @@ void Simulator::check_accounting(const std::vector<Pair>& pairs,
 }
 
 std::optional<kvweld_engine_counters> Simulator::read_counters() {
-    if (!rule_) return std::nullopt;
+    if (!counters_) return std::nullopt;
     const auto now = engine_->counters();
     require(now.has_value(), "engine ", engine_->name(), " stopped reporting its counters");
     const auto was = last_counters_;

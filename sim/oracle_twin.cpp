@@ -33,18 +33,18 @@ void Simulator::open_twin() {
     if (!params) return;
     EngineSetup setup = config_.setup();
     setup.params = *params;
-    twin_ = open_engine(config_.engine.engine, config_.engine.faults, setup, model_);
+    second_ = open_engine(config_.engine.engine, config_.engine.faults, setup, model_);
     oracles_.twin = true;
 }
 
 std::vector<float> Simulator::check_twin(const std::vector<Pair>& pairs, const std::vector<float>& got) {
-    if (!twin_) return {};
+    if (!second_ || peer_) return {};  // a peer is compared by check_peer
     std::vector<std::int32_t> seqs, tokens;
     for (const Pair& p : pairs) {
         seqs.push_back(p.seq);
         tokens.push_back(p.token);
     }
-    const std::vector<float> want = twin_->decode(seqs, tokens, output_flags(pairs));
+    const std::vector<float> want = second_->decode(seqs, tokens, output_flags(pairs));
     require(want.size() == got.size(), "the twin returned ", want.size(), " floats of logits where the engine returned ",
             got.size());
     const auto v = std::size_t(config_.model.vocab);

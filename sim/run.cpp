@@ -8,6 +8,7 @@
 #include "sim/known_findings.hpp"
 #include "sim/report.hpp"
 #include "sim/seed_pool.hpp"
+#include "engines/abi_lists.hpp"
 #include "engines/registry.hpp"
 
 #include <nlohmann/json.hpp>
@@ -134,8 +135,9 @@ Op draw_op(const Simulator& sim, Rng& rng) {
 namespace {
 
 RunResult finish(Simulator& sim, int steps, std::vector<Op> ops) {
-    return RunResult{sim.config(), steps,          std::move(ops), sim.stats(), sim.oracles(),
-                       sim.verdict(), sim.failure()};
+    sim.end();
+    return RunResult{sim.config(), steps,  std::move(ops), sim.stats(),      sim.oracles(),
+                     sim.verdict(), sim.failure(), "",  sim.reuse_diffs()};
 }
 
 }  // namespace
@@ -248,7 +250,27 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
     return out;
 }
 
+namespace {
+
+// kvweld diff's: the same seed alone, both engines as they ran.
+std::string diff_command(const SimConfig& c, int steps) {
+    const PeerChoice& p = *c.engine.peer;
+    std::string cmd = cat("kvweld diff --engine ", c.engine.engine, " --engine ", p.engine, " --seeds ", c.seed, "..",
+                          c.seed, " --steps ", steps, " --model ", c.model_name);
+    if (!c.engine.params.empty()) cmd += cat(" --params ", c.engine.params);
+    if (p.params != c.engine.params) cmd += cat(" --params-b '", p.params, "'");
+    if (c.engine.seqs) cmd += cat(" --seqs ", c.engine.seqs);
+    if (c.engine.n_ctx) cmd += cat(" --n-ctx ", c.engine.n_ctx);
+    for (const std::string& f : abi::split_list(c.engine.faults.c_str())) cmd += cat(" --fault ", f);
+    for (const std::string& f : abi::split_list(p.faults.c_str())) cmd += cat(" --fault-b ", f);
+    if (p.tolerance != PeerChoice{}.tolerance) cmd += cat(" --tolerance ", p.tolerance);
+    return cmd;
+}
+
+}  // namespace
+
 std::string reproduce_command(const SimConfig& c, int steps) {
+    if (c.engine.peer) return diff_command(c, steps);
     std::string cmd = cat("kvweld sim --engine ", c.engine.engine, " --seed ", c.seed, " --steps ", steps,
                           " --model ", c.model_name);
     if (!c.engine.params.empty()) cmd += cat(" --params ", c.engine.params);
@@ -280,6 +302,22 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
     if (oracles.twin)
         out += table_row("rows equal to the twin's", cat(s.twin_rows, s.twin_within_tolerance ? cat(" (", s.twin_within_tolerance,
                                                                       " within the engine's declared tolerance)") : ""));
+    if (oracles.peer) {
+        out += table_row("rows compared with the peer's (max logit error)",
+                         cat(s.peer_rows, " (", sci(s.max_peer_error), ")"));
+        if (oracles.peer_reuse_why_not.empty()) {
+            out += table_row("plans reused / built / rebound: engine", cat(s.reused, " / ", s.builds, " / ", s.rebinds));
+            out += table_row("plans reused / built / rebound: peer",
+                             cat(s.peer_reused, " / ", s.peer_builds, " / ", s.peer_rebinds));
+            out += table_row("calls prepared differently", cat(s.reuse_diffs(), " (the engine reused more ", s.reuse_more,
+                                                              ", fewer ", s.reuse_fewer, ", otherwise ",
+                                                              s.prepared_otherwise, ")"));
+        }
+    } else if (!accounting && s.reused + s.builds + s.rebinds > 0) {
+        out += table_row("plans as the engine counted them (no rule)",
+                         cat("reused ", s.reused, ", built ", s.builds, ", rebound ", s.rebinds, " (reuse ",
+                             fixed(s.counted_reuse_ratio(), 4), ")"));
+    }
     if (accounting) {
         out += table_row("plans run / reused", cat(s.plans, " / ", s.reused));
         out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),
@@ -295,6 +333,8 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
 }
 
 std::string failure_line(const RunResult& r) {
+    if (r.verdict == Verdict::reuse_differs && r.failure)  // its detail says it all
+        return cat("verdict: FAIL reuse_differs from op ", r.failure->op_index, ": ", r.failure->detail);
     std::string out = cat("verdict: FAIL ", to_string(r.verdict));
     if (r.failure)
         out += cat(" at op ", r.failure->op_index, " (", r.failure->op, ", ", to_string(r.failure->oracle),
@@ -305,10 +345,27 @@ std::string failure_line(const RunResult& r) {
 
 }  // namespace
 
+std::string reuse_diff_lines(const RunResult& r, std::size_t most) {
+    std::string out;
+    for (std::size_t i = 0; i < r.reuse_diffs.size() && i < most; ++i) {
+        const ReuseDiff& d = r.reuse_diffs[i];
+        out += cat("  prepared differently: op ", d.op_index, " (", d.op, ", a ", d.shape, " batch",
+                   d.before.empty() ? "" : cat(", after ", d.before), "): the engine reused ", d.engine.reused, ", built ",
+                   d.engine.built, ", rebound ", d.engine.rebound, "; the peer reused ", d.peer.reused, ", built ",
+                   d.peer.built, ", rebound ", d.peer.rebound, "\n");
+    }
+    const std::uint64_t all = r.stats.reuse_diffs();
+    if (all > most && !r.reuse_diffs.empty())
+        out += cat("  ... ", all - std::min<std::uint64_t>(all, most), " more such calls",
+                   all > r.reuse_diffs.size() ? cat(" (a run keeps the first ", r.reuse_diffs.size(), ")") : "", "\n");
+    return out;
+}
+
 std::string text_report(const RunResult& r) {
     std::string out = cat("seed ", r.config.seed, ", ", r.ops.size(), " of ", r.steps, " ops\n", r.config.describe(),
                           "\n", r.oracles.describe(), "\n");
     out += stats_rows(r.stats, r.oracles);
+    out += reuse_diff_lines(r, 10);
     if (r.verdict == Verdict::pass) return out + "verdict: PASS\n";
     return out + failure_line(r) + cat("\n  reproduce: ", reproduce_command(r.config, r.steps), "\n");
 }
@@ -316,7 +373,7 @@ std::string text_report(const RunResult& r) {
 SwarmResult run_swarm(const SwarmOptions& o,
                                  const std::function<void(std::size_t, std::size_t)>& progress) {
     const std::size_t n = std::size_t(o.last - o.first) + 1;
-    const std::uint32_t capabilities = engine_capabilities(o.engine.engine);
+    const std::uint32_t capabilities = choice_capabilities(o.engine);
     // A bad setting or fault name is the user's input, refused (Error) before
     // any seed runs, not reported as an engine error on every seed.
     { const Simulator probe(draw_config(o.first, o.engine, o.model, capabilities)); }

@@ -20,6 +20,7 @@ struct RunResult {
     Verdict verdict = Verdict::pass;
     std::optional<Failure> failure;
     std::string known_finding = {};  // a swarm's: the known finding the failure is (sim/known_findings.hpp)
+    std::vector<ReuseDiff> reuse_diffs = {};  // kvweld diff: the calls the two engines prepared differently (the first few)
 };
 
 Op draw_op(const Simulator& sim, Rng& rng);
@@ -54,6 +55,9 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
 
 // What a serving run or swarm prints: the verdict last.
 std::string text_report(const RunResult& r);
+// kvweld diff: one line per call of `r` the two engines prepared
+// differently (at most `most`, then how many more).
+std::string reuse_diff_lines(const RunResult& r, std::size_t most);
 
 struct SwarmOptions {
     std::uint64_t first = 0, last = 0;  // inclusive

@@ -44,7 +44,7 @@ void Simulator::shift_once(int seq, int p0, int p1) {
 }
 
 void Simulator::save(int seq) {
-    SavedState state{engine_->state_save(seq), twin_ ? twin_->state_save(seq) : std::vector<std::uint8_t>{},
+    SavedState state{engine_->state_save(seq), second_ ? second_->state_save(seq) : std::vector<std::uint8_t>{},
                      *requests_[std::size_t(seq)], weights_seed_, ++states_saved_};
     if (rule_) rule_->on_state_save(seq, state.id);
     saved_.push_back(std::move(state));
@@ -71,6 +71,12 @@ void Simulator::load(const Op& op) {
         const std::string why = other_model ? "a state saved under other weights"
                                             : cat("a state of ", len, " positions into a sequence of ", capacity);
         const std::string named = other_model ? "model" : std::to_string(capacity);
+        // The peer is refused it too (a refusal may move cells: both alike).
+        if (peer_) try {
+                second_->state_load(dst, state.second_bytes);
+                fail(Verdict::engine_error, Oracle::peer, cat("the peer accepted ", why, ": it must be refused"));
+            } catch (const Error&) {
+            }
         try {
             engine_->state_load(dst, state.bytes);
         } catch (const Error& e) {
@@ -90,7 +96,7 @@ void Simulator::load(const Op& op) {
     }
     standing_ = rule_ ? rule_->state_clause(state.id) : nullptr;  // what a refusal carries
     engine_->state_load(dst, state.bytes);
-    if (twin_) twin_->state_load(dst, state.twin_bytes);
+    if (second_) second_->state_load(dst, state.second_bytes);
     standing_ = nullptr;
     if (rule_) rule_->on_state_load(dst, len, state.id);
     Request& r = *requests_[std::size_t(dst)];

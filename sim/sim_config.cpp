@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvweld::sim {
 
@@ -67,6 +68,20 @@ MoeDraw draw_moe(std::uint64_t seed) {
     return {moe, warmup, int(rng.range(1, 20))};
 }
 
+constexpr std::uint64_t kPeerStream = 0x706565722d736574ULL;
+
+// A peer's settings: where it shares a registry entry with the first engine
+// (two releases of llama.cpp, kvweld against itself), the keys both leave
+// open are drawn from the same stream state, so both run the same settings.
+std::string draw_peer_settings(const SimConfig& c, const Rng& settings_rng) {
+    const PeerChoice& p = *c.engine.peer;
+    EngineSetup setup = c.setup();
+    setup.params = p.params;
+    const bool shared = engine_entry(p.engine) && engine_entry(p.engine) == engine_entry(c.engine.engine);
+    Rng rng = shared ? settings_rng : Rng(c.seed ^ kPeerStream);
+    return draw_engine_settings(p.engine, setup, rng);
+}
+
 constexpr std::uint64_t kStateStream = 0x73746174652d6f70ULL;
 
 // Context shifts, state save and load, and steady phases, where the engine
@@ -88,6 +103,11 @@ void draw_state_ops(SimConfig& c, std::uint32_t capabilities) {
 
 }  // namespace
 
+std::uint32_t choice_capabilities(const EngineChoice& engine) {
+    const std::uint32_t first = engine_capabilities(engine.engine);
+    return engine.peer ? first & engine_capabilities(engine.peer->engine) : first;
+}
+
 SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std::string& model,
                               std::uint32_t capabilities) {
     Rng rng(seed);
@@ -106,7 +126,8 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     if (!(capabilities & KVWELD_CAP_COPY_SEQ)) c.weights[int(OpKind::fork)] = 0;
     if (!(capabilities & KVWELD_CAP_RELOAD)) c.weights[int(OpKind::reload)] = 0;
     if (!(capabilities & KVWELD_CAP_SWAP_LAYER)) c.weights[int(OpKind::swap_layer)] = 0;
-    const bool white_box = engine_in_process(engine.engine);
+    // A diff compares two engines through the one interface they share: no white box.
+    const bool white_box = engine_in_process(engine.engine) && !engine.peer;
     if (!white_box) c.weights[int(OpKind::migrate)] = 0;
     if (!(capabilities & KVWELD_CAP_POOL_OPS))
         for (OpKind pool_op : {OpKind::compact, OpKind::grow, OpKind::reset}) c.weights[int(pool_op)] = 0;
@@ -126,7 +147,9 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     const int ctx_max = std::min(c.model.max_seq_len, kMaxDrawnCtx);
     c.n_ctx = int(rng.range(std::min(ctx_max, c.max_prompt + 1), ctx_max));
     apply_fixed_shape(c, engine);
+    const Rng settings_rng = rng;
     c.engine.params = draw_engine_settings(c.engine.engine, c.setup(), rng);
+    if (c.engine.peer) c.engine.peer->params = draw_peer_settings(c, settings_rng);
     // White box: one to three capacities a fresh sequence may get, each the
     // whole n_ctx or less (a plan cannot be rebound across capacities).
     if (white_box)
@@ -146,6 +169,15 @@ std::string SimConfig::capacities_text() const {
     return out;
 }
 
+namespace {
+std::string peer_line(const PeerChoice& p) {
+    const std::string build = build_of(p.engine);
+    return cat("  peer (kvweld diff): ", p.engine, build.empty() ? "" : cat(" (", build, ")"),
+               " params=", p.params.empty() ? "(defaults)" : p.params, " faults=", p.faults.empty() ? "none" : p.faults,
+               " tolerance=", p.tolerance, "\n");
+}
+}  // namespace
+
 std::string SimConfig::describe() const {
     std::string ops;
     for (int k = 0; k < kOpKinds; ++k)
@@ -154,6 +186,7 @@ std::string SimConfig::describe() const {
     return cat("  engine: ", engine.engine, build.empty() ? "" : cat(" (", build, ")"),
                " params=", engine.params.empty() ? "(defaults)" : engine.params,
                " faults=", engine.faults.empty() ? "none" : engine.faults, engine.twin ? " twin=on" : "", "\n",
+               engine.peer ? peer_line(*engine.peer) : "",
                "  ops: ", ops, "\n",
                "  sequences=", seqs, " n_ctx=", n_ctx, capacities.empty() ? "" : cat(" capacities=", capacities_text()),
                " tokens=", sampled ? "sampled" : "greedy", "\n",
@@ -185,6 +218,9 @@ void to_json(nlohmann::json& j, const SimConfig& c) {
     // What the command line fixed, for the reproduce command (absent: drawn).
     if (c.engine.seqs) j["engine"]["fixed_seqs"] = c.engine.seqs;
     if (c.engine.n_ctx) j["engine"]["fixed_n_ctx"] = c.engine.n_ctx;
+    if (const auto& p = c.engine.peer)
+        j["engine"]["peer"] = {{"name", p->engine}, {"build", build_of(p->engine)}, {"params", p->params},
+                               {"faults", p->faults}, {"tolerance", p->tolerance}};
 }
 
 SimConfig config_from_json(const nlohmann::json& j) {
@@ -194,6 +230,13 @@ SimConfig config_from_json(const nlohmann::json& j) {
     c.engine = {json_field<std::string>(e, "name"), json_field<std::string>(e, "params"),
                 json_field<std::string>(e, "faults"), e.contains("fixed_seqs") ? json_int_in(e, "fixed_seqs", 1, 256) : 0,
                 e.contains("fixed_n_ctx") ? json_int_in(e, "fixed_n_ctx", 2, 4096) : 0, json_field<bool>(e, "twin")};
+    if (e.contains("peer")) {
+        const nlohmann::json& p = e.at("peer");
+        c.engine.peer = PeerChoice{json_field<std::string>(p, "name"), json_field<std::string>(p, "params"),
+                                   json_field<std::string>(p, "faults"), json_field<double>(p, "tolerance")};
+        require(std::isfinite(c.engine.peer->tolerance) && c.engine.peer->tolerance >= 0,
+                "field 'peer.tolerance' = ", c.engine.peer->tolerance, ": must be finite and >= 0");
+    }
     const nlohmann::json& w = j.contains("weights") ? j.at("weights") : nlohmann::json();
     for (int k = 0; k < kOpKinds; ++k) {
         // A kind a trace does not name was never drawn (lora and cvec came later).

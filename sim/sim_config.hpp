@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,16 @@ namespace kvweld::sim {
 
 // The simulator drives engines through engines/: their types are its own.
 using namespace kvweld::engines;
+
+// kvweld diff: a second engine driven in lockstep with the first (the same
+// ops and tokens); its rows and each call's reuse are compared with the
+// first engine's, and no other oracle runs.
+struct PeerChoice {
+    std::string engine;  // a built-in name or a plugin's path
+    std::string params;  // its settings; keys left open are drawn as the first engine's are, where both share an entry
+    std::string faults;
+    double tolerance = 1e-4;  // logit_error past which two rows differ
+};
 
 // What the command line fixes for every seed; the rest is drawn per seed.
 struct EngineChoice {
@@ -30,7 +41,12 @@ struct EngineChoice {
     int seqs = 0;                   // sequences open at once (0: drawn)
     int n_ctx = 0;                  // positions per sequence (0: drawn)
     bool twin = false;              // run the differential twin (the engine with plan reuse off)
+    std::optional<PeerChoice> peer = std::nullopt;  // kvweld diff's second engine
 };
+
+// The capabilities a run may use: the engine's, and with a peer only those
+// both declare (an op one of them cannot do is never drawn).
+std::uint32_t choice_capabilities(const EngineChoice& engine);
 
 struct SimConfig {
     std::uint64_t seed = 0;

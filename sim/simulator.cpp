@@ -67,6 +67,14 @@ void RunStats::add(const RunStats& o) {
     may_reuse += o.may_reuse;
     builds += o.builds;
     rebinds += o.rebinds;
+    peer_reused += o.peer_reused;
+    peer_builds += o.peer_builds;
+    peer_rebinds += o.peer_rebinds;
+    peer_rows += o.peer_rows;
+    reuse_more += o.reuse_more;
+    reuse_fewer += o.reuse_fewer;
+    prepared_otherwise += o.prepared_otherwise;
+    max_peer_error = std::max(max_peer_error, o.max_peer_error);
     change_decodes += o.change_decodes;
     data_blind += o.data_blind;
     independent_blind += o.independent_blind;
@@ -84,7 +92,9 @@ std::string OracleReport::describe() const {
                one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not),
                one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate, adapters)", white_box,
                    white_box_why_not),
-               one("twin", twin, twin_why_not));
+               one("twin", twin, twin_why_not),
+               peer ? cat("; peer on", peer_reuse_why_not.empty() ? "" : cat(" (rows only: ", peer_reuse_why_not, ")"))
+                    : "");
 }
 
 void OracleReport::all_off(const std::string& why) {
@@ -101,7 +111,8 @@ Simulator::Simulator(const SimConfig& config, bool checked)
     engine_ = open_engine(config_.engine.engine, config_.engine.faults, config_.setup(), model_);
     require(engine_->vocab() == config_.model.vocab, "engine ", engine_->name(), " reports vocab ", engine_->vocab(),
             " for a model of vocab ", config_.model.vocab);
-    if (!(engine_->capabilities() & KVWELD_CAP_PLAN_COUNTERS))
+    counters_ = engine_->capabilities() & KVWELD_CAP_PLAN_COUNTERS;
+    if (!counters_)
         oracles_.accounting_why_not = cat("engine ", engine_->name(), " declares no plan counters");
     else
         rule_ = reuse_rule_for(engine_->name(), engine_build(config_.engine.engine), config_.setup(),
@@ -143,12 +154,14 @@ Simulator::Simulator(const SimConfig& config, bool checked)
         oracles_.white_box_why_not = cat("engine ", engine_->name(), " runs behind the plugin ABI");
     for (const std::string& f : abi::split_list(config_.engine.faults.c_str()))
         spec_reject_fault_ = spec_reject_fault_ || (white_box_ && f == "spec_reject_off_by_one");
-    if (!oracles_.data && !twin_)
+    if (!oracles_.data && !second_)
         oracles_.data_why_not += cat("; the twin, the data oracle here, is unavailable too: ", oracles_.twin_why_not);
+    if (config_.engine.peer) open_peer();
     if (checked) return;
     oracles_.all_off("an unchecked run (--no-oracles)");
-    twin_.reset();
+    second_.reset();
     rule_.reset();  // nothing judged; the block model stays, it paces the pool's growth
+    counters_ = false;
     last_counters_.reset();
 }
 
@@ -269,6 +282,8 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
     }
     ++stats_.ops_run;
     ++stats_.ops_by_kind[std::size_t(op.kind)];
+    recent_ops_.emplace_back(op_index, op.kind);
+    if (recent_ops_.size() > 3) recent_ops_.erase(recent_ops_.begin());
     return true;
 }
 
@@ -599,6 +614,7 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
     // kv, then the blocks, then accounting.
     // First: it needs no model of what the plan bakes in.
     const std::vector<float> twin_rows = check_twin(pairs, got);
+    check_peer(pairs, got, before);
     std::vector<std::vector<float>> want = check_data(pairs, oracles_.data || twin_rows.empty() ? got : twin_rows);
     for (const auto& [i, b] : blind) count_blindness(b, pairs[i].seq, pairs[i].pos);
     if (white_box_)

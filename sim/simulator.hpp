@@ -54,7 +54,13 @@ struct RunStats {
     std::uint64_t must_reuse = 0;  // reuses the rule required
     std::uint64_t must_reuse_shared = 0;  // of them, of a plan serving several sequences
     std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
-    std::uint64_t builds = 0, rebinds = 0;  // what the engine counted besides reuses
+    std::uint64_t builds = 0, rebinds = 0;  // what the engine counted besides reuses (with or without a rule)
+    // kvweld diff: the peer's counts, its rows compared, and the calls
+    // where the two prepared their plans differently: the engine reused more
+    // than the peer, fewer, or as many but built and rebound otherwise.
+    std::uint64_t peer_reused = 0, peer_builds = 0, peer_rebinds = 0, peer_rows = 0;
+    std::uint64_t reuse_more = 0, reuse_fewer = 0, prepared_otherwise = 0;
+    double max_peer_error = 0.0;
     // White box, the blind spots: decodes right after a storage or model
     // change (the plan was prepared before it) where a plan that missed the
     // change would give the very same logits (data_blind), and also leave
@@ -67,6 +73,12 @@ struct RunStats {
     double max_kv_error = 0.0;
 
     double reuse_ratio() const { return plans ? double(reused) / double(plans) : 0.0; }
+    // Reuse as the engine counts it, where no rule says how many plans ran.
+    double counted_reuse_ratio() const {
+        const std::uint64_t all = reused + builds + rebinds;
+        return all ? double(reused) / double(all) : 0.0;
+    }
+    std::uint64_t reuse_diffs() const { return reuse_more + reuse_fewer + prepared_otherwise; }
     double ideal_ratio() const { return plans ? double(must_reuse) / double(plans) : 0.0; }
     void add(const RunStats& o);
 };
@@ -82,6 +94,10 @@ struct OracleReport {
     // The differential twin (--twin): the same engine with plan reuse off,
     // driven in lockstep; every row must equal its row, bit for bit.
     bool twin = false;
+    // kvweld diff: every row and every call's plan counts against a peer
+    // engine driven in lockstep (the other oracles are off then).
+    bool peer = false;
+    std::string peer_reuse_why_not;  // why calls' reuse could not be compared ("": it was)
     std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not, data_why_not,
         white_box_why_not, twin_why_not;
     void all_off(const std::string& why);  // an unchecked run
@@ -103,10 +119,26 @@ struct Request {
     bool done() const { return queue.empty(); }
 };
 
+// What one engine call prepared, by the engine's counters.
+struct Prepared {
+    std::int64_t reused = 0, built = 0, rebound = 0;
+    bool operator==(const Prepared&) const = default;
+};
+
+// kvweld diff: a call where the engine and its peer prepared their plans
+// differently, with the ops just before it.
+struct ReuseDiff {
+    std::size_t op_index = 0;
+    std::string op;      // its kind (step or steady)
+    std::string shape;   // the batch ("4x1": four sequences, one token each)
+    Prepared engine, peer;
+    std::string before;  // "op 12 shift, op 13 save" (the last ops before this one)
+};
+
 // A saved sequence state (OpKind::save): the bytes the engine (and its
-// twin) gave, and the request as the simulator had it then.
+// twin or peer) gave, and the request as the simulator had it then.
 struct SavedState {
-    std::vector<std::uint8_t> bytes, twin_bytes;
+    std::vector<std::uint8_t> bytes, second_bytes;
     Request request;
     std::uint64_t weights_generation = 0;  // the weights it was saved under
     int id = 0;                            // its serial in the run (the rule's name for it)
@@ -134,6 +166,9 @@ struct ShapeStats {
     std::uint64_t calls = 0, plans = 0, must_reuse = 0, may_reuse = 0, reused = 0;
 };
 
+// "4x1": four sequences, one token each; "2x1-5": two, one to five tokens.
+std::string batch_shape(const std::vector<int>& seqs);
+
 class Simulator {
 public:
     // Creates the engine (throws Error if it cannot: a broken plugin, a bad
@@ -154,6 +189,12 @@ public:
     const OracleReport& oracles() const { return oracles_; }
     Verdict verdict() const { return verdict_; }
     const std::optional<Failure>& failure() const { return failure_; }
+    // kvweld diff: the calls that prepared differently (the first kMaxReuseDiffs).
+    const std::vector<ReuseDiff>& reuse_diffs() const { return reuse_diffs_; }
+    static constexpr std::size_t kMaxReuseDiffs = 64;
+    // The run is over: a diff whose rows agreed but whose reuse did not ends
+    // with reuse_differs, at the first such call.
+    void end();
     std::string engine_name() const { return engine_->name(); }
     std::uint32_t capabilities() const { return engine_->capabilities(); }
     const std::optional<Request>& request(int seq) const { return requests_[std::size_t(seq)]; }
@@ -198,6 +239,7 @@ private:
     void load(const Op& op);
     bool steady(const Op& op);  // false: no step of it fed a token
     void open_twin();  // --twin, where the engine names a no-reuse setting
+    void open_peer();  // kvweld diff: the peer engine, the run's only oracle
     // White box: rows [from, to) of the sequence's pinned storage are dead
     // (truncated away): NaN, as ASan poisons freed memory, so that a decode
     // that fails to write its row cannot pass for one that wrote the bytes a
@@ -242,11 +284,19 @@ private:
     // The twin oracle (oracle_twin.cpp): the twin decodes the same pairs; each row must be the engine's.
     // Returns the twin's rows (empty without a twin).
     std::vector<float> check_twin(const std::vector<Pair>& pairs, const std::vector<float>& got);
-    // Every memory op goes to the engine and, where there is one, to its twin.
+    // The peer oracle (oracle_peer.cpp): the peer decodes the same pairs;
+    // its rows must lie within the tolerance of the engine's, and a call
+    // whose counters differ from the engine's is recorded (`before`: the
+    // engine's counters before the call).
+    void check_peer(const std::vector<Pair>& pairs, const std::vector<float>& got,
+                    const std::optional<kvweld_engine_counters>& before);
+    // "the twin" or "the peer": the engine in lockstep, in messages.
+    const char* second_name() const { return peer_ ? "the peer" : "the twin"; }
+    // Every memory op goes to the engine and, where there is one, to its twin or peer.
     template <class Op>
     void both(Op&& op) {
         op(*engine_);
-        if (twin_) op(*twin_);
+        if (second_) op(*second_);
     }
     void requeue_from(Request& r, std::size_t n);  // history[n:] goes back to the queue
     void requeue_all(SeqOp op);                         // every sequence emptied by `op` re-prefills
@@ -278,7 +328,13 @@ private:
     std::vector<std::shared_ptr<const LoraAdapter>> lora_pool_;
     Adapters adapters_;
     std::unique_ptr<Engine> engine_;
-    std::unique_ptr<Engine> twin_;  // --twin: the same engine, plan reuse off
+    // The engine driven in lockstep: the twin (--twin: the same engine, plan
+    // reuse off) or, with peer_, kvweld diff's peer engine.
+    std::unique_ptr<Engine> second_;
+    bool peer_ = false;
+    bool counters_ = false;  // the engine's counters are read (checked runs of engines that declare them)
+    std::vector<ReuseDiff> reuse_diffs_;
+    std::vector<std::pair<std::size_t, OpKind>> recent_ops_;  // the last few ops applied, for ReuseDiff::before
     TwinTolerance twin_tolerance_;  // bit for bit until a state the engine declares one for
     std::unique_ptr<ReuseRule> rule_;
     OracleReport oracles_;

@@ -13,8 +13,10 @@ constexpr NameTable<Verdict, kVerdicts> kVerdictNames{{
     {Verdict::spurious_invalidation, "spurious_invalidation"},
     {Verdict::missed_invalidation, "missed_invalidation"},
     {Verdict::engine_error, "engine_error"},
+    {Verdict::rows_differ, "rows_differ"},
+    {Verdict::reuse_differs, "reuse_differs"},
 }};
-constexpr NameTable<Oracle, 8> kOracleNames{{
+constexpr NameTable<Oracle, 9> kOracleNames{{
     {Oracle::data, "data"},
     {Oracle::kv, "kv"},
     {Oracle::weld, "weld"},
@@ -23,6 +25,7 @@ constexpr NameTable<Oracle, 8> kOracleNames{{
     {Oracle::engine, "engine"},
     {Oracle::blocks, "blocks"},
     {Oracle::twin, "twin"},
+    {Oracle::peer, "peer"},
 }};
 }  // namespace
 
@@ -38,6 +41,8 @@ int exit_code(Verdict v) {
         case Verdict::spurious_invalidation: return 4;
         case Verdict::missed_invalidation: return 5;
         case Verdict::engine_error: return 6;
+        case Verdict::rows_differ: return 7;
+        case Verdict::reuse_differs: return 8;
     }
     return 1;
 }

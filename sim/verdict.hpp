@@ -15,23 +15,29 @@ enum class Verdict : std::uint8_t {
     spurious_invalidation,  // the engine prepared a plan no change justified
     missed_invalidation,    // a justified rebuild/rebind did not happen, output still right
     engine_error,           // the engine refused a valid op, or its reports contradict each other
+    // kvweld diff (a peer engine in lockstep): which of the two is wrong is
+    // not for the diff to say, only that they differ.
+    rows_differ,    // a row of the engine's differs from the peer's beyond the tolerance
+    reuse_differs,  // a call where one of the two reused a plan and the other prepared one
 };
-inline constexpr int kVerdicts = 5;
+inline constexpr int kVerdicts = 7;
 
 // engine: the engine refused a valid op; ledger: a cache broke the storage
 // contract (sim/ledger.hpp); blocks: a paged engine's block tables and
 // counts broke the block ledger (engines/kvweld/block_model.hpp); the rest are
 // the per-decode oracles.
-// twin: a row differs from the one the engine's twin (reuse off) returned.
-enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks, twin };
+// twin: a row differs from the one the engine's twin (reuse off) returned;
+// peer: kvweld diff's comparison with another engine run in lockstep.
+enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks, twin, peer };
 
 std::string_view to_string(Verdict v);
 std::string_view to_string(Oracle o);
 Oracle oracle_from_string(std::string_view s);  // throws Error naming s
 Verdict verdict_from_string(std::string_view s);  // throws Error naming s
 
-// 0 pass; 3 stale decode; 4 spurious; 5 missed; 6 engine error. (1 is a
-// swarm with failures, 2 a usage or input error.)
+// 0 pass; 3 stale decode; 4 spurious; 5 missed; 6 engine error; 7 rows
+// differ; 8 reuse differs. (1 is a swarm or diff with failures, 2 a usage
+// or input error.)
 int exit_code(Verdict v);
 
 struct Failure {

@@ -1,0 +1,102 @@
+#include "sim/diff.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engines/registry.hpp"
+#include "sim/report.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace kvweld::sim {
+
+namespace {
+
+std::string build_name(const std::string& engine) {
+    try {
+        const std::string build = engines::engine_build(engine);
+        return build.empty() ? engine : cat(engine, " (", build, ")");
+    } catch (const Error&) {
+        return engine;
+    }
+}
+
+// The first seed of each way of ending, run again with its ops kept and
+// shrunk to the fewest ops that still end that way.
+ShrunkTrace shrink_seed(const DiffOptions& o, const RunResult& seed) {
+    const RunResult full = run_generated(seed.config, o.swarm.steps);
+    const ShrinkResult s = shrink(full.config, full.ops, full.steps, full.verdict, o.shrink_runs);
+    ShrunkTrace out{seed.config.seed, s.result.verdict, full.ops.size(), s.ops.size(), "", s.result.failure};
+    if (o.traces_dir.empty()) return out;
+    std::filesystem::create_directories(o.traces_dir);
+    out.path = (std::filesystem::path(o.traces_dir) /
+                cat("diff-seed", seed.config.seed, "-", to_string(s.result.verdict), ".jsonl"))
+                   .string();
+    std::ofstream file(out.path, std::ios::binary | std::ios::trunc);
+    file << trace_text(s.result);
+    require(file.good(), "diff: cannot write the shrunk trace ", out.path);
+    return out;
+}
+
+}  // namespace
+
+DiffResult run_diff(const DiffOptions& o, const std::function<void(std::size_t, std::size_t)>& progress,
+                    const std::function<void(const std::string&)>& note) {
+    require(o.swarm.engine.peer.has_value(), "diff: no second engine given");
+    SwarmOptions swarm = o.swarm;
+    swarm.known_findings = "none";  // a difference is a difference, whoever's bug it is
+    DiffResult out;
+    out.swarm = run_swarm(swarm, progress);
+    std::set<Verdict> shrunk;
+    for (const RunResult& s : out.swarm.seeds) {
+        out.rows_differ += s.verdict == Verdict::rows_differ;
+        out.reuse_differs += s.verdict == Verdict::reuse_differs;
+        out.other += s.verdict != Verdict::pass && s.verdict != Verdict::rows_differ && s.verdict != Verdict::reuse_differs;
+        if (s.verdict == Verdict::pass || o.shrink_runs <= 0 || !shrunk.insert(s.verdict).second) continue;
+        if (note) note(cat("shrinking seed ", s.config.seed, " (", to_string(s.verdict), "), at most ", o.shrink_runs, " runs"));
+        out.shrunk.push_back(shrink_seed(o, s));
+    }
+    return out;
+}
+
+std::string diff_table(const DiffResult& r, const DiffOptions& o) {
+    const EngineChoice& e = o.swarm.engine;
+    std::string out = cat("diff over seeds ", o.swarm.first, "..", o.swarm.last, ":\n  engine A: ", build_name(e.engine),
+                          "\n  engine B: ", build_name(e.peer->engine), "\n", r.swarm.oracles.describe(), "\n");
+    out += table_row("seeds", cat(r.swarm.seeds.size(), " (", r.rows_differ, " with rows that differ, ", r.reuse_differs,
+                                  " with calls prepared differently only, ", r.other, " that ended otherwise)"));
+    const RunStats& s = r.swarm.total;
+    out += table_row("engine calls / rows compared", cat(s.calls, " / ", s.peer_rows, " (max logit error ",
+                                                         sci(s.max_peer_error), ", tolerance ", e.peer->tolerance, ")"));
+    if (r.swarm.oracles.peer_reuse_why_not.empty()) {
+        out += table_row("plans reused / built / rebound: A", cat(s.reused, " / ", s.builds, " / ", s.rebinds, " (reuse ",
+                                                                   fixed(s.counted_reuse_ratio(), 4), ")"));
+        RunStats peer;
+        peer.reused = s.peer_reused, peer.builds = s.peer_builds, peer.rebinds = s.peer_rebinds;
+        out += table_row("plans reused / built / rebound: B", cat(s.peer_reused, " / ", s.peer_builds, " / ",
+                                                                   s.peer_rebinds, " (reuse ",
+                                                                   fixed(peer.counted_reuse_ratio(), 4), ")"));
+        out += table_row("calls prepared differently", cat(s.reuse_diffs(), " (A reused more ", s.reuse_more,
+                                                          ", fewer ", s.reuse_fewer, ", as many but built or rebound otherwise ",
+                                                          s.prepared_otherwise, ")"));
+    }
+    for (const RunResult& seed : r.swarm.seeds) {
+        if (seed.verdict == Verdict::pass) continue;
+        out += cat(seed.verdict == Verdict::reuse_differs ? "REUSE" : seed.verdict == Verdict::rows_differ ? "ROWS" : "FAIL",
+                   " seed ", seed.config.seed, ": ", to_string(seed.verdict), " at op ",
+                   seed.failure ? seed.failure->op_index : 0, ": ", seed.failure ? seed.failure->detail : "", "\n");
+        out += reuse_diff_lines(seed, 3);
+        out += cat("  reproduce: ", reproduce_command(seed.config, o.swarm.steps), "\n");
+    }
+    for (const ShrunkTrace& t : r.shrunk)
+        out += cat("shrunk seed ", t.seed, " (", to_string(t.verdict), "): ", t.ops_before, " ops -> ", t.ops_after,
+                   t.path.empty() ? "" : cat(": kvweld replay ", t.path),
+                   t.failure ? cat("\n  ", t.failure->detail) : "", "\n");
+    if (r.same())
+        return out + cat("diff verdict: SAME (every row within ", e.peer->tolerance,
+                         r.swarm.oracles.peer_reuse_why_not.empty() ? ", every call prepared alike" : "", ")\n");
+    return out + cat("diff verdict: DIFFERENT (", r.swarm.failures, " of ", r.swarm.seeds.size(), " seeds)\n");
+}
+
+}  // namespace kvweld::sim
