@@ -59,7 +59,7 @@ std::vector<Setting> settings_for(const std::string& engine, const std::string& 
         if (white_box) out.push_back({"policy=rebind", "policy=rebind,reuse=0", true});
         return out;
     }
-    if (engine != "llamacpp") return {{params, ""}};
+    if (!entry || entry->name != "llamacpp") return {{params, ""}};  // llamacpp@V too
     if (params.find("graph_reuse=") != std::string::npos) return {{params, ""}};
     if (!params.empty()) {
         const std::string layout = params.find("kv_unified=") == std::string::npos ? ",kv_unified=0" : "";

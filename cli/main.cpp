@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     kvweld::cli::add_mutants_command(app, action);
     kvweld::cli::add_traffic_command(app, action);
     kvweld::cli::add_diff_command(app, action);
+    kvweld::cli::add_versions_command(app, action);
     kvweld::cli::add_decode_command(app, action);
     kvweld::cli::add_convert_command(app, action);
     try {

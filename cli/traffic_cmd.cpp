@@ -14,12 +14,6 @@ struct TrafficArgs {
     std::string mode = "churn";
 };
 
-// Steady mode's lengths when not given: serving-like means, heavy-tailed,
-// within the 256 positions the swarm's models hold.
-// And arrivals a little under what 8 sequences serve (a request holds a
-// sequence about 60 steps), so the batch stays full and changes seldom.
-constexpr int kSteadyPromptMean = 96, kSteadyOutputMean = 128;
-constexpr double kSteadyArrivalRate = 0.1;
 
 }  // namespace
 

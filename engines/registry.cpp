@@ -62,6 +62,16 @@ const EngineEntry* engine_entry(std::string_view name) {
     return nullptr;
 }
 
+std::string build_release(const std::string& build) {
+    const std::string tag = "llama-cpp-python ";
+    const auto at = build.find(tag);
+    if (at == std::string::npos) return "";
+    const auto end = build.find(',', at);
+    return build.substr(at + tag.size(), end == std::string::npos ? std::string::npos : end - at - tag.size());
+}
+
+std::string named_release(std::string_view engine) { return std::string(split_release(engine).second); }
+
 std::string engine_build(const std::string& engine) {
     if (engine_in_process(engine)) return KVWELD_BUILD;
     return engine_library(engine)->build();

@@ -61,6 +61,12 @@ const EngineEntry* engine_entry(std::string_view name);
 // Which build of the engine runs: a plugin's ABI 8 `build` ("" when it
 // names none), kvweld in process its commit.
 std::string engine_build(const std::string& engine);
+// The release a build string names ("llama-cpp-python 0.3.20, llama.cpp
+// f49e91787..." -> "0.3.20"; "" when it names none).
+std::string build_release(const std::string& build);
+// The release named after '@' in an engine's name ("llamacpp@0.3.20" ->
+// "0.3.20"; "" for a plain name or a path).
+std::string named_release(std::string_view engine);
 // Why the reuse rule of the engine named `engine_name` does not apply to
 // `build` ("": it does).
 std::string rule_gap(std::string_view engine_name, const std::string& build);

@@ -6,7 +6,6 @@
 #include "sim/report.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 namespace kvweld::sim {
@@ -20,23 +19,6 @@ std::string build_name(const std::string& engine) {
     } catch (const Error&) {
         return engine;
     }
-}
-
-// The first seed of each way of ending, run again with its ops kept and
-// shrunk to the fewest ops that still end that way.
-ShrunkTrace shrink_seed(const DiffOptions& o, const RunResult& seed) {
-    const RunResult full = run_generated(seed.config, o.swarm.steps);
-    const ShrinkResult s = shrink(full.config, full.ops, full.steps, full.verdict, o.shrink_runs);
-    ShrunkTrace out{seed.config.seed, s.result.verdict, full.ops.size(), s.ops.size(), "", s.result.failure};
-    if (o.traces_dir.empty()) return out;
-    std::filesystem::create_directories(o.traces_dir);
-    out.path = (std::filesystem::path(o.traces_dir) /
-                cat("diff-seed", seed.config.seed, "-", to_string(s.result.verdict), ".jsonl"))
-                   .string();
-    std::ofstream file(out.path, std::ios::binary | std::ios::trunc);
-    file << trace_text(s.result);
-    require(file.good(), "diff: cannot write the shrunk trace ", out.path);
-    return out;
 }
 
 }  // namespace
@@ -55,7 +37,9 @@ DiffResult run_diff(const DiffOptions& o, const std::function<void(std::size_t, 
         out.other += s.verdict != Verdict::pass && s.verdict != Verdict::rows_differ && s.verdict != Verdict::reuse_differs;
         if (s.verdict == Verdict::pass || o.shrink_runs <= 0 || !shrunk.insert(s.verdict).second) continue;
         if (note) note(cat("shrinking seed ", s.config.seed, " (", to_string(s.verdict), "), at most ", o.shrink_runs, " runs"));
-        out.shrunk.push_back(shrink_seed(o, s));
+        const std::string path = o.traces_dir.empty() ? "" : (std::filesystem::path(o.traces_dir) /
+                                 cat("diff-seed", s.config.seed, "-", to_string(s.verdict), ".jsonl")).string();
+        out.shrunk.push_back(shrink_seed(s.config, o.swarm.steps, o.shrink_runs, path));
     }
     return out;
 }

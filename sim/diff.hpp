@@ -21,14 +21,6 @@ struct DiffOptions {
     int shrink_runs = 400;   // runs each shrink may take (0: no shrink)
 };
 
-struct ShrunkTrace {
-    std::uint64_t seed = 0;
-    Verdict verdict = Verdict::pass;
-    std::size_t ops_before = 0, ops_after = 0;
-    std::string path;
-    std::optional<Failure> failure;  // the shrunk trace's
-};
-
 struct DiffResult {
     SwarmResult swarm;
     std::size_t rows_differ = 0, reuse_differs = 0, other = 0;  // seeds by how they ended

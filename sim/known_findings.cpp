@@ -66,6 +66,11 @@ KnownFindings known_findings_for(const std::string& engine, const std::string& c
     if (!choice.empty()) return load_known_findings(choice);
     const engines::EngineEntry* e = engines::engine_entry(engine);
     if (!e || !e->known_findings || !*e->known_findings) return {};
+    // Another release (llamacpp@V) has its own file beside the pinned one's, or none.
+    if (const std::string release = engines::named_release(engine); !release.empty()) {
+        const std::filesystem::path own = std::filesystem::path(e->known_findings).parent_path() / (release + ".json");
+        return std::filesystem::exists(own) ? load_known_findings(own.string()) : KnownFindings{};
+    }
     return load_known_findings(e->known_findings);
 }
 

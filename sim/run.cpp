@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 namespace kvweld::sim {
@@ -344,6 +346,19 @@ std::string failure_line(const RunResult& r) {
 }
 
 }  // namespace
+
+ShrunkTrace shrink_seed(const SimConfig& config, int steps, int max_runs, const std::string& path) {
+    const RunResult full = run_generated(config, steps);
+    require(full.verdict != Verdict::pass, "shrink: seed ", config.seed, " passes when run again");
+    const ShrinkResult s = shrink(full.config, full.ops, full.steps, full.verdict, max_runs);
+    ShrunkTrace out{config.seed, s.result.verdict, full.ops.size(), s.ops.size(), path, s.result.failure};
+    if (path.empty()) return out;
+    if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file << trace_text(s.result);
+    require(file.good(), "cannot write the shrunk trace ", path);
+    return out;
+}
 
 std::string reuse_diff_lines(const RunResult& r, std::size_t most) {
     std::string out;

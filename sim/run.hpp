@@ -53,6 +53,18 @@ struct ShrinkResult {
 ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps,
                                Verdict target, int max_runs = 2000);
 
+// A failing seed run again with its ops kept and shrunk (at most max_runs
+// runs) to the fewest ops that end the same way; the trace written to
+// `path` ("": not written).
+struct ShrunkTrace {
+    std::uint64_t seed = 0;
+    Verdict verdict = Verdict::pass;
+    std::size_t ops_before = 0, ops_after = 0;
+    std::string path;
+    std::optional<Failure> failure;  // the shrunk trace's
+};
+ShrunkTrace shrink_seed(const SimConfig& config, int steps, int max_runs, const std::string& path);
+
 // What a serving run or swarm prints: the verdict last.
 std::string text_report(const RunResult& r);
 // kvweld diff: one line per call of `r` the two engines prepared

@@ -68,6 +68,13 @@ struct TrafficParams {
     int token_budget = 256;
 };
 
+// Steady mode's lengths when not given: serving-like means, heavy-tailed,
+// within the 256 positions the swarm's models hold.
+// And arrivals a little under what 8 sequences serve (a request holds a
+// sequence about 60 steps), so the batch stays full and changes seldom.
+inline constexpr int kSteadyPromptMean = 96, kSteadyOutputMean = 128;
+inline constexpr double kSteadyArrivalRate = 0.1;
+
 // A paged engine's pool under the traffic (engines with a block model).
 struct PoolStats {
     bool paged = false;

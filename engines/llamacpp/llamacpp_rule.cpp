@@ -73,6 +73,7 @@
 #include "engines/llamacpp/llamacpp_params.hpp"
 #include "engines/llamacpp/llamacpp_wrong_rows.hpp"
 #include "engines/reuse_rule.hpp"
+#include "engines/registry.hpp"
 
 #include <algorithm>
 #include <map>
@@ -298,10 +299,7 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
 
 const char* llamacpp_rule_gap(const std::string& build) {
     static thread_local std::string why;
-    const std::string tag = "llama-cpp-python ";
-    const auto at = build.find(tag);
-    const std::string release =
-        at == std::string::npos ? "" : build.substr(at + tag.size(), build.find(',', at) - at - tag.size());
+    const std::string release = build_release(build);
     for (const char* r : kRuleReleases)
         if (release == r) return nullptr;
     why = cat("the llama.cpp rule states the facts of release ", kRuleReleases[0], " (engines/llamacpp/llamacpp_rule.cpp);"

@@ -1,0 +1,164 @@
+// `kvweld versions --engine llamacpp --versions A,B,...|A..B`: builds the
+// releases missing from the cache (scripts/setup-llama --version V, then
+// their plugins), runs the same swarm, steady traffic and diff with the
+// release before on each (sim/versions.hpp), and prints one table.
+#include "cli/commands.hpp"
+
+#include "sim/versions.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#ifndef KVWELD_SOURCE_DIR
+#define KVWELD_SOURCE_DIR "."
+#endif
+#ifndef KVWELD_BINARY_DIR
+#define KVWELD_BINARY_DIR "build"
+#endif
+
+namespace kvweld::cli {
+
+using namespace kvweld::sim;
+
+namespace {
+
+struct VersionsArgs {
+    std::string engine = "llamacpp";
+    std::string versions;
+    std::string seeds = "0..99", diff_seeds = "0..29";
+    int steps = 200, jobs = 0, ticks = 400, shrink_runs = 300;
+    std::string traces = "kvweld-versions";
+    bool no_build = false;
+    std::string json;
+};
+
+// "0.3.15,0.3.20" as given; "0.3.15..0.3.36" every 0.3.N between, both included.
+std::vector<std::string> parse_releases(const std::string& text) {
+    static const std::regex release(R"(0\.3\.(\d{1,3}))");
+    std::smatch m;
+    const auto number = [&](const std::string& r) {
+        require(std::regex_match(r, m, release), "--versions: '", r, "' is not a release 0.3.N");
+        return std::stoi(m[1]);
+    };
+    std::vector<std::string> out;
+    if (const auto dots = text.find(".."); dots != std::string::npos) {
+        const int lo = number(text.substr(0, dots)), hi = number(text.substr(dots + 2));
+        require(lo <= hi, "--versions ", text, ": the first release is after the last");
+        for (int n = lo; n <= hi; ++n) out.push_back(cat("0.3.", n));
+    } else {
+        std::size_t start = 0;
+        for (std::size_t comma; start <= text.size(); start = comma + 1) {
+            comma = std::min(text.find(',', start), text.size());
+            number(text.substr(start, comma - start));
+            out.push_back(text.substr(start, comma - start));
+        }
+    }
+    for (const std::string& r : out)
+        require(number(r) >= 15, "--versions: release ", r, ": the first llama.cpp that reuses graphs is 0.3.15");
+    return out;
+}
+
+bool plugin_built(const std::string& engine) {
+    try {
+        return std::filesystem::exists(engines::engine_plugin_path(engine));
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+// What is missing is built: each release into the cache, then every release's plugin.
+void build_missing(const VersionsOptions& o) {
+    std::vector<std::string> missing;
+    for (const std::string& r : o.releases)
+        if (!plugin_built(release_engine(o, r))) missing.push_back(r);
+    if (missing.empty()) return;
+    for (std::size_t i = 0; i < missing.size(); ++i) {
+        std::fprintf(stderr, "[versions] building llama.cpp %s (%zu/%zu): scripts/setup-llama --version %s\n",
+                     missing[i].c_str(), i + 1, missing.size(), missing[i].c_str());
+        const std::string cmd = cat("'", KVWELD_SOURCE_DIR, "/scripts/setup-llama' --version ", missing[i]);
+        require(std::system(cmd.c_str()) == 0, "versions: ", cmd, " failed");
+    }
+    std::fprintf(stderr, "[versions] building the plugins: cmake --build %s --target llamacpp_release_plugins\n",
+                 KVWELD_BINARY_DIR);
+    const std::string cmd = cat("cmake --build '", KVWELD_BINARY_DIR, "' --target llamacpp_release_plugins");
+    require(std::system(cmd.c_str()) == 0, "versions: ", cmd, " failed");
+    for (const std::string& r : missing)
+        require(plugin_built(release_engine(o, r)), "versions: release ", r, " was built but its plugin is missing");
+}
+
+nlohmann::json versions_json(const std::vector<ReleaseRow>& rows) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const ReleaseRow& r : rows) {
+        nlohmann::json findings = nlohmann::json::array();
+        for (const ShrunkTrace& t : r.findings)
+            findings.push_back({{"seed", t.seed}, {"verdict", to_string(t.verdict)}, {"ops", t.ops_after}, {"trace", t.path}});
+        out.push_back({{"release", r.release},
+                       {"engine", r.engine},
+                       {"build", r.build},
+                       {"rule_applied", r.rule_gap.empty()},
+                       {"seeds", r.swarm.seeds.size()},
+                       {"failed", r.swarm.failures},
+                       {"known", r.swarm.known},
+                       {"ok", r.swarm.ok()},
+                       {"findings", findings},
+                       {"steady_reuse_per_call", {r.separate.per_call(), r.unified.per_call()}},
+                       {"diff_same", r.diff ? nlohmann::json(r.diff->same()) : nlohmann::json()}});
+    }
+    return {{"format", "kvweld-versions"}, {"version", 1}, {"releases", out}};
+}
+
+int run_versions_cmd(const VersionsArgs& a) {
+    require(engines::engine_entry(a.engine) && a.engine == "llamacpp",
+            "versions: --engine ", a.engine, ": only llamacpp has releases to build (scripts/setup-llama)");
+    VersionsOptions o;
+    o.engine = a.engine;
+    o.releases = parse_releases(a.versions);
+    std::tie(o.first, o.last) = parse_seed_range(a.seeds);
+    std::tie(o.diff_first, o.diff_last) = parse_seed_range(a.diff_seeds);
+    o.steps = a.steps;
+    o.jobs = a.jobs > 0 ? a.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+    o.traffic_ticks = a.ticks;
+    o.traces_dir = a.traces;
+    o.shrink_runs = a.shrink_runs;
+    o.pinned = engines::build_release(engines::engine_build(o.engine));
+    if (!a.no_build) build_missing(o);
+    const auto rows = run_versions(o, [](const std::string& line) { std::fprintf(stderr, "[versions] %s\n", line.c_str()); });
+    const std::string table = versions_table(rows, o);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    if (!a.json.empty()) write_json(a.json, versions_json(rows));
+    return versions_ok(rows) ? 0 : 1;
+}
+
+}  // namespace
+
+void add_versions_command(CLI::App& app, std::function<int()>& action) {
+    auto a = std::make_shared<VersionsArgs>();
+    CLI::App* cmd = app.add_subcommand(
+        "versions",
+        "One engine's releases side by side: builds each missing llama.cpp release into the cache and its plugin, then "
+        "per release the swarm (twin and reference on; the reuse rule only on a release whose facts it states), the "
+        "steady serving traffic's graph reuse in each KV layout, and kvweld diff with the release before; one table, "
+        "and the shrunk trace of every new finding. Exit 0 no new finding, 1 new findings, 2 bad input");
+    cmd->add_option("--engine", a->engine, "the engine whose releases to run")->capture_default_str();
+    cmd->add_option("--versions", a->versions, "releases, oldest first: 0.3.15,0.3.20,... or a range 0.3.15..0.3.36")
+        ->required();
+    cmd->add_option("--seeds", a->seeds, "each release's swarm seeds A..B")->capture_default_str();
+    cmd->add_option("--diff-seeds", a->diff_seeds, "seeds of each diff with the release before")->capture_default_str();
+    cmd->add_option("--steps", a->steps, "ops per run")->capture_default_str()->check(CLI::Range(1, 100000));
+    cmd->add_option("--jobs", a->jobs, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--ticks", a->ticks, "ticks of steady traffic per layout")->capture_default_str()->check(CLI::Range(1, 100000));
+    cmd->add_option("--traces", a->traces, "where the shrunk traces go")->capture_default_str();
+    cmd->add_option("--shrink-runs", a->shrink_runs, "runs each shrink may take (0: do not shrink)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    cmd->add_flag("--no-build", a->no_build, "build nothing: a release without a plugin is an error");
+    cmd->add_option("--json", a->json, "write the table as JSON here");
+    cmd->callback([a, &action] { action = [a] { return run_versions_cmd(*a); }; });
+}
+
+}  // namespace kvweld::cli

@@ -1,0 +1,175 @@
+#include "sim/versions.hpp"
+
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
+#include "engines/registry.hpp"
+#include "sim/report.hpp"
+#include "sim/traffic.hpp"
+
+#include <filesystem>
+#include <set>
+#include <tuple>
+
+namespace kvweld::sim {
+
+namespace {
+
+std::string build_of(const std::string& engine) {
+    try {
+        return engines::engine_build(engine);
+    } catch (const Error&) {
+        return "";
+    }
+}
+
+// The steady serving traffic of `kvweld traffic --mode steady` (its
+// defaults), once, in one KV layout; the reuse as the engine counts it, so
+// that releases whose graphs split differently compare on the same terms.
+SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, const char* layout) {
+    TrafficParams p;
+    p.mode = TrafficMode::steady;
+    p.ticks = o.traffic_ticks;
+    p.prompt_mean = kSteadyPromptMean;
+    p.output_mean = kSteadyOutputMean;
+    p.arrival_rate = kSteadyArrivalRate;
+    SteadyReuse out;
+    try {
+        const EngineTrafficResult r = run_engine_traffic(p, EngineChoice{engine, cat(layout, ",graph_reuse=1"), ""}, 16);
+        out = {true, r.run.verdict == Verdict::pass ? "" : cat("the traffic ended ", to_string(r.run.verdict)),
+               r.run.stats.calls, r.run.stats.reused};
+    } catch (const Error& e) {
+        out.why_not = e.what();
+    }
+    return out;
+}
+
+// The first seed of each new kind of failure (class, oracle and clause), shrunk.
+std::vector<ShrunkTrace> shrink_new_findings(const VersionsOptions& o, const ReleaseRow& row) {
+    std::vector<ShrunkTrace> out;
+    std::set<std::tuple<Verdict, Oracle, std::string>> seen;
+    for (const RunResult& s : row.swarm.seeds) {
+        if (s.verdict == Verdict::pass || !s.known_finding.empty()) continue;
+        const Failure f = s.failure.value_or(Failure{});
+        if (!seen.insert({s.verdict, f.oracle, f.clause}).second || o.shrink_runs <= 0) continue;
+        const std::string path = o.traces_dir.empty() ? "" : (std::filesystem::path(o.traces_dir) / row.release /
+                                 cat("seed", s.config.seed, "-", to_string(s.verdict), ".jsonl")).string();
+        out.push_back(shrink_seed(s.config, o.steps, o.shrink_runs, path));
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string release_engine(const VersionsOptions& o, const std::string& release) {
+    return release == o.pinned ? o.engine : cat(o.engine, "@", release);
+}
+
+std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::function<void(const std::string&)>& line) {
+    const auto say = [&](const std::string& text) {
+        if (line) line(text);
+    };
+    std::vector<ReleaseRow> rows;
+    for (std::size_t i = 0; i < o.releases.size(); ++i) {
+        ReleaseRow row;
+        row.release = o.releases[i];
+        row.engine = release_engine(o, row.release);
+        row.build = build_of(row.engine);
+        row.rule_gap = engines::rule_gap(row.engine, row.build);
+        const std::string where = cat(row.release, " (", i + 1, "/", o.releases.size(), ")");
+        say(cat(where, ": swarm over seeds ", o.first, "..", o.last, ", twin on"));
+        SwarmOptions swarm;
+        swarm.first = o.first, swarm.last = o.last, swarm.jobs = o.jobs, swarm.steps = o.steps;
+        swarm.engine = EngineChoice{row.engine, "", ""};
+        swarm.engine.twin = true;
+        row.swarm = run_swarm(swarm);
+        if (row.swarm.failures > row.swarm.known) say(cat(where, ": shrinking the new findings"));
+        row.findings = shrink_new_findings(o, row);
+        say(cat(where, ": steady traffic, ", o.traffic_ticks, " ticks, each KV layout"));
+        row.separate = steady_reuse(o, row.engine, "kv_unified=0");
+        row.unified = steady_reuse(o, row.engine, "kv_unified=1");
+        if (i > 0) {
+            say(cat(where, ": diff against ", o.releases[i - 1], " over seeds ", o.diff_first, "..", o.diff_last));
+            DiffOptions d;
+            d.swarm.first = o.diff_first, d.swarm.last = o.diff_last, d.swarm.jobs = o.jobs, d.swarm.steps = o.steps;
+            d.swarm.engine = EngineChoice{rows.back().engine, "", ""};
+            d.swarm.engine.peer = PeerChoice{row.engine, "", ""};
+            d.traces_dir = o.traces_dir.empty() ? ""
+                                                : (std::filesystem::path(o.traces_dir) /
+                                                   cat("diff-", o.releases[i - 1], "-", row.release)).string();
+            d.shrink_runs = o.shrink_runs;
+            row.diff = run_diff(d);
+        }
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+bool versions_ok(const std::vector<ReleaseRow>& rows) {
+    for (const ReleaseRow& r : rows)
+        if (!r.swarm.ok()) return false;
+    return true;
+}
+
+namespace {
+
+std::string commit_of(const std::string& build) {
+    const auto at = build.find("llama.cpp ");
+    return at == std::string::npos ? "?" : build.substr(at + 10, 12);
+}
+
+std::string first_failure(const SwarmResult& s) {
+    for (const RunResult& r : s.seeds)
+        if (r.verdict != Verdict::pass && r.known_finding.empty())
+            return cat("seed ", r.config.seed, ": ", to_string(r.verdict),
+                       r.failure ? cat(" (", to_string(r.failure->oracle),
+                                       r.failure->clause.empty() ? "" : cat(", ", r.failure->clause), ")")
+                                 : "");
+    return "-";
+}
+
+std::string steady_text(const SteadyReuse& s) {
+    if (!s.ran) return "-";
+    return cat(fixed(s.per_call(), 3), s.why_not.empty() ? "" : "*");
+}
+
+std::string diff_text(const std::optional<DiffResult>& d) {
+    if (!d) return "-";
+    const RunStats& t = d->swarm.total;
+    if (d->same()) return cat("same (", t.calls, " calls)");
+    return cat(t.reuse_more, " / ", t.reuse_fewer, " / ", t.prepared_otherwise, " calls; ", d->rows_differ,
+               " seeds rows differ", d->other ? cat(", ", d->other, " otherwise") : "");
+}
+
+}  // namespace
+
+std::string versions_table(const std::vector<ReleaseRow>& rows, const VersionsOptions& o) {
+    std::string out = cat("releases of ", o.engine, ": swarm seeds ", o.first, "..", o.last, " (twin and reference on), ",
+                          o.steps, " steps; diff seeds ", o.diff_first, "..", o.diff_last, "; steady traffic ",
+                          o.traffic_ticks, " ticks\n\n");
+    out += "| release | llama.cpp | rule | swarm verdict | seeds failed (known) | first new failure | steady reuse per call, "
+           "kv_unified=0 / 1 | diff with the release before: calls the earlier reused more / fewer / otherwise |\n";
+    out += "|---|---|---|---|---|---|---|---|\n";
+    for (const ReleaseRow& r : rows) {
+        const std::string verdict = !r.swarm.ok() ? "FAIL" : r.swarm.known ? "NO NEW FINDINGS" : "PASS";
+        out += cat("| ", r.release, " | ", commit_of(r.build), " | ", r.rule_gap.empty() ? "applied" : "not applied", " | ",
+                   verdict, " | ", r.swarm.failures, " (", r.swarm.known, ") | ", first_failure(r.swarm), " | ",
+                   steady_text(r.separate), " / ", steady_text(r.unified), " | ", diff_text(r.diff), " |\n");
+    }
+    out += "\n";
+    for (const ReleaseRow& r : rows) {
+        for (const SteadyReuse* s : {&r.separate, &r.unified})
+            if (!s->why_not.empty()) out += cat(r.release, ": steady traffic: ", s->why_not, "\n");
+        for (const ShrunkTrace& t : r.findings)
+            out += cat(r.release, " new finding, seed ", t.seed, " (", to_string(t.verdict), "): ", t.ops_before,
+                       " ops -> ", t.ops_after, t.path.empty() ? "" : cat(", kvweld replay ", t.path),
+                       t.failure ? cat("\n  ", t.failure->detail) : "", "\n");
+        if (r.diff)
+            for (const ShrunkTrace& t : r.diff->shrunk)
+                out += cat(r.release, " diff with the release before, seed ", t.seed, " (", to_string(t.verdict), "): ",
+                           t.ops_before, " ops -> ", t.ops_after, t.path.empty() ? "" : cat(", kvweld replay ", t.path),
+                           t.failure ? cat("\n  ", t.failure->detail) : "", "\n");
+    }
+    return out + cat("versions verdict: ", versions_ok(rows) ? "no new findings" : "NEW FINDINGS", "\n");
+}
+
+}  // namespace kvweld::sim

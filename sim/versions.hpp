@@ -1,0 +1,55 @@
+// kvweld versions: one engine's releases side by side (llama.cpp's, each
+// built by scripts/setup-llama --version V into the cache and opened as
+// llamacpp@V). Per release: the swarm with the twin and the reference on
+// (the reuse rule only where it states that release's facts), the steady
+// serving traffic's reuse in each KV layout, and kvweld diff against the
+// release before it; the shrunk trace of every new finding.
+#pragma once
+
+#include "sim/diff.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvweld::sim {
+
+struct VersionsOptions {
+    std::string engine = "llamacpp";  // the base engine; a release is engine@V
+    std::vector<std::string> releases;  // in order, oldest first
+    std::string pinned;                 // the release the plain engine name runs ("" none)
+    std::uint64_t first = 0, last = 99;       // the swarm's seeds
+    std::uint64_t diff_first = 0, diff_last = 29;  // diff's seeds
+    int steps = 200;
+    int jobs = 1;
+    int traffic_ticks = 400;
+    std::string traces_dir = "kvweld-versions";
+    int shrink_runs = 300;
+};
+
+// The engine name that runs `release`: the plain name for the pinned one.
+std::string release_engine(const VersionsOptions& o, const std::string& release);
+
+struct SteadyReuse {
+    bool ran = false;
+    std::string why_not;       // when it did not
+    std::uint64_t calls = 0, reused = 0;  // decode calls, graphs reused (the engine's count)
+    double per_call() const { return calls ? double(reused) / double(calls) : 0.0; }
+};
+
+struct ReleaseRow {
+    std::string release, engine, build;
+    std::string rule_gap;  // why the reuse rule was not applied ("": it was)
+    SwarmResult swarm;
+    std::vector<ShrunkTrace> findings;  // a shrunk trace per new kind of failure
+    SteadyReuse separate, unified;      // kv_unified=0 and 1
+    std::optional<DiffResult> diff;     // against the release before it
+};
+
+// Runs every release (each plugin must be built); line(text) reports progress.
+std::vector<ReleaseRow> run_versions(const VersionsOptions& options,
+                                     const std::function<void(const std::string&)>& line = {});
+std::string versions_table(const std::vector<ReleaseRow>& rows, const VersionsOptions& options);
+bool versions_ok(const std::vector<ReleaseRow>& rows);  // no new finding on any release
+
+}  // namespace kvweld::sim
