@@ -83,9 +83,11 @@ void build_missing(const VersionsOptions& o) {
         const std::string cmd = cat("'", KVWELD_SOURCE_DIR, "/scripts/setup-llama' --version ", missing[i]);
         require(std::system(cmd.c_str()) == 0, "versions: ", cmd, " failed");
     }
-    std::fprintf(stderr, "[versions] building the plugins: cmake --build %s --target llamacpp_release_plugins\n",
-                 KVWELD_BINARY_DIR);
-    const std::string cmd = cat("cmake --build '", KVWELD_BINARY_DIR, "' --target llamacpp_release_plugins");
+    // Configured again first: a release rebuilt in place changes no folder name the build's glob would notice.
+    std::fprintf(stderr, "[versions] building the plugins: cmake %s && cmake --build %s --target llamacpp_release_plugins\n",
+                 KVWELD_BINARY_DIR, KVWELD_BINARY_DIR);
+    const std::string cmd = cat("cmake '", KVWELD_BINARY_DIR, "' > /dev/null && cmake --build '", KVWELD_BINARY_DIR,
+                                "' --target llamacpp_release_plugins");
     require(std::system(cmd.c_str()) == 0, "versions: ", cmd, " failed");
     for (const std::string& r : missing)
         require(plugin_built(release_engine(o, r)), "versions: release ", r, " was built but its plugin is missing");

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <filesystem>
 
 #include <array>
@@ -104,8 +105,15 @@ void PluginEngine::call(const char* what, Fn&& fn) const {
                     err[0] ? err.data() : "(no message)"));
 }
 
+// Every plugin's create and reload, one at a time across the process: an
+// engine may set process-wide state while it makes its context (llama.cpp's
+// plugin, LLAMA_GRAPH_REUSE_DISABLE), and two plugins loaded at once (two
+// releases of one engine, kvweld diff) share it without sharing a lock.
+std::mutex plugin_create_lock;
+
 PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options)
     : library_(std::move(library)) {
+    const std::lock_guard<std::mutex> lock(plugin_create_lock);
     call("create", [&](char* e, std::size_t n) { return library_->api().create(&options, &engine_, e, n); });
     require(engine_ != nullptr, "engine ", library_->api().name, ": create succeeded but returned no engine");
     vocab_ = library_->api().vocab(engine_);
@@ -279,6 +287,7 @@ TwinTolerance PluginEngine::twin_tolerance() const {
 void PluginEngine::reload(const Model& model) {
     require(capabilities() & KVWELD_CAP_RELOAD, "engine ", name(), " cannot reload its model (no KVWELD_CAP_RELOAD)");
     const ModelFile file(model, model_format());
+    const std::lock_guard<std::mutex> lock(plugin_create_lock);
     call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, file.path().c_str(), e, n); });
 }
 

@@ -35,6 +35,7 @@ DiffResult run_diff(const DiffOptions& o, const std::function<void(std::size_t, 
         out.rows_differ += s.verdict == Verdict::rows_differ;
         out.reuse_differs += s.verdict == Verdict::reuse_differs;
         out.other += s.verdict != Verdict::pass && s.verdict != Verdict::rows_differ && s.verdict != Verdict::reuse_differs;
+        out.both_refused += s.verdict == Verdict::pass && !s.ended_early.empty();
         if (s.verdict == Verdict::pass || o.shrink_runs <= 0 || !shrunk.insert(s.verdict).second) continue;
         if (note) note(cat("shrinking seed ", s.config.seed, " (", to_string(s.verdict), "), at most ", o.shrink_runs, " runs"));
         const std::string path = o.traces_dir.empty() ? "" : (std::filesystem::path(o.traces_dir) /
@@ -49,7 +50,8 @@ std::string diff_table(const DiffResult& r, const DiffOptions& o) {
     std::string out = cat("diff over seeds ", o.swarm.first, "..", o.swarm.last, ":\n  engine A: ", build_name(e.engine),
                           "\n  engine B: ", build_name(e.peer->engine), "\n", r.swarm.oracles.describe(), "\n");
     out += table_row("seeds", cat(r.swarm.seeds.size(), " (", r.rows_differ, " with rows that differ, ", r.reuse_differs,
-                                  " with calls prepared differently only, ", r.other, " that ended otherwise)"));
+                                  " with calls prepared differently only, ", r.other, " that ended otherwise; ",
+                                  r.both_refused, " stopped early, alike: both engines refused the same call)"));
     const RunStats& s = r.swarm.total;
     out += table_row("engine calls / rows compared", cat(s.calls, " / ", s.peer_rows, " (max logit error ",
                                                          sci(s.max_peer_error), ", tolerance ", e.peer->tolerance, ")"));
@@ -73,6 +75,11 @@ std::string diff_table(const DiffResult& r, const DiffOptions& o) {
         out += reuse_diff_lines(seed, 3);
         out += cat("  reproduce: ", reproduce_command(seed.config, o.swarm.steps), "\n");
     }
+    std::size_t early = 0;
+    for (const RunResult& seed : r.swarm.seeds)
+        if (seed.verdict == Verdict::pass && !seed.ended_early.empty() && early++ < 3)
+            out += cat("ALIKE seed ", seed.config.seed, ": ", seed.ended_early, "\n");
+    if (early > 3) out += cat("  ... ", early - 3, " more seeds stopped early alike\n");
     for (const ShrunkTrace& t : r.shrunk)
         out += cat("shrunk seed ", t.seed, " (", to_string(t.verdict), "): ", t.ops_before, " ops -> ", t.ops_after,
                    t.path.empty() ? "" : cat(": kvweld replay ", t.path),

@@ -24,6 +24,7 @@ struct DiffOptions {
 struct DiffResult {
     SwarmResult swarm;
     std::size_t rows_differ = 0, reuse_differs = 0, other = 0;  // seeds by how they ended
+    std::size_t both_refused = 0;  // of the seeds that did not differ, those both engines stopped on (the same refusal)
     std::vector<ShrunkTrace> shrunk;
     bool same() const { return swarm.failures == 0; }
 };

@@ -57,14 +57,15 @@ void Simulator::check_peer(const std::vector<Pair>& pairs, const std::vector<flo
         seqs.push_back(p.seq);
         tokens.push_back(p.token);
     }
-    const auto peer_before = second_->counters();
-    const std::vector<float> theirs = second_->decode(seqs, tokens, output_flags(pairs));
+    const auto peer_before = on_second([&] { return second_->counters(); });
+    const std::vector<float> theirs = on_second([&] { return second_->decode(seqs, tokens, output_flags(pairs)); });
     require(theirs.size() == got.size(), "the peer returned ", theirs.size(), " floats of logits where the engine returned ",
             got.size());
     // The call's reuse first: a row difference ends the run, and its message says how each prepared.
     std::string how;
     if (oracles_.peer_reuse_why_not.empty() && before && peer_before) {
-        const auto engine_after = engine_->counters(), peer_after = second_->counters();
+        const auto engine_after = engine_->counters();
+        const auto peer_after = on_second([&] { return second_->counters(); });
         require(engine_after && peer_after, "an engine stopped reporting its counters");
         const Prepared mine = prepared_between(*before, *engine_after), peer = prepared_between(*peer_before, *peer_after);
         stats_.peer_reused += std::uint64_t(std::max<std::int64_t>(0, peer.reused));
@@ -98,6 +99,24 @@ void Simulator::check_peer(const std::vector<Pair>& pairs, const std::vector<flo
                  cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", got.size() / v,
                      " in the call): logit error ", err, " between the engine's row and the peer's, past the tolerance ",
                      tolerance, how));
+    }
+}
+
+std::vector<float> Simulator::decode_or_both_refuse(std::span<const std::int32_t> seqs,
+                                                   std::span<const std::int32_t> tokens,
+                                                   std::span<const std::uint8_t> outputs) {
+    try {
+        return engine_->decode(seqs, tokens, outputs);
+    } catch (const Error& mine) {
+        try {
+            second_->decode(seqs, tokens, outputs);
+        } catch (const Error& theirs) {
+            ended_early_ = cat("both engines refused the decode at op ", op_index_, " (", to_string(op_kind_), "): engine A (",
+                               config_.engine.engine, "): ", mine.what(), "; engine B (", config_.engine.peer->engine,
+                               "): ", theirs.what());
+            throw Stop{};
+        }
+        throw;  // engine A's refusal alone: a difference
     }
 }
 

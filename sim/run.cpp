@@ -138,8 +138,8 @@ namespace {
 
 RunResult finish(Simulator& sim, int steps, std::vector<Op> ops) {
     sim.end();
-    return RunResult{sim.config(), steps,  std::move(ops), sim.stats(),      sim.oracles(),
-                     sim.verdict(), sim.failure(), "",  sim.reuse_diffs()};
+    return RunResult{sim.config(),  steps,         std::move(ops), sim.stats(),       sim.oracles(),
+                     sim.verdict(), sim.failure(), "",             sim.reuse_diffs(), sim.ended_early()};
 }
 
 }  // namespace
@@ -381,6 +381,7 @@ std::string text_report(const RunResult& r) {
                           "\n", r.oracles.describe(), "\n");
     out += stats_rows(r.stats, r.oracles);
     out += reuse_diff_lines(r, 10);
+    if (!r.ended_early.empty()) out += cat("ended early: ", r.ended_early, "\n");
     if (r.verdict == Verdict::pass) return out + "verdict: PASS\n";
     return out + failure_line(r) + cat("\n  reproduce: ", reproduce_command(r.config, r.steps), "\n");
 }

@@ -21,6 +21,7 @@ struct RunResult {
     std::optional<Failure> failure;
     std::string known_finding = {};  // a swarm's: the known finding the failure is (sim/known_findings.hpp)
     std::vector<ReuseDiff> reuse_diffs = {};  // kvweld diff: the calls the two engines prepared differently (the first few)
+    std::string ended_early = {};             // kvweld diff: both engines refused a call there (the run stopped)
 };
 
 Op draw_op(const Simulator& sim, Rng& rng);

@@ -44,7 +44,8 @@ void Simulator::shift_once(int seq, int p0, int p1) {
 }
 
 void Simulator::save(int seq) {
-    SavedState state{engine_->state_save(seq), second_ ? second_->state_save(seq) : std::vector<std::uint8_t>{},
+    SavedState state{engine_->state_save(seq),
+                     second_ ? on_second([&] { return second_->state_save(seq); }) : std::vector<std::uint8_t>{},
                      *requests_[std::size_t(seq)], weights_seed_, ++states_saved_};
     if (rule_) rule_->on_state_save(seq, state.id);
     saved_.push_back(std::move(state));
@@ -96,7 +97,7 @@ void Simulator::load(const Op& op) {
     }
     standing_ = rule_ ? rule_->state_clause(state.id) : nullptr;  // what a refusal carries
     engine_->state_load(dst, state.bytes);
-    if (second_) second_->state_load(dst, state.second_bytes);
+    if (second_) on_second([&] { second_->state_load(dst, state.second_bytes); });
     standing_ = nullptr;
     if (rule_) rule_->on_state_load(dst, len, state.id);
     Request& r = *requests_[std::size_t(dst)];

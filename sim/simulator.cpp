@@ -19,8 +19,6 @@ namespace {
 constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
 constexpr std::uint64_t kParkStream = 0x7061726b65642d74ULL;
 
-// A violation ends the run: thrown from deep in an op, caught in apply().
-struct Stop {};
 
 // What a run may hold at once: per sequence the engine's KV (n_ctx
 // positions) and the reference's shadow (the model's max_seq_len).
@@ -275,8 +273,13 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
         if (op.kind != OpKind::step) read_counters();  // a step read them after its call
     } catch (const Stop&) {
         return false;
+    } catch (const PeerError& e) {  // kvweld diff: engine B refused a valid op
+        record(Verdict::engine_error, Oracle::peer, e.what());
+        standing_ = nullptr;
+        return false;
     } catch (const Error& e) {  // the engine refused a valid op
-        record(Verdict::engine_error, Oracle::engine, e.what(), standing_ ? standing_ : "");
+        record(Verdict::engine_error, Oracle::engine, peer_ ? cat("engine A (", config_.engine.engine, "): ", e.what()) : e.what(),
+               standing_ ? standing_ : "");
         standing_ = nullptr;
         return false;
     }
@@ -595,7 +598,7 @@ std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair
                 blind.emplace_back(i, blindness_before(pairs[i].seq, pairs[i].pos));
     standing_ = rule_ ? rule_->standing_clause(seqs) : nullptr;  // what a refusal of this call carries
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<float> got = engine_->decode(seqs, tokens, outputs);
+    const std::vector<float> got = peer_ ? decode_or_both_refuse(seqs, tokens, outputs) : engine_->decode(seqs, tokens, outputs);
     standing_ = nullptr;
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (blocks_)

@@ -14,6 +14,8 @@
 #pragma once
 
 #include "engine/adapters.hpp"
+#include "engine/cat.hpp"
+#include "engine/error.hpp"
 #include "engine/model.hpp"
 #include "engine/reference.hpp"
 #include "engine/rng.hpp"
@@ -191,6 +193,9 @@ public:
     const std::optional<Failure>& failure() const { return failure_; }
     // kvweld diff: the calls that prepared differently (the first kMaxReuseDiffs).
     const std::vector<ReuseDiff>& reuse_diffs() const { return reuse_diffs_; }
+    // kvweld diff: why the run ended before its last op with no difference
+    // (both engines refused the same call), "" when it did not.
+    const std::string& ended_early() const { return ended_early_; }
     static constexpr std::size_t kMaxReuseDiffs = 64;
     // The run is over: a diff whose rows agreed but whose reuse did not ends
     // with reuse_differs, at the first such call.
@@ -205,6 +210,8 @@ public:
     const BlockModel* block_model() const { return blocks_ ? &*blocks_ : nullptr; }
 
 private:
+    // A violation ends the run: thrown from deep in an op, caught in apply().
+    struct Stop {};
     struct Pair {
         int seq;
         int token;
@@ -290,13 +297,34 @@ private:
     // engine's counters before the call).
     void check_peer(const std::vector<Pair>& pairs, const std::vector<float>& got,
                     const std::optional<kvweld_engine_counters>& before);
+    // kvweld diff: engine A's decode; where A refuses it, the peer is asked
+    // the same, and if it refuses too the run ends there with no
+    // difference (ended_early() says why); a refusal of A's alone is one.
+    std::vector<float> decode_or_both_refuse(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                                             std::span<const std::uint8_t> outputs);
     // "the twin" or "the peer": the engine in lockstep, in messages.
     const char* second_name() const { return peer_ ? "the peer" : "the twin"; }
     // Every memory op goes to the engine and, where there is one, to its twin or peer.
     template <class Op>
     void both(Op&& op) {
         op(*engine_);
-        if (second_) op(*second_);
+        if (second_) on_second([&] { op(*second_); });
+    }
+    // What the twin or peer is asked; kvweld diff names a refusal of the
+    // peer's as engine B's (both engines may share a name).
+    struct PeerError : Error {
+        using Error::Error;
+    };
+    template <class F>
+    auto on_second(F&& f) -> decltype(f()) {
+        if (!peer_) return f();
+        try {
+            return f();
+        } catch (const PeerError&) {
+            throw;
+        } catch (const Error& e) {
+            throw PeerError(cat("engine B (", config_.engine.peer->engine, "): ", e.what()));
+        }
     }
     void requeue_from(Request& r, std::size_t n);  // history[n:] goes back to the queue
     void requeue_all(SeqOp op);                         // every sequence emptied by `op` re-prefills
@@ -334,6 +362,7 @@ private:
     bool peer_ = false;
     bool counters_ = false;  // the engine's counters are read (checked runs of engines that declare them)
     std::vector<ReuseDiff> reuse_diffs_;
+    std::string ended_early_;
     std::vector<std::pair<std::size_t, OpKind>> recent_ops_;  // the last few ops applied, for ReuseDiff::before
     TwinTolerance twin_tolerance_;  // bit for bit until a state the engine declares one for
     std::unique_ptr<ReuseRule> rule_;

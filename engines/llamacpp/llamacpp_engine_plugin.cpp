@@ -193,21 +193,34 @@ unsigned parse_faults(const char* names) {
 // puts its own entry into the environment once, when it is loaded (on the
 // thread that loads it, before engines run), and later only flips its
 // value character in place, under a lock that serializes context creation.
-// The plugin owns the variable: its graph_reuse setting decides.
+// The plugin owns the variable: its graph_reuse setting decides. Several
+// copies of the plugin in one process (one per llama.cpp release: kvweld
+// diff) share the one entry: the first to load puts its buffer in, every
+// copy flips the value getenv finds (flipping its own buffer after another
+// copy's putenv would change nothing llama.cpp reads), and the host
+// serializes every plugin's create and reload (engines/plugin_host.cpp),
+// which one copy's lock cannot.
 char reuse_disable_env[] = "LLAMA_GRAPH_REUSE_DISABLE=0";
 std::mutex create_lock;
 
+// The entry's one-character value, if the entry is one this plugin can flip.
+char* reuse_env_value() {
+    char* value = std::getenv("LLAMA_GRAPH_REUSE_DISABLE");
+    return value && (value[0] == '0' || value[0] == '1') && value[1] == '\0' ? value : nullptr;
+}
+
 void own_reuse_env() {
-    static const bool done = (putenv(reuse_disable_env), true);
+    static const bool done = (reuse_env_value() || putenv(reuse_disable_env) == 0, true);
     (void)done;
 }
 
 llama_context* create_context(llama_model* model, const llama_context_params& cp, bool graph_reuse) {
     const std::lock_guard<std::mutex> lock(create_lock);
-    char& value = reuse_disable_env[sizeof reuse_disable_env - 2];
-    value = graph_reuse ? '0' : '1';
+    char* value = reuse_env_value();
+    require(value != nullptr, "LLAMA_GRAPH_REUSE_DISABLE is not a 0 or 1 this plugin set (changed after it loaded?)");
+    *value = graph_reuse ? '0' : '1';
     llama_context* ctx = llama_init_from_model(model, cp);
-    value = '0';
+    *value = '0';
     return ctx;
 }
 
