@@ -10,7 +10,10 @@
 // "kvweld-known-findings", "version": 1, "engine", "release", "findings":
 // [{"id", "class" (a verdict), "clause", "trace" (the minimized trace, a
 // path relative to the file), "source" (the engine source line it traces
-// to), "explanation" (one line)}]}. A failure matches a finding when its
+// to), "explanation" (one line)}]}. Each trace runs on the engine the file
+// names, so a release's file may list another release's traces (the
+// releases of llama.cpp that share 0.3.36's findings: their files name
+// llamacpp@V and each source line as read in that release). A failure matches a finding when its
 // class is the finding's and the reuse rule's contract clause that decided
 // the failing call (Failure::clause) is the finding's: the rule names the
 // clause (e.g. "adapters-unchanged"), never the finding.

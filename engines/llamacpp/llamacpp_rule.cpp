@@ -87,14 +87,48 @@ namespace {
 constexpr int kUbatch = 512;  // the adapter's n_ubatch
 constexpr int kPad = 256;     // llama.cpp's cell and window padding
 
-// The releases whose facts the clauses above state, each read off that
-// release's source (the lines the clauses cite). Of the clauses, 1, 3, 4's
-// K-shift and 7's zero-scale adapters are design choices of the release,
-// not the contract; 2, 5, 6, 7's other half and 8 follow from the
-// contract. A release not listed runs without this rule: the twin and the
-// reference judge its rows, and `kvweld diff` compares its reuse with
-// another release's call by call.
-constexpr const char* kRuleReleases[] = {"0.3.36"};
+// The releases whose facts the clauses above state: one row per release,
+// each fact with the place in that release's source (vendor/llama.cpp/src)
+// it was read from. Of the clauses, 1 (the split), 3 (the window's
+// padding), 4's K-shift and 7's zero-scale adapters are design choices of
+// these releases, not the contract; 2, 5, 6, 7's other half and 8 follow
+// from the contract. A release not listed runs without this rule: the twin
+// and the reference judge its rows, and `kvweld diff` compares its reuse
+// with another release's call by call.
+struct ReleaseFacts {
+    const char* release;
+    const char* window;   // clause 3: n_ctx and every stream padded to 256 cells, n_kv to max(n_pad, 256)
+    const char* split;    // clause 1: split_simple (unified) and split_equal (per stream)
+    const char* shape;    // clause 2: llm_graph_params::allow_reuse, n_outputs included
+    const char* update;   // clause 4: memory_update resets every held graph result
+    const char* adapters; // clause 7: set_adapters_lora compares the set; set_adapter_cvec reserves
+};
+constexpr ReleaseFacts kReleaseFacts[] = {
+    {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
+     "llama-context.cpp:708-736", "llama-context.cpp:1111, 1152"},
+    {"0.3.24", "llama-context.cpp:201, llama-kv-cache.cpp:1140", "llama-batch.cpp:474, 508", "llama-graph.h:630-662",
+     "llama-context.cpp:732-760", "llama-context.cpp:1193, 1234"},
+    {"0.3.28", "llama-context.cpp:215, llama-kv-cache.cpp:1228", "llama-batch.cpp:474, 508", "llama-graph.h:631-663",
+     "llama-context.cpp:750-778", "llama-context.cpp:1213, 1254"},
+    {"0.3.32", "llama-context.cpp:227, llama-kv-cache.cpp:1228", "llama-batch.cpp:474, 508", "llama-graph.h:631-663",
+     "llama-context.cpp:762-790", "llama-context.cpp:1248, 1289"},
+    {"0.3.36", "llama-context.cpp:290, llama-kv-cache.cpp:1265", "llama-batch.cpp:508, 542", "llama-graph.h:818-850",
+     "llama-context.cpp:847-876", "llama-context.cpp:1342, 1383"},
+};
+
+// Releases read and found not to fit, and why (the rule then names it).
+constexpr struct {
+    const char* release;
+    const char* why;
+} kReleasesOutside[] = {
+    {"0.3.15", "its KV window is padded to 32 cells without flash attention (llama-kv-cache-unified.cpp:2389, "
+               "get_padding), not 256, so the window follows occupancy (clause 3); and allow_reuse compares the "
+               "adapters by the address of the context's one cvec and loras objects (llama-graph.h:401-402, 446-447), "
+               "not their content (clause 7)"},
+    {"0.3.16", "its KV window is padded to 32 cells without flash attention (llama-kv-cache-unified.cpp:2407, "
+               "get_padding), not 256 (clause 3); and allow_reuse compares the adapters by address "
+               "(llama-graph.h:401-402, 450-451), not content (clause 7)"},
+};
 
 struct UbatchShape {
     bool equal_seqs = false;
@@ -300,10 +334,16 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
 const char* llamacpp_rule_gap(const std::string& build) {
     static thread_local std::string why;
     const std::string release = build_release(build);
-    for (const char* r : kRuleReleases)
-        if (release == r) return nullptr;
-    why = cat("the llama.cpp rule states the facts of release ", kRuleReleases[0], " (engines/llamacpp/llamacpp_rule.cpp);"
-              " this plugin is ", build.empty() ? "of no named release" : build,
+    std::string listed;
+    for (const ReleaseFacts& r : kReleaseFacts) {
+        if (release == r.release) return nullptr;
+        listed += cat(listed.empty() ? "" : ", ", r.release);
+    }
+    std::string outside;
+    for (const auto& r : kReleasesOutside)
+        if (release == r.release) outside = cat(" (", r.why, ")");
+    why = cat("the llama.cpp rule states the facts of releases ", listed, " (engines/llamacpp/llamacpp_rule.cpp);"
+              " this plugin is ", build.empty() ? "of no named release" : build, outside,
               ": the rule is not applied, the twin is on and judges every row with the reference");
     return why.c_str();
 }
