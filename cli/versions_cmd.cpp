@@ -31,7 +31,7 @@ struct VersionsArgs {
     std::string engine = "llamacpp";
     std::string versions;
     std::string seeds = "0..99", diff_seeds = "0..29";
-    int steps = 200, jobs = 0, ticks = 400, shrink_runs = 300;
+    int steps = 200, jobs = 0, ticks = 400, shrink_runs = 300, max_shrinks = 40;
     std::string traces = "kvweld-versions";
     bool no_build = false;
     std::string json;
@@ -97,8 +97,9 @@ nlohmann::json versions_json(const std::vector<ReleaseRow>& rows) {
     nlohmann::json out = nlohmann::json::array();
     for (const ReleaseRow& r : rows) {
         nlohmann::json findings = nlohmann::json::array();
-        for (const ShrunkTrace& t : r.findings)
-            findings.push_back({{"seed", t.seed}, {"verdict", to_string(t.verdict)}, {"ops", t.ops_after}, {"trace", t.path}});
+        for (const NewFinding& f : r.findings)
+            findings.push_back({{"seeds", f.seeds}, {"verdict", to_string(f.first.verdict)}, {"op_kinds", f.ops},
+                                {"ops", f.first.ops_after}, {"trace", f.first.path}});
         out.push_back({{"release", r.release},
                        {"engine", r.engine},
                        {"build", r.build},
@@ -127,6 +128,7 @@ int run_versions_cmd(const VersionsArgs& a) {
     o.traffic_ticks = a.ticks;
     o.traces_dir = a.traces;
     o.shrink_runs = a.shrink_runs;
+    o.max_shrinks = a.max_shrinks;
     o.pinned = engines::build_release(engines::engine_build(o.engine));
     if (!a.no_build) build_missing(o);
     const auto rows = run_versions(o, [](const std::string& line) { std::fprintf(stderr, "[versions] %s\n", line.c_str()); });
@@ -156,6 +158,9 @@ void add_versions_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--ticks", a->ticks, "ticks of steady traffic per layout")->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--traces", a->traces, "where the shrunk traces go")->capture_default_str();
     cmd->add_option("--shrink-runs", a->shrink_runs, "runs each shrink may take (0: do not shrink)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    cmd->add_option("--max-shrinks", a->max_shrinks, "new failing seeds shrunk and classified per release")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
     cmd->add_flag("--no-build", a->no_build, "build nothing: a release without a plugin is an error");

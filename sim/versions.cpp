@@ -4,9 +4,11 @@
 #include "engine/error.hpp"
 #include "engines/registry.hpp"
 #include "sim/report.hpp"
+#include "sim/jsonl.hpp"
 #include "sim/traffic.hpp"
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -43,17 +45,33 @@ SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, co
     return out;
 }
 
-// The first seed of each new kind of failure (class, oracle and clause), shrunk.
-std::vector<ShrunkTrace> shrink_new_findings(const VersionsOptions& o, const ReleaseRow& row) {
-    std::vector<ShrunkTrace> out;
-    std::set<std::tuple<Verdict, Oracle, std::string>> seen;
+// The kinds of op a shrunk trace holds, sorted and once each.
+std::string op_kinds(const std::string& path) {
+    std::set<std::string> kinds;
+    for (const Op& op : parse_trace(read_text_file(path), path).ops) kinds.insert(std::string(to_string(op.kind)));
+    std::string out;
+    for (const std::string& k : kinds) out += cat(out.empty() ? "" : " ", k);
+    return out;
+}
+
+// Every new failing seed shrunk (the first max_shrinks), grouped into kinds.
+std::vector<NewFinding> shrink_new_findings(const VersionsOptions& o, const ReleaseRow& row) {
+    std::vector<NewFinding> out;
+    std::map<std::tuple<Verdict, Oracle, std::string, std::string>, std::size_t> kinds;
+    int shrunk = 0;
+    const auto dir = std::filesystem::path(o.traces_dir.empty() ? std::filesystem::temp_directory_path() / "kvweld-versions"
+                                                                : std::filesystem::path(o.traces_dir)) / row.release;
     for (const RunResult& s : row.swarm.seeds) {
-        if (s.verdict == Verdict::pass || !s.known_finding.empty()) continue;
-        const Failure f = s.failure.value_or(Failure{});
-        if (!seen.insert({s.verdict, f.oracle, f.clause}).second || o.shrink_runs <= 0) continue;
-        const std::string path = o.traces_dir.empty() ? "" : (std::filesystem::path(o.traces_dir) / row.release /
-                                 cat("seed", s.config.seed, "-", to_string(s.verdict), ".jsonl")).string();
-        out.push_back(shrink_seed(s.config, o.steps, o.shrink_runs, path));
+        if (s.verdict == Verdict::pass || !s.known_finding.empty() || o.shrink_runs <= 0 || shrunk++ >= o.max_shrinks)
+            continue;
+        const std::string path = (dir / cat("seed", s.config.seed, "-", to_string(s.verdict), ".jsonl")).string();
+        const ShrunkTrace t = shrink_seed(s.config, o.steps, o.shrink_runs, path);
+        const std::string ops = op_kinds(path);
+        const Failure f = t.failure.value_or(Failure{});
+        const auto [at, fresh] = kinds.try_emplace({t.verdict, f.oracle, f.clause, ops}, out.size());
+        if (fresh) out.push_back({t, ops, {}});
+        else std::filesystem::remove(path);  // one trace per kind is kept
+        out[at->second].seeds.push_back(s.config.seed);
     }
     return out;
 }
@@ -159,10 +177,16 @@ std::string versions_table(const std::vector<ReleaseRow>& rows, const VersionsOp
     for (const ReleaseRow& r : rows) {
         for (const SteadyReuse* s : {&r.separate, &r.unified})
             if (!s->why_not.empty()) out += cat(r.release, ": steady traffic: ", s->why_not, "\n");
-        for (const ShrunkTrace& t : r.findings)
-            out += cat(r.release, " new finding, seed ", t.seed, " (", to_string(t.verdict), "): ", t.ops_before,
-                       " ops -> ", t.ops_after, t.path.empty() ? "" : cat(", kvweld replay ", t.path),
-                       t.failure ? cat("\n  ", t.failure->detail) : "", "\n");
+        for (const NewFinding& f : r.findings) {
+            const ShrunkTrace& t = f.first;
+            std::string seeds;
+            for (std::size_t i = 0; i < f.seeds.size() && i < 8; ++i) seeds += cat(i ? " " : "", f.seeds[i]);
+            out += cat(r.release, " new finding, ", f.seeds.size(), " seeds (", seeds, f.seeds.size() > 8 ? " ..." : "",
+                       "), ", to_string(t.verdict), t.failure ? cat(", ", to_string(t.failure->oracle), " oracle") : "",
+                       ", shrunk ops: ", f.ops, "; seed ", t.seed, ": ", t.ops_before, " ops -> ", t.ops_after,
+                       t.path.empty() ? "" : cat(", kvweld replay ", t.path), t.failure ? cat("\n  ", t.failure->detail) : "",
+                       "\n");
+        }
         if (r.diff)
             for (const ShrunkTrace& t : r.diff->shrunk)
                 out += cat(r.release, " diff with the release before, seed ", t.seed, " (", to_string(t.verdict), "): ",

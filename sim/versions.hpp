@@ -25,6 +25,7 @@ struct VersionsOptions {
     int traffic_ticks = 400;
     std::string traces_dir = "kvweld-versions";
     int shrink_runs = 300;
+    int max_shrinks = 40;  // new failing seeds shrunk per release (the rest are counted, not classified)
 };
 
 // The engine name that runs `release`: the plain name for the pinned one.
@@ -37,11 +38,21 @@ struct SteadyReuse {
     double per_call() const { return calls ? double(reused) / double(calls) : 0.0; }
 };
 
+// A new kind of failure: every new failing seed is shrunk, and seeds whose
+// shrunk traces end the same way (class and oracle) with the same kinds of
+// op are one kind (where no rule names a clause, the ops are what tell a
+// context shift's finding from an adapter's).
+struct NewFinding {
+    ShrunkTrace first;         // the first seed's shrunk trace
+    std::string ops;           // the kinds of op in it, "admit cvec retire step"
+    std::vector<std::uint64_t> seeds;  // every seed of this kind
+};
+
 struct ReleaseRow {
     std::string release, engine, build;
     std::string rule_gap;  // why the reuse rule was not applied ("": it was)
     SwarmResult swarm;
-    std::vector<ShrunkTrace> findings;  // a shrunk trace per new kind of failure
+    std::vector<NewFinding> findings;   // the new kinds of failure (the first max_shrinks new failing seeds)
     SteadyReuse separate, unified;      // kv_unified=0 and 1
     std::optional<DiffResult> diff;     // against the release before it
 };
