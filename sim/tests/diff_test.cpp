@@ -4,6 +4,7 @@
 // differ, a plan rebuilt every call as calls prepared differently with every
 // row the same; and the trace of a difference replays to the same verdict.
 #include "engine/error.hpp"
+#include "engine/faults.hpp"
 #include "sim/diff.hpp"
 
 #include <gtest/gtest.h>
@@ -40,6 +41,7 @@ TEST(Diff, AnEngineAgainstItselfDiffersInNothing) {
 }
 
 TEST(Diff, AStalePlanInThePeerIsRowsThatDiffer) {
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
     const DiffResult r = run_diff(self_diff("inproc", "offset_not_rebound", 20));
     EXPECT_GT(r.rows_differ, 10u);
     for (const RunResult& s : r.swarm.seeds)
@@ -51,6 +53,7 @@ TEST(Diff, AStalePlanInThePeerIsRowsThatDiffer) {
 }
 
 TEST(Diff, APeerThatRebuildsEveryCallPreparesDifferentlyWithEveryRowTheSame) {
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
     const DiffResult r = run_diff(self_diff("inproc", "always_stale", 10));
     EXPECT_EQ(r.rows_differ, 0u);  // rebuilding is slow, not wrong
     EXPECT_GT(r.reuse_differs, 5u);
@@ -67,6 +70,7 @@ TEST(Diff, APeerThatRebuildsEveryCallPreparesDifferentlyWithEveryRowTheSame) {
 }
 
 TEST(Diff, ATraceOfADifferenceReplaysToTheSameVerdictAndShrinks) {
+    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
     DiffOptions o = self_diff("inproc", "always_stale", 1);
     const SimConfig config = draw_config(0, o.swarm.engine, "", choice_capabilities(o.swarm.engine));
     const RunResult run = run_generated(config, 150);
