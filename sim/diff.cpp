@@ -13,12 +13,8 @@ namespace kvweld::sim {
 namespace {
 
 std::string build_name(const std::string& engine) {
-    try {
-        const std::string build = engines::engine_build(engine);
-        return build.empty() ? engine : cat(engine, " (", build, ")");
-    } catch (const Error&) {
-        return engine;
-    }
+    const std::string build = build_of(engine);
+    return build.empty() ? engine : cat(engine, " (", build, ")");
 }
 
 }  // namespace

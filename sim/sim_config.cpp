@@ -15,10 +15,6 @@
 
 namespace kvweld::sim {
 
-namespace {
-
-// Which build of the engine runs ("" when it names none or cannot be opened:
-// the error comes where the run opens it).
 std::string build_of(const std::string& engine) {
     try {
         return engines::engine_build(engine);
@@ -26,6 +22,8 @@ std::string build_of(const std::string& engine) {
         return "";
     }
 }
+
+namespace {
 
 // Engines behind the ABI load llama-family weights (GGUF or llama2.c); one
 // in process takes every family.

@@ -44,6 +44,10 @@ struct EngineChoice {
     std::optional<PeerChoice> peer = std::nullopt;  // kvweld diff's second engine
 };
 
+// Which build of the engine runs ("" when it names none or cannot be
+// opened: the error comes where a run opens it).
+std::string build_of(const std::string& engine);
+
 // The capabilities a run may use: the engine's, and with a peer only those
 // both declare (an op one of them cannot do is never drawn).
 std::uint32_t choice_capabilities(const EngineChoice& engine);

@@ -16,14 +16,6 @@ namespace kvweld::sim {
 
 namespace {
 
-std::string build_of(const std::string& engine) {
-    try {
-        return engines::engine_build(engine);
-    } catch (const Error&) {
-        return "";
-    }
-}
-
 // The steady serving traffic of `kvweld traffic --mode steady` (its
 // defaults), once, in one KV layout; the reuse as the engine counts it, so
 // that releases whose graphs split differently compare on the same terms.
