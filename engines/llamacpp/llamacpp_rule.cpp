@@ -123,7 +123,7 @@ constexpr struct {
 } kReleasesOutside[] = {
     {"0.3.15", "its KV window is padded to 32 cells without flash attention (llama-kv-cache-unified.cpp:2389, "
                "get_padding), not 256, so the window follows occupancy (clause 3); and allow_reuse compares the "
-               "adapters by the address of the context's one cvec and loras objects (llama-graph.h:401-402, 446-447), "
+               "adapters by the address of the context's one cvec and loras objects (llama-graph.h:401-402, 450-451), "
                "not their content (clause 7)"},
     {"0.3.16", "its KV window is padded to 32 cells without flash attention (llama-kv-cache-unified.cpp:2407, "
                "get_padding), not 256 (clause 3); and allow_reuse compares the adapters by address "
