@@ -29,6 +29,7 @@ struct DiffArgs {
     int jobs = 0;
     std::string traces = "kvweld-diff";
     int shrink_runs = 400;
+    int max_shrinks = 8;
     std::string json;
 };
 
@@ -97,6 +98,7 @@ int run_diff_cmd(DiffArgs& a) {
     o.swarm.model = a.run.model;
     o.traces_dir = a.traces;
     o.shrink_runs = a.shrink_runs;
+    o.max_shrinks = a.max_shrinks;
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("diff: seeds %llu..%llu (%zu), %d steps each, %d jobs: engine A %s, engine B %s\n",
                 (unsigned long long)first, (unsigned long long)last, total, o.swarm.steps, o.swarm.jobs,
@@ -135,6 +137,7 @@ void add_diff_command(CLI::App& app, std::function<int()>& action) {
     // One engine is not enough here: --engine is given twice, and there is no twin.
     cmd->remove_option(cmd->get_option("--engine"));
     cmd->remove_option(cmd->get_option("--twin"));
+    cmd->remove_option(cmd->get_option("--known-findings"));  // a difference is a difference, whoever's bug it is
     cmd->add_option("--engine", args->engines, "engine A, then engine B (given twice): a built-in name (" +
                                                    builtin_engine_names() + "; llamacpp@V another llama.cpp release built "
                                                    "by scripts/setup-llama --version V) or a plugin's path")
@@ -153,6 +156,10 @@ void add_diff_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--shrink-runs", args->shrink_runs, "runs each shrink may take (0: do not shrink)")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
+    cmd->add_option("--max-shrinks", args->max_shrinks,
+                    "kinds of difference shrunk, the first seed of each (kind: how it ended, at which op, who reused more)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000));
     cmd->add_option("--json", args->json, "write the diff as JSON here");
     cmd->callback([args, &action] { action = [args] { return run_diff_cmd(*args); }; });
 }

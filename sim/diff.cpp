@@ -17,6 +17,14 @@ std::string build_name(const std::string& engine) {
     return build.empty() ? engine : cat(engine, " (", build, ")");
 }
 
+// What makes two differing seeds one kind: how the run ended, at which
+// kind of op, and for calls prepared differently which engine reused more.
+std::string difference_kind(const RunResult& s) {
+    std::string kind = cat(to_string(s.verdict), " ", s.failure ? s.failure->op : "");
+    if (!s.reuse_diffs.empty()) kind += s.reuse_diffs.front().engine.reused > s.reuse_diffs.front().peer.reused ? " A" : " B";
+    return kind;
+}
+
 }  // namespace
 
 DiffResult run_diff(const DiffOptions& o, const std::function<void(std::size_t, std::size_t)>& progress,
@@ -26,13 +34,15 @@ DiffResult run_diff(const DiffOptions& o, const std::function<void(std::size_t, 
     swarm.known_findings = "none";  // a difference is a difference, whoever's bug it is
     DiffResult out;
     out.swarm = run_swarm(swarm, progress);
-    std::set<Verdict> shrunk;
+    std::set<std::string> shrunk;
     for (const RunResult& s : out.swarm.seeds) {
         out.rows_differ += s.verdict == Verdict::rows_differ;
         out.reuse_differs += s.verdict == Verdict::reuse_differs;
         out.other += s.verdict != Verdict::pass && s.verdict != Verdict::rows_differ && s.verdict != Verdict::reuse_differs;
         out.both_refused += s.verdict == Verdict::pass && !s.ended_early.empty();
-        if (s.verdict == Verdict::pass || o.shrink_runs <= 0 || !shrunk.insert(s.verdict).second) continue;
+        if (s.verdict == Verdict::pass || o.shrink_runs <= 0 || shrunk.size() >= std::size_t(o.max_shrinks) ||
+            !shrunk.insert(difference_kind(s)).second)
+            continue;
         if (note) note(cat("shrinking seed ", s.config.seed, " (", to_string(s.verdict), "), at most ", o.shrink_runs, " runs"));
         const std::string path = o.traces_dir.empty() ? "" : (std::filesystem::path(o.traces_dir) /
                                  cat("diff-seed", s.config.seed, "-", to_string(s.verdict), ".jsonl")).string();

@@ -19,6 +19,7 @@ struct DiffOptions {
     SwarmOptions swarm;      // engine: the first engine, its peer in engine.peer
     std::string traces_dir;  // where the shrunk traces go ("": none written)
     int shrink_runs = 400;   // runs each shrink may take (0: no shrink)
+    int max_shrinks = 8;     // kinds of difference shrunk (the first seed of each: verdict, op, who reused more)
 };
 
 struct DiffResult {

@@ -27,6 +27,10 @@ constexpr struct {
     {"data_blind", &RunStats::data_blind}, {"independent_blind", &RunStats::independent_blind},
     {"blind_same_weights_reload", &RunStats::blind_same_weights_reload},
     {"twin_rows", &RunStats::twin_rows},   {"twin_within_tolerance", &RunStats::twin_within_tolerance},   {"reference_rows", &RunStats::reference_rows},
+    {"peer_rows", &RunStats::peer_rows},   {"peer_reused", &RunStats::peer_reused},
+    {"peer_builds", &RunStats::peer_builds}, {"peer_rebinds", &RunStats::peer_rebinds},
+    {"reuse_more", &RunStats::reuse_more}, {"reuse_fewer", &RunStats::reuse_fewer},
+    {"prepared_otherwise", &RunStats::prepared_otherwise},
 };
 
 nlohmann::json oracles_json(const OracleReport& o) {
@@ -38,6 +42,7 @@ nlohmann::json oracles_json(const OracleReport& o) {
             {"blocks", o.blocks},
             {"white_box", o.white_box},
             {"twin", o.twin},
+            {"peer", o.peer},
             {"unavailable",
              {{"accounting", o.accounting_why_not},
               {"plan_identity", o.plan_identity_why_not},
@@ -57,6 +62,7 @@ OracleReport oracles_from_json(const nlohmann::json& j) {
     o.blocks = json_field<bool>(j, "blocks");
     o.white_box = json_field<bool>(j, "white_box");
     o.twin = json_field<bool>(j, "twin");
+    o.peer = j.contains("peer") && json_field<bool>(j, "peer");
     const nlohmann::json& why = j.at("unavailable");
     o.accounting_why_not = json_field<std::string>(why, "accounting");
     o.plan_identity_why_not = json_field<std::string>(why, "plan_identity");
@@ -79,6 +85,7 @@ nlohmann::json json_report(const RunResult& r) {
     for (int k = 0; k < kOpKinds; ++k) stats["ops_by_kind"][std::string(to_string(OpKind(k)))] = r.stats.ops_by_kind[std::size_t(k)];
     stats["max_logit_error"] = r.stats.max_logit_error;
     stats["max_kv_error"] = r.stats.max_kv_error;
+    stats["max_peer_error"] = r.stats.max_peer_error;
     nlohmann::json j = {{"seed", r.config.seed},          {"config", r.config}, {"steps", r.steps},
                         {"verdict", to_string(r.verdict)}, {"oracles", oracles_json(r.oracles)}, {"stats", stats}};
     if (r.failure) j["failure"] = failure_json(*r.failure);
@@ -99,6 +106,7 @@ RunResult serve_result_from_json(const nlohmann::json& j) {
         r.stats.ops_by_kind[std::size_t(k)] = json_field<std::uint64_t>(kinds, std::string(to_string(OpKind(k))).c_str());
     r.stats.max_logit_error = json_field<double>(stats, "max_logit_error");
     r.stats.max_kv_error = json_field<double>(stats, "max_kv_error");
+    r.stats.max_peer_error = json_field<double>(stats, "max_peer_error");
     if (j.contains("failure")) r.failure = failure_from_json(j.at("failure"));
     if (j.contains("known_finding")) r.known_finding = json_field<std::string>(j, "known_finding");
     return r;

@@ -113,16 +113,31 @@ struct kvweld_engine {
     // each loaded once per model, and the control vector (empty: none).
     std::vector<std::string> lora_paths;
     std::vector<float> lora_scales;
-    std::map<std::string, llama_adapter_lora*> loras;  // freed with the model
+    std::map<std::string, llama_adapter_lora*> loras;  // freed before the model (free_loras)
     std::vector<float> cvec;
     int32_t cvec_start = -1, cvec_end = -1;
     bool warmup = false;
     std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
-    ~kvweld_engine() {
-        if (ctx) llama_free(ctx);
-        if (model) llama_model_free(model);
-    }
+    ~kvweld_engine();
 };
+
+// A model's adapters, freed after every context that used them and before
+// the model. From 0.3.20 llama.cpp frees them with the model (llama_model
+// keeps a set, src/llama-model.h:562); 0.3.15 and 0.3.16 do not, though
+// their llama.h says so (line 561: their llama_model has no such set, and
+// ASan saw every adapter leak). llama_adapter_lora_free also takes an
+// adapter out of its model's set where there is one, so one call serves
+// every release.
+static void free_loras(std::map<std::string, llama_adapter_lora*>& loras) {
+    for (auto& [path, adapter] : loras) llama_adapter_lora_free(adapter);
+    loras.clear();
+}
+
+kvweld_engine::~kvweld_engine() {
+    if (ctx) llama_free(ctx);
+    free_loras(loras);
+    if (model) llama_model_free(model);
+}
 
 namespace {
 
@@ -618,12 +633,14 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
             apply_adapters(e, ctx, load_loras(e->model, loras, e->lora_paths));
         } catch (...) {
             if (ctx) llama_free(ctx);
+            free_loras(loras);
             llama_model_free(model);
             throw;
         }
         e->reused_before += std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
         if (e->faults & reload_resets_counters) e->reused_before = e->calls = 0;
         llama_free(e->ctx);
+        free_loras(e->loras);
         llama_model_free(e->model);
         e->ctx = ctx;
         e->model = model;
