@@ -71,25 +71,27 @@ bool plugin_built(const std::string& engine) {
     }
 }
 
-// What is missing is built: each release into the cache, then every release's plugin.
+// What is missing is built: each release into the cache; then every
+// release's plugin, which a build of kvweld leaves to this target (a plugin
+// of a release already built is kept current: its source may have changed).
 void build_missing(const VersionsOptions& o) {
     std::vector<std::string> missing;
     for (const std::string& r : o.releases)
         if (!plugin_built(release_engine(o, r))) missing.push_back(r);
-    if (missing.empty()) return;
     for (std::size_t i = 0; i < missing.size(); ++i) {
         std::fprintf(stderr, "[versions] building llama.cpp %s (%zu/%zu): scripts/setup-llama --version %s\n",
                      missing[i].c_str(), i + 1, missing.size(), missing[i].c_str());
-        const std::string cmd = cat("'", KVWELD_SOURCE_DIR, "/scripts/setup-llama' --version ", missing[i]);
+        // Its output is progress: stderr, so that stdout holds the table alone.
+        const std::string cmd = cat("'", KVWELD_SOURCE_DIR, "/scripts/setup-llama' --version ", missing[i], " 1>&2");
         require(std::system(cmd.c_str()) == 0, "versions: ", cmd, " failed");
     }
     // Configured again first: a release rebuilt in place changes no folder name the build's glob would notice.
     std::fprintf(stderr, "[versions] building the plugins: cmake %s && cmake --build %s --target llamacpp_release_plugins\n",
                  KVWELD_BINARY_DIR, KVWELD_BINARY_DIR);
     const std::string cmd = cat("cmake '", KVWELD_BINARY_DIR, "' > /dev/null && cmake --build '", KVWELD_BINARY_DIR,
-                                "' --target llamacpp_release_plugins");
+                                "' --target llamacpp_release_plugins 1>&2");
     require(std::system(cmd.c_str()) == 0, "versions: ", cmd, " failed");
-    for (const std::string& r : missing)
+    for (const std::string& r : o.releases)
         require(plugin_built(release_engine(o, r)), "versions: release ", r, " was built but its plugin is missing");
 }
 
