@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <regex>
 #include <thread>
+#include <unistd.h>
 
 #ifndef KVWELD_SOURCE_DIR
 #define KVWELD_SOURCE_DIR "."
@@ -133,7 +134,12 @@ int run_versions_cmd(const VersionsArgs& a) {
     o.max_shrinks = a.max_shrinks;
     o.pinned = engines::build_release(engines::engine_build(o.engine));
     if (!a.no_build) build_missing(o);
-    const auto rows = run_versions(o, [](const std::string& line) { std::fprintf(stderr, "[versions] %s\n", line.c_str()); });
+    const bool tty = isatty(STDERR_FILENO);
+    const auto rows = run_versions(
+        o, [](const std::string& line) { std::fprintf(stderr, "[versions] %s\n", line.c_str()); },
+        [tty](std::size_t done, std::size_t total) {
+            if (tty) std::fprintf(stderr, "\r[versions]   %zu/%zu seeds%s", done, total, done == total ? "\n" : "");
+        });
     const std::string table = versions_table(rows, o);
     std::fwrite(table.data(), 1, table.size(), stdout);
     if (!a.json.empty()) write_json(a.json, versions_json(rows));

@@ -74,7 +74,13 @@ std::string release_engine(const VersionsOptions& o, const std::string& release)
     return release == o.pinned ? o.engine : cat(o.engine, "@", release);
 }
 
-std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::function<void(const std::string&)>& line) {
+std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::function<void(const std::string&)>& line,
+                                     const std::function<void(std::size_t, std::size_t)>& seeds) {
+    const auto progress = [&](std::uint64_t first, std::uint64_t last) {
+        return [&seeds, total = std::size_t(last - first) + 1](std::size_t done, std::size_t) {
+            if (seeds) seeds(done, total);
+        };
+    };
     const auto say = [&](const std::string& text) {
         if (line) line(text);
     };
@@ -91,7 +97,7 @@ std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::functi
         swarm.first = o.first, swarm.last = o.last, swarm.jobs = o.jobs, swarm.steps = o.steps;
         swarm.engine = EngineChoice{row.engine, "", ""};
         swarm.engine.twin = true;
-        row.swarm = run_swarm(swarm);
+        row.swarm = run_swarm(swarm, progress(o.first, o.last));
         if (row.swarm.failures > row.swarm.known) say(cat(where, ": shrinking the new findings"));
         row.findings = shrink_new_findings(o, row);
         say(cat(where, ": steady traffic, ", o.traffic_ticks, " ticks, each KV layout"));
@@ -107,7 +113,7 @@ std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::functi
                                                 : (std::filesystem::path(o.traces_dir) /
                                                    cat("diff-", o.releases[i - 1], "-", row.release)).string();
             d.shrink_runs = o.shrink_runs;
-            row.diff = run_diff(d);
+            row.diff = run_diff(d, progress(o.diff_first, o.diff_last));
         }
         rows.push_back(std::move(row));
     }

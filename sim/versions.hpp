@@ -57,9 +57,11 @@ struct ReleaseRow {
     std::optional<DiffResult> diff;     // against the release before it
 };
 
-// Runs every release (each plugin must be built); line(text) reports progress.
+// Runs every release (each plugin must be built); line(text) reports each
+// step, seeds(done, total) the seeds of the step under way.
 std::vector<ReleaseRow> run_versions(const VersionsOptions& options,
-                                     const std::function<void(const std::string&)>& line = {});
+                                     const std::function<void(const std::string&)>& line = {},
+                                     const std::function<void(std::size_t, std::size_t)>& seeds = {});
 std::string versions_table(const std::vector<ReleaseRow>& rows, const VersionsOptions& options);
 bool versions_ok(const std::vector<ReleaseRow>& rows);  // no new finding on any release
 

@@ -1,4 +1,6 @@
-// llama.cpp 0.3.36 behind the ABI (engines/llamacpp): when a decode call
+// llama.cpp behind the ABI (engines/llamacpp), the releases of
+// kReleaseFacts below (0.3.20 to 0.3.36; the lines cited here are
+// 0.3.36's, each release's own are in its row): when a decode call
 // is justified to reuse the previous compute graph. Read off llama.cpp's
 // source (llama-context.cpp process_ubatch, llama-graph.h allow_reuse,
 // llama-batch.cpp split_simple/split_equal, llama-kv-cache.cpp get_n_kv,
