@@ -59,20 +59,8 @@ std::string diff_table(const DiffResult& r, const DiffOptions& o) {
                                   " with calls prepared differently only, ", r.other, " that ended otherwise; ",
                                   r.both_refused, " stopped early, alike: both engines refused the same call)"));
     const RunStats& s = r.swarm.total;
-    out += table_row("engine calls / rows compared", cat(s.calls, " / ", s.peer_rows, " (max logit error ",
-                                                         sci(s.max_peer_error), ", tolerance ", e.peer->tolerance, ")"));
-    if (r.swarm.oracles.peer_reuse_why_not.empty()) {
-        out += table_row("plans reused / built / rebound: A", cat(s.reused, " / ", s.builds, " / ", s.rebinds, " (reuse ",
-                                                                   fixed(s.counted_reuse_ratio(), 4), ")"));
-        RunStats peer;
-        peer.reused = s.peer_reused, peer.builds = s.peer_builds, peer.rebinds = s.peer_rebinds;
-        out += table_row("plans reused / built / rebound: B", cat(s.peer_reused, " / ", s.peer_builds, " / ",
-                                                                   s.peer_rebinds, " (reuse ",
-                                                                   fixed(peer.counted_reuse_ratio(), 4), ")"));
-        out += table_row("calls prepared differently", cat(s.reuse_diffs(), " (A reused more ", s.reuse_more,
-                                                          ", fewer ", s.reuse_fewer, ", as many but built or rebound otherwise ",
-                                                          s.prepared_otherwise, ")"));
-    }
+    out += table_row("engine calls (row tolerance)", cat(s.calls, " (", e.peer->tolerance, ")"));
+    out += peer_rows(s, r.swarm.oracles);
     for (const RunResult& seed : r.swarm.seeds) {
         if (seed.verdict == Verdict::pass) continue;
         out += cat(seed.verdict == Verdict::reuse_differs ? "REUSE" : seed.verdict == Verdict::rows_differ ? "ROWS" : "FAIL",

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 namespace kvweld::sim {
 
@@ -62,7 +64,7 @@ void Simulator::check_peer(const std::vector<Pair>& pairs, const std::vector<flo
     require(theirs.size() == got.size(), "the peer returned ", theirs.size(), " floats of logits where the engine returned ",
             got.size());
     // The call's reuse first: a row difference ends the run, and its message says how each prepared.
-    std::string how;
+    std::optional<std::pair<Prepared, Prepared>> prepared;
     if (oracles_.peer_reuse_why_not.empty() && before && peer_before) {
         const auto engine_after = engine_->counters();
         const auto peer_after = on_second([&] { return second_->counters(); });
@@ -71,7 +73,7 @@ void Simulator::check_peer(const std::vector<Pair>& pairs, const std::vector<flo
         stats_.peer_reused += std::uint64_t(std::max<std::int64_t>(0, peer.reused));
         stats_.peer_builds += std::uint64_t(std::max<std::int64_t>(0, peer.built));
         stats_.peer_rebinds += std::uint64_t(std::max<std::int64_t>(0, peer.rebound));
-        how = cat("; this call the engine ", describe(mine), ", the peer ", describe(peer));
+        prepared.emplace(mine, peer);
         if (!(mine == peer)) {
             (mine.reused > peer.reused ? stats_.reuse_more : mine.reused < peer.reused ? stats_.reuse_fewer
                                                                                        : stats_.prepared_otherwise)++;
@@ -98,7 +100,10 @@ void Simulator::check_peer(const std::vector<Pair>& pairs, const std::vector<flo
             fail(Verdict::rows_differ, Oracle::peer,
                  cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", got.size() / v,
                      " in the call): logit error ", err, " between the engine's row and the peer's, past the tolerance ",
-                     tolerance, how));
+                     tolerance,
+                     prepared ? cat("; this call the engine ", describe(prepared->first), ", the peer ",
+                                    describe(prepared->second))
+                              : ""));
     }
 }
 

@@ -305,16 +305,7 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
         out += table_row("rows equal to the twin's", cat(s.twin_rows, s.twin_within_tolerance ? cat(" (", s.twin_within_tolerance,
                                                                       " within the engine's declared tolerance)") : ""));
     if (oracles.peer) {
-        out += table_row("rows compared with the peer's (max logit error)",
-                         cat(s.peer_rows, " (", sci(s.max_peer_error), ")"));
-        if (oracles.peer_reuse_why_not.empty()) {
-            out += table_row("plans reused / built / rebound: engine", cat(s.reused, " / ", s.builds, " / ", s.rebinds));
-            out += table_row("plans reused / built / rebound: peer",
-                             cat(s.peer_reused, " / ", s.peer_builds, " / ", s.peer_rebinds));
-            out += table_row("calls prepared differently", cat(s.reuse_diffs(), " (the engine reused more ", s.reuse_more,
-                                                              ", fewer ", s.reuse_fewer, ", otherwise ",
-                                                              s.prepared_otherwise, ")"));
-        }
+        out += peer_rows(s, oracles);
     } else if (!accounting && s.reused + s.builds + s.rebinds > 0) {
         out += table_row("plans as the engine counted them (no rule)",
                          cat("reused ", s.reused, ", built ", s.builds, ", rebound ", s.rebinds, " (reuse ",
@@ -332,6 +323,10 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
                    " blind to data and kv (every oracle that reads no engine report), ", s.blind_same_weights_reload,
                    " of them after a same-weights reload\n");
     return out;
+}
+
+std::string plans_text(std::uint64_t reused, std::uint64_t builds, std::uint64_t rebinds) {
+    return cat(reused, " / ", builds, " / ", rebinds, " (reuse ", fixed(counted_reuse_ratio(reused, builds, rebinds), 4), ")");
 }
 
 std::string failure_line(const RunResult& r) {
@@ -358,6 +353,17 @@ ShrunkTrace shrink_seed(const SimConfig& config, int steps, int max_runs, const 
     file << trace_text(s.result);
     require(file.good(), "cannot write the shrunk trace ", path);
     return out;
+}
+
+std::string peer_rows(const RunStats& s, const OracleReport& oracles) {
+    std::string out = table_row("rows compared with the peer's (max logit error)",
+                                cat(s.peer_rows, " (", sci(s.max_peer_error), ")"));
+    if (!oracles.peer_reuse_why_not.empty()) return out;
+    out += table_row("plans reused / built / rebound: A", plans_text(s.reused, s.builds, s.rebinds));
+    out += table_row("plans reused / built / rebound: B", plans_text(s.peer_reused, s.peer_builds, s.peer_rebinds));
+    return out + table_row("calls prepared differently", cat(s.reuse_diffs(), " (A reused more ", s.reuse_more, ", fewer ",
+                                                            s.reuse_fewer, ", as many but built or rebound otherwise ",
+                                                            s.prepared_otherwise, ")"));
 }
 
 std::string reuse_diff_lines(const RunResult& r, std::size_t most) {

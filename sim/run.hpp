@@ -68,6 +68,8 @@ ShrunkTrace shrink_seed(const SimConfig& config, int steps, int max_runs, const 
 
 // What a serving run or swarm prints: the verdict last.
 std::string text_report(const RunResult& r);
+// kvweld diff: the rows compared and what each engine prepared (A, B).
+std::string peer_rows(const RunStats& s, const OracleReport& oracles);
 // kvweld diff: one line per call of `r` the two engines prepared
 // differently (at most `most`, then how many more).
 std::string reuse_diff_lines(const RunResult& r, std::size_t most);

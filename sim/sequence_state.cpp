@@ -72,10 +72,11 @@ void Simulator::load(const Op& op) {
         const std::string why = other_model ? "a state saved under other weights"
                                             : cat("a state of ", len, " positions into a sequence of ", capacity);
         const std::string named = other_model ? "model" : std::to_string(capacity);
-        // The peer is refused it too (a refusal may move cells: both alike).
-        if (peer_) try {
+        // The twin or peer is refused it too (a refusal may move cells: both alike).
+        if (second_) try {
                 second_->state_load(dst, state.second_bytes);
-                fail(Verdict::engine_error, Oracle::peer, cat("the peer accepted ", why, ": it must be refused"));
+                fail(Verdict::engine_error, peer_ ? Oracle::peer : Oracle::twin,
+                     cat(second_name(), " accepted ", why, ": it must be refused"));
             } catch (const Error&) {
             }
         try {

@@ -36,6 +36,12 @@
 
 namespace kvweld::sim {
 
+// reused / (reused + builds + rebinds), 0 when nothing was counted.
+inline double counted_reuse_ratio(std::uint64_t reused, std::uint64_t builds, std::uint64_t rebinds) {
+    const std::uint64_t all = reused + builds + rebinds;
+    return all ? double(reused) / double(all) : 0.0;
+}
+
 struct RunStats {
     std::uint64_t ops_run = 0;
     std::uint64_t ops_skipped = 0;  // precondition did not hold (replay of shrunk traces)
@@ -76,14 +82,12 @@ struct RunStats {
 
     double reuse_ratio() const { return plans ? double(reused) / double(plans) : 0.0; }
     // Reuse as the engine counts it, where no rule says how many plans ran.
-    double counted_reuse_ratio() const {
-        const std::uint64_t all = reused + builds + rebinds;
-        return all ? double(reused) / double(all) : 0.0;
-    }
+    double counted_reuse_ratio() const;
     std::uint64_t reuse_diffs() const { return reuse_more + reuse_fewer + prepared_otherwise; }
     double ideal_ratio() const { return plans ? double(must_reuse) / double(plans) : 0.0; }
     void add(const RunStats& o);
 };
+inline double RunStats::counted_reuse_ratio() const { return kvweld::sim::counted_reuse_ratio(reused, builds, rebinds); }
 
 // Which oracles ran, and why the others could not.
 struct OracleReport {
