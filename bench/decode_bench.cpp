@@ -4,11 +4,11 @@
 // llama.cpp on the same weights beside kvweld's held plan, 1 and 2 threads,
 // with the paired kvweld/llama.cpp ratio; and every built-in engine through
 // the plugin ABI (decode/abi/...). Every engine kvweld did not write is
-// driven through the Engine interface the simulator drives (engines/).
+// driven through the Engine interface the simulator drives (targets/).
 // tokens/s is a counter.
 #include "engine/decode_session.hpp"
-#include "engine/error.hpp"
-#include "engines/registry.hpp"
+#include "util/error.hpp"
+#include "targets/registry.hpp"
 
 #include "engine/weight_memory.hpp"
 #include "engine/worker_pool.hpp"
@@ -77,7 +77,7 @@ void held_over_replan(benchmark::State& state, const ModelConfig& config, int bl
 
 bool engine_built(const char* engine) {
     try {
-        engines::engine_plugin_path(engine);
+        targets::engine_plugin_path(engine);
         return true;
     } catch (const Error&) {
         return false;  // not built here
@@ -91,7 +91,7 @@ class EngineRunner {
 public:
     EngineRunner(const std::string& engine, const Model& model, int threads)
         : n_ctx_(model.config().max_seq_len),
-          engine_(engines::open_engine(engine, "", {"", 1, n_ctx_, threads}, model)) {
+          engine_(targets::open_engine(engine, "", {"", 1, n_ctx_, threads}, model)) {
         engine_->open(0);
     }
     std::vector<float> decode(int token) {
@@ -103,7 +103,7 @@ public:
 
 private:
     int n_ctx_, pos_ = 0;
-    std::unique_ptr<engines::Engine> engine_;
+    std::unique_ptr<targets::Engine> engine_;
 };
 
 void llamacpp_loop(benchmark::State& state, const ModelConfig& config, int threads) {
@@ -165,12 +165,12 @@ void register_llamacpp() {
         }
 }
 
-// One sequence through the plugin ABI (engines/plugin_host.hpp), one token
+// One sequence through the plugin ABI (targets/plugin_host.hpp), one token
 // per call, one thread: what the simulator's interface costs each engine.
 void abi_loop(benchmark::State& state, const ModelConfig& config, const std::string& engine) {
-    const engines::EngineSetup setup{"", 1, config.max_seq_len};
+    const targets::EngineSetup setup{"", 1, config.max_seq_len};
     const Model model = Model::random(config, 1);
-    const std::unique_ptr<engines::Engine> plugin = engines::open_engine(engine, "", setup, model);
+    const std::unique_ptr<targets::Engine> plugin = targets::open_engine(engine, "", setup, model);
     plugin->open(0);
     int token = 1, len = 0;
     for (auto _ : state) {

@@ -1,7 +1,7 @@
 // Simulator throughput: checked (with and without the twin) and unchecked
 // decoded tokens (rows) per second on kvweld's engine in process. One fixed seed and model (tiny), so
 // every repetition runs the same ops.
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 #include "sim/run.hpp"
 
 #include <benchmark/benchmark.h>
@@ -16,7 +16,7 @@ namespace {
 SimConfig bench_config(bool twin = false) {
     EngineChoice engine;
     engine.twin = twin;
-    return draw_config(1, engine, "tiny", engines::engine_capabilities(std::string(engines::kDefaultEngine)));
+    return draw_config(1, engine, "tiny", targets::engine_capabilities(std::string(targets::kDefaultEngine)));
 }
 
 void sim_loop(benchmark::State& state, bool checked, bool twin = false) {

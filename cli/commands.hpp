@@ -2,14 +2,14 @@
 // when chosen, stores the function that runs it.
 #pragma once
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include "engine/faults.hpp"
 #include "sim/sim_config.hpp"
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 #include "sim/traffic.hpp"
 #include "sim/shard.hpp"
 #include "sim/verdict.hpp"
@@ -39,7 +39,7 @@ struct RunOptions {
     std::string model;
     std::string backend = "cpu";
     std::vector<std::string> faults;
-    std::string engine{engines::kDefaultEngine};  // a built-in name or a plugin's path
+    std::string engine{targets::kDefaultEngine};  // a built-in name or a plugin's path
     std::string params;  // the engine's settings
     int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (0: drawn per seed)
     bool twin = false;        // --twin
@@ -51,32 +51,32 @@ void write_json(const std::string& path, const nlohmann::json& j);
 void print_shrink_summary(std::size_t before, std::size_t after, int runs, sim::Verdict verdict,
                           const std::optional<sim::Failure>& failure, const std::string& out);
 
-// The commands over the engine --engine names (cli/engine_cmds.cpp).
+// The commands over the engine --engine names (cli/run_cmds.cpp).
 sim::EngineChoice engine_choice(const RunOptions& options);  // throws Error on a bad combination
 // sim's --no-oracles (run unchecked) and --timing (print the throughput).
 struct Checking {
     bool no_oracles = false;
     bool timing = false;
 };
-int run_engine_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace, const std::string& json,
+int run_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace, const std::string& json,
                    const Checking& checking = {});
 // A swarm's seed range and the shard of it this run takes.
 struct SeedShard {
     std::uint64_t range_first = 0, range_last = 0;
     sim::Shard shard;
 };
-int run_engine_swarm(const RunOptions& options, const SeedShard& seeds, int jobs, const std::string& json);
-int run_engine_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json);
-int run_engine_replay(const std::string& text, const std::string& path, const std::string& json);
-int run_engine_shrink(const std::string& text, const std::string& path, const std::string& out);
-int run_engine_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json);
-struct EngineTrafficArgs {
-    std::string engine{engines::kDefaultEngine}, params, csv, plot, json;
+int run_swarm(const RunOptions& options, const SeedShard& seeds, int jobs, const std::string& json);
+int run_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json);
+int run_replay(const std::string& text, const std::string& path, const std::string& json);
+int run_shrink(const std::string& text, const std::string& path, const std::string& out);
+int run_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json);
+struct TrafficStudyArgs {
+    std::string engine{targets::kDefaultEngine}, params, csv, plot, json;
     int chunk = 16;   // prefill tokens per sequence per step
     int repeat = 3;   // runs per setting; the decode time is the best
     bool sweep = false;
 };
-int run_engine_traffic_cmd(const sim::TrafficParams& traffic, const EngineTrafficArgs& args);
+int run_traffic_study(const sim::TrafficParams& traffic, const TrafficStudyArgs& args);
 
 // --seeds A..B (inclusive), checked.
 std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s);

@@ -4,7 +4,7 @@
 
 #include "engine/checkpoint.hpp"
 #include "engine/decode_session.hpp"
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 #include "engine/weight_memory.hpp"
 
 #include <algorithm>

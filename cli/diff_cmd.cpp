@@ -3,7 +3,7 @@
 // every seed that differs and a shrunk trace of the first of each kind.
 #include "cli/commands.hpp"
 
-#include "engines/abi_lists.hpp"
+#include "targets/abi_lists.hpp"
 #include "sim/diff.hpp"
 
 #include <nlohmann/json.hpp>
@@ -65,8 +65,8 @@ nlohmann::json diff_json(const DiffResult& r, const DiffOptions& o) {
     const RunStats& t = r.swarm.total;
     return {{"format", "kvweld-diff"},
             {"version", 1},
-            {"a", {{"engine", o.swarm.engine.engine}, {"build", engines::engine_build(o.swarm.engine.engine)}}},
-            {"b", {{"engine", o.swarm.engine.peer->engine}, {"build", engines::engine_build(o.swarm.engine.peer->engine)}}},
+            {"a", {{"engine", o.swarm.engine.engine}, {"build", targets::engine_build(o.swarm.engine.engine)}}},
+            {"b", {{"engine", o.swarm.engine.peer->engine}, {"build", targets::engine_build(o.swarm.engine.peer->engine)}}},
             {"range", {o.swarm.first, o.swarm.last}},
             {"steps", o.swarm.steps},
             {"same", r.same()},

@@ -1,6 +1,6 @@
 // `kvweld mutants`: the kill matrix.
 #include "cli/commands.hpp"
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 
 
 #include <nlohmann/json.hpp>
@@ -20,7 +20,7 @@ struct MutantsArgs {
     int jobs = 0;
     std::string model, backend = "cpu", json;
     std::vector<std::string> faults;
-    std::string engine{engines::kDefaultEngine}, params;
+    std::string engine{targets::kDefaultEngine}, params;
     bool twin = false;
     std::string known_findings;
 };
@@ -36,7 +36,7 @@ int run_mutants_cmd(const MutantsArgs& a) {
     run.twin = a.twin;
     run.known_findings = a.known_findings;
     const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return run_engine_mutants(run, a.seeds, jobs, a.json);
+    return run_mutants(run, a.seeds, jobs, a.json);
 }
 
 }  // namespace

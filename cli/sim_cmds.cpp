@@ -1,10 +1,10 @@
 // `kvweld sim`, `replay` and `shrink`: one run, its replay, its minimization
-// (cli/engine_cmds.cpp runs them), and the options every simulating command shares.
+// (cli/run_cmds.cpp runs them), and the options every simulating command shares.
 #include "cli/commands.hpp"
 
 #include "sim/jsonl.hpp"
 #include "sim/report.hpp"
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 #include "sim/run.hpp"
 
 #include <nlohmann/json.hpp>
@@ -69,7 +69,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     "the engine release's known findings (failures that are bugs in the engine, each minimized with its trace): a "
                     "failure that matches one is reported as that finding, not a pass and not a new failure; each one's "
                     "trace must still fail as recorded. Default: the engine's own file (llamacpp: "
-                    "engines/llamacpp/known_findings/0.3.36.json); none: no file");
+                    "targets/llamacpp/known_findings/0.3.36.json); none: no file");
 }
 
 namespace {
@@ -113,7 +113,7 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     cmd->add_flag("--no-oracles", sim->no_oracles, "run unchecked (measures the harness overhead)");
     cmd->add_flag("--timing", sim->timing, "print rows (decoded tokens) per second to stderr");
     cmd->callback([sim, &action] {
-        action = [sim] { return run_engine_sim(sim->run, sim->seed, sim->trace, sim->json, {sim->no_oracles, sim->timing}); };
+        action = [sim] { return run_sim(sim->run, sim->seed, sim->trace, sim->json, {sim->no_oracles, sim->timing}); };
     });
 
     auto replay = std::make_shared<std::pair<std::string, std::string>>();
@@ -122,7 +122,7 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     rcmd->add_option("TRACE", replay->first, "trace file written by sim --trace or shrink")->required();
     rcmd->add_option("--json", replay->second, "write the report as JSON here");
     rcmd->callback([replay, &action] {
-        action = [replay] { return run_engine_replay(read_text_file(replay->first), replay->first, replay->second); };
+        action = [replay] { return run_replay(read_text_file(replay->first), replay->first, replay->second); };
     });
 
     auto shrink_args = std::make_shared<std::pair<std::string, std::string>>();
@@ -131,7 +131,7 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
     scmd->add_option("-o,--output", shrink_args->second, "where to write the minimized trace")->required();
     scmd->callback([shrink_args, &action] {
         action = [shrink_args] {
-            return run_engine_shrink(read_text_file(shrink_args->first), shrink_args->first, shrink_args->second);
+            return run_shrink(read_text_file(shrink_args->first), shrink_args->first, shrink_args->second);
         };
     });
 }

@@ -41,7 +41,7 @@ struct SwarmArgs {
 int run_swarm_cmd(const SwarmArgs& a) {
     const auto range = parse_seed_range(a.seeds);
     const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return run_engine_swarm(a.run, {range.first, range.second, parse_shard(a.shard)}, jobs, a.json);
+    return run_swarm(a.run, {range.first, range.second, parse_shard(a.shard)}, jobs, a.json);
 }
 
 int run_merge_cmd(const std::vector<std::string>& paths, const std::string& json) {
@@ -54,7 +54,7 @@ int run_merge_cmd(const std::vector<std::string>& paths, const std::string& json
         reports.emplace_back(path, std::move(j));
     }
     require(!reports.empty(), "merge: no reports given");
-    return run_engine_merge(reports, json);
+    return run_merge(reports, json);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// `kvweld traffic`: the options of the reuse study; cli/engine_traffic_cmd.cpp runs it.
+// `kvweld traffic`: the options of the reuse study; cli/traffic_study.cpp runs it.
 #include "cli/commands.hpp"
 
 namespace kvweld::cli {
@@ -9,7 +9,7 @@ namespace {
 
 struct TrafficArgs {
     TrafficParams params;
-    EngineTrafficArgs engine;
+    TrafficStudyArgs engine;
     std::string adapter_switch = "set";
     std::string mode = "churn";
 };
@@ -88,7 +88,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
                 if (!output_mean->count()) a->params.output_mean = kSteadyOutputMean;
                 if (!arrival_rate->count()) a->params.arrival_rate = kSteadyArrivalRate;
             }
-            return run_engine_traffic_cmd(a->params, a->engine);
+            return run_traffic_study(a->params, a->engine);
         };
     });
 }

@@ -66,7 +66,7 @@ std::vector<std::string> parse_releases(const std::string& text) {
 
 bool plugin_built(const std::string& engine) {
     try {
-        return std::filesystem::exists(engines::engine_plugin_path(engine));
+        return std::filesystem::exists(targets::engine_plugin_path(engine));
     } catch (const Error&) {
         return false;
     }
@@ -119,7 +119,7 @@ nlohmann::json versions_json(const std::vector<ReleaseRow>& rows) {
 }
 
 int run_versions_cmd(const VersionsArgs& a) {
-    require(engines::engine_entry(a.engine) && a.engine == "llamacpp",
+    require(targets::engine_entry(a.engine) && a.engine == "llamacpp",
             "versions: --engine ", a.engine, ": only llamacpp has releases to build (scripts/setup-llama)");
     VersionsOptions o;
     o.engine = a.engine;
@@ -132,7 +132,7 @@ int run_versions_cmd(const VersionsArgs& a) {
     o.traces_dir = a.traces;
     o.shrink_runs = a.shrink_runs;
     o.max_shrinks = a.max_shrinks;
-    o.pinned = engines::build_release(engines::engine_build(o.engine));
+    o.pinned = targets::build_release(targets::engine_build(o.engine));
     if (!a.no_build) build_missing(o);
     const bool tty = isatty(STDERR_FILENO);
     const auto rows = run_versions(

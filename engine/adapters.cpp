@@ -1,9 +1,9 @@
 #include "engine/adapters.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/enum_names.hpp"
-#include "engine/error.hpp"
-#include "engine/rng.hpp"
+#include "util/cat.hpp"
+#include "util/enum_names.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
 
 #include <algorithm>
 #include <cmath>

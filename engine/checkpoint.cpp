@@ -1,9 +1,9 @@
 #include "engine/checkpoint.hpp"
 
-#include "engine/file_bytes.hpp"
+#include "util/file_bytes.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -1,8 +1,8 @@
 #include "engine/cpu_plan.hpp"
 
-#include "engine/cat.hpp"
+#include "util/cat.hpp"
 #include "engine/cpu_kernels.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 
 #include <algorithm>

@@ -1,11 +1,11 @@
 #include "engine/decode_session.hpp"
 
-#include "engine/assert.hpp"
-#include "engine/cat.hpp"
-#include "engine/enum_names.hpp"
+#include "util/assert.hpp"
+#include "util/cat.hpp"
+#include "util/enum_names.hpp"
 #include "engine/cpu_plan.hpp"
 #include "engine/cuda_limits.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 
 namespace kvweld {
@@ -14,40 +14,14 @@ namespace {
 constexpr NameTable<Backend, 2> kBackends{{{Backend::cpu, "cpu"}, {Backend::cuda, "cuda"}}};
 constexpr NameTable<RebindPolicy, 2> kRebindPolicies{
     {{RebindPolicy::rebind, "rebind"}, {RebindPolicy::rebuild, "rebuild"}}};
-constexpr NameTable<BuildReason, kBuildReasons> kBuildReasonNames{{
-    {BuildReason::initial, "initial"},
-    {BuildReason::replan, "replan"},
-    {BuildReason::allocation_changed, "allocation_changed"},
-    {BuildReason::model_instance, "model_instance"},
-    {BuildReason::family, "family"},
-    {BuildReason::geometry, "geometry"},
-    {BuildReason::dtype, "dtype"},
-    {BuildReason::max_seq_len, "max_seq_len"},
-    {BuildReason::n_layers, "n_layers"},
-    {BuildReason::adapters, "adapters"},
-}};
 }  // namespace
 
 std::string_view to_string(Backend b) { return name_in(kBackends, b); }
 Backend backend_from_string(std::string_view s) { return parse_in(kBackends, s, "backend"); }
 std::string_view to_string(RebindPolicy p) { return name_in(kRebindPolicies, p); }
 RebindPolicy rebind_policy_from_string(std::string_view s) { return parse_in(kRebindPolicies, s, "rebind policy"); }
-std::string_view to_string(BuildReason r) { return name_in(kBuildReasonNames, r); }
 
 namespace {
-
-BuildReason build_reason(StaleReason r) {
-    switch (r) {
-        case StaleReason::model_instance: return BuildReason::model_instance;
-        case StaleReason::family: return BuildReason::family;
-        case StaleReason::geometry: return BuildReason::geometry;
-        case StaleReason::dtype: return BuildReason::dtype;
-        case StaleReason::max_seq_len: return BuildReason::max_seq_len;
-        case StaleReason::n_layers: return BuildReason::n_layers;
-        case StaleReason::adapters: return BuildReason::adapters;
-    }
-    return BuildReason::geometry;
-}
 
 std::vector<KvLayer> layers_of(const KvCache& cache) {
     std::vector<KvLayer> out;
@@ -142,7 +116,7 @@ void DecodeSession::prepare(const Model& model, const PlanKey& now, const Target
         case Validity::Kind::allocation_changed:
             if (options_.policy == RebindPolicy::rebind && try_rebind(now, target)) return;
             return build(model, target, BuildReason::allocation_changed);
-        case Validity::Kind::stale: return build(model, target, build_reason(v.reason));
+        case Validity::Kind::stale: return build(model, target, v.reason);
     }
 }
 

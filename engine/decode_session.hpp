@@ -37,21 +37,6 @@ struct SessionOptions {
     int threads = 1;
 };
 
-// Why a plan was built.
-enum class BuildReason : std::uint8_t {
-    initial,             // no plan held yet
-    replan,              // replan-every-token mode
-    allocation_changed,  // rebuild policy, or rebind refused
-    model_instance,
-    family,
-    geometry,
-    dtype,
-    max_seq_len,
-    n_layers,
-    adapters,
-};
-inline constexpr int kBuildReasons = 10;
-std::string_view to_string(BuildReason r);
 
 struct SessionCounters {
     std::uint64_t builds = 0;

@@ -1,7 +1,7 @@
 #include "engine/gguf.hpp"
 
-#include "engine/error.hpp"
-#include "engine/file_bytes.hpp"
+#include "util/error.hpp"
+#include "util/file_bytes.hpp"
 #include "engine/gguf_layout.hpp"
 
 #include <cstring>

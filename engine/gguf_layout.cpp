@@ -1,6 +1,6 @@
 #include "engine/gguf_layout.hpp"
 
-#include "engine/cat.hpp"
+#include "util/cat.hpp"
 
 namespace kvweld::gguf {
 

@@ -5,9 +5,9 @@
 // value.
 #include "engine/gguf.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
-#include "engine/file_bytes.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "util/file_bytes.hpp"
 #include "engine/gguf_layout.hpp"
 
 #include <algorithm>

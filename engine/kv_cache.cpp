@@ -1,7 +1,7 @@
 #include "engine/kv_cache.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/cpu_kernels.hpp"
 #include "engine/faults.hpp"
 

@@ -1,7 +1,7 @@
 #include "engine/kv_pool.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 
 #include <algorithm>

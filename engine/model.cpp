@@ -1,7 +1,7 @@
 #include "engine/model.hpp"
 
-#include "engine/error.hpp"
-#include "engine/rng.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
 
 #include <boost/container/pmr/global_resource.hpp>
 

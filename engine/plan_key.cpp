@@ -1,9 +1,9 @@
 #include "engine/plan_key.hpp"
 
 #include "engine/adapters.hpp"
-#include "engine/cat.hpp"
-#include "engine/enum_names.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/enum_names.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/kv_pool.hpp"
@@ -13,18 +13,21 @@
 namespace kvweld {
 
 namespace {
-constexpr NameTable<StaleReason, kStaleReasons> kStaleReasonNames{{
-    {StaleReason::model_instance, "model_instance"},
-    {StaleReason::family, "family"},
-    {StaleReason::geometry, "geometry"},
-    {StaleReason::dtype, "dtype"},
-    {StaleReason::max_seq_len, "max_seq_len"},
-    {StaleReason::n_layers, "n_layers"},
-    {StaleReason::adapters, "adapters"},
+constexpr NameTable<BuildReason, kBuildReasons> kBuildReasonNames{{
+    {BuildReason::initial, "initial"},
+    {BuildReason::replan, "replan"},
+    {BuildReason::allocation_changed, "allocation_changed"},
+    {BuildReason::model_instance, "model_instance"},
+    {BuildReason::family, "family"},
+    {BuildReason::geometry, "geometry"},
+    {BuildReason::dtype, "dtype"},
+    {BuildReason::max_seq_len, "max_seq_len"},
+    {BuildReason::n_layers, "n_layers"},
+    {BuildReason::adapters, "adapters"},
 }};
 }  // namespace
 
-std::string_view to_string(StaleReason r) { return name_in(kStaleReasonNames, r); }
+std::string_view to_string(BuildReason r) { return name_in(kBuildReasonNames, r); }
 
 std::string Validity::describe() const {
     switch (kind) {
@@ -158,16 +161,16 @@ bool same_allocation(const PlanKey& held, const PlanKey& now) {
 }  // namespace
 
 Validity check(const PlanKey& held, const PlanKey& now) {
-    if (fault_on(Fault::always_stale)) return Validity::stale(StaleReason::model_instance);
-    if (held.family != now.family) return Validity::stale(StaleReason::family);
-    if (held.n_layers != now.n_layers) return Validity::stale(StaleReason::n_layers);
-    if (!same_geometry(held, now)) return Validity::stale(StaleReason::geometry);
+    if (fault_on(Fault::always_stale)) return Validity::stale(BuildReason::model_instance);
+    if (held.family != now.family) return Validity::stale(BuildReason::family);
+    if (held.n_layers != now.n_layers) return Validity::stale(BuildReason::n_layers);
+    if (!same_geometry(held, now)) return Validity::stale(BuildReason::geometry);
     if (fault_on(Fault::position_in_key) && held.position != now.position)
-        return Validity::stale(StaleReason::geometry);
-    if (held.dtype != now.dtype) return Validity::stale(StaleReason::dtype);
-    if (held.max_seq_len != now.max_seq_len) return Validity::stale(StaleReason::max_seq_len);
-    if (!same_model(held, now)) return Validity::stale(StaleReason::model_instance);
-    if (!same_adapters(held, now)) return Validity::stale(StaleReason::adapters);
+        return Validity::stale(BuildReason::geometry);
+    if (held.dtype != now.dtype) return Validity::stale(BuildReason::dtype);
+    if (held.max_seq_len != now.max_seq_len) return Validity::stale(BuildReason::max_seq_len);
+    if (!same_model(held, now)) return Validity::stale(BuildReason::model_instance);
+    if (!same_adapters(held, now)) return Validity::stale(BuildReason::adapters);
     if (!same_allocation(held, now)) return Validity::allocation_changed();
     return Validity::valid();
 }

@@ -3,7 +3,8 @@
 //
 //   Valid              nothing differs: reuse the plan
 //   AllocationChanged  only the KV allocation differs: rebind or rebuild
-//   Stale{reason}      something the plan baked differs: rebuild
+//   Stale{reason}      something the plan baked differs: rebuild (a BuildReason
+//                      from model_instance on)
 #pragma once
 
 #include "engine/config.hpp"
@@ -20,7 +21,14 @@ class KvCache;
 class KvPool;
 class Adapters;
 
-enum class StaleReason : std::uint8_t {
+// Why a plan was built: one table for both questions. A stale key names
+// what it baked that differs (model_instance .. adapters); a session's
+// build counters add the three reasons no key comparison gives (initial,
+// replan, allocation_changed).
+enum class BuildReason : std::uint8_t {
+    initial,             // no plan held yet
+    replan,              // replan-every-token mode
+    allocation_changed,  // rebuild policy, or rebind refused
     model_instance,
     family,
     geometry,
@@ -29,17 +37,17 @@ enum class StaleReason : std::uint8_t {
     n_layers,
     adapters,  // another LoRA adapter set (engine/adapters.hpp)
 };
-inline constexpr int kStaleReasons = 7;
-std::string_view to_string(StaleReason r);
+inline constexpr int kBuildReasons = 10;
+std::string_view to_string(BuildReason r);
 
 struct Validity {
     enum class Kind : std::uint8_t { valid, allocation_changed, stale };
     Kind kind = Kind::valid;
-    StaleReason reason = StaleReason::model_instance;  // meaningful when stale
+    BuildReason reason = BuildReason::model_instance;  // meaningful when stale
 
     static Validity valid() { return {}; }
     static Validity allocation_changed() { return {Kind::allocation_changed, {}}; }
-    static Validity stale(StaleReason r) { return {Kind::stale, r}; }
+    static Validity stale(BuildReason r) { return {Kind::stale, r}; }
     std::string describe() const;
     friend bool operator==(const Validity&, const Validity&) = default;
 };

@@ -1,7 +1,7 @@
 // The one table of named model configurations.
-#include "engine/cat.hpp"
+#include "util/cat.hpp"
 #include "engine/config.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 
 #include <array>
 

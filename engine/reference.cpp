@@ -1,7 +1,7 @@
 #include "engine/reference.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 
 #include <algorithm>
 #include <cmath>

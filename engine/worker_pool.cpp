@@ -1,6 +1,6 @@
 #include "engine/worker_pool.hpp"
 
-#include "engine/error.hpp"
+#include "util/error.hpp"
 
 namespace kvweld {
 

@@ -3,7 +3,7 @@
 // good call must keep the contract (truncate keeps the id, clear and
 // set_layer mint a new one).
 #include "engine/decode_session.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 
 #include <fuzzer/FuzzedDataProvider.h>
 

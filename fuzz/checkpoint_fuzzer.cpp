@@ -3,7 +3,7 @@
 // crash. A model that loads must decode a token.
 #include "engine/checkpoint.hpp"
 #include "engine/decode_session.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/gguf.hpp"
 
 #include <cstring>

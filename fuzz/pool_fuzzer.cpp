@@ -4,7 +4,7 @@
 // kvweld::Error and change nothing; after every call the block ledger
 // (block_ledger_violation) must hold and every position must read back the
 // value written there. A violation aborts with the reason.
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/kv_pool.hpp"
 
 #include <fuzzer/FuzzedDataProvider.h>

@@ -14,9 +14,9 @@
 // again (seq_rm clamps p0 to 0, line 391), so the sequence is not what it
 // held. The plugin's refusal says so; the fuzzer names the finding once and
 // opens the engine afresh, and aborts on any other changed sequence.
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/reference.hpp"
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 
 #include <algorithm>
 #include <array>
@@ -38,20 +38,20 @@ constexpr int kHeld = 3;  // positions the sequence holds when the state comes
 
 struct Target {
     Model model = Model::random(tiny_config(), 1);
-    std::unique_ptr<engines::Engine> engine;
+    std::unique_ptr<targets::Engine> engine;
     std::vector<std::uint8_t> own_state;  // a good state, for its magic and digest
     std::vector<float> next_row;          // the reference's row for the token after the held ones
 };
 
 bool available(const char* engine) {
-    const engines::EngineEntry* e = engines::engine_entry(engine);
+    const targets::EngineEntry* e = targets::engine_entry(engine);
     return e && (e->in_process || (*e->plugin && std::filesystem::exists(e->plugin)));
 }
 
 std::unique_ptr<Target> open_target(const char* name) {
     if (!available(name)) return nullptr;
     auto t = std::make_unique<Target>();
-    t->engine = engines::open_engine(name, "", {"", 2, 16, 1}, t->model);
+    t->engine = targets::open_engine(name, "", {"", 2, 16, 1}, t->model);
     ReferenceKv kv(t->model.config());
     for (int pos = 0; pos < kHeld; ++pos) reference_forward(t->model, kv, pos + 1, pos);
     t->next_row = reference_forward(t->model, kv, 7, kHeld);
@@ -89,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<std::uint8_t> bytes(data + 1, data + size);
     if (bytes.size() >= 16 && std::memcmp(bytes.data(), t->own_state.data(), 4) == 0)
         std::copy_n(t->own_state.begin() + 8, 8, bytes.begin() + 8);
-    engines::Engine& e = *t->engine;
+    targets::Engine& e = *t->engine;
     e.clear_all();  // whatever an earlier input left (a cell no seq_rm removes) goes
     const std::vector<std::int32_t> seqs(kHeld, 0), tokens = {1, 2, 3};
     e.decode(seqs, tokens);

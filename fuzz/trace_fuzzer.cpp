@@ -1,7 +1,7 @@
 // The trace reader on arbitrary bytes: an Error or a valid trace, never a
 // crash. A trace that parses must also print back to text that parses to
 // the same ops.
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "sim/run.hpp"
 
 #include <cstdlib>

@@ -1,6 +1,6 @@
 #include "props/contract_model.hpp"
 
-#include "engine/enum_names.hpp"
+#include "util/enum_names.hpp"
 
 
 namespace kvweld::props {
@@ -214,7 +214,7 @@ struct Check : Command {
     void checkPreconditions(const ContractModel& m) const override { RC_PRE(m.plan); }
     void run(const ContractModel& m, ContractSut& s) const override {
         const Validity v = s.session.check(*s.model, s.cache);
-        const Validity want = m.model_changed       ? Validity::stale(StaleReason::model_instance)
+        const Validity want = m.model_changed       ? Validity::stale(BuildReason::model_instance)
                               : m.storage_changed() ? Validity::allocation_changed()
                                                     : Validity::valid();
         PROP_ASSERT(Prop::validity, v == want);

@@ -6,7 +6,7 @@
 #include "engine/decode_session.hpp"
 #include "engine/reference.hpp"
 
-#include "engines/kvweld/recycling_resource.hpp"
+#include "engine/recycling_resource.hpp"
 
 #include <rapidcheck.h>
 #include <rapidcheck/state.h>

@@ -2,7 +2,7 @@
 // the greedy argmax, or a sample from the softmax with the run's own PRNG.
 #pragma once
 
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <algorithm>
 #include <cmath>

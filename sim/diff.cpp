@@ -1,8 +1,8 @@
 #include "sim/diff.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
-#include "engines/registry.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "targets/registry.hpp"
 #include "sim/report.hpp"
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 // The traffic studies' random lengths and arrivals, from the run's own PRNG.
 #pragma once
 
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -32,20 +32,6 @@ inline int lognormal(Rng& rng, double mean, double sigma) {
     const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.141592653589793 * u2);
     const double mu = std::log(std::max(1.0, mean)) - sigma * sigma / 2.0;
     return std::max(1, int(std::lround(std::min(std::exp(mu + sigma * normal), 1e6))));
-}
-
-// An index drawn with probability proportional to its weight (0 = never);
-// nullopt when every weight is 0. Draws once from rng, or not at all.
-inline std::optional<int> weighted_index(std::span<const int> weights, Rng& rng) {
-    int total = 0;
-    for (int w : weights) total += w;
-    if (total == 0) return std::nullopt;
-    auto u = static_cast<int>(rng.below(static_cast<std::uint64_t>(total)));
-    for (std::size_t k = 0; k < weights.size(); ++k) {
-        if (u < weights[k]) return static_cast<int>(k);
-        u -= weights[k];
-    }
-    return std::nullopt;
 }
 
 }  // namespace kvweld::sim

@@ -8,8 +8,8 @@
 // holds a good pair beside the bad one is refused whole, and every row
 // decoded afterwards is checked against the reference as usual, so an
 // engine that half-applied the call is caught there.
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "sim/simulator.hpp"
 
 #include <cctype>
@@ -42,7 +42,7 @@ bool names(const std::string& text, const std::string& value) {
 
 }  // namespace
 
-void Simulator::invalid(const Op& op, int seq) {
+void Simulator::run(const ops::Invalid& op, int seq) {
     const Request& r = *requests_[std::size_t(seq)];
     const int len = int(r.history.size()), vocab = config_.model.vocab;
     const std::uint64_t v = op.seed;
@@ -123,7 +123,7 @@ void Simulator::invalid(const Op& op, int seq) {
                              e.set_cvec(&cv);
                          }});
     }
-    const Call& call = calls[op.pick2 % calls.size()];
+    const Call& call = calls[op.call % calls.size()];
     // The twin is refused the same call first, so whatever a refusal does to
     // an engine's layout (a state load put back) happens to both.
     if (second_) try {

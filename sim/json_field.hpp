@@ -2,7 +2,7 @@
 // throws kvweld::Error naming it.
 #pragma once
 
-#include "engine/error.hpp"
+#include "util/error.hpp"
 
 #include <nlohmann/json.hpp>
 

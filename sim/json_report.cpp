@@ -1,7 +1,7 @@
 #include "sim/json_report.hpp"
 
-#include "engine/error.hpp"
-#include "engines/registry.hpp"
+#include "util/error.hpp"
+#include "targets/registry.hpp"
 #include "sim/json_field.hpp"
 #include "sim/report.hpp"
 
@@ -93,7 +93,7 @@ nlohmann::json json_report(const RunResult& r) {
     return j;
 }
 
-RunResult serve_result_from_json(const nlohmann::json& j) {
+RunResult run_result_from_json(const nlohmann::json& j) {
     RunResult r;
     r.config = config_from_json(j.at("config"));
     r.steps = json_field<int>(j, "steps");
@@ -118,7 +118,7 @@ nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint
     for (const RunResult& s : r.seeds) seeds.push_back(json_report(s));
     nlohmann::json j = swarm_header(kSwarmFormat, range_first, range_last, shard, o.first, o.last, o.steps);
     j["model"] = o.model;
-    j["engine"] = {{"name", o.engine.engine}, {"build", engines::engine_build(o.engine.engine)},
+    j["engine"] = {{"name", o.engine.engine}, {"build", targets::engine_build(o.engine.engine)},
                    {"params", o.engine.params}, {"faults", o.engine.faults},
                    {"seqs", o.engine.seqs},   {"n_ctx", o.engine.n_ctx}};
     j["failures"] = r.failures;
@@ -138,7 +138,7 @@ Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& 
     m.options.engine = {json_field<std::string>(e, "name"), json_field<std::string>(e, "params"),
                         json_field<std::string>(e, "faults"), json_field<int>(e, "seqs"), json_field<int>(e, "n_ctx")};
     for (const nlohmann::json& s : m.report.at("seeds")) {
-        m.result.seeds.push_back(serve_result_from_json(s));
+        m.result.seeds.push_back(run_result_from_json(s));
         m.result.total.add(m.result.seeds.back().stats);
         m.result.failures += m.result.seeds.back().verdict != Verdict::pass;
         m.result.known += !m.result.seeds.back().known_finding.empty();

@@ -20,7 +20,7 @@ namespace kvweld::sim {
 inline constexpr const char* kSwarmFormat = "kvweld-swarm";
 
 nlohmann::json json_report(const RunResult& r);
-RunResult serve_result_from_json(const nlohmann::json& j);  // throws Error naming the field
+RunResult run_result_from_json(const nlohmann::json& j);  // throws Error naming the field
 
 nlohmann::json swarm_json(const SwarmResult& r, const SwarmOptions& o, std::uint64_t range_first,
                                 std::uint64_t range_last, Shard shard);

@@ -3,8 +3,8 @@
 // becomes an Error naming the origin and the line number.
 #pragma once
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 
 #include <nlohmann/json.hpp>
 

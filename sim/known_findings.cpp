@@ -1,8 +1,8 @@
 #include "sim/known_findings.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
-#include "engines/registry.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "targets/registry.hpp"
 #include "sim/json_field.hpp"
 #include "sim/jsonl.hpp"
 
@@ -64,10 +64,10 @@ KnownFindings load_known_findings(const std::string& path) {
 KnownFindings known_findings_for(const std::string& engine, const std::string& choice) {
     if (choice == "none") return {};
     if (!choice.empty()) return load_known_findings(choice);
-    const engines::EngineEntry* e = engines::engine_entry(engine);
+    const targets::EngineEntry* e = targets::engine_entry(engine);
     if (!e || !e->known_findings || !*e->known_findings) return {};
     // Another release (llamacpp@V) has its own file beside the pinned one's, or none.
-    if (const std::string release = engines::named_release(engine); !release.empty()) {
+    if (const std::string release = targets::named_release(engine); !release.empty()) {
         const std::filesystem::path own = std::filesystem::path(e->known_findings).parent_path() / (release + ".json");
         return std::filesystem::exists(own) ? load_known_findings(own.string()) : KnownFindings{};
     }

@@ -1,6 +1,6 @@
 #include "sim/model_json.hpp"
 
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/model.hpp"
 #include "sim/json_field.hpp"
 

@@ -1,10 +1,10 @@
 #include "sim/mutants.hpp"
 
-#include "engines/abi_lists.hpp"
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "targets/abi_lists.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 
 #include <cstdio>
 

@@ -1,91 +1,229 @@
 // The simulator's operations (sim/simulator.hpp): what a server does to an
-// engine through the engine interface. Each op carries every argument
-// drawn for it, and sequence choices are
-// picks (an index into whatever is eligible when the op runs), so a trace
-// replays without the generator and stays meaningful after shrinking.
+// engine through the engine interface. One table: each kind is one struct
+// below, holding its typed arguments, its name and its OpKind; the variant
+// OpArgs lists them in OpKind's order, and sim/op_table.cpp gives each its
+// JSON both ways, when it is eligible and its one draw over an entropy
+// source (the swarm's PRNG, or a fuzzer's input bytes: sim/entropy.hpp).
+// Sequence choices are picks (an index into whatever is eligible when the
+// op runs), so a trace replays without the generator and stays meaningful
+// after shrinking.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace kvweld::sim {
 
 enum class OpKind : std::uint8_t {
-    admit,      // open a free sequence for a new request; its prompt is fed by later steps
-    step,       // one engine call for every sequence that takes part (continuous batching)
-    truncate,   // rewind a sequence; the dropped tokens are fed again (or others: rewrite)
-    preempt,    // clear a sequence; its whole history is fed again (re-prefill; or another: rewrite)
-    fork,       // copy a sequence into a free one; both go on (prefix sharing)
-    retire,     // close a sequence
-    clear_all,  // clear every sequence; each re-prefills
-    reload,     // the engine reloads the model (same shape, same or new weights); every sequence re-prefills
-    swap_layer, // offload and restore: one layer of a sequence's KV moves to new storage, same content
-    compact,    // paged KV: the engine moves blocks in use to the lowest numbers, in place
-    grow,       // paged KV: the engine replaces its pool's storage with a larger one
-    reset,      // paged KV: every sequence emptied, the pool's storage replaced; every sequence re-prefills
-    invalid,    // a call the engine must refuse, naming the bad value, and that changes nothing
-    migrate,    // white box: a request and its storage move to a free slot (whose held plan did not build on it)
-    lora,       // white box: the LoRA adapters every later decode runs with, each at a scale (a new set, new scales, none)
-    cvec,       // white box: the control vector every later decode adds (set, changed, re-ranged or cleared)
-    warmup,     // llama.cpp's warmup routing on or off (an MoE model's engine with the capability)
-    shift,      // a context shift: keep the first n_keep positions, drop a chunk after them, move the rest down
-    save,       // a sequence's state saved (a slot save, or an idle conversation offloaded)
-    load,       // a saved state loaded into an open or a free sequence (same or another, maybe after others left)
-    steady,     // a steady-state phase: `steps` steps in a row, every sequence asking the same tokens each step
+    admit, step, truncate, preempt, fork, retire, clear_all, reload, swap_layer, compact, grow, reset, invalid,
+    migrate, lora, cvec, warmup, shift, save, load, steady,
 };
-inline constexpr int kOpKinds = 21;
+
 // The most saved states a run keeps (the oldest goes first), and the
 // longest steady phase one op plays.
 inline constexpr int kSavedStates = 4;
 inline constexpr int kMaxSteadySteps = 256;
 // The LoRA adapters a run has (drawn from its weights seed); a lora op names them by index.
 inline constexpr int kLoraPool = 3;
-std::string_view to_string(OpKind k);
-OpKind op_kind_from_string(std::string_view s);  // throws Error naming s
 
-struct Op {
-    OpKind kind = OpKind::step;
-    std::uint32_t pick = 0;    // which eligible sequence (fork: the source; load: which saved state)
-    // fork, migrate, load: which destination; invalid: which bad call (of
-    // those the state allows); admit: which of the seed's capacities (white
-    // box); shift: how many positions it drops (1..what follows n_keep)
-    std::uint32_t pick2 = 0;
-    bool recycle = false;      // admit (white box): on the storage the slot kept, rewound, where it kept some
-    bool onto_open = false;    // fork, load: onto an open sequence (its positions replaced), where there is one
-    std::vector<int> tokens;   // admit: the prompt
-    int max_new = 0;           // admit: output budget
-    // step, steady: tokens asked of each sequence id (0 = sits out). A sequence in
-    // prefill feeds up to that many prompt tokens (a chunk); one decoding
-    // feeds its pending token and up to wants-1 speculative drafts.
-    std::vector<int> wants;
-    bool last_only = false;    // step: a prefill chunk asks for its last row's logits only (an engine with outputs)
-    std::uint32_t length = 0;  // truncate: the new length (mod length + 1); shift: n_keep (mod length); steady: steps
-    bool twice = false;        // shift: a second shift of the same sequence before its next decode
-    // truncate, preempt: the dropped tokens are fed again changed (each one
-    // replaced by another, drawn from `seed`), so the KV rows at those
-    // positions must be written anew: an engine that skips that write
-    // decodes over the old rows and the data oracle sees it.
-    bool rewrite = false;
-    int layer = 0;             // swap_layer: which layer (mod the model's layers)
-    bool same_weights = false; // reload: the weights it has now, or new ones from `seed`
-    std::uint64_t seed = 0;    // step: drafts, accepted counts and sampling; reload: new weights; rewrite:
-                               // tokens; invalid: the bad value; cvec: the vector's data
-    std::vector<int> adapters;  // lora: which of the run's adapters (0..kLoraPool-1, each once), in order
-    std::vector<float> scales;  // lora: each one's scale
-    bool clear = false;         // cvec: none from now on
-    int layer_end = 0;          // cvec: the range is [layer, layer_end] (each mod the model's layers)
-    bool on = false;            // warmup: on or off (the same again is drawn too)
+namespace ops {
+
+// truncate, preempt: the dropped tokens are fed again changed (each one
+// replaced by another, drawn from `seed`), so the KV rows at those
+// positions must be written anew: an engine that skips that write decodes
+// over the old rows and the data oracle sees it.
+struct Rewrite {
+    bool on = false;
+    std::uint64_t seed = 0;
 };
 
-inline Op make_op(OpKind kind, std::uint32_t pick = 0) {
-    Op op;
-    op.kind = kind;
-    op.pick = pick;
-    return op;
+// Open a free sequence for a new request; its prompt is fed by later steps.
+struct Admit {
+    static constexpr OpKind kind = OpKind::admit;
+    static constexpr std::string_view name = "admit";
+    std::uint32_t pick = 0;
+    std::vector<int> prompt;
+    int max_new = 0;            // output budget
+    std::uint32_t capacity = 0; // white box: which of the seed's capacities
+    bool recycle = false;       // white box: on the storage the slot kept, rewound, where it kept some
+};
+// One engine call for every sequence that takes part (continuous batching).
+struct Step {
+    static constexpr OpKind kind = OpKind::step;
+    static constexpr std::string_view name = "step";
+    // Tokens asked of each sequence id (0 = sits out). A sequence in prefill
+    // feeds up to that many prompt tokens (a chunk); one decoding feeds its
+    // pending token and up to wants-1 speculative drafts.
+    std::vector<int> wants;
+    std::uint64_t seed = 0;  // drafts, accepted counts and sampling
+    bool last_only = false;  // a prefill chunk asks for its last row's logits only (an engine with outputs)
+};
+// Rewind a sequence; the dropped tokens are fed again (or others: rewrite).
+struct Truncate {
+    static constexpr OpKind kind = OpKind::truncate;
+    static constexpr std::string_view name = "truncate";
+    std::uint32_t pick = 0;
+    std::uint32_t length = 0;  // the new length, mod the length + 1
+    Rewrite rewrite;
+};
+// Clear a sequence; its whole history is fed again (re-prefill; or another: rewrite).
+struct Preempt {
+    static constexpr OpKind kind = OpKind::preempt;
+    static constexpr std::string_view name = "preempt";
+    std::uint32_t pick = 0;
+    Rewrite rewrite;
+};
+// Copy a sequence into a free one, or onto an open one; both go on (prefix sharing).
+struct Fork {
+    static constexpr OpKind kind = OpKind::fork;
+    static constexpr std::string_view name = "fork";
+    std::uint32_t pick = 0;  // the source
+    std::uint32_t to = 0;    // which destination
+    bool onto_open = false;  // onto an open sequence (its positions replaced), where there is one
+};
+// Close a sequence.
+struct Retire {
+    static constexpr OpKind kind = OpKind::retire;
+    static constexpr std::string_view name = "retire";
+    std::uint32_t pick = 0;
+};
+// Clear every sequence; each re-prefills.
+struct ClearAll {
+    static constexpr OpKind kind = OpKind::clear_all;
+    static constexpr std::string_view name = "clear_all";
+};
+// The engine reloads the model (same shape, same or new weights); every sequence re-prefills.
+struct Reload {
+    static constexpr OpKind kind = OpKind::reload;
+    static constexpr std::string_view name = "reload";
+    bool same_weights = false;
+    std::uint64_t seed = 0;  // the new weights
+};
+// Offload and restore: one layer of a sequence's KV moves to new storage, same content.
+struct SwapLayer {
+    static constexpr OpKind kind = OpKind::swap_layer;
+    static constexpr std::string_view name = "swap_layer";
+    std::uint32_t pick = 0;
+    int layer = 0;  // mod the model's layers
+};
+// Paged KV: the engine moves blocks in use to the lowest numbers, in place.
+struct Compact {
+    static constexpr OpKind kind = OpKind::compact;
+    static constexpr std::string_view name = "compact";
+};
+// Paged KV: the engine replaces its pool's storage with a larger one.
+struct Grow {
+    static constexpr OpKind kind = OpKind::grow;
+    static constexpr std::string_view name = "grow";
+};
+// Paged KV: every sequence emptied, the pool's storage replaced; every sequence re-prefills.
+struct Reset {
+    static constexpr OpKind kind = OpKind::reset;
+    static constexpr std::string_view name = "reset";
+};
+// A call the engine must refuse, naming the bad value, and that changes nothing.
+struct Invalid {
+    static constexpr OpKind kind = OpKind::invalid;
+    static constexpr std::string_view name = "invalid";
+    std::uint32_t pick = 0;
+    std::uint32_t call = 0;  // which bad call, of those the state allows
+    std::uint64_t seed = 0;  // the bad value
+};
+// White box: a request and its storage move to a free slot (whose held plan did not build on it).
+struct Migrate {
+    static constexpr OpKind kind = OpKind::migrate;
+    static constexpr std::string_view name = "migrate";
+    std::uint32_t pick = 0;
+    std::uint32_t to = 0;
+};
+// The LoRA adapters every later decode runs with, each at a scale (a new set, new scales, none).
+struct Lora {
+    static constexpr OpKind kind = OpKind::lora;
+    static constexpr std::string_view name = "lora";
+    std::vector<int> adapters;  // which of the run's adapters (0..kLoraPool-1, each once), in order
+    std::vector<float> scales;  // each one's scale
+};
+// The control vector every later decode adds (set, changed, re-ranged or cleared).
+struct Cvec {
+    static constexpr OpKind kind = OpKind::cvec;
+    static constexpr std::string_view name = "cvec";
+    bool clear = false;      // none from now on
+    std::uint64_t seed = 0;  // the vector's data
+    int start = 0, end = 0;  // the range [start, end], each mod the model's layers
+};
+// llama.cpp's warmup routing on or off (an MoE model's engine with the capability).
+struct Warmup {
+    static constexpr OpKind kind = OpKind::warmup;
+    static constexpr std::string_view name = "warmup";
+    bool on = false;
+};
+// A context shift: keep the first n_keep positions, drop a chunk after them, move the rest down.
+struct Shift {
+    static constexpr OpKind kind = OpKind::shift;
+    static constexpr std::string_view name = "shift";
+    std::uint32_t pick = 0;
+    std::uint32_t keep = 0;     // n_keep, mod the length
+    std::uint32_t discard = 0;  // how many positions it drops (1..what follows n_keep), 16 bits a round
+    bool twice = false;         // a second shift of the same sequence before its next decode
+};
+// A sequence's state saved (a slot save, or an idle conversation offloaded).
+struct Save {
+    static constexpr OpKind kind = OpKind::save;
+    static constexpr std::string_view name = "save";
+    std::uint32_t pick = 0;
+};
+// A saved state loaded into an open or a free sequence (same or another, maybe after others left).
+struct Load {
+    static constexpr OpKind kind = OpKind::load;
+    static constexpr std::string_view name = "load";
+    std::uint32_t state = 0;  // which saved state
+    std::uint32_t to = 0;     // which destination
+    bool onto_open = false;
+};
+// A steady-state phase: `steps` steps in a row, every sequence asking the same tokens each step.
+struct Steady {
+    static constexpr OpKind kind = OpKind::steady;
+    static constexpr std::string_view name = "steady";
+    std::vector<int> wants;
+    std::uint64_t seed = 0;
+    std::uint32_t steps = 0;
+};
+
+}  // namespace ops
+
+// One alternative per kind, in OpKind's order (checked below).
+using OpArgs = std::variant<ops::Admit, ops::Step, ops::Truncate, ops::Preempt, ops::Fork, ops::Retire, ops::ClearAll,
+                            ops::Reload, ops::SwapLayer, ops::Compact, ops::Grow, ops::Reset, ops::Invalid,
+                            ops::Migrate, ops::Lora, ops::Cvec, ops::Warmup, ops::Shift, ops::Save, ops::Load,
+                            ops::Steady>;
+inline constexpr int kOpKinds = int(std::variant_size_v<OpArgs>);
+
+namespace detail {
+template <std::size_t... I>
+constexpr bool kinds_in_order(std::index_sequence<I...>) {
+    return ((std::size_t(std::variant_alternative_t<I, OpArgs>::kind) == I) && ...);
 }
+}  // namespace detail
+static_assert(detail::kinds_in_order(std::make_index_sequence<kOpKinds>{}),
+              "OpArgs must list the op structs in OpKind's order");
+
+struct Op {
+    OpArgs args;
+    OpKind kind() const { return OpKind(args.index()); }
+    // Which eligible sequence the op acts on (0 for a kind that picks none).
+    std::uint32_t pick() const;
+    template <class T>
+    const T& as() const { return std::get<T>(args); }
+    template <class T>
+    T& as() { return std::get<T>(args); }
+};
+
+std::string_view to_string(OpKind k);
+OpKind op_kind_from_string(std::string_view s);  // throws Error naming s
 
 void to_json(nlohmann::json& j, const Op& op);
 Op op_from_json(const nlohmann::json& j);  // strict; throws Error naming the field

@@ -1,11 +1,11 @@
 // The accounting oracle of the simulator, for engines with plan
-// counters and a reuse rule (engines/registry.hpp): the expectation is the
+// counters and a reuse rule (targets/registry.hpp): the expectation is the
 // rule's, from the op log alone; the counters are judged, and never taken
 // alone: they must never go down, and where the engine reports a plan
 // identity (KVWELD_CAP_PLAN_SERIAL) the builds they count must match the
 // plan serials the sequences show.
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "sim/simulator.hpp"
 
 #include <algorithm>

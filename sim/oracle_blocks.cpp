@@ -2,7 +2,7 @@
 // engines (KVWELD_CAP_BLOCKS) the registry gives a block model: the
 // expectation is the model the op log alone implies; the engine's tables,
 // counts and pool reports are what is judged.
-#include "engine/cat.hpp"
+#include "util/cat.hpp"
 #include "sim/simulator.hpp"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // Trusts nothing the engine reports; the reference's rows are what the
 // simulator chooses the next tokens from. Unchecked (--no-oracles), the
 // engine's own rows are returned instead.
-#include "engine/cat.hpp"
+#include "util/cat.hpp"
 #include "engine/reference.hpp"
 #include "sim/simulator.hpp"
 

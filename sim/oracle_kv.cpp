@@ -5,7 +5,7 @@
 // reports afterwards: a stale plan that writes and reads its own old buffer
 // is self-consistent and may produce the right logits, but the storage the
 // sequence really holds then misses the row.
-#include "engine/cat.hpp"
+#include "util/cat.hpp"
 #include "sim/simulator.hpp"
 
 #include <algorithm>

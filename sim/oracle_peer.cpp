@@ -7,8 +7,8 @@
 // engines' logits (logit_error past the tolerance ends the run). It needs
 // no reuse rule and no reference, so it works for any pair of engines; it
 // says which calls and rows differ, not which engine is wrong.
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/reference.hpp"
 #include "sim/simulator.hpp"
 

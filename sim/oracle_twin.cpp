@@ -11,8 +11,8 @@
 // construction, whatever feature caused it, including features the
 // reference forward does not model. Trusts nothing but the two engines'
 // rows; what the twin says about itself is never read.
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/reference.hpp"
 #include "sim/simulator.hpp"
 

@@ -11,8 +11,8 @@
 // show the same serials. Serials are never recycled (the ABI's promise),
 // so storage kept behind a "replacement" is caught. The weld oracle then
 // compares the storage the held plan reads and writes with the ledger's.
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "sim/simulator.hpp"
 
 #include <algorithm>

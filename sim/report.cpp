@@ -2,7 +2,7 @@
 
 #include "sim/json_field.hpp"
 
-#include "engine/cat.hpp"
+#include "util/cat.hpp"
 
 #include <nlohmann/json.hpp>
 

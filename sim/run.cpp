@@ -1,15 +1,15 @@
 #include "sim/run.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "sim/ddmin.hpp"
-#include "sim/distributions.hpp"
+#include "sim/op_table.hpp"
 #include "sim/jsonl.hpp"
 #include "sim/known_findings.hpp"
 #include "sim/report.hpp"
 #include "sim/seed_pool.hpp"
-#include "engines/abi_lists.hpp"
-#include "engines/registry.hpp"
+#include "targets/abi_lists.hpp"
+#include "targets/registry.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -27,114 +27,11 @@ namespace {
 // The generator's PRNG is separate from the one that drew the config.
 constexpr std::uint64_t kServeOpStream = 0x73657276652d6f70ULL;
 
-constexpr std::uint64_t kOutputsStream = 0x6f7574707574732dULL;
-
-std::uint32_t draw32(Rng& rng) { return static_cast<std::uint32_t>(rng.next() >> 32); }
-
-// Which op kinds can act now, weighted by the config; none: retire one.
-OpKind draw_kind(const Simulator& sim, Rng& rng) {
-    std::array<int, kOpKinds> w{};
-    for (int k = 0; k < kOpKinds; ++k) w[k] = sim.eligible(OpKind(k)).empty() ? 0 : sim.config().weights[k];
-    return OpKind(weighted_index(w, rng).value_or(int(OpKind::retire)));
+// f(args) on the op's typed arguments, whatever its kind.
+template <class F>
+bool on_args(Op& op, F&& f) {
+    return std::visit([&](auto& args) -> bool { return f(args); }, op.args);
 }
-
-}  // namespace
-
-Op draw_op(const Simulator& sim, Rng& rng) {
-    const SimConfig& c = sim.config();
-    Op op;
-    op.kind = draw_kind(sim, rng);
-    op.pick = draw32(rng);
-    switch (op.kind) {
-        case OpKind::admit:
-            op.tokens.resize(std::size_t(rng.range(1, c.max_prompt)));
-            for (int& t : op.tokens) t = int(rng.below(std::uint64_t(c.model.vocab)));
-            op.max_new = int(rng.range(0, c.max_new));
-            op.pick2 = draw32(rng);           // which capacity (white box)
-            op.recycle = rng.chance(0.5);     // on the slot's own storage, where it kept some (white box)
-            break;
-        case OpKind::migrate: op.pick2 = draw32(rng); break;
-        case OpKind::step:
-            // Each sequence takes part with its own chance this seed... and
-            // asks for 1..max_chunk tokens.
-            op.wants.resize(std::size_t(c.seqs));
-            for (int& want : op.wants) want = rng.chance(0.75) ? int(rng.range(1, c.max_chunk)) : 0;
-            op.seed = rng.next();
-            // Half the steps' prefill chunks want their last row only, where
-            // the engine can say so; drawn from the step's own seed, so the
-            // ops a seed draws did not change when output subsets came.
-            op.last_only = (sim.capabilities() & KVWELD_CAP_OUTPUTS) && Rng(op.seed ^ kOutputsStream).chance(0.5);
-            break;
-        case OpKind::truncate:
-            op.length = draw32(rng);
-            op.rewrite = rng.chance(0.5);
-            op.seed = op.rewrite ? rng.next() : 0;
-            break;
-        case OpKind::fork:
-            op.pick2 = draw32(rng);
-            op.onto_open = rng.chance(0.3);
-            break;
-        case OpKind::invalid:
-            op.pick2 = draw32(rng);
-            op.seed = rng.next();
-            break;
-        case OpKind::reload:
-            op.same_weights = rng.chance(0.5);
-            op.seed = rng.next();
-            break;
-        case OpKind::swap_layer: op.layer = int(rng.below(std::uint64_t(c.model.n_layers))); break;
-        case OpKind::preempt:
-            op.rewrite = rng.chance(0.5);
-            op.seed = op.rewrite ? rng.next() : 0;
-            break;
-        case OpKind::retire:
-        case OpKind::clear_all:
-        case OpKind::compact:
-        case OpKind::grow:
-        case OpKind::reset: break;
-        case OpKind::lora:
-            // Scales from a few values, so that a set comes back with the same
-            // scales (no change), with others (step data), or at 0 (adds nothing).
-            for (int a = 0; a < kLoraPool; ++a)
-                if (rng.chance(0.4)) {
-                    op.adapters.push_back(a);
-                    op.scales.push_back(std::array{0.0f, 0.5f, 1.0f, 2.0f}[rng.below(4)]);
-                }
-            break;
-        case OpKind::cvec:
-            // Three vectors' data, so a drawn one is often the one held, re-ranged.
-            op.clear = rng.chance(0.25);
-            if (op.clear) break;
-            op.seed = 1 + rng.below(3);
-            op.layer = int(rng.range(1, std::max(1, c.model.n_layers - 1)));
-            op.layer_end = int(rng.range(op.layer, std::max(op.layer, c.model.n_layers - 1)));
-            break;
-        case OpKind::warmup: op.on = rng.chance(0.5); break;
-        case OpKind::shift:
-            // Half keep a prefix (llama-server's n_keep), half none.
-            op.length = rng.chance(0.5) ? 0 : draw32(rng);
-            op.pick2 = draw32(rng);
-            op.twice = rng.chance(0.5);
-            break;
-        case OpKind::save: break;
-        case OpKind::load:
-            op.pick2 = draw32(rng);
-            op.onto_open = rng.chance(0.4);
-            break;
-        case OpKind::steady:
-            op.wants.resize(std::size_t(c.seqs));
-            {  // every sequence decoding asks the same: 1 (plain decode) or 1 + drafts
-                const int k = rng.chance(0.5) ? 1 : int(rng.range(1, std::min(8, c.max_chunk)));
-                for (int& want : op.wants) want = rng.chance(0.9) ? k : 0;
-            }
-            op.seed = rng.next();
-            op.length = std::uint32_t(rng.range(8, 64));
-            break;
-    }
-    return op;
-}
-
-namespace {
 
 RunResult finish(Simulator& sim, int steps, std::vector<Op> ops) {
     sim.end();
@@ -147,9 +44,10 @@ RunResult finish(Simulator& sim, int steps, std::vector<Op> ops) {
 RunResult run_generated(const SimConfig& config, int steps, bool checked) {
     Simulator sim(config, checked);
     Rng rng(config.seed ^ kServeOpStream);
+    RngEntropy entropy(rng);
     std::vector<Op> ops;
     for (int i = 0; i < steps; ++i) {
-        ops.push_back(draw_op(sim, rng));
+        ops.push_back(draw_op(sim, entropy));
         if (!sim.apply(ops.back(), ops.size() - 1)) break;
     }
     return finish(sim, steps, std::move(ops));
@@ -181,9 +79,10 @@ Trace parse_trace(const std::string& text, const std::string& origin) {
     read_jsonl(text, origin, [&](int number, const nlohmann::json& j) {
         if (number > 1) {
             t.ops.push_back(op_from_json(j));
-            for (int token : t.ops.back().tokens)
-                require(token < t.config.model.vocab, "prompt token ", token, " out of range: the model's vocab is ",
-                        t.config.model.vocab);
+            if (t.ops.back().kind() == OpKind::admit)
+                for (int token : t.ops.back().as<ops::Admit>().prompt)
+                    require(token < t.config.model.vocab, "prompt token ", token,
+                            " out of range: the model's vocab is ", t.config.model.vocab);
             return;
         }
         const std::string format = j.is_object() ? j.value("format", "") : "";
@@ -220,33 +119,81 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
         return true;
     };
     require(try_keep(ops), "shrink: the trace does not fail with ", to_string(target));
+    // Each simplification acts on the kinds whose arguments have its field.
     using Simplify = bool (*)(Op&);
     const Simplify simplifications[] = {
-        [](Op& op) { return zero(op.pick); },
-        [](Op& op) { return zero(op.pick2); },
+        [](Op& op) {  // the first eligible sequence (or saved state)
+            return on_args(op, [](auto& a) {
+                if constexpr (requires { a.pick; }) return zero(a.pick);
+                else if constexpr (requires { a.state; }) return zero(a.state);
+                else return false;
+            });
+        },
+        [](Op& op) {  // the first destination, capacity, bad call or discard draw
+            return on_args(op, [](auto& a) {
+                if constexpr (requires { a.to; }) return zero(a.to);
+                else if constexpr (requires { a.capacity; }) return zero(a.capacity);
+                else if constexpr (requires { a.call; }) return zero(a.call);
+                else if constexpr (requires { a.discard; }) return zero(a.discard);
+                else return false;
+            });
+        },
         [](Op& op) {  // halve a prompt
-            if (op.tokens.size() < 2) return false;
-            op.tokens.resize(op.tokens.size() / 2);
-            return true;
+            return on_args(op, [](auto& a) {
+                if constexpr (requires { a.prompt; }) {
+                    if (a.prompt.size() < 2) return false;
+                    a.prompt.resize(a.prompt.size() / 2);
+                    return true;
+                } else {
+                    return false;
+                }
+            });
         },
         [](Op& op) {
-            bool changed = false;
-            for (int& t : op.tokens) changed = zero(t) || changed;
-            return changed;
+            return on_args(op, [](auto& a) {
+                bool changed = false;
+                if constexpr (requires { a.prompt; })
+                    for (int& t : a.prompt) changed = zero(t) || changed;
+                return changed;
+            });
         },
         [](Op& op) {  // fewer sequences in a step
-            for (int& w : op.wants)
-                if (w != 0) return zero(w);
-            return false;
+            return on_args(op, [](auto& a) {
+                if constexpr (requires { a.wants; })
+                    for (int& w : a.wants)
+                        if (w != 0) return zero(w);
+                return false;
+            });
         },
         [](Op& op) {  // one token each
-            bool changed = false;
-            for (int& w : op.wants) changed = (w > 1 ? (w = 1, true) : false) || changed;
-            return changed;
+            return on_args(op, [](auto& a) {
+                bool changed = false;
+                if constexpr (requires { a.wants; })
+                    for (int& w : a.wants) changed = (w > 1 ? (w = 1, true) : false) || changed;
+                return changed;
+            });
         },
-        [](Op& op) { return zero(op.max_new); },
-        [](Op& op) { return zero(op.length); },
-        [](Op& op) { return zero(op.seed); },
+        [](Op& op) {
+            return on_args(op, [](auto& a) {
+                if constexpr (requires { a.max_new; }) return zero(a.max_new);
+                else return false;
+            });
+        },
+        [](Op& op) {  // the shortest length, kept prefix or phase
+            return on_args(op, [](auto& a) {
+                if constexpr (requires { a.length; }) return zero(a.length);
+                else if constexpr (requires { a.keep; }) return zero(a.keep);
+                else if constexpr (requires { a.steps; }) return zero(a.steps);
+                else return false;
+            });
+        },
+        [](Op& op) {
+            return on_args(op, [](auto& a) {
+                if constexpr (requires { a.seed; }) return zero(a.seed);
+                else if constexpr (requires { a.rewrite; }) return zero(a.rewrite.seed);
+                else return false;
+            });
+        },
     };
     shrink_ops(out.ops, simplifications, try_keep, [&] { return out.runs >= max_runs; });
     return out;

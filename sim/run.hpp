@@ -24,8 +24,6 @@ struct RunResult {
     std::string ended_early = {};             // kvweld diff: both engines refused a call there (the run stopped)
 };
 
-Op draw_op(const Simulator& sim, Rng& rng);
-
 // An engine that cannot be created (a broken plugin, a bad setting) throws Error.
 RunResult run_generated(const SimConfig& config, int steps, bool checked = true);
 RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps);

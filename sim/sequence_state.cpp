@@ -4,8 +4,8 @@
 // its own terms (every moved key rotated afresh from its raw row), and a
 // load hands the request its saved shadow back, so the data oracle judges
 // every later row of a shifted or restored sequence.
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "sim/simulator.hpp"
 
 #include <algorithm>
@@ -15,12 +15,12 @@ namespace kvweld::sim {
 // n_keep = keep mod the length, then half the positions after it dropped
 // (llama-server's n_discard) or any count of them; `twice`: a second shift of the same
 // sequence before its next decode, so rotations owed add up.
-void Simulator::shift(const Op& op, int seq) {
+void Simulator::run(const ops::Shift& op, int seq) {
     for (int round = 0; round < (op.twice ? 2 : 1); ++round) {
         const int len = int(requests_[std::size_t(seq)]->history.size());
         if (len < 1) return;
-        const int keep = int(op.length % std::uint32_t(len)), after = len - keep;
-        const std::uint32_t draw = op.pick2 >> (16 * round);
+        const int keep = int(op.keep % std::uint32_t(len)), after = len - keep;
+        const std::uint32_t draw = op.discard >> (16 * round);
         const int discard = draw & 1 ? std::max(1, after / 2) : 1 + int((draw >> 1) % std::uint32_t(after));
         shift_once(seq, keep, keep + discard);
     }
@@ -43,7 +43,7 @@ void Simulator::shift_once(int seq, int p0, int p1) {
     r.parked.reset();
 }
 
-void Simulator::save(int seq) {
+void Simulator::run(const ops::Save&, int seq) {
     SavedState state{engine_->state_save(seq),
                      second_ ? on_second([&] { return second_->state_save(seq); }) : std::vector<std::uint8_t>{},
                      *requests_[std::size_t(seq)], weights_seed_, ++states_saved_};
@@ -56,14 +56,14 @@ void Simulator::save(int seq) {
 // with onto_open (or none free) an open one, whose positions it replaces.
 // A state saved under other weights, or longer than the destination holds,
 // must be refused, naming why, and the destination keeps what it held.
-void Simulator::load(const Op& op) {
-    const SavedState& state = saved_[op.pick % saved_.size()];
+void Simulator::run(const ops::Load& op, int) {
+    const SavedState& state = saved_[op.state % saved_.size()];
     std::vector<int> open;
     for (int s = 0; s < config_.seqs; ++s)
         if (requests_[std::size_t(s)]) open.push_back(s);
     const std::vector<int> free = free_seqs();
     const bool onto_open = (op.onto_open && !open.empty()) || free.empty();
-    const int dst = (onto_open ? open : free)[op.pick2 % (onto_open ? open : free).size()];
+    const int dst = (onto_open ? open : free)[op.to % (onto_open ? open : free).size()];
     const int capacity = onto_open ? requests_[std::size_t(dst)]->capacity : config_.n_ctx;
     const int len = int(state.request.history.size());
     const bool other_model = state.weights_generation != weights_seed_;
@@ -111,14 +111,11 @@ void Simulator::load(const Op& op) {
 
 // Steps in a row with the same asks, each with its own seed: once every
 // sequence decodes, each call has the last one's shape.
-bool Simulator::steady(const Op& op) {
+bool Simulator::run(const ops::Steady& op, int) {
     bool fed = false;
-    for (std::uint32_t i = 0; i < op.length; ++i) {
-        Op one = op;
-        one.kind = OpKind::step;
-        one.seed = op.seed + 0x9e3779b97f4a7c15ULL * (i + 1);
-        one.last_only = false;
-        if (!step(one)) break;
+    for (std::uint32_t i = 0; i < op.steps; ++i) {
+        const ops::Step one{op.wants, op.seed + 0x9e3779b97f4a7c15ULL * (i + 1), false};
+        if (!run(one, 0)) break;
         fed = true;
     }
     return fed;

@@ -1,7 +1,7 @@
 #include "sim/shard.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 #include "sim/json_field.hpp"
 #include "sim/report.hpp"

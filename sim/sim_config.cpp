@@ -1,9 +1,9 @@
 #include "sim/sim_config.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
-#include "engine/rng.hpp"
-#include "engines/registry.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+#include "targets/registry.hpp"
 #include "kvweld/engine_abi.h"
 #include "sim/json_field.hpp"
 #include "sim/model_json.hpp"
@@ -17,7 +17,7 @@ namespace kvweld::sim {
 
 std::string build_of(const std::string& engine) {
     try {
-        return engines::engine_build(engine);
+        return targets::engine_build(engine);
     } catch (const Error&) {
         return "";
     }

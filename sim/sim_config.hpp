@@ -6,8 +6,8 @@
 #pragma once
 
 #include "engine/config.hpp"
-#include "engines/engine.hpp"
-#include "engines/registry.hpp"
+#include "targets/engine.hpp"
+#include "targets/registry.hpp"
 #include "sim/ops.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -20,8 +20,8 @@
 
 namespace kvweld::sim {
 
-// The simulator drives engines through engines/: their types are its own.
-using namespace kvweld::engines;
+// The simulator drives engines through targets/: their types are its own.
+using namespace kvweld::targets;
 
 // kvweld diff: a second engine driven in lockstep with the first (the same
 // ops and tokens); its rows and each call's reuse are compared with the

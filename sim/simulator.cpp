@@ -1,10 +1,10 @@
 #include "sim/simulator.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "sim/choose.hpp"
-#include "engines/abi_lists.hpp"
-#include "engines/registry.hpp"
+#include "targets/abi_lists.hpp"
+#include "targets/registry.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -132,7 +132,7 @@ Simulator::Simulator(const SimConfig& config, bool checked)
     if (!(engine_->capabilities() & KVWELD_CAP_BLOCKS))
         oracles_.blocks_why_not = cat("engine ", engine_->name(), " has no paged KV pool to report");
     else if (!(blocks_ = block_model_for(engine_->name(), config_.setup())))
-        oracles_.blocks_why_not = cat("no block model for engine '", engine_->name(), "' (engines/registry.cpp)");
+        oracles_.blocks_why_not = cat("no block model for engine '", engine_->name(), "' (targets/registry.cpp)");
     else
         pool_storage_ = engine_->pool_info().storage;  // the first report is the pool's birth
     oracles_.blocks = blocks_.has_value();
@@ -170,107 +170,32 @@ std::vector<int> Simulator::free_seqs() const {
     return out;
 }
 
-std::vector<int> Simulator::eligible(OpKind kind) const {
-    std::vector<int> out;
-    if (kind == OpKind::admit) return free_seqs();
-    if (kind == OpKind::migrate && (!white_box_ || free_seqs().empty())) return {};
-    if (kind == OpKind::lora || kind == OpKind::cvec || kind == OpKind::warmup) {  // the engine's, not a sequence's
-        const std::uint32_t cap = kind == OpKind::lora ? KVWELD_CAP_LORA
-                                  : kind == OpKind::cvec ? KVWELD_CAP_CVEC
-                                                         : KVWELD_CAP_WARMUP;
-        return engine_->capabilities() & cap ? std::vector<int>{0} : std::vector<int>{};
-    }
-    if (kind == OpKind::load)  // a saved state to load, and somewhere to load it
-        return (engine_->capabilities() & KVWELD_CAP_STATE) && !saved_.empty() ? std::vector<int>{0} : std::vector<int>{};
-    if ((kind == OpKind::save && !(engine_->capabilities() & KVWELD_CAP_STATE)) ||
-        (kind == OpKind::shift && !(engine_->capabilities() & KVWELD_CAP_SHIFT)))
-        return {};
-    if (kind == OpKind::reload)  // needs no sequence, only the capability
-        return engine_->capabilities() & KVWELD_CAP_RELOAD ? std::vector<int>{0} : std::vector<int>{};
-    if (kind == OpKind::swap_layer && !(engine_->capabilities() & KVWELD_CAP_SWAP_LAYER)) return {};
-    if (kind == OpKind::reset)
-        return engine_->capabilities() & KVWELD_CAP_POOL_OPS ? std::vector<int>{0} : std::vector<int>{};
-    if (kind == OpKind::compact || kind == OpKind::grow) {  // the pool's, not a sequence's
-        if (!(engine_->capabilities() & KVWELD_CAP_POOL_OPS)) return {};
-        // A server grows its pool within a memory budget: here, four times
-        // what every sequence full would take.
-        const int full = config_.seqs * config_.n_ctx, budget = 4 * std::max(full, 1);
-        // The pool's size as the block model has it (the simulator's own
-        // account); without one, as the engine reports it.
-        if (kind == OpKind::grow && (engine_->capabilities() & KVWELD_CAP_BLOCKS)) {
-            const kvweld_pool_info info = blocks_ ? kvweld_pool_info{} : engine_->pool_info();
-            const std::int64_t positions = blocks_ ? std::int64_t(blocks_->n_blocks()) * blocks_->block_size()
-                                                   : std::int64_t(info.n_blocks) * info.block_size;
-            if (positions >= budget) return {};
-        }
-        return {0};
-    }
-    for (int s = 0; s < config_.seqs; ++s) {
-        const auto& r = requests_[std::size_t(s)];
-        if (!r) continue;
-        // A server shifts a context that is full; the simulator's requests
-        // are short (a shift at any length moves rows the same way), and a
-        // full one waits for a shift with its next token parked.
-        const bool ok = kind == OpKind::step || kind == OpKind::steady ? !r->done()
-                        : kind == OpKind::shift     ? r->history.size() >= 2
-                        : kind == OpKind::save      ? !r->history.empty()
-                        : kind == OpKind::truncate  ? !r->history.empty()
-                        : kind == OpKind::preempt   ? !r->history.empty()
-                        : kind == OpKind::fork      ? !r->history.empty() && config_.seqs > 1
-                                                         : true;  // retire, clear_all, swap_layer, invalid
-        if (ok) out.push_back(s);
-    }
-    return out;
-}
+std::vector<int> Simulator::eligible(OpKind kind) const { return eligible_for(*this, kind); }
 
 bool Simulator::apply(const Op& op, std::size_t op_index) {
     if (verdict_ != Verdict::pass) return false;
     op_index_ = op_index;
-    op_kind_ = op.kind;
-    const std::vector<int> targets = eligible(op.kind);
+    op_kind_ = op.kind();
+    const std::vector<int> targets = eligible(op.kind());
     if (targets.empty()) {
         ++stats_.ops_skipped;
         return true;
     }
-    const int seq = targets[op.pick % targets.size()];
+    const int seq = targets[op.pick() % targets.size()];
     try {
-        switch (op.kind) {
-            case OpKind::admit: admit(op, seq); break;
-            case OpKind::step:
-                if (!step(op)) {  // nobody asked for a token they could feed
-                    ++stats_.ops_skipped;
-                    return true;
-                }
-                break;
-            case OpKind::truncate:
-                truncate(op, seq, int(op.length % (requests_[std::size_t(seq)]->history.size() + 1)));
-                break;
-            case OpKind::preempt: preempt(op, seq); break;
-            case OpKind::fork: fork(seq, fork_destination(op, seq)); break;
-            case OpKind::reset: reset(); break;
-            case OpKind::invalid: invalid(op, seq); break;
-            case OpKind::retire: retire(seq); break;
-            case OpKind::clear_all: clear_all(); break;
-            case OpKind::reload: reload(op); break;
-            case OpKind::swap_layer: swap_layer(seq, op.layer % config_.model.n_layers); break;
-            case OpKind::compact:
-            case OpKind::grow: pool_op(op.kind); break;
-            case OpKind::migrate: migrate(op, seq); break;
-            case OpKind::lora: set_loras(op); break;
-            case OpKind::cvec: set_cvec(op); break;
-            case OpKind::warmup: set_warmup(op.on); break;
-            case OpKind::shift: shift(op, seq); break;
-            case OpKind::save: save(seq); break;
-            case OpKind::load: load(op); break;
-            case OpKind::steady:
-                if (!steady(op)) {
-                    ++stats_.ops_skipped;
-                    return true;
-                }
-                break;
+        // run() of a step or a steady phase says whether any sequence fed a token.
+        const bool ran = std::visit(
+            [&](const auto& args) {
+                if constexpr (std::is_same_v<decltype(run(args, seq)), bool>) return run(args, seq);
+                else return run(args, seq), true;
+            },
+            op.args);
+        if (!ran) {
+            ++stats_.ops_skipped;
+            return true;
         }
         check_blocks(false);
-        if (op.kind != OpKind::step) read_counters();  // a step read them after its call
+        if (op.kind() != OpKind::step) read_counters();  // a step read them after its call
     } catch (const Stop&) {
         return false;
     } catch (const PeerError& e) {  // kvweld diff: engine B refused a valid op
@@ -284,8 +209,8 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
         return false;
     }
     ++stats_.ops_run;
-    ++stats_.ops_by_kind[std::size_t(op.kind)];
-    recent_ops_.emplace_back(op_index, op.kind);
+    ++stats_.ops_by_kind[std::size_t(op.kind())];
+    recent_ops_.emplace_back(op_index, op.kind());
     if (recent_ops_.size() > 3) recent_ops_.erase(recent_ops_.begin());
     return true;
 }
@@ -300,8 +225,8 @@ void Simulator::fail(Verdict v, Oracle o, std::string detail, std::string clause
     throw Stop{};
 }
 
-void Simulator::admit(const Op& op, int seq) {
-    for (int t : op.tokens)
+void Simulator::run(const ops::Admit& op, int seq) {
+    for (int t : op.prompt)
         require(t < config_.model.vocab, "admit: prompt token ", t, " out of range: vocab is ", config_.model.vocab);
     Request r(config_.model);
     r.capacity = config_.n_ctx;
@@ -310,7 +235,7 @@ void Simulator::admit(const Op& op, int seq) {
         SlotLedger& slot = ledger_[std::size_t(seq)];
         recycle = op.recycle && slot.kept_capacity > 0;
         if (recycle) r.capacity = slot.kept_capacity;
-        else if (!config_.capacities.empty()) r.capacity = config_.capacities[op.pick2 % config_.capacities.size()];
+        else if (!config_.capacities.empty()) r.capacity = config_.capacities[op.capacity % config_.capacities.size()];
         both([&](Engine& e) { e.white_box()->open_sized(seq, r.capacity, recycle); });
         if (rule_) rule_->on_open_sized(seq, r.capacity, recycle);
         if (recycle) poison(seq, 0, r.capacity);  // every row is dead again
@@ -319,7 +244,7 @@ void Simulator::admit(const Op& op, int seq) {
         if (rule_) rule_->on_open(seq);
     }
     const std::size_t room = std::size_t(r.capacity);
-    r.queue.assign(op.tokens.begin(), op.tokens.begin() + long(std::min(op.tokens.size(), room)));
+    r.queue.assign(op.prompt.begin(), op.prompt.begin() + long(std::min(op.prompt.size(), room)));
     r.max_new = op.max_new;
     requests_[std::size_t(seq)].emplace(std::move(r));
     ledger_after(recycle ? SeqOp::recycle : SeqOp::open, seq);
@@ -341,15 +266,16 @@ void Simulator::requeue_from(Request& r, std::size_t n) {
     r.history.resize(n);
 }
 
-void Simulator::rewrite_requeued(const Op& op, Request& r, std::size_t n) const {
-    if (!op.rewrite) return;
-    Rng rng(op.seed);
+void Simulator::rewrite_requeued(const ops::Rewrite& rewrite, Request& r, std::size_t n) const {
+    if (!rewrite.on) return;
+    Rng rng(rewrite.seed);
     const auto vocab = std::uint64_t(config_.model.vocab);
     for (std::size_t i = 0; i < n && i < r.queue.size() && vocab > 1; ++i)
         r.queue[i] = int((std::uint64_t(r.queue[i]) + 1 + rng.below(vocab - 1)) % vocab);
 }
 
-void Simulator::truncate(const Op& op, int seq, int n) {
+void Simulator::run(const ops::Truncate& op, int seq) {
+    const int n = int(op.length % (requests_[std::size_t(seq)]->history.size() + 1));
     both([&](Engine& e) { e.truncate(seq, n); });
     if (blocks_) blocks_->truncate(seq, n);
     if (rule_) rule_->on_truncate(seq, n);
@@ -357,33 +283,34 @@ void Simulator::truncate(const Op& op, int seq, int n) {
     poison(seq, n, int(r.history.size()) + 1);  // +1: a row the spec_reject fault may have kept
     const std::size_t dropped = r.history.size() - std::size_t(n);
     requeue_from(r, std::size_t(n));
-    rewrite_requeued(op, r, dropped);
+    rewrite_requeued(op.rewrite, r, dropped);
     ledger_after(SeqOp::truncate, seq);
 }
 
-void Simulator::preempt(const Op& op, int seq) {
+void Simulator::run(const ops::Preempt& op, int seq) {
     both([&](Engine& e) { e.clear(seq); });
     if (blocks_) blocks_->clear(seq);
     if (rule_) rule_->on_clear(seq);
     Request& r = *requests_[std::size_t(seq)];
     const std::size_t dropped = r.history.size();
     requeue_from(r, 0);
-    rewrite_requeued(op, r, dropped);
+    rewrite_requeued(op.rewrite, r, dropped);
     ledger_after(SeqOp::clear, seq);
 }
 
 // A free sequence, or with onto_open (or none free) another open one,
 // whose positions the copy replaces.
-int Simulator::fork_destination(const Op& op, int src) const {
+int Simulator::fork_destination(const ops::Fork& op, int src) const {
     std::vector<int> open;
     for (int s = 0; s < config_.seqs; ++s)
         if (s != src && requests_[std::size_t(s)]) open.push_back(s);
     const std::vector<int> free = free_seqs();
     const std::vector<int>& to = (op.onto_open && !open.empty()) || free.empty() ? open : free;
-    return to[op.pick2 % to.size()];
+    return to[op.to % to.size()];
 }
 
-void Simulator::fork(int src, int dst) {
+void Simulator::run(const ops::Fork& op, int src) {
+    const int dst = fork_destination(op, src);
     if (!requests_[std::size_t(dst)]) {
         both([&](Engine& e) { e.open(dst); });
         if (rule_) rule_->on_open(dst);
@@ -396,7 +323,7 @@ void Simulator::fork(int src, int dst) {
     ++stats_.requests;
 }
 
-void Simulator::retire(int seq) {
+void Simulator::run(const ops::Retire&, int seq) {
     both([&](Engine& e) { e.close(seq); });
     if (blocks_) blocks_->close(seq);
     if (rule_) rule_->on_close(seq);
@@ -406,9 +333,9 @@ void Simulator::retire(int seq) {
 
 // White box: the request and its storage move to a free slot, whose held
 // plan was built on other storage (or none); the ledger moves with them.
-void Simulator::migrate(const Op& op, int from) {
+void Simulator::run(const ops::Migrate& op, int from) {
     const std::vector<int> free = free_seqs();
-    const int to = free[op.pick2 % free.size()];
+    const int to = free[op.to % free.size()];
     both([&](Engine& e) { e.white_box()->migrate(from, to); });
     if (rule_) rule_->on_migrate(from, to);
     requests_[std::size_t(to)] = std::move(requests_[std::size_t(from)]);
@@ -421,7 +348,7 @@ void Simulator::migrate(const Op& op, int from) {
 // The rule is told what changed as the simulator's own account has it
 // (which adapters, in order, at which scales; which vector), not as the
 // engine reports.
-void Simulator::set_loras(const Op& op) {
+void Simulator::run(const ops::Lora& op, int) {
     std::vector<LoraUse> uses;
     for (std::size_t i = 0; i < op.adapters.size() && i < op.scales.size(); ++i)
         uses.push_back({lora_pool_[std::size_t(op.adapters[i]) % lora_pool_.size()], op.scales[i]});
@@ -431,11 +358,11 @@ void Simulator::set_loras(const Op& op) {
     if (rule_) rule_->on_adapters(before, adapters_);
 }
 
-void Simulator::set_cvec(const Op& op) {
+void Simulator::run(const ops::Cvec& op, int) {
     std::optional<ControlVector> cvec;
     if (!op.clear) {
-        const int layers = config_.model.n_layers, start = op.layer % layers;
-        cvec = ControlVector::random(config_.model, op.seed, start, std::max(start, op.layer_end % layers));
+        const int layers = config_.model.n_layers, start = op.start % layers;
+        cvec = ControlVector::random(config_.model, op.seed, start, std::max(start, op.end % layers));
     }
     both([&](Engine& e) { e.set_cvec(cvec ? &*cvec : nullptr); });
     const Adapters before = adapters_;
@@ -443,10 +370,10 @@ void Simulator::set_cvec(const Op& op) {
     if (rule_) rule_->on_adapters(before, adapters_);
 }
 
-void Simulator::set_warmup(bool on) {
-    both([&](Engine& e) { e.set_warmup(on); });
+void Simulator::run(const ops::Warmup& op, int) {
+    both([&](Engine& e) { e.set_warmup(op.on); });
     const Adapters before = adapters_;
-    adapters_.set_warmup(on);
+    adapters_.set_warmup(op.on);
     // A dense model routes nothing: no plan depends on warmup there.
     if (rule_ && config_.model.moe()) rule_->on_adapters(before, adapters_);
 }
@@ -472,7 +399,7 @@ void Simulator::truncate_rejected(int seq, int n) {
     poison(seq, kept, requests_[std::size_t(seq)]->capacity);
 }
 
-void Simulator::clear_all() {
+void Simulator::run(const ops::ClearAll&, int) {
     both([&](Engine& e) { e.clear_all(); });
     if (blocks_) blocks_->clear_all();
     if (rule_) rule_->on_clear_all();
@@ -481,7 +408,7 @@ void Simulator::clear_all() {
 
 // The reference takes the same weights the engine is given; every sequence
 // starts over (the ABI's reload empties them).
-void Simulator::reload(const Op& op) {
+void Simulator::run(const ops::Reload& op, int) {
     const std::uint64_t seed = op.same_weights ? weights_seed_ : op.seed;
     Model next = Model::random(config_.model, seed);
     both([&](Engine& e) { e.reload(next); });
@@ -494,30 +421,35 @@ void Simulator::reload(const Op& op) {
     requeue_all(SeqOp::reload);
 }
 
-void Simulator::swap_layer(int seq, int layer) {
+void Simulator::run(const ops::SwapLayer& op, int seq) {
+    const int layer = op.layer % config_.model.n_layers;
     both([&](Engine& e) { e.swap_layer(seq, layer); });
     if (rule_) rule_->on_swap_layer(seq, layer);
     ledger_after(SeqOp::swap_layer, seq, layer);
 }
 
-void Simulator::reset() {
+void Simulator::run(const ops::Reset&, int) {
     both([&](Engine& e) { e.pool_op(KVWELD_POOL_RESET); });
     if (blocks_) blocks_->reset();
     if (rule_) rule_->on_pool_op(KVWELD_POOL_RESET);
     requeue_all(SeqOp::clear);
 }
 
-void Simulator::pool_op(OpKind kind) {
-    const int op = kind == OpKind::grow ? KVWELD_POOL_GROW : KVWELD_POOL_COMPACT;
-    both([&](Engine& e) { e.pool_op(op); });
-    if (blocks_ && op == KVWELD_POOL_GROW) blocks_->grow();
-    if (rule_) rule_->on_pool_op(op);
+void Simulator::run(const ops::Compact&, int) {
+    both([&](Engine& e) { e.pool_op(KVWELD_POOL_COMPACT); });
+    if (rule_) rule_->on_pool_op(KVWELD_POOL_COMPACT);
+}
+
+void Simulator::run(const ops::Grow&, int) {
+    both([&](Engine& e) { e.pool_op(KVWELD_POOL_GROW); });
+    if (blocks_) blocks_->grow();
+    if (rule_) rule_->on_pool_op(KVWELD_POOL_GROW);
 }
 
 // One batched step: each sequence asked for tokens feeds a prefill chunk
 // or its pending token and drafts; after the call, rejected drafts are
 // truncated away and each sequence whose queue ran out gets its next token.
-bool Simulator::step(const Op& op) {
+bool Simulator::run(const ops::Step& op, int) {
     Rng rng(op.seed);
     std::vector<Pair> pairs;
     struct Part {

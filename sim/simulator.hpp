@@ -1,28 +1,29 @@
 // The one simulator: drives any engine through the engine interface
-// (engines/engine.hpp: kvweld's in process, or any behind the plugin ABI)
+// (targets/engine.hpp: kvweld's in process, or any behind the plugin ABI)
 // the way a server does: requests
 // are admitted to sequences, prefilled in chunks and decoded with
 // speculative drafts in batched steps (continuous batching), rewound,
 // preempted, forked and retired. Every row of logits the engine returns is
 // checked against kvweld's reference forward over that sequence's own
 // history (the data oracle), and every call's plan counters against the
-// engine's reuse rule (the accounting oracle, engines/reuse_rule.hpp).
+// engine's reuse rule (the accounting oracle, targets/reuse_rule.hpp).
 // The next token is chosen from the reference's logits, so what is fed
 // never depends on what the engine says. Ops and oracles are switched on
 // by the engine's capabilities; with an engine in process, its white box
-// (engines/white_box.hpp) too.
+// (targets/white_box.hpp) too.
 #pragma once
 
 #include "engine/adapters.hpp"
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/model.hpp"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
-#include "engines/engine.hpp"
-#include "engines/kvweld/block_model.hpp"
-#include "engines/reuse_rule.hpp"
+#include "util/rng.hpp"
+#include "targets/engine.hpp"
+#include "targets/block_model.hpp"
+#include "targets/reuse_rule.hpp"
 #include "sim/sim_config.hpp"
+#include "sim/op_table.hpp"
 #include "sim/ops.hpp"
 #include "sim/verdict.hpp"
 
@@ -94,7 +95,7 @@ struct OracleReport {
     bool data = true;
     bool accounting = false, weld = false, kv = false, blocks = false;
     bool plan_identity = false;  // part of accounting: counted builds against the plan serial
-    // An engine in process (engines/white_box.hpp): pinned storage (kv reads
+    // An engine in process (targets/white_box.hpp): pinned storage (kv reads
     // it, dead rows poisoned), blindness counts, capacities, migrate.
     bool white_box = false;
     // The differential twin (--twin): the same engine with plan reuse off,
@@ -185,10 +186,14 @@ public:
 
     bool apply(const Op& op, std::size_t op_index);  // false: the run failed (see failure())
 
-    // Sequences an op of this kind may act on now (the generator and the
-    // replay use the same rule).
+    // Sequences an op of this kind may act on now (the op table's rule,
+    // sim/op_table.hpp: the generator and the replay use the same).
     std::vector<int> eligible(OpKind kind) const;
     std::vector<int> free_seqs() const;
+    // What the op table's eligibility reads besides the requests.
+    bool white_box() const { return white_box_ != nullptr; }
+    std::size_t saved_states() const { return saved_.size(); }
+    kvweld_pool_info pool_info() const { return engine_->pool_info(); }
 
     const SimConfig& config() const { return config_; }
     const RunStats& stats() const { return stats_; }
@@ -224,31 +229,37 @@ private:
     };
     // The pairs' output flags for Engine::decode (empty: every pair's).
     static std::vector<std::uint8_t> output_flags(const std::vector<Pair>& pairs);
-    void admit(const Op& op, int seq);
-    bool step(const Op& op);  // false: no sequence could feed a token
-    void truncate(const Op& op, int seq, int n);
-    void preempt(const Op& op, int seq);
-    void fork(int src, int dst);
-    int fork_destination(const Op& op, int src) const;
-    void reset();
-    // The invalid calls (one table, serve_invalid.cpp): each must be refused
+    // Each op kind's effect, one overload per kind (sim/ops.hpp): the
+    // engine calls, the simulator's own account and the models that follow
+    // it. `seq` is the eligible sequence the op's pick chose (0 for an op
+    // that picks none). A step or a steady phase returns whether any
+    // sequence fed a token.
+    void run(const ops::Admit& op, int seq);
+    bool run(const ops::Step& op, int seq);
+    void run(const ops::Truncate& op, int seq);
+    void run(const ops::Preempt& op, int seq);
+    void run(const ops::Fork& op, int src);
+    void run(const ops::Retire& op, int seq);
+    void run(const ops::ClearAll& op, int seq);
+    void run(const ops::Reload& op, int seq);  // the reference takes the same weights
+    void run(const ops::SwapLayer& op, int seq);
+    void run(const ops::Compact& op, int seq);
+    void run(const ops::Grow& op, int seq);
+    void run(const ops::Reset& op, int seq);
+    // The invalid calls (one table, invalid_ops.cpp): each must be refused
     // with an error naming the bad value, and must change nothing.
-    void invalid(const Op& op, int seq);
-    void retire(int seq);
-    void clear_all();
-    void reload(const Op& op);
-    void swap_layer(int seq, int layer);
-    void pool_op(OpKind kind);
-    void migrate(const Op& op, int from);
-    void set_loras(const Op& op);  // white box: the adapters the engine and the reference run with
-    void set_cvec(const Op& op);
-    void set_warmup(bool on);
-    // Context shifts (engine, twin, rule and the reference's shadow alike).
-    void shift(const Op& op, int seq);
+    void run(const ops::Invalid& op, int seq);
+    void run(const ops::Migrate& op, int from);
+    void run(const ops::Lora& op, int seq);  // white box: the adapters the engine and the reference run with
+    void run(const ops::Cvec& op, int seq);
+    void run(const ops::Warmup& op, int seq);
+    // Context shifts, state save and load, steady phases (sequence_state.cpp).
+    void run(const ops::Shift& op, int seq);
+    void run(const ops::Save& op, int seq);
+    void run(const ops::Load& op, int seq);
+    bool run(const ops::Steady& op, int seq);
+    int fork_destination(const ops::Fork& op, int src) const;
     void shift_once(int seq, int p0, int p1);
-    void save(int seq);
-    void load(const Op& op);
-    bool steady(const Op& op);  // false: no step of it fed a token
     void open_twin();  // --twin, where the engine names a no-reuse setting
     void open_peer();  // kvweld diff: the peer engine, the run's only oracle
     // White box: rows [from, to) of the sequence's pinned storage are dead
@@ -332,8 +343,8 @@ private:
     }
     void requeue_from(Request& r, std::size_t n);  // history[n:] goes back to the queue
     void requeue_all(SeqOp op);                         // every sequence emptied by `op` re-prefills
-    // op.rewrite: the first `n` queued tokens (the ones fed again) each become another token.
-    void rewrite_requeued(const Op& op, Request& r, std::size_t n) const;
+    // A rewrite: the first `n` queued tokens (the ones fed again) each become another token.
+    void rewrite_requeued(const ops::Rewrite& rewrite, Request& r, std::size_t n) const;
 
     // One engine call, every row checked; returns the reference's logits per pair.
     std::vector<std::vector<float>> checked_decode(const std::vector<Pair>& pairs);
@@ -374,7 +385,7 @@ private:
     std::vector<std::optional<Request>> requests_;  // per sequence id
     std::set<std::uint64_t> seen_serials_;               // every storage serial accepted this run
     std::optional<kvweld_engine_counters> last_counters_;  // the last counters read
-    std::optional<engines::ReuseExpectation> expectation_;  // the rule's, for the call being judged
+    std::optional<targets::ReuseExpectation> expectation_;  // the rule's, for the call being judged
     const char* standing_ = nullptr;  // the rule's standing clause for the decode in flight
     std::vector<std::int32_t> last_batch_;  // the last call's sequence per pair, -1 marking a pair without output
     std::set<std::uint64_t> plan_serials_;               // every plan serial seen this run

@@ -1,12 +1,12 @@
 #include "sim/traffic.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/enum_names.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/enum_names.hpp"
+#include "util/error.hpp"
 #include "kvweld/engine_abi.h"
 #include "sim/distributions.hpp"
 #include "sim/report.hpp"
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 
 #include <chrono>
 
@@ -47,7 +47,7 @@ public:
     EngineTraffic(const TrafficParams& t, const EngineChoice& engine, int chunk)
         : t_(t), chunk_(chunk), sim_(traffic_serve_config(t, engine, chunk)), rng_(t.seed) {}
 
-    EngineTrafficResult run() {
+    TrafficResult run() {
         const BlockModel* blocks = sim_.block_model();
         if (blocks) pool_ = {true, blocks->block_size(), blocks->n_blocks(), 0, 0, 0.0, 0, 0, 0};
         for (int tick = 0; tick < t_.ticks && !failed_; ++tick) step_tick();
@@ -67,10 +67,9 @@ private:
         for (int i = 0; i < arrivals; ++i) waiting_.push_back(draw_request());
         if (t_.mode == TrafficMode::steady) return steady_tick();
         if (rng_.chance(t_.reload_rate)) {
-            Op reload = make_op(OpKind::reload);
-            reload.same_weights = !rng_.chance(t_.reload_new_weights);
+            ops::Reload reload{.same_weights = !rng_.chance(t_.reload_new_weights)};
             reload.seed = rng_.next();
-            if (!sim_.eligible(OpKind::reload).empty()) apply(reload);  // drawn either way: the same traffic
+            if (!sim_.eligible(OpKind::reload).empty()) apply({reload});  // drawn either way: the same traffic
         }
         for (int s = 0; s < sim_.config().seqs && !failed_; ++s) {
             // Drawn whatever happens, so every engine sees the same traffic.
@@ -78,32 +77,30 @@ private:
             const bool offload = rng_.chance(t_.offload_rate);
             const int layer = int(rng_.below(std::uint64_t(sim_.config().model.n_layers)));
             const auto& r = sim_.request(s);
-            if (!r && !waiting_.empty() && !fits(waiting_.front().tokens.size())) {
+            if (!r && !waiting_.empty() && !fits(waiting_.front().prompt.size())) {
                 ++pool_.waits;  // no blocks for its prompt yet: it waits
             } else if (!r && !waiting_.empty()) {
-                Op admit = waiting_.front();
+                ops::Admit admit = waiting_.front();
                 waiting_.erase(waiting_.begin());
                 admit.pick = pick_of(OpKind::admit, s);
-                apply(admit);
+                apply({admit});
                 admitted_[s] = ++admissions_;
                 adapter_of_[s] = waiting_adapter_.front();
                 waiting_adapter_.erase(waiting_adapter_.begin());
             } else if (r && r->done()) {
-                apply(make_op(OpKind::retire, pick_of(OpKind::retire, s)));
+                apply({ops::Retire{pick_of(OpKind::retire, s)}});
             } else if (r && preempt && !r->history.empty()) {
                 preempt_seq(s);
             } else if (r && offload && !sim_.eligible(OpKind::swap_layer).empty()) {
-                Op swap = make_op(OpKind::swap_layer, pick_of(OpKind::swap_layer, s));
-                swap.layer = layer;
-                apply(swap);
+                apply({ops::SwapLayer{pick_of(OpKind::swap_layer, s), layer}});
             }
         }
-        Op step = make_op(OpKind::step);
+        ops::Step step;
         step.seed = rng_.next();
         make_room();
         for (int s = 0; s < sim_.config().seqs; ++s) step.wants.push_back(wants(s));
         if (t_.adapters == 0) {
-            if (!failed_) apply(step);
+            if (!failed_) apply({step});
         } else {
             step_per_adapter(step);
         }
@@ -118,23 +115,23 @@ private:
     void steady_tick() {
         for (int s = 0; s < sim_.config().seqs && !failed_; ++s) {
             const auto& r = sim_.request(s);
-            if (r && r->done()) apply(make_op(OpKind::retire, pick_of(OpKind::retire, s)));
-            if (!sim_.request(s) && !waiting_.empty() && fits(waiting_.front().tokens.size())) {
-                Op admit = waiting_.front();
+            if (r && r->done()) apply({ops::Retire{pick_of(OpKind::retire, s)}});
+            if (!sim_.request(s) && !waiting_.empty() && fits(waiting_.front().prompt.size())) {
+                ops::Admit admit = waiting_.front();
                 waiting_.erase(waiting_.begin());
                 admit.pick = pick_of(OpKind::admit, s);
-                apply(admit);
+                apply({admit});
                 admitted_[s] = ++admissions_;
                 adapter_of_[s] = waiting_adapter_.front();
                 waiting_adapter_.erase(waiting_adapter_.begin());
             }
         }
-        Op step = make_op(OpKind::step);
+        ops::Step step;
         step.seed = rng_.next();
         make_room();
         step.wants = budgeted_wants();
         if (failed_) return;
-        if (t_.adapters == 0) apply(step);
+        if (t_.adapters == 0) apply({step});
         else step_per_adapter(step);
         if (const BlockModel* b = sim_.block_model()) {
             utilisation_ += double(b->in_use()) / double(b->n_blocks());
@@ -166,9 +163,9 @@ private:
     // One call per adapter in use (the base model is adapter -1), each after
     // the adapters that serve it are set: what a server with one context
     // does for a batch of requests on several LoRAs.
-    void step_per_adapter(const Op& step) {
+    void step_per_adapter(const ops::Step& step) {
         for (int a = -1; a < t_.adapters && !failed_; ++a) {
-            Op group = step;
+            ops::Step group = step;
             group.seed = step.seed + std::uint64_t(a + 1);
             bool any = false;
             for (int s = 0; s < sim_.config().seqs; ++s) {
@@ -176,13 +173,13 @@ private:
                 any = any || group.wants[std::size_t(s)] > 0;
             }
             if (!any) continue;
-            apply(adapters_for(a));
-            if (!failed_) apply(group);
+            apply({adapters_for(a)});
+            if (!failed_) apply({group});
         }
     }
 
-    Op adapters_for(int a) const {
-        Op op = make_op(OpKind::lora);
+    ops::Lora adapters_for(int a) const {
+        ops::Lora op;
         for (int i = 0; i < t_.adapters; ++i) {
             if (t_.adapter_switch == AdapterSwitch::set && i != a) continue;
             op.adapters.push_back(i);
@@ -236,19 +233,19 @@ private:
     }
 
     void preempt_seq(int s) {
-        apply(make_op(OpKind::preempt, pick_of(OpKind::preempt, s)));
+        apply({ops::Preempt{pick_of(OpKind::preempt, s)}});
         ++pool_.preemptions;
     }
 
-    Op draw_request() {
+    ops::Admit draw_request() {
         const int n_ctx = sim_.config().n_ctx;
         const int capacity = n_ctx - t_.spec_k - 2;
-        Op op = make_op(OpKind::admit);
+        ops::Admit op;
         const bool steady = t_.mode == TrafficMode::steady;
         const int prompt = steady ? std::min(capacity * 3 / 4, lognormal(rng_, t_.prompt_mean, 1.0))
                                   : std::min(capacity / 2, int(rng_.range(1, 2 * t_.prompt_mean - 1)));
-        op.tokens.resize(std::size_t(prompt));
-        for (int& tok : op.tokens) tok = int(rng_.below(std::uint64_t(sim_.config().model.vocab)));
+        op.prompt.resize(std::size_t(prompt));
+        for (int& tok : op.prompt) tok = int(rng_.below(std::uint64_t(sim_.config().model.vocab)));
         const int output = steady ? std::min(lognormal(rng_, t_.output_mean, 1.0), geometric(rng_, 2.0 * t_.output_mean))
                                   : geometric(rng_, t_.output_mean);
         op.max_new = std::min(capacity - prompt, output);
@@ -273,7 +270,7 @@ private:
     int chunk_;
     Simulator sim_;
     Rng rng_;
-    std::vector<Op> waiting_;
+    std::vector<ops::Admit> waiting_;
     std::vector<int> waiting_adapter_;  // each waiting request's adapter (-1: the base model)
     std::map<int, int> adapter_of_;     // sequence -> its request's adapter
     std::vector<Op> ops_;
@@ -293,7 +290,7 @@ std::string describe(const PoolStats& p) {
                " preemptions (", p.pool_preemptions, " for pool room), ", p.waits, " admissions put off");
 }
 
-EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk) {
+TrafficResult run_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk) {
     // Checked before the engine is opened.
     require(traffic.adapters >= 0 && traffic.adapters <= kLoraPool, "--adapters ", traffic.adapters,
             ": must be in 0..", kLoraPool);

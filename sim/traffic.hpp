@@ -88,7 +88,7 @@ struct PoolStats {
 // "block 16, 64 -> 128 blocks (1 grow), utilisation 0.61, 12 preemptions (5 for pool room), 30 admissions put off"
 std::string describe(const PoolStats& pool);
 
-struct EngineTrafficResult {
+struct TrafficResult {
     RunResult run;
     double decode_seconds = 0.0;  // wall time inside the engine's decode calls
     std::map<std::string, ShapeStats> shapes;
@@ -101,7 +101,7 @@ struct EngineTrafficResult {
 // blocks than are free first preempts the most recently admitted requests
 // (their blocks freed, re-prefilled later); only a lone request that still
 // does not fit makes the engine grow its pool.
-EngineTrafficResult run_engine_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk);
+TrafficResult run_traffic(const TrafficParams& traffic, const EngineChoice& engine, int chunk);
 
 // What one plan (graph) build costs, in seconds: the same one-token decode
 // (then truncated back, so the shape never changes), `calls` times, on an

@@ -1,8 +1,8 @@
 #include "sim/verdict.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/enum_names.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/enum_names.hpp"
+#include "util/error.hpp"
 
 namespace kvweld::sim {
 

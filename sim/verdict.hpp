@@ -24,7 +24,7 @@ inline constexpr int kVerdicts = 7;
 
 // engine: the engine refused a valid op; ledger: a cache broke the storage
 // contract (sim/ledger.hpp); blocks: a paged engine's block tables and
-// counts broke the block ledger (engines/kvweld/block_model.hpp); the rest are
+// counts broke the block ledger (targets/block_model.hpp); the rest are
 // the per-decode oracles.
 // twin: a row differs from the one the engine's twin (reuse off) returned;
 // peer: kvweld diff's comparison with another engine run in lockstep.

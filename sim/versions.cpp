@@ -1,8 +1,8 @@
 #include "sim/versions.hpp"
 
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
-#include "engines/registry.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "targets/registry.hpp"
 #include "sim/report.hpp"
 #include "sim/jsonl.hpp"
 #include "sim/traffic.hpp"
@@ -28,7 +28,7 @@ SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, co
     p.arrival_rate = kSteadyArrivalRate;
     SteadyReuse out;
     try {
-        const EngineTrafficResult r = run_engine_traffic(p, EngineChoice{engine, cat(layout, ",graph_reuse=1"), ""}, 16);
+        const TrafficResult r = run_traffic(p, EngineChoice{engine, cat(layout, ",graph_reuse=1"), ""}, 16);
         out = {true, r.run.verdict == Verdict::pass ? "" : cat("the traffic ended ", to_string(r.run.verdict)),
                r.run.stats.calls, r.run.stats.reused};
     } catch (const Error& e) {
@@ -40,7 +40,7 @@ SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, co
 // The kinds of op a shrunk trace holds, sorted and once each.
 std::string op_kinds(const std::string& path) {
     std::set<std::string> kinds;
-    for (const Op& op : parse_trace(read_text_file(path), path).ops) kinds.insert(std::string(to_string(op.kind)));
+    for (const Op& op : parse_trace(read_text_file(path), path).ops) kinds.insert(std::string(to_string(op.kind())));
     std::string out;
     for (const std::string& k : kinds) out += cat(out.empty() ? "" : " ", k);
     return out;
@@ -90,7 +90,7 @@ std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::functi
         row.release = o.releases[i];
         row.engine = release_engine(o, row.release);
         row.build = build_of(row.engine);
-        row.rule_gap = engines::rule_gap(row.engine, row.build);
+        row.rule_gap = targets::rule_gap(row.engine, row.build);
         const std::string where = cat(row.release, " (", i + 1, "/", o.releases.size(), ")");
         say(cat(where, ": swarm over seeds ", o.first, "..", o.last, ", twin on"));
         SwarmOptions swarm;

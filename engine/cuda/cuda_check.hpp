@@ -1,7 +1,7 @@
 // Every CUDA call is checked; a failure throws kvweld::Error naming the call.
 #pragma once
 
-#include "engine/error.hpp"
+#include "util/error.hpp"
 
 #include <cuda_runtime_api.h>
 

@@ -1,6 +1,6 @@
 // Built when nvcc was not found: the CUDA backend exists only as an error.
 #include "engine/decode_session.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 
 namespace kvweld {
 

@@ -34,7 +34,7 @@ TEST_F(AdapterContract, ANewAdapterSetRebuildsAndTheSameSetKeepsThePlan) {
     prefill(4);
     const Adapters none;
     adapters.set_loras(model.config(), {{a, 1.0f}});
-    EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
+    EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(BuildReason::adapters));
     double without = 0;
     EXPECT_LE(step(7, &none, &without), kCpuTolerance);
     EXPECT_GT(without, kMargin) << "the adapter must change the rows";
@@ -49,10 +49,10 @@ TEST_F(AdapterContract, ANewAdapterSetRebuildsAndTheSameSetKeepsThePlan) {
     EXPECT_EQ(builds(), 2u);
     // another set, and no set, are new keys
     adapters.set_loras(model.config(), {{a, 1.0f}, {b, 0.5f}});
-    EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
+    EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(BuildReason::adapters));
     EXPECT_LE(step(9), kCpuTolerance);
     adapters.set_loras(model.config(), {});
-    EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
+    EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(BuildReason::adapters));
     EXPECT_LE(step(10), kCpuTolerance);
     EXPECT_EQ(builds(), 4u);
 }
@@ -129,12 +129,12 @@ TEST_F(AdapterContract, EachFaultBreaksItsHalf) {
     {
         const ScopedFaults on(testing::only(Fault::lora_scale_in_key));
         adapters.set_loras(model.config(), {{b, 0.5f}});
-        EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
+        EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(BuildReason::adapters));
     }
     {
         const ScopedFaults on(testing::only(Fault::cvec_in_key));
         adapters.set_cvec(model.config(), ControlVector::random(model.config(), 3, 1, 1));
-        EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
+        EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(BuildReason::adapters));
     }
     {
         const ScopedFaults on(testing::only(Fault::cvec_baked));

@@ -1,6 +1,6 @@
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>
@@ -91,7 +91,7 @@ TEST(Checkpoint, MissingFileAndQwen3AreErrors) {
 
 // The GGUF export's framing: magic, version, counts, and every tensor's
 // data present and aligned. (llama.cpp loading it and agreeing with the
-// reference is engines/llamacpp/tests.)
+// reference is targets/llamacpp/tests.)
 TEST(Gguf, HeaderAndSize) {
     const Model model = Model::random(tiny_config(), 4);
     const std::vector<std::byte> bytes = serialize_gguf(model);

@@ -1,5 +1,5 @@
 #include "engine/config.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>

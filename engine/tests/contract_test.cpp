@@ -133,7 +133,7 @@ TEST_F(Contract, SameGeometryModelSwapIsStaleAndRebuilds) {
     r.steps(6);
     const Model reloaded = Model::random(model.config(), 22);  // same shape, new weights
     EXPECT_EQ(r.session.check(model, r.cache), Validity::valid());
-    EXPECT_EQ(r.session.check(reloaded, r.cache), Validity::stale(StaleReason::model_instance));
+    EXPECT_EQ(r.session.check(reloaded, r.cache), Validity::stale(BuildReason::model_instance));
     r.model = &reloaded;
     r.shadow.use_model(reloaded);
     r.steps(4, 5);
@@ -146,7 +146,7 @@ TEST_F(Contract, ReloadWithIdenticalWeightsIsStillANewModel) {
     Request r(model);
     r.steps(3);
     const Model same_weights = Model::random(model.config(), 21);
-    EXPECT_EQ(r.session.check(same_weights, r.cache), Validity::stale(StaleReason::model_instance));
+    EXPECT_EQ(r.session.check(same_weights, r.cache), Validity::stale(BuildReason::model_instance));
 }
 
 TEST_F(Contract, CapacityAndFamilyChangesAreStale) {
@@ -155,11 +155,11 @@ TEST_F(Contract, CapacityAndFamilyChangesAreStale) {
     KvGeometry shorter = KvGeometry::of(model.config());
     shorter.max_seq_len = 64;
     EXPECT_EQ(r.session.check(model, KvCache::with_capacity(shorter)),
-              Validity::stale(StaleReason::max_seq_len));
+              Validity::stale(BuildReason::max_seq_len));
     ModelConfig q = model.config();
     q.family = Family::qwen3;
     const Model qwen = Model::random(q, 1);
-    EXPECT_EQ(r.session.check(qwen, r.cache), Validity::stale(StaleReason::family));
+    EXPECT_EQ(r.session.check(qwen, r.cache), Validity::stale(BuildReason::family));
 }
 
 TEST_F(Contract, IncompatibleSetLayerIsRefusedAndNothingChanges) {

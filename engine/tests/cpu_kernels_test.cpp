@@ -4,7 +4,7 @@
 // over blocks that do not divide the length.
 #include "engine/cpu_kernels.hpp"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <gtest/gtest.h>
 

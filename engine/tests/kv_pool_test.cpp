@@ -1,7 +1,7 @@
 // KvPool and PagedSequence: blocks, references, copy on write, truncate,
 // exhaustion, grow and reset, and the pool identity across all of them;
 // both halves: what must keep the id keeps it, what must replace it does.
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/kv_pool.hpp"
 
 #include <gtest/gtest.h>

@@ -82,7 +82,7 @@ TEST_F(MoeContract, EachWarmupFaultBreaksItsHalf) {
     {
         const ScopedFaults on(testing::only(Fault::warmup_in_key));
         adapters.set_warmup(false);
-        EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(StaleReason::adapters));
+        EXPECT_EQ(session.check(model, cache, adapters), Validity::stale(BuildReason::adapters));
     }
 }
 

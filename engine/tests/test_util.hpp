@@ -3,11 +3,11 @@
 
 #include "engine/adapters.hpp"
 #include "engine/decode_session.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 #include "engine/model.hpp"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <gtest/gtest.h>
 

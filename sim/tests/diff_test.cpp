@@ -3,7 +3,7 @@
 // fault switch on, the diff finds the fault: a stale plan as rows that
 // differ, a plan rebuilt every call as calls prepared differently with every
 // row the same; and the trace of a difference replays to the same verdict.
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 #include "sim/diff.hpp"
 

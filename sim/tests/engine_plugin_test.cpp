@@ -2,15 +2,15 @@
 // llama.cpp as plugins agree with the reference on interleaved sequences,
 // truncate, clear and copy; every broken plugin is a clear Error, never a
 // crash.
-#include "engines/abi_lists.hpp"
-#include "engine/cat.hpp"
+#include "targets/abi_lists.hpp"
+#include "util/cat.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
-#include "engines/plugin_host.hpp"
+#include "util/rng.hpp"
+#include "targets/plugin_host.hpp"
 #include "sim/tests/llama_required.hpp"
 
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@
 #include <filesystem>
 #include <optional>
 
-namespace kvweld::engines {
+namespace kvweld::targets {
 namespace {
 
 
@@ -405,4 +405,4 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
 }
 
 }  // namespace
-}  // namespace kvweld::engines
+}  // namespace kvweld::targets

@@ -3,9 +3,9 @@
 // reports, swarms independent of --jobs), replay reproduces a report byte
 // for byte, shrink keeps the failure class, and a swarm of the correct
 // engine passes while really exercising the contract.
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
-#include "engines/registry.hpp"
+#include "targets/registry.hpp"
 #include "sim/json_report.hpp"
 #include "sim/run.hpp"
 
@@ -19,8 +19,8 @@ namespace kvweld::sim {
 namespace {
 
 SimConfig config(std::uint64_t seed, const std::string& faults = "", const std::string& model = "") {
-    return draw_config(seed, EngineChoice{std::string(engines::kDefaultEngine), "", faults}, model,
-                       engines::engine_capabilities(std::string(engines::kDefaultEngine)));
+    return draw_config(seed, EngineChoice{std::string(targets::kDefaultEngine), "", faults}, model,
+                       targets::engine_capabilities(std::string(targets::kDefaultEngine)));
 }
 
 RunResult replay(const RunResult& original) {
@@ -120,14 +120,10 @@ TEST(WhiteBox, ASameCapacityRebindsAndAnotherCapacityBuilds) {
     c.n_ctx = 64;
     c.capacities = {64, 32};
     c.engine.params = "policy=rebind";
-    Op admit = make_op(OpKind::admit);
-    admit.tokens = {1, 2, 3};
-    admit.max_new = 2;
-    Op admit_small = admit;
-    admit_small.pick2 = 1;  // capacity 32
-    Op step = make_op(OpKind::step);
-    step.wants = {8};
-    const Op retire = make_op(OpKind::retire);
+    const Op admit{ops::Admit{.prompt = {1, 2, 3}, .max_new = 2}};
+    const Op admit_small{ops::Admit{.prompt = {1, 2, 3}, .max_new = 2, .capacity = 1}};  // capacity 32
+    const Op step{ops::Step{.wants = {8}}};
+    const Op retire{ops::Retire{}};
     const std::vector<Op> ops = {admit, step, retire, admit, step, retire, admit_small, step};
     const RunResult r = run_ops(c, ops, int(ops.size()));
     ASSERT_EQ(r.verdict, Verdict::pass) << text_report(r);
@@ -145,25 +141,14 @@ TEST(WhiteBox, ANewAdapterSetBuildsAndScalesAndControlVectorsKeepThePlan) {
     c.n_ctx = 64;
     c.capacities = {64};
     c.engine.params = "policy=rebind";
-    Op admit = make_op(OpKind::admit);
-    admit.tokens = {1, 2, 3};
-    admit.max_new = 40;
-    Op step = make_op(OpKind::step);
-    step.wants = {1};
+    const Op admit{ops::Admit{.prompt = {1, 2, 3}, .max_new = 40}};
+    const Op step{ops::Step{.wants = {1}}};
     auto lora = [](std::vector<int> adapters, std::vector<float> scales) {
-        Op op = make_op(OpKind::lora);
-        op.adapters = std::move(adapters);
-        op.scales = std::move(scales);
-        return op;
+        return Op{ops::Lora{std::move(adapters), std::move(scales)}};
     };
-    Op cvec = make_op(OpKind::cvec);
-    cvec.seed = 2;
-    cvec.layer = 1;
-    cvec.layer_end = 1;
-    Op cvec_clear = make_op(OpKind::cvec);
-    cvec_clear.clear = true;
-    Op prefill = step;
-    prefill.wants = {3};
+    const Op cvec{ops::Cvec{.seed = 2, .start = 1, .end = 1}};
+    const Op cvec_clear{ops::Cvec{.clear = true}};
+    const Op prefill{ops::Step{.wants = {3}}};
     const std::vector<Op> ops = {admit,      prefill, lora({0, 2}, {1.0f, 0.5f}), step,
                                  lora({0, 2}, {2.0f, 0.0f}),  // scales only
                                  step,       cvec,    step,   cvec_clear, step,
@@ -195,14 +180,9 @@ TEST(WhiteBox, AnOutputSubsetReturnsThoseRowsAndKeepsThePlan) {
     c.seqs = 1;
     c.capacities = {c.n_ctx};
     c.engine.params = "policy=rebind";
-    Op admit = make_op(OpKind::admit);
-    admit.tokens = {1, 2, 3, 4, 5, 6};
-    admit.max_new = 4;
-    Op chunk = make_op(OpKind::step);
-    chunk.wants = {3};
-    chunk.last_only = true;
-    Op step = make_op(OpKind::step);
-    step.wants = {1};
+    const Op admit{ops::Admit{.prompt = {1, 2, 3, 4, 5, 6}, .max_new = 4}};
+    const Op chunk{ops::Step{.wants = {3}, .last_only = true}};
+    const Op step{ops::Step{.wants = {1}}};
     const std::vector<Op> ops = {admit, chunk, chunk, step, step};
     const RunResult r = run_ops(c, ops, int(ops.size()));
     ASSERT_EQ(r.verdict, Verdict::pass) << text_report(r);

@@ -2,12 +2,12 @@
 // KV row is far above the data oracle's tolerance, the weld and kv oracles
 // catch a stale plan whose logits are right, a lying counter is caught by
 // the plan identity, and a run too large to hold is refused.
-#include "engine/cat.hpp"
-#include "engine/error.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "engine/faults.hpp"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
-#include "engines/registry.hpp"
+#include "util/rng.hpp"
+#include "targets/registry.hpp"
 #include "sim/run.hpp"
 
 #include <gtest/gtest.h>
@@ -56,8 +56,8 @@ TEST(DataOracleMargin, OneStaleKvRowIsFarAboveTheTolerance) {
 }
 
 SimConfig config(std::uint64_t seed, const std::string& faults = "") {
-    const std::string engine(engines::kDefaultEngine);
-    return draw_config(seed, EngineChoice{engine, "", faults}, "", engines::engine_capabilities(engine));
+    const std::string engine(targets::kDefaultEngine);
+    return draw_config(seed, EngineChoice{engine, "", faults}, "", targets::engine_capabilities(engine));
 }
 
 // A plan that keeps its old buffer after clear() writes and reads that

@@ -1,4 +1,4 @@
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Shards partition a seed range, and merging every shard's report gives the
 // unsharded run's report byte for byte; reports that are not the shards of
 // one campaign are refused with the reason.
-#include "engine/error.hpp"
+#include "util/error.hpp"
 #include "sim/json_report.hpp"
 #include "sim/run.hpp"
 #include "sim/shard.hpp"

@@ -1,7 +1,7 @@
 // A truncated, corrupt or wrong-version trace gets an error naming the line
 // and what is wrong.
-#include "engine/error.hpp"
-#include "engines/registry.hpp"
+#include "util/error.hpp"
+#include "targets/registry.hpp"
 #include "sim/jsonl.hpp"
 #include "sim/run.hpp"
 
@@ -11,8 +11,8 @@ namespace kvweld::sim {
 namespace {
 
 std::string good_trace() {
-    const std::string engine(engines::kDefaultEngine);
-    const RunResult r = run_generated(draw_config(9, EngineChoice{engine, "", ""}, "", engines::engine_capabilities(engine)), 20);
+    const std::string engine(targets::kDefaultEngine);
+    const RunResult r = run_generated(draw_config(9, EngineChoice{engine, "", ""}, "", targets::engine_capabilities(engine)), 20);
     return trace_text(r);
 }
 

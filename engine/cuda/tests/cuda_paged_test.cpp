@@ -7,7 +7,7 @@
 #include "cuda_test_util.hpp"
 #include "engine/cuda/cuda_plan.hpp"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <map>
 

@@ -5,7 +5,7 @@
 #include "engine/cuda/cuda_plan.hpp"
 #include "engine/faults.hpp"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -125,7 +125,7 @@ TEST(CudaPlan, ModelSwapRecaptures) {
     const Model a = Model::random(tiny_config(), 7), b = Model::random(tiny_config(), 8);
     CudaRequest r(a);
     r.steps(4, 7);
-    EXPECT_EQ(r.session.check(b, r.cache), Validity::stale(StaleReason::model_instance));
+    EXPECT_EQ(r.session.check(b, r.cache), Validity::stale(BuildReason::model_instance));
     r.model = &b;
     EXPECT_LE(r.steps(4, 8), kDataTolerance);
     EXPECT_EQ(r.session.counters().builds, 2u);

@@ -7,7 +7,7 @@
 #include "engine/cuda/device_buffer.hpp"
 #include "engine/cuda/kernels.cuh"
 #include "engine/reference.hpp"
-#include "engine/rng.hpp"
+#include "util/rng.hpp"
 
 #include <cmath>
 #include <vector>

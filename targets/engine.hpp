@@ -1,0 +1,112 @@
+// The one engine interface the simulator drives (llama.cpp's llama_memory_i
+// is the model: one interface, several implementations). An engine opens
+// sequences, decodes batches of (sequence, token) pairs into one row of
+// logits each, rewinds, clears and copies sequences, and declares the rest
+// as capabilities (the KVWELD_CAP_* bits of include/kvweld/engine_abi.h):
+// plan counters and identity, reload, storage reports and KV read-back,
+// layer swaps, a paged pool, LoRA adapters and a control vector, context
+// shifts and state save and load. Every failure is an Error naming the engine
+// and what went wrong; a refused call changes nothing.
+//
+// Implementations: DenseEngine (targets/kvweld/dense_engine.hpp), kvweld's
+// engine in this process, with the white-box capabilities only a process
+// of its own can have (targets/white_box.hpp); and PluginEngine
+// (targets/plugin_host.hpp), any engine behind the plugin ABI, kvweld's
+// own plugins and llama.cpp among them.
+#pragma once
+
+#include "engine/adapters.hpp"
+#include "engine/model.hpp"
+#include "targets/white_box.hpp"
+#include "kvweld/engine_abi.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvweld::targets {
+
+// What an engine is opened with besides its model: its settings
+// ("k=v,..."), the sequences open at once, the positions each holds, and
+// its threads.
+// Reuse rules and block models are built from the same.
+// How far an engine's rows may lie from its twin's (logit_error; 0: bit
+// for bit), and why, where the engine is not bitwise reproducible across
+// instances in some state.
+struct TwinTolerance {
+    double tolerance = 0.0;
+    const char* why = nullptr;
+};
+
+struct EngineSetup {
+    std::string params;
+    int seqs = 1;
+    int n_ctx = 64;
+    int threads = 1;  // the engine's decode threads
+};
+
+class Engine {
+public:
+    virtual ~Engine() = default;
+
+    virtual std::string name() const = 0;
+    virtual std::uint32_t capabilities() const = 0;  // KVWELD_CAP_*
+    virtual std::string model_format() const = 0;  // how a model is handed over: "llama2c" or "gguf"
+    virtual int vocab() const = 0;
+
+    virtual void open(int seq) = 0;
+    virtual void close(int seq) = 0;
+    // One row of vocab() logits per (seqs[i], tokens[i]) pair, back to back;
+    // with `outputs` (KVWELD_CAP_OUTPUTS; empty: every pair), only for the
+    // pairs with outputs[i] != 0. Every pair's KV is written either way.
+    virtual std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                                      std::span<const std::uint8_t> outputs) = 0;
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) {
+        return decode(seqs, tokens, {});
+    }
+    virtual void truncate(int seq, int n) = 0;
+    // KVWELD_CAP_SHIFT, a context shift: positions [p0, p1) removed, the
+    // later ones moved down by p1 - p0 (their keys re-rotated).
+    virtual void shift(int seq, int p0, int p1) = 0;
+    // KVWELD_CAP_STATE: a sequence's state as bytes, in the engine's own
+    // format; and such bytes loaded into an open sequence, replacing what it
+    // held. A state of another model or shape, or corrupt bytes, is an Error
+    // and the sequence keeps what it held.
+    virtual std::vector<std::uint8_t> state_save(int seq) = 0;
+    virtual void state_load(int seq, std::span<const std::uint8_t> bytes) = 0;
+    virtual void clear(int seq) = 0;
+    virtual void clear_all() = 0;
+    // Capabilities: each throws Error when the engine does not declare it.
+    virtual void copy(int src, int dst) = 0;                       // KVWELD_CAP_COPY_SEQ
+    // KVWELD_CAP_RELOAD: the same shape, new or the same weights, handed over
+    // as the engine takes models (a plugin: a file in its model_format()).
+    virtual void reload(const Model& model) = 0;
+    // KVWELD_CAP_STORAGE; which: KVWELD_STORAGE_HELD or _PLAN
+    virtual std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const = 0;
+    virtual void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const = 0;  // READ_KV
+    virtual void swap_layer(int seq, int layer) = 0;               // KVWELD_CAP_SWAP_LAYER
+    virtual std::optional<kvweld_engine_counters> counters() const = 0;  // nullopt without PLAN_COUNTERS
+    virtual std::uint64_t plan_serial(int seq) const = 0;          // KVWELD_CAP_PLAN_SERIAL
+    // Paged KV (KVWELD_CAP_BLOCKS, KVWELD_CAP_POOL_OPS).
+    virtual kvweld_pool_info pool_info() const = 0;
+    virtual std::vector<int> block_table(int seq) const = 0;
+    virtual int block_refcount(int block) const = 0;
+    virtual void pool_op(int op) = 0;  // KVWELD_POOL_COMPACT, _GROW or _RESET
+    // KVWELD_CAP_LORA: the LoRA adapters, each at its scale, every later
+    // decode runs with (empty: none); KVWELD_CAP_CVEC: the control vector
+    // it adds (nullptr: none). Both survive a reload. A bad adapter or
+    // vector is an Error naming it, and nothing changes.
+    virtual void set_loras(std::span<const LoraUse> uses) = 0;
+    virtual void set_cvec(const ControlVector* cvec) = 0;
+    // KVWELD_CAP_WARMUP: llama.cpp's warmup routing for an MoE model
+    // (engine/adapters.hpp); survives a reload.
+    virtual void set_warmup(bool on) = 0;
+    // The twin tolerance in the engine's present state (ABI 6 twin_tolerance).
+    virtual TwinTolerance twin_tolerance() const { return {}; }
+    // The white-box capabilities (nullptr: none, as behind any plugin).
+    virtual WhiteBox* white_box() { return nullptr; }
+};
+
+}  // namespace kvweld::targets

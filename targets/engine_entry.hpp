@@ -1,0 +1,68 @@
+// One row of the registry (targets/registry.hpp): all that kvweld knows of
+// an engine by name. Each engine's folder defines its own rows
+// (targets/kvweld/kvweld_entries.hpp, targets/llamacpp/llamacpp_entry.hpp);
+// the registry only lists them. A field left empty means "none": the
+// oracle or study it feeds is then off, and says why.
+#pragma once
+
+#include "engine/model.hpp"
+#include "targets/block_model.hpp"
+#include "targets/engine.hpp"
+#include "targets/reuse_rule.hpp"
+#include "util/cat.hpp"
+#include "util/rng.hpp"
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvweld::targets {
+
+// One setting of the engine the reuse study (kvweld traffic) runs, and the
+// setting of its twin that builds every plan ("" when there is none).
+struct StudySetting {
+    std::string params;
+    std::string no_reuse;
+    bool recycle = false;  // admits onto the storage a slot kept (white box)
+    std::string label() const { return cat(params.empty() ? "(defaults)" : params, recycle ? " recycle" : ""); }
+};
+// What a study's settings may be sized by: the server's slots and the mean
+// request (prompt and output tokens).
+struct StudyTraffic {
+    int slots = 1;
+    int mean_request = 1;
+};
+
+struct EngineEntry {
+    std::string_view name;
+    const char* plugin = "";              // its path in this build, "" when not built (or in process)
+    const char* missing = "not built";    // why not, when not built
+    // In process: creates the engine (nullptr: a plugin, opened through the ABI).
+    std::unique_ptr<Engine> (*in_process)(const std::string& faults, const EngineSetup& setup,
+                                          const Model& model) = nullptr;
+    std::uint32_t in_process_capabilities = 0;         // what one in process declares
+    const std::string& (*in_process_faults)() = nullptr;  // its fault switches, as the ABI lists them
+    // In process: the setting that turns its plan reuse off ("key=value"),
+    // for the differential twin (a plugin declares its own: ABI 6 no_reuse_param).
+    const char* in_process_no_reuse = nullptr;
+    std::unique_ptr<ReuseRule> (*rule)(const EngineSetup&) = nullptr;  // none: accounting off
+    // Why its reuse rule does not apply to the build a plugin reports
+    // (ABI 8 `build`; nullptr: it applies): the rule states one release's
+    // facts, and another release runs without it, the twin on.
+    const char* (*rule_gap)(const std::string& build) = nullptr;
+    BlockModel (*block_model)(const EngineSetup&) = nullptr;  // the block model that follows its pool
+    // The settings setup.params leaves open, drawn and appended.
+    std::string (*draw_settings)(const EngineSetup& setup, Rng& rng) = nullptr;
+    // Why the reference cannot follow the engine under these settings
+    // (nullptr: it can): then the twin is the data oracle.
+    const char* (*reference_blind)(const std::string& params) = nullptr;
+    // Its known findings file for the release this build makes (sim/known_findings.hpp).
+    const char* known_findings = nullptr;
+    // The settings the reuse study compares, `params` given or not (none:
+    // the one setting asked for, without a twin).
+    std::vector<StudySetting> (*study_settings)(const std::string& params, const StudyTraffic& traffic,
+                                                bool in_process) = nullptr;
+};
+
+}  // namespace kvweld::targets

@@ -1,0 +1,192 @@
+// kvweld's dense engine (targets/kvweld/dense_engine.hpp) behind the plugin
+// ABI (include/kvweld/engine_abi.h): the same class the simulator runs in
+// process, over the model loaded from the GGUF file the harness wrote. It exists so that the ABI is exercised by an engine with fault
+// switches, and so that the in-process engine and its plugin can be run
+// side by side on the same seeds.
+#include "targets/kvweld/dense_engine.hpp"
+#include "targets/kvweld/kvweld_plugin_base.hpp"
+#include "engine/gguf.hpp"
+#include "util/error.hpp"
+
+#include <map>
+#include <memory>
+#include <string>
+
+struct kvweld_engine {
+    std::unique_ptr<kvweld::targets::DenseEngine> engine;
+    kvweld::abi::LoraFiles adapters;
+};
+
+namespace {
+
+using kvweld::abi::guarded;
+using kvweld::require;
+
+// The engine's fault switches this ABI can reach (none in a build without
+// KVWELD_FAULTS), each with the classes it may show as: "name:a|b,...".
+// Left out: the paged design's, and spec_reject_off_by_one, a fault of the
+// scheduler the simulator plays in process. build_counted_as_kept acts
+// here: a reload keeps each slot's session, whose next key check is
+// stale(model_instance), and the plan identity (plan_serial) shows the
+// uncounted build.
+const std::string& fault_list() {
+    static const std::string names = kvweld::abi::fault_names_for([](const kvweld::FaultInfo& f) {
+        return f.design != kvweld::FaultDesign::paged && !f.in_process_only;
+    });
+    return names;
+}
+
+int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(o && o->model_path, "no options or model path");
+        kvweld::FaultSet faults;
+        for (const std::string& name : kvweld::abi::split_list(o->faults)) {
+            const auto f = kvweld::fault_from_name(name);
+            require(f && kvweld::abi::lists_fault(fault_list().c_str(), name), "unknown fault '", name,
+                    "': this engine's faults are ", fault_list().empty() ? "(none in this build)" : fault_list());
+            faults.add(*f);
+        }
+        const kvweld::Model model = kvweld::load_gguf(o->model_path);
+        const kvweld::targets::EngineSetup setup{o->params ? o->params : "", o->n_seq_max, o->n_ctx, o->threads};
+        *out = new kvweld_engine{std::make_unique<kvweld::targets::DenseEngine>(model, setup, faults), {}};
+    });
+}
+
+void destroy(kvweld_engine* e) { delete e; }
+
+int32_t vocab(const kvweld_engine* e) { return e->engine->vocab(); }
+
+int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->open(seq); });
+}
+
+int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->close(seq); });
+}
+
+int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
+           size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n >= 0, "decode of ", n, " pairs");
+        const std::vector<float> rows =
+            e->engine->decode({seqs, std::size_t(n)}, {tokens, std::size_t(n)});
+        std::copy(rows.begin(), rows.end(), logits);
+    });
+}
+
+int decode_outputs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
+                   float* logits, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n >= 0 && outputs, "decode_outputs of ", n, " pairs", outputs ? "" : " without output flags");
+        const std::vector<float> rows = e->engine->decode({seqs, std::size_t(n)}, {tokens, std::size_t(n)},
+                                                          {outputs, std::size_t(n)});
+        std::copy(rows.begin(), rows.end(), logits);
+    });
+}
+
+int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->truncate(seq, n); });
+}
+
+int shift(kvweld_engine* e, int32_t seq, int32_t p0, int32_t p1, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->shift(seq, p0, p1); });
+}
+
+int state_save(kvweld_engine* e, int32_t seq, uint8_t* out, size_t cap, size_t* n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { kvweld::abi::write_sized(e->engine->state_save(seq), out, cap, n); });
+}
+
+int state_load(kvweld_engine* e, int32_t seq, const uint8_t* data, size_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(data || n == 0, "state_load: no data");
+        e->engine->state_load(seq, {data, n});
+    });
+}
+
+int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->clear(seq); });
+}
+
+int clear_all(kvweld_engine* e, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->clear_all(); });
+}
+
+int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->copy(src, dst); });
+}
+
+// The file is read and checked in full before the engine changes.
+int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(path != nullptr, "reload: no model path");
+        e->engine->reload(kvweld::load_gguf(path));
+    });
+}
+
+int storage(const kvweld_engine* e, int32_t seq, int32_t which, uint64_t* out, int32_t n_layers, char* err,
+            size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const std::vector<uint64_t> serials = e->engine->storage(seq, which, n_layers);
+        std::copy(serials.begin(), serials.end(), out);
+    });
+}
+
+int read_kv(const kvweld_engine* e, int32_t seq, int32_t layer, int32_t pos, float* k, float* v, int32_t kv_dim,
+            char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(kv_dim >= 0, "read_kv: kv_dim ", kv_dim);
+        e->engine->read_kv(seq, layer, pos, {k, std::size_t(kv_dim)}, {v, std::size_t(kv_dim)});
+    });
+}
+
+int swap_layer(kvweld_engine* e, int32_t seq, int32_t layer, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->swap_layer(seq, layer); });
+}
+
+int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { *out = *e->engine->counters(); });
+}
+
+int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { *out = e->engine->plan_serial(seq); });
+}
+
+// Every file is read and checked before the engine changes.
+int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        e->engine->set_loras(kvweld::abi::lora_uses(e->adapters, paths, scales, n, e->engine->config()));
+    });
+}
+
+int set_cvec(kvweld_engine* e, const float* data, size_t len, int32_t n_embd, int32_t il_start, int32_t il_end,
+             char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto cv = kvweld::abi::cvec_of(data, len, n_embd, il_start, il_end, e->engine->config());
+        e->engine->set_cvec(cv ? &*cv : nullptr);
+    });
+}
+
+int set_warmup(kvweld_engine* e, int32_t on, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(on == 0 || on == 1, "set_warmup: on = ", on, ": must be 0 or 1");
+        e->engine->set_warmup(on == 1);
+    });
+}
+
+const kvweld_engine_api kApi = {
+    KVWELD_ENGINE_ABI_VERSION, "kvweld", "gguf",
+    kvweld::targets::kDenseCapabilities,
+    fault_list().c_str(),
+    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
+    storage, read_kv, swap_layer,
+    nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
+    plan_serial, set_loras, set_cvec, decode_outputs, set_warmup,
+    kvweld::targets::kDenseNoReuse,
+    nullptr,  // bit for bit with its twin in every state
+    shift, state_save, state_load,
+    KVWELD_BUILD,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const kvweld_engine_api* kvweld_engine_entry(void) { return &kApi; }

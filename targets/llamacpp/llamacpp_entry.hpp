@@ -1,0 +1,16 @@
+// llama.cpp in the registry ("llamacpp", and "llamacpp@V" for another
+// cached release); the rule its row names lives beside it.
+#pragma once
+
+#include "targets/engine_entry.hpp"
+
+namespace kvweld::targets {
+
+extern const EngineEntry kLlamacppEntry;
+
+std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& setup);  // llamacpp_rule.cpp
+// Why that rule does not apply to a plugin's build (nullptr: the build is
+// of a release the rule states the facts of).
+const char* llamacpp_rule_gap(const std::string& build);
+
+}  // namespace kvweld::targets

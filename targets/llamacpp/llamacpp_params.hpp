@@ -1,0 +1,13 @@
+// llama.cpp's settings (options.params), one list for its plugin's parser,
+// its reuse rule and the settings a seed draws.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvweld::targets {
+
+inline const std::vector<std::string> kLlamacppSettings = {"kv_unified", "graph_reuse", "kv_type",
+                                                                      "flash_attn", "rope_scale"};
+
+}  // namespace kvweld::targets

@@ -1,0 +1,354 @@
+// llama.cpp behind the ABI (targets/llamacpp), the releases of
+// kReleaseFacts below (0.3.20 to 0.3.36; the lines cited here are
+// 0.3.36's, each release's own are in its row): when a decode call
+// is justified to reuse the previous compute graph. Read off llama.cpp's
+// source (llama-context.cpp process_ubatch, llama-graph.h allow_reuse,
+// llama-batch.cpp split_simple/split_equal, llama-kv-cache.cpp get_n_kv,
+// seq_cp); the swarm checks it against llama_perf_context().n_reused on
+// every call. The adapter asks for logits at every token and one ubatch
+// size of 512.
+//
+// Clause 1 (the split): llama.cpp runs one graph per ubatch. With a unified
+//   KV cache a batch is cut into runs of up to 512 consecutive tokens. With
+//   one KV stream per sequence (the default), each ubatch takes the first
+//   unused token's sequence and the following sequences whose ids go up by
+//   one, then the same number of tokens from each (as many rounds as all
+//   have and 512 allow).
+// Clause 2 (the shape): a graph may be reused only when the previous graph
+//   exists and its ubatch had the same shape: token count, tokens per
+//   sequence, sequence count, distinct sequences, output count (n_outputs in
+//   llm_graph_params::allow_reuse) and, for the per-stream split, the same
+//   sequence ids.
+// Clause 3 (the window): the attention window (n_kv) must be the same. Each
+//   stream's cell count is padded to 256 and the window is padded to 256,
+//   so with one stream per sequence and n_ctx <= 256 (the simulator's
+//   bound) the window is always 256; so too in a unified cache of <= 256
+//   cells. A larger unified cache's window is max(256, pad256(used_max_p1))
+//   (llama_kv_cache::get_n_kv), which follows cell occupancy. The rule
+//   bounds it: find_slot takes the first free cells scanning from a head
+//   that is never past the highest used cell + 1 (it only moves back, or to
+//   just after the cells it placed), so used_max_p1 never exceeds the tokens
+//   placed since the cache was last emptied with its head at 0 (creation,
+//   clear_all, reload). While that count is <= 256 the window is 256 and a
+//   same-shape graph MUST be reused; past it, it MAY be.
+// Clause 4 (stream copies): copying a sequence between streams (copy_seq
+//   without a unified cache) is queued and done at the next decode's memory
+//   update, which discards every held graph: that call's first graph builds.
+//   The same holds for a context shift that moves positions (seq_add
+//   over cells: their keys owe a K-shift, llama_kv_cache::update applies it
+//   in memory_update, src/llama-context.cpp:847-876, which resets every
+//   held graph result; a design choice of 0.3.36, marked there as a TODO:
+//   the contract needs no rebuild, the rotation is data). A shift that
+//   drops the tail moves no cell and queues nothing.
+// Clause 5: with graph_reuse=0 (LLAMA_GRAPH_REUSE_DISABLE) nothing is reused.
+// Clause 6: a reload makes a new context, which holds no graph.
+// Clause 7 (adapters): the graph holds the LoRA adapters with a non-zero
+//   scale, each with its scale (an op parameter), and the control vector's
+//   add nodes: after any of these changed, the next graph builds. An
+//   adapter at scale 0 is no part of the graph (a design choice of
+//   llama.cpp: llama_context::set_adapters_lora skips it and
+//   adapters_lora_are_same ignores it), so adding or removing one changes
+//   nothing. The contract's other half: setting the same adapters at the
+//   same scales, or the same control vector over the same range, changes
+//   nothing the graph depends on, so a same-shape graph after it must be
+//   reused: the contract clause "adapters-unchanged", named in the
+//   expectation (a known finding of 0.3.36 breaks it for the control
+//   vector: targets/llamacpp/known_findings/0.3.36.json).
+// Clause 8 (warmup): an MoE model's graph routes by n_expert_used, which
+//   warmup sets to n_expert (llm_graph_context's constructor): a graph
+//   built under the other setting computes other weights, so a graph whose
+//   setting is not the current one must build ("warmup-switched"; switched
+//   and back again, the held graph fits and must be reused; llama.cpp
+//   0.3.36 neither compares warmup in allow_reuse nor reserves on
+//   set_warmup: a known finding). The simulator tells the rule only about
+//   an MoE model's switches: a dense graph does not read the setting.
+// A state load (llama_state_seq_set_data) places its cells as a decode
+// does (clause 3 counts them) and discards no graph.
+// Clause 9: sequences whose rows an earlier op left wrong in 0.3.36 (its
+//   known findings, not the contract): every call that decodes one names
+//   the finding's condition (targets/llamacpp/llamacpp_wrong_rows.hpp).
+// Nothing else (truncate, clear, clear_all, open, close) discards a graph:
+// llama.cpp reads KV positions and masks as per-call inputs.
+#include "targets/llamacpp/llamacpp_entry.hpp"
+#include "targets/abi_lists.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "targets/llamacpp/llamacpp_params.hpp"
+#include "targets/llamacpp/llamacpp_wrong_rows.hpp"
+#include "targets/reuse_rule.hpp"
+#include "targets/registry.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace kvweld::targets {
+
+namespace {
+
+constexpr int kUbatch = 512;  // the adapter's n_ubatch
+constexpr int kPad = 256;     // llama.cpp's cell and window padding
+
+// The releases whose facts the clauses above state: one row per release,
+// each fact with the place in that release's source (vendor/llama.cpp/src)
+// it was read from. Of the clauses, 1 (the split), 3 (the window's
+// padding), 4's K-shift and 7's zero-scale adapters are design choices of
+// these releases, not the contract; 2, 5, 6, 7's other half and 8 follow
+// from the contract. A release not listed runs without this rule: the twin
+// and the reference judge its rows, and `kvweld diff` compares its reuse
+// with another release's call by call.
+struct ReleaseFacts {
+    const char* release;
+    const char* window;   // clause 3: n_ctx and every stream padded to 256 cells, n_kv to max(n_pad, 256)
+    const char* split;    // clause 1: split_simple (unified) and split_equal (per stream)
+    const char* shape;    // clause 2: llm_graph_params::allow_reuse, n_outputs included
+    const char* update;   // clause 4: memory_update resets every held graph result
+    const char* adapters; // clause 7: set_adapters_lora compares the set; set_adapter_cvec reserves
+};
+constexpr ReleaseFacts kReleaseFacts[] = {
+    {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
+     "llama-context.cpp:708-736", "llama-context.cpp:1111, 1152"},
+    {"0.3.24", "llama-context.cpp:201, llama-kv-cache.cpp:1140", "llama-batch.cpp:474, 508", "llama-graph.h:630-662",
+     "llama-context.cpp:732-760", "llama-context.cpp:1193, 1234"},
+    {"0.3.28", "llama-context.cpp:215, llama-kv-cache.cpp:1228", "llama-batch.cpp:474, 508", "llama-graph.h:631-663",
+     "llama-context.cpp:750-778", "llama-context.cpp:1213, 1254"},
+    {"0.3.32", "llama-context.cpp:227, llama-kv-cache.cpp:1228", "llama-batch.cpp:474, 508", "llama-graph.h:631-663",
+     "llama-context.cpp:762-790", "llama-context.cpp:1248, 1289"},
+    {"0.3.36", "llama-context.cpp:290, llama-kv-cache.cpp:1265", "llama-batch.cpp:508, 542", "llama-graph.h:818-850",
+     "llama-context.cpp:847-876", "llama-context.cpp:1342, 1383"},
+};
+
+// Releases read and found not to fit, and why (the rule then names it).
+constexpr struct {
+    const char* release;
+    const char* why;
+} kReleasesOutside[] = {
+    {"0.3.15", "its KV window is padded to 32 cells without flash attention (llama-kv-cache-unified.cpp:2389, "
+               "get_padding), not 256, so the window follows occupancy (clause 3); and allow_reuse compares the "
+               "adapters by the address of the context's one cvec and loras objects (llama-graph.h:401-402, 450-451), "
+               "not their content (clause 7)"},
+    {"0.3.16", "its KV window is padded to 32 cells without flash attention (llama-kv-cache-unified.cpp:2407, "
+               "get_padding), not 256 (clause 3); and allow_reuse compares the adapters by address "
+               "(llama-graph.h:401-402, 450-451), not content (clause 7)"},
+};
+
+struct UbatchShape {
+    bool equal_seqs = false;
+    int n_tokens = 0, n_seq_tokens = 0, n_seqs = 0, n_seqs_unq = 0, n_outputs = 0;
+    std::vector<int> seq_ids;  // compared only for the per-stream split
+    bool operator==(const UbatchShape&) const = default;
+};
+
+bool wanted(std::span<const std::uint8_t> outputs, std::size_t i) { return outputs.empty() || outputs[i]; }
+
+// Clause 1, unified: consecutive runs of up to kUbatch tokens.
+std::vector<UbatchShape> split_simple(std::span<const int> seqs, std::span<const std::uint8_t> outputs) {
+    std::vector<UbatchShape> out;
+    for (std::size_t at = 0; at < seqs.size(); at += kUbatch) {
+        const std::size_t n = std::min<std::size_t>(kUbatch, seqs.size() - at);
+        const std::set<int> distinct(seqs.begin() + long(at), seqs.begin() + long(at + n));
+        int n_outputs = 0;
+        for (std::size_t i = at; i < at + n; ++i) n_outputs += wanted(outputs, i);
+        out.push_back({false, int(n), 1, int(n), int(distinct.size()), n_outputs, {}});
+    }
+    return out;
+}
+
+// Clause 1, one stream per sequence: the sequential equal split.
+std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const std::uint8_t> outputs) {
+    std::vector<UbatchShape> out;
+    std::vector<bool> used(seqs.size(), false);
+    std::size_t n_used = 0;
+    while (n_used < seqs.size()) {
+        std::vector<int> set;  // this ubatch's sequences, in the order taken
+        for (std::size_t i = 0; i < seqs.size(); ++i) {
+            if (used[i] || std::find(set.begin(), set.end(), seqs[i]) != set.end()) continue;
+            if (set.empty() || seqs[i] == set.back() + 1) set.push_back(seqs[i]);
+        }
+        std::map<int, std::vector<std::size_t>> unused;  // per sequence, its unused tokens in order
+        for (std::size_t i = 0; i < seqs.size(); ++i)
+            if (!used[i]) unused[seqs[i]].push_back(i);
+        int rounds = 0, n_outputs = 0;
+        const int n_seqs = int(set.size());
+        for (bool more = true; more;) {
+            for (int s : set) more = more && unused[s].size() > std::size_t(rounds);
+            if (!more) break;
+            for (int s : set) {
+                const std::size_t i = unused[s][std::size_t(rounds)];
+                used[i] = true;
+                n_outputs += wanted(outputs, i);
+            }
+            n_used += std::size_t(n_seqs);
+            ++rounds;
+            more = (rounds + 1) * n_seqs <= kUbatch;
+        }
+        std::vector<int> ids = set;
+        std::sort(ids.begin(), ids.end());
+        out.push_back({true, rounds * n_seqs, rounds, n_seqs, n_seqs, n_outputs, ids});
+    }
+    return out;
+}
+
+// Clause 7: the adapters the graph holds, by identity, with their scales.
+std::map<std::uint64_t, float> effective_loras(const Adapters& a) {
+    std::map<std::uint64_t, float> out;
+    for (const LoraUse& u : a.loras())
+        if (u.scale != 0.0f) out[u.adapter->id().get()] = u.scale;
+    return out;
+}
+
+bool same_cvec(const Adapters& a, const Adapters& b) {
+    if (!a.cvec() || !b.cvec()) return !a.cvec() && !b.cvec();
+    return *a.cvec() == *b.cvec();
+}
+
+class LlamacppRule final : public ReuseRule {
+public:
+    LlamacppRule(bool unified, bool reuse, bool window_fixed)
+        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed) {}
+
+    ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
+        ReuseExpectation e;
+        const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs, outputs) : split_equal(seqs, outputs);
+        e.plans = int(ubatches.size());
+        last_.clear();
+        for (const UbatchShape& u : ubatches) {
+            placed_ += u.n_tokens;
+            const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
+            const bool same_window = window_known && previous_window_known_;
+            const bool warmup_switched = warmup_ != graph_warmup_;
+            const char* clause = !reuse_                  ? "5 (reuse disabled)"
+                                 : warmup_switched        ? "8 (warmup switched)"
+                                 : adapters_changed_      ? "7 (the adapters changed)"
+                                 : copy_queued_ || kshift_queued_ ? "4 (a stream copy or a K-shift discarded the graph)"
+                                 : !previous_             ? "2/6 (no previous graph)"
+                                 : !(*previous_ == u)     ? "2 (another shape)"
+                                 : same_window && adapters_set_again_
+                                     ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
+                                 : same_window            ? "2+3 (same shape, same window)"
+                                                          : "3 (same shape, window past the bound)";
+            if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched && previous_ && *previous_ == u) {
+                ++(same_window ? e.must_reuse : e.may_reuse);
+                if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
+                if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
+            }
+            if (reuse_ && warmup_switched) e.clause = "warmup-switched";
+            graph_warmup_ = warmup_;
+            last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
+            previous_ = u;
+            previous_window_known_ = window_known;
+            copy_queued_ = kshift_queued_ = false;
+            adapters_changed_ = adapters_set_again_ = false;
+        }
+        if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
+        wrong_rows_.decoded();
+        return e;
+    }
+    std::string why_last() const override {
+        std::string out;
+        for (const Decided& d : last_)
+            out += cat(out.empty() ? "" : "; ", "ubatch of ", d.n_tokens, " tokens (", d.n_seqs, " sequences x ",
+                       d.n_seq_tokens, d.n_outputs < d.n_tokens ? cat(", ", d.n_outputs, " outputs") : "",
+                       "): clause ", d.clause);
+        return out;
+    }
+    const char* standing_clause(std::span<const int> seqs) const override { return wrong_rows_.clause(seqs); }
+    const char* state_clause(int id) const override { return wrong_rows_.state_clause(id); }
+    void on_copy(int src, int dst) override {
+        copy_queued_ = copy_queued_ || !unified_;
+        wrong_rows_.copied(src, dst);
+    }
+    void on_shift(int seq, int p0, int p1, int len) override {
+        const bool moved = p0 < p1 && p1 < len;  // cells past the dropped ones move: a K-shift is queued
+        kshift_queued_ = kshift_queued_ || moved;
+        wrong_rows_.shifted(seq, moved);
+    }
+    void on_state_save(int seq, int id) override { wrong_rows_.saved(seq, id); }
+    void on_state_load(int seq, int len, int id) override {
+        placed_ += len;
+        wrong_rows_.loaded(seq, id);
+    }
+    // The plugin puts a refused load's sequence back from a state it saves
+    // first (llama.cpp empties it): a save and a load, as far as clause 9 goes.
+    void on_state_refused(int seq) override { wrong_rows_.put_back(seq); }
+    void on_truncate(int seq, int n) override {
+        if (n == 0) wrong_rows_.emptied(seq);
+    }
+    void on_clear(int seq) override { wrong_rows_.emptied(seq); }
+    void on_close(int seq) override { wrong_rows_.emptied(seq); }
+    void on_reload() override {
+        previous_.reset();
+        wrong_rows_.all_emptied(true);
+        copy_queued_ = kshift_queued_ = false;  // the new context has nothing queued
+        placed_ = 0;             // nor any used cell
+    }
+    void on_clear_all() override {  // every cell freed, the head at 0
+        placed_ = 0;
+        kshift_queued_ = false;
+        wrong_rows_.all_emptied(false);
+    }
+    void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
+        const bool changed = effective_loras(before) != effective_loras(after) || !same_cvec(before, after);
+        adapters_changed_ = adapters_changed_ || changed;
+        warmup_ = after.warmup();
+        adapters_set_again_ = adapters_set_again_ || !changed;
+    }
+
+private:
+    bool unified_, reuse_, window_fixed_;
+    std::optional<UbatchShape> previous_;
+    bool previous_window_known_ = false;  // the previous graph's window was 256
+    int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
+    // What the next decode's memory update applies: stream copies (queued
+    // until then whatever happens, clear_all included: llama_kv_cache::clear
+    // leaves sc_info) and K-shifts (dropped with the cells by clear_all).
+    bool copy_queued_ = false, kshift_queued_ = false;
+    WrongRows wrong_rows_{unified_};  // clause 9
+    bool adapters_changed_ = false;  // clause 7: since the last graph
+    bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
+    // Clause 8: the setting now, and the one the last graph was built under
+    // (switched and back again, a graph still fits: llama.cpp reserves nothing).
+    bool warmup_ = false, graph_warmup_ = false;
+    struct Decided {
+        int n_tokens, n_seqs, n_seq_tokens, n_outputs;
+        const char* clause;
+    };
+    std::vector<Decided> last_;  // the last call's ubatches, for why_last()
+};
+
+}  // namespace
+
+std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
+    std::map<std::string, std::string> params;
+    bool unified = false, reuse = true;
+    try {
+        params = abi::parse_params(config.params.c_str(), kLlamacppSettings);
+        unified = abi::flag_param(params, "kv_unified", false);
+        reuse = abi::flag_param(params, "graph_reuse", true);
+    } catch (const std::runtime_error& e) {
+        throw Error(cat("llama.cpp ", e.what()));
+    }
+    require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
+    const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed);
+}
+
+const char* llamacpp_rule_gap(const std::string& build) {
+    static thread_local std::string why;
+    const std::string release = build_release(build);
+    std::string listed;
+    for (const ReleaseFacts& r : kReleaseFacts) {
+        if (release == r.release) return nullptr;
+        listed += cat(listed.empty() ? "" : ", ", r.release);
+    }
+    std::string outside;
+    for (const auto& r : kReleasesOutside)
+        if (release == r.release) outside = cat(" (", r.why, ")");
+    why = cat("the llama.cpp rule states the facts of releases ", listed, " (targets/llamacpp/llamacpp_rule.cpp);"
+              " this plugin is ", build.empty() ? "of no named release" : build, outside,
+              ": the rule is not applied, the twin is on and judges every row with the reference");
+    return why.c_str();
+}
+
+}  // namespace kvweld::targets

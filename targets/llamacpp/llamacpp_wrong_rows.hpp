@@ -1,0 +1,112 @@
+// The llama.cpp rule's account of sequences whose K/V rows an earlier op
+// left wrong in llama.cpp 0.3.36 (targets/llamacpp/known_findings): not
+// contract clauses but the conditions three known findings need, so that
+// every call decoding such a sequence names one and a failure there is
+// matched to its finding, never hidden among others. Each is read off the
+// source at the line the finding cites:
+//
+// "state-io-under-queued-copy": with one stream per sequence, seq_cp
+//   copies the cells' metadata at once and queues the K/V buffer copy for
+//   the next decode's memory update (src/llama-kv-cache.cpp:508-511); state
+//   save and load touch the buffers at once. A state saved from the copy's
+//   destination before then holds its old rows; one loaded into the
+//   destination is overwritten by the copy; one loaded into the source is
+//   copied into the destination under the old metadata.
+// "state-saved-before-k-shift": seq_add moves a cell's position at once
+//   and queues its K rotation for the next decode (llama_kv_cells::pos_add;
+//   the K-shift in llama_kv_cache::update); a state saved before then holds
+//   the new positions with the old rotation, and the load drops the owed
+//   rotation (state_read_meta places fresh cells).
+// "shift-moves-shared-cells": with a unified cache, seq_cp shares cells
+//   between sequences (llama_kv_cells::seq_add at line 487), and seq_add
+//   moves a cell for every sequence in it (line 607): a shift of one moves
+//   the rows of every sequence it shares them with. Sharing is tracked
+//   loosely (from a copy until the sequence is emptied or loaded), so the
+//   clause may name a sequence that no longer shares a moved cell.
+#pragma once
+
+#include <map>
+#include <set>
+#include <span>
+
+namespace kvweld::targets {
+
+class WrongRows {
+public:
+    explicit WrongRows(bool unified) : unified_(unified) {}
+
+    // The clause a call decoding `seqs` carries (nullptr: none).
+    const char* clause(std::span<const int> seqs) const {
+        for (int s : seqs)
+            if (const auto it = wrong_.find(s); it != wrong_.end()) return it->second;
+        return nullptr;
+    }
+    const char* state_clause(int id) const {
+        const auto it = states_.find(id);
+        return it == states_.end() ? nullptr : it->second;
+    }
+    void decoded() {  // the memory update ran: copies and rotations done
+        queued_.clear();
+        shifted_.clear();
+    }
+    void copied(int src, int dst) {
+        emptied(dst);
+        if (!unified_) queued_[dst] = src;
+        if (const auto it = wrong_.find(src); it != wrong_.end()) wrong_[dst] = it->second;
+        if (!unified_) return;
+        for (int other : sharing_[src]) share(other, dst);
+        share(src, dst);
+    }
+    void shifted(int seq, bool moved) {
+        if (!moved) return;
+        shifted_.insert(seq);
+        for (int other : sharing_[seq]) wrong_[other] = "shift-moves-shared-cells";
+    }
+    void saved(int seq, int id) {
+        if (const auto it = wrong_.find(seq); it != wrong_.end()) states_[id] = it->second;
+        else if (queued_.count(seq)) states_[id] = "state-io-under-queued-copy";
+        else if (shifted_.count(seq)) states_[id] = "state-saved-before-k-shift";
+    }
+    void loaded(int seq, int id) {
+        emptied(seq);
+        if (const auto it = states_.find(id); it != states_.end()) wrong_[seq] = it->second;
+        if (queued_.count(seq)) wrong_[seq] = "state-io-under-queued-copy";
+        for (const auto& [dst, src] : queued_)
+            if (src == seq) wrong_[dst] = "state-io-under-queued-copy";
+    }
+    void put_back(int seq) {  // saved and loaded again at once
+        constexpr int kNow = -1;  // no simulator state has this id
+        saved(seq, kNow);
+        loaded(seq, kNow);
+        states_.erase(kNow);
+    }
+    // Its cells freed (clear, close, truncate to 0, the target of a copy or load).
+    void emptied(int seq) {
+        wrong_.erase(seq);
+        for (int other : sharing_[seq]) sharing_[other].erase(seq);
+        sharing_.erase(seq);
+    }
+    // clear_all (the queued copies stay queued: llama_kv_cache::clear
+    // leaves sc_info) or a reload (a new context: nothing queued).
+    void all_emptied(bool new_context) {
+        wrong_.clear();
+        sharing_.clear();
+        shifted_.clear();
+        if (new_context) queued_.clear();
+    }
+
+private:
+    void share(int a, int b) {
+        if (a == b) return;
+        sharing_[a].insert(b);
+        sharing_[b].insert(a);
+    }
+    bool unified_;
+    std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
+    std::map<int, const char*> states_;  // saved state id -> the clause it was saved wrong under
+    std::map<int, int> queued_;          // stream copies since the last decode: destination -> source
+    std::set<int> shifted_;              // sequences with a K rotation owed since the last decode
+    std::map<int, std::set<int>> sharing_;  // unified: sequences that may share cells
+};
+
+}  // namespace kvweld::targets

@@ -1,0 +1,364 @@
+#include "targets/plugin_host.hpp"
+
+#include "targets/abi_lists.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "engine/faults.hpp"
+#include "engine/checkpoint.hpp"
+#include "engine/gguf.hpp"
+#include "util/file_bytes.hpp"
+#include "engine/kv_cache.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <filesystem>
+
+#include <array>
+#include <cmath>
+
+namespace kvweld::targets {
+
+namespace {
+
+constexpr std::size_t kErrLen = 512;
+
+// Version 4 fault classes must name known classes; older tables have none.
+std::string fault_classes_problem(const kvweld_engine_api& api) {
+    for (const abi::ListedFault& f : abi::split_fault_list(api.fault_names)) {
+        if (f.classes.empty()) continue;
+        if (api.abi_version < 4) return cat("lists classes for fault '", f.name, "' in a version ", api.abi_version, " table");
+        try {
+            Detections::parse(f.classes);
+        } catch (const Error& e) {
+            return cat("lists fault '", f.name, "' with bad classes: ", e.what());
+        }
+    }
+    return "";
+}
+
+}  // namespace
+
+std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path) {
+    // RTLD_LOCAL: two plugins' symbols never collide; RTLD_NOW: a missing
+    // dependency is an error here, not a crash on first call.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw Error(cat("engine plugin ", path, ": cannot load: ", dlerror()));
+    auto entry = reinterpret_cast<kvweld_engine_entry_fn>(dlsym(handle, KVWELD_ENGINE_ENTRY));
+    const kvweld_engine_api* api = entry ? entry() : nullptr;
+    std::string problem;
+    if (!entry) problem = cat("has no symbol '", KVWELD_ENGINE_ENTRY, "': not a kvweld engine plugin");
+    else if (!api) problem = cat(KVWELD_ENGINE_ENTRY, "() returned no table");
+    else if (api->abi_version < 2 || api->abi_version > KVWELD_ENGINE_ABI_VERSION)
+        problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks versions 2..",
+                      KVWELD_ENGINE_ABI_VERSION);
+    else if (api->abi_version < 3 && (api->capabilities & (KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS)))
+        problem = "declares a version 3 capability in a version 2 table";
+    else if (api->abi_version < 4 && (api->capabilities & KVWELD_CAP_PLAN_SERIAL))
+        problem = "declares a version 4 capability in an older table";
+    else if (api->abi_version < 5 && (api->capabilities & (KVWELD_CAP_LORA | KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS)))
+        problem = "declares a version 5 capability in an older table";
+    else if (api->abi_version < 6 && (api->capabilities & (KVWELD_CAP_MOE | KVWELD_CAP_WARMUP)))
+        problem = "declares a version 6 capability in an older table";
+    else if (api->abi_version < 7 && (api->capabilities & (KVWELD_CAP_SHIFT | KVWELD_CAP_STATE)))
+        problem = "declares a version 7 capability in an older table";
+    else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
+             !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
+        problem = "leaves a required function or name empty";
+    else if (((api->capabilities & KVWELD_CAP_COPY_SEQ) && !api->copy_seq) ||
+             ((api->capabilities & KVWELD_CAP_PLAN_COUNTERS) && !api->counters) ||
+             ((api->capabilities & KVWELD_CAP_RELOAD) && !api->reload) ||
+             ((api->capabilities & KVWELD_CAP_STORAGE) && !api->storage) ||
+             ((api->capabilities & KVWELD_CAP_READ_KV) && !api->read_kv) ||
+             ((api->capabilities & KVWELD_CAP_SWAP_LAYER) && !api->swap_layer) ||
+             ((api->capabilities & KVWELD_CAP_BLOCKS) && (!api->pool_info || !api->block_table || !api->block_refcount)) ||
+             ((api->capabilities & KVWELD_CAP_POOL_OPS) && !api->pool_op) ||
+             ((api->capabilities & KVWELD_CAP_PLAN_SERIAL) && !api->plan_serial) ||
+             ((api->capabilities & KVWELD_CAP_LORA) && !api->set_loras) ||
+             ((api->capabilities & KVWELD_CAP_CVEC) && !api->set_cvec) ||
+             ((api->capabilities & KVWELD_CAP_OUTPUTS) && !api->decode_outputs) ||
+             ((api->capabilities & KVWELD_CAP_WARMUP) && !api->set_warmup) ||
+             ((api->capabilities & KVWELD_CAP_SHIFT) && !api->shift) ||
+             ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)))
+        problem = "declares a capability whose function is empty";
+    if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
+    if (!problem.empty()) {
+        dlclose(handle);
+        throw Error(cat("engine plugin ", path, " ", problem));
+    }
+    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, api));
+}
+
+PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api)
+    : path_(std::move(path)), handle_(handle), api_(api) {}
+
+PluginLibrary::~PluginLibrary() { dlclose(handle_); }
+
+template <class Fn>
+void PluginEngine::call(const char* what, Fn&& fn) const {
+    std::array<char, kErrLen> err{};
+    if (fn(err.data(), err.size()) == 0) return;
+    err.back() = '\0';  // whatever the plugin wrote, the message ends here
+    throw Error(cat("engine ", library_->api().name, ": ", what, " failed: ",
+                    err[0] ? err.data() : "(no message)"));
+}
+
+// Every plugin's create and reload, one at a time across the process: an
+// engine may set process-wide state while it makes its context (llama.cpp's
+// plugin, LLAMA_GRAPH_REUSE_DISABLE), and two plugins loaded at once (two
+// releases of one engine, kvweld diff) share it without sharing a lock.
+std::mutex plugin_create_lock;
+
+PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options)
+    : library_(std::move(library)) {
+    const std::lock_guard<std::mutex> lock(plugin_create_lock);
+    call("create", [&](char* e, std::size_t n) { return library_->api().create(&options, &engine_, e, n); });
+    require(engine_ != nullptr, "engine ", library_->api().name, ": create succeeded but returned no engine");
+    vocab_ = library_->api().vocab(engine_);
+    if (vocab_ <= 0) {
+        library_->api().destroy(engine_);
+        throw Error(cat("engine ", library_->api().name, ": vocab() = ", vocab_, ": must be positive"));
+    }
+}
+
+std::vector<std::string> PluginEngine::fault_names() const {
+    std::vector<std::string> out;
+    for (const abi::ListedFault& f : abi::split_fault_list(library_->api().fault_names)) out.push_back(f.name);
+    return out;
+}
+
+PluginEngine::~PluginEngine() { library_->api().destroy(engine_); }
+
+void PluginEngine::open(int seq) {
+    call("open_seq", [&](char* e, std::size_t n) { return library_->api().open_seq(engine_, seq, e, n); });
+}
+
+void PluginEngine::close(int seq) {
+    call("close_seq", [&](char* e, std::size_t n) { return library_->api().close_seq(engine_, seq, e, n); });
+}
+
+std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                                        std::span<const std::uint8_t> outputs) {
+    require(seqs.size() == tokens.size(), "decode: ", seqs.size(), " sequences for ", tokens.size(), " tokens");
+    if (outputs.empty()) {
+        std::vector<float> logits(seqs.size() * static_cast<std::size_t>(vocab_));
+        call("decode", [&](char* e, std::size_t n) {
+            return library_->api().decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
+                                          logits.data(), e, n);
+        });
+        return logits;
+    }
+    require(capabilities() & KVWELD_CAP_OUTPUTS, "engine ", name(),
+            " returns every row (no KVWELD_CAP_OUTPUTS): it cannot decode an output subset");
+    require(outputs.size() == seqs.size(), "decode: ", outputs.size(), " output flags for ", seqs.size(), " pairs");
+    const auto rows = std::size_t(std::count_if(outputs.begin(), outputs.end(), [](std::uint8_t o) { return o != 0; }));
+    std::vector<float> logits(rows * static_cast<std::size_t>(vocab_));
+    call("decode_outputs", [&](char* e, std::size_t n) {
+        return library_->api().decode_outputs(engine_, seqs.data(), tokens.data(), outputs.data(),
+                                              static_cast<std::int32_t>(seqs.size()), logits.data(), e, n);
+    });
+    return logits;
+}
+
+void PluginEngine::truncate(int seq, int len) {
+    call("truncate", [&](char* e, std::size_t n) { return library_->api().truncate(engine_, seq, len, e, n); });
+}
+
+void PluginEngine::shift(int seq, int p0, int p1) {
+    require(capabilities() & KVWELD_CAP_SHIFT, "engine ", name(), " cannot shift a sequence (no KVWELD_CAP_SHIFT)");
+    call("shift", [&](char* e, std::size_t n) { return library_->api().shift(engine_, seq, p0, p1, e, n); });
+}
+
+std::vector<std::uint8_t> PluginEngine::state_save(int seq) {
+    require(capabilities() & KVWELD_CAP_STATE, "engine ", name(), " cannot save a sequence's state (no KVWELD_CAP_STATE)");
+    std::size_t size = 0;
+    call("state_save (size)", [&](char* e, std::size_t n) {
+        return library_->api().state_save(engine_, seq, nullptr, 0, &size, e, n);
+    });
+    // No state can be larger than the largest KV a cache may hold.
+    require(size <= kMaxCacheBytes, "engine ", name(), ": state_save reports ", size, " bytes: the limit is ",
+            kMaxCacheBytes);
+    std::vector<std::uint8_t> out(size);
+    std::size_t written = 0;
+    call("state_save", [&](char* e, std::size_t n) {
+        return library_->api().state_save(engine_, seq, out.data(), out.size(), &written, e, n);
+    });
+    require(written == size, "engine ", name(), ": state_save wrote ", written, " bytes after reporting ", size);
+    return out;
+}
+
+void PluginEngine::state_load(int seq, std::span<const std::uint8_t> bytes) {
+    require(capabilities() & KVWELD_CAP_STATE, "engine ", name(), " cannot load a sequence's state (no KVWELD_CAP_STATE)");
+    call("state_load", [&](char* e, std::size_t n) {
+        return library_->api().state_load(engine_, seq, bytes.data(), bytes.size(), e, n);
+    });
+}
+
+void PluginEngine::clear(int seq) {
+    call("clear_seq", [&](char* e, std::size_t n) { return library_->api().clear_seq(engine_, seq, e, n); });
+}
+
+void PluginEngine::clear_all() {
+    call("clear_all", [&](char* e, std::size_t n) { return library_->api().clear_all(engine_, e, n); });
+}
+
+void PluginEngine::copy(int src, int dst) {
+    require(capabilities() & KVWELD_CAP_COPY_SEQ, "engine ", name(), " cannot copy sequences (no KVWELD_CAP_COPY_SEQ)");
+    call("copy_seq", [&](char* e, std::size_t n) { return library_->api().copy_seq(engine_, src, dst, e, n); });
+}
+
+namespace {
+
+std::string temp_path(const std::string& format) {
+    require(format == "gguf" || format == "llama2c", "model format '", format,
+            "' asked for: this kvweld writes gguf or llama2c");
+    static std::atomic<std::uint64_t> serial{0};
+    return (std::filesystem::temp_directory_path() / cat("kvweld-", ::getpid(), "-", serial++, ".", format)).string();
+}
+
+}  // namespace
+
+ModelFile::ModelFile(const Model& model, const std::string& format) : path_(temp_path(format)) {
+    if (format == "gguf")
+        save_gguf(model, path_);
+    else
+        save_llama2c(model, path_);
+}
+
+// Adapters are llama.cpp's adapter GGUF for every engine (the llama2.c
+// format has none).
+ModelFile::ModelFile(const LoraAdapter& adapter) : path_(temp_path("gguf")) {
+    write_file(path_, serialize_gguf_lora(adapter), "LoRA adapter");
+}
+
+ModelFile::~ModelFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+}
+
+// Each adapter is written once and kept while the engine lives.
+void PluginEngine::set_loras(std::span<const LoraUse> uses) {
+    require(capabilities() & KVWELD_CAP_LORA, "engine ", name(), " takes no LoRA adapters (no KVWELD_CAP_LORA)");
+    std::vector<const char*> paths;
+    std::vector<float> scales;
+    for (const LoraUse& u : uses) {
+        auto& file = adapter_files_[u.adapter->id().get()];
+        if (!file) file = std::make_unique<ModelFile>(*u.adapter);
+        paths.push_back(file->path().c_str());
+        scales.push_back(u.scale);
+    }
+    call("set_loras", [&](char* e, std::size_t n) {
+        return library_->api().set_loras(engine_, paths.data(), scales.data(), std::int32_t(paths.size()), e, n);
+    });
+}
+
+// llama.cpp's layout: n_embd floats per layer from layer 1.
+void PluginEngine::set_cvec(const ControlVector* cvec) {
+    require(capabilities() & KVWELD_CAP_CVEC, "engine ", name(), " takes no control vector (no KVWELD_CAP_CVEC)");
+    call("set_cvec", [&](char* e, std::size_t n) {
+        if (!cvec) return library_->api().set_cvec(engine_, nullptr, 0, 0, -1, -1, e, n);
+        const auto dim = std::size_t(cvec->dim);
+        require(dim >= 1 && dim <= cvec->data.size(), "set_cvec: a control vector of dim ", cvec->dim, " and ",
+                cvec->data.size(), " floats");
+        return library_->api().set_cvec(engine_, cvec->data.data() + dim, cvec->data.size() - dim, cvec->dim,
+                                        cvec->start, cvec->end, e, n);
+    });
+}
+
+void PluginEngine::set_warmup(bool on) {
+    require(capabilities() & KVWELD_CAP_WARMUP, "engine ", name(), " has no warmup mode (no KVWELD_CAP_WARMUP)");
+    call("set_warmup", [&](char* e, std::size_t n) { return library_->api().set_warmup(engine_, on ? 1 : 0, e, n); });
+}
+
+TwinTolerance PluginEngine::twin_tolerance() const {
+    const kvweld_engine_api& api = library_->api();
+    if (api.abi_version < 6 || !api.twin_tolerance) return {};
+    const char* why = nullptr;
+    const double t = api.twin_tolerance(engine_, &why);
+    // A tolerance is a loosened oracle: only a finite, small one, with its reason.
+    require(std::isfinite(t) && t >= 0.0 && t <= 1e-2, "engine ", name(), " declares a twin tolerance of ", t,
+            ": must be in 0..0.01");
+    require(t == 0.0 || (why && *why), "engine ", name(), " declares a twin tolerance of ", t, " without a reason");
+    return {t, why};
+}
+
+void PluginEngine::reload(const Model& model) {
+    require(capabilities() & KVWELD_CAP_RELOAD, "engine ", name(), " cannot reload its model (no KVWELD_CAP_RELOAD)");
+    const ModelFile file(model, model_format());
+    const std::lock_guard<std::mutex> lock(plugin_create_lock);
+    call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, file.path().c_str(), e, n); });
+}
+
+std::vector<std::uint64_t> PluginEngine::storage(int seq, int which, int n_layers) const {
+    require(capabilities() & KVWELD_CAP_STORAGE, "engine ", name(), " reports no storage (no KVWELD_CAP_STORAGE)");
+    std::vector<std::uint64_t> out(std::size_t(n_layers), 0);
+    call("storage", [&](char* e, std::size_t n) {
+        return library_->api().storage(engine_, seq, which, out.data(), n_layers, e, n);
+    });
+    return out;
+}
+
+void PluginEngine::read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const {
+    require(capabilities() & KVWELD_CAP_READ_KV, "engine ", name(), " cannot read KV (no KVWELD_CAP_READ_KV)");
+    require(k.size() == v.size(), "read_kv: k and v of different sizes");
+    call("read_kv", [&](char* e, std::size_t n) {
+        return library_->api().read_kv(engine_, seq, layer, pos, k.data(), v.data(), std::int32_t(k.size()), e, n);
+    });
+}
+
+void PluginEngine::swap_layer(int seq, int layer) {
+    require(capabilities() & KVWELD_CAP_SWAP_LAYER, "engine ", name(), " cannot swap layers (no KVWELD_CAP_SWAP_LAYER)");
+    call("swap_layer", [&](char* e, std::size_t n) { return library_->api().swap_layer(engine_, seq, layer, e, n); });
+}
+
+kvweld_pool_info PluginEngine::pool_info() const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    kvweld_pool_info out{};
+    call("pool_info", [&](char* e, std::size_t n) { return library_->api().pool_info(engine_, &out, e, n); });
+    return out;
+}
+
+std::vector<int> PluginEngine::block_table(int seq) const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    std::vector<std::int32_t> out(64);
+    for (;;) {
+        std::int32_t count = -1;
+        call("block_table", [&](char* e, std::size_t n) {
+            return library_->api().block_table(engine_, seq, out.data(), std::int32_t(out.size()), &count, e, n);
+        });
+        require(count >= 0 && count <= (1 << 24), "engine ", name(), ": block_table reported ", count, " blocks");
+        if (std::size_t(count) <= out.size()) return std::vector<int>(out.begin(), out.begin() + count);
+        out.resize(std::size_t(count));
+    }
+}
+
+int PluginEngine::block_refcount(int block) const {
+    require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
+    std::int32_t out = -1;
+    call("block_refcount", [&](char* e, std::size_t n) { return library_->api().block_refcount(engine_, block, &out, e, n); });
+    return out;
+}
+
+void PluginEngine::pool_op(int op) {
+    require(capabilities() & KVWELD_CAP_POOL_OPS, "engine ", name(), " has no pool ops (no KVWELD_CAP_POOL_OPS)");
+    call(op == KVWELD_POOL_GROW ? "pool_op(grow)" : "pool_op(compact)",
+         [&](char* e, std::size_t n) { return library_->api().pool_op(engine_, op, e, n); });
+}
+
+std::uint64_t PluginEngine::plan_serial(int seq) const {
+    require(capabilities() & KVWELD_CAP_PLAN_SERIAL, "engine ", name(), " reports no plan identity (no KVWELD_CAP_PLAN_SERIAL)");
+    std::uint64_t out = 0;
+    call("plan_serial", [&](char* e, std::size_t n) { return library_->api().plan_serial(engine_, seq, &out, e, n); });
+    return out;
+}
+
+std::optional<kvweld_engine_counters> PluginEngine::counters() const {
+    if (!(capabilities() & KVWELD_CAP_PLAN_COUNTERS)) return std::nullopt;
+    kvweld_engine_counters out{};
+    call("counters", [&](char* e, std::size_t n) { return library_->api().counters(engine_, &out, e, n); });
+    return out;
+}
+
+}  // namespace kvweld::targets

@@ -1,0 +1,109 @@
+// The plugin host: an engine loaded as a plugin through the C ABI
+// (include/kvweld/engine_abi.h), behind the Engine interface. Every failure
+// (a missing file or symbol, an ABI version mismatch, a missing required
+// function, a capability or fault classes its version cannot have, an
+// error code from the plugin) is an Error naming the plugin and what went
+// wrong; nothing a plugin returns can crash kvweld.
+#pragma once
+
+#include "targets/engine.hpp"
+#include "kvweld/engine_abi.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvweld::targets {
+
+// The loaded library; unloaded when the last engine using it is gone.
+class PluginLibrary {
+public:
+    static std::shared_ptr<const PluginLibrary> open(const std::string& path);
+    ~PluginLibrary();
+    PluginLibrary(const PluginLibrary&) = delete;
+    PluginLibrary& operator=(const PluginLibrary&) = delete;
+
+    const kvweld_engine_api& api() const { return *api_; }
+    const std::string& path() const { return path_; }
+    // Which build of the engine this is (ABI 8 `build`; "" when unnamed or older).
+    std::string build() const { return api_->abi_version >= 8 && api_->build ? api_->build : ""; }
+
+private:
+    PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api);
+    std::string path_;
+    void* handle_;
+    const kvweld_engine_api* api_;
+};
+
+// `model` written to a temporary file in `format` ("gguf" or "llama2c"),
+// removed again when this goes.
+class ModelFile {
+public:
+    ModelFile(const Model& model, const std::string& format);
+    // A LoRA adapter: llama.cpp's adapter GGUF, whatever the model's format.
+    explicit ModelFile(const LoraAdapter& adapter);
+    ~ModelFile();
+    ModelFile(const ModelFile&) = delete;
+    ModelFile& operator=(const ModelFile&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+class PluginEngine final : public Engine {
+public:
+    PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options);
+    ~PluginEngine() override;
+    PluginEngine(const PluginEngine&) = delete;
+    PluginEngine& operator=(const PluginEngine&) = delete;
+
+    std::string name() const override { return library_->api().name; }
+    // The declared capabilities; an older table has none of a later version's.
+    std::uint32_t capabilities() const override { return library_->api().capabilities; }
+    std::string model_format() const override { return library_->api().model_format; }
+    std::vector<std::string> fault_names() const;  // the switches options.faults may name
+    int vocab() const override { return vocab_; }
+
+    void open(int seq) override;
+    void close(int seq) override;
+    using Engine::decode;
+    std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
+                              std::span<const std::uint8_t> outputs) override;
+    void truncate(int seq, int n) override;
+    void shift(int seq, int p0, int p1) override;
+    std::vector<std::uint8_t> state_save(int seq) override;
+    void state_load(int seq, std::span<const std::uint8_t> bytes) override;
+    void clear(int seq) override;
+    void clear_all() override;
+    void copy(int src, int dst) override;
+    void reload(const Model& model) override;  // written to a ModelFile
+    std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const override;
+    void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const override;
+    void swap_layer(int seq, int layer) override;
+    std::optional<kvweld_engine_counters> counters() const override;
+    std::uint64_t plan_serial(int seq) const override;
+    kvweld_pool_info pool_info() const override;
+    std::vector<int> block_table(int seq) const override;
+    int block_refcount(int block) const override;
+    void pool_op(int op) override;
+    void set_loras(std::span<const LoraUse> uses) override;
+    void set_cvec(const ControlVector* cvec) override;
+    void set_warmup(bool on) override;
+    TwinTolerance twin_tolerance() const override;
+
+private:
+    template <class Fn>
+    void call(const char* what, Fn&& fn) const;
+
+    std::shared_ptr<const PluginLibrary> library_;
+    kvweld_engine* engine_ = nullptr;
+    int vocab_ = 0;
+    std::map<std::uint64_t, std::unique_ptr<ModelFile>> adapter_files_;  // per AdapterId
+};
+
+}  // namespace kvweld::targets

@@ -1,0 +1,201 @@
+#include "targets/registry.hpp"
+
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "targets/abi_lists.hpp"
+#include "targets/kvweld/kvweld_entries.hpp"
+#include "targets/llamacpp/llamacpp_entry.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#ifndef KVWELD_BUILD
+#define KVWELD_BUILD "kvweld"
+#endif
+
+namespace kvweld::targets {
+
+namespace {
+
+// Every built-in engine, one row each; a new engine is a folder with its
+// row and one line here.
+const EngineEntry* const kEngines[] = {&kInprocEntry, &kKvweldEntry, &kKvweldPagedEntry, &kLlamacppEntry};
+
+// "llamacpp@0.3.20" -> ("llamacpp", "0.3.20"); a path or a plain name has no release.
+std::pair<std::string_view, std::string_view> split_release(std::string_view engine) {
+    const auto at = engine.find('@');
+    if (at == std::string_view::npos || engine.find('/') != std::string_view::npos) return {engine, {}};
+    return {engine.substr(0, at), engine.substr(at + 1)};
+}
+
+}  // namespace
+
+const EngineEntry* engine_entry(std::string_view name) {
+    const std::string_view base = split_release(name).first;
+    for (const EngineEntry* e : kEngines)
+        if (e->name == base) return e;
+    return nullptr;
+}
+
+std::string build_release(const std::string& build) {
+    const std::string tag = "llama-cpp-python ";
+    const auto at = build.find(tag);
+    if (at == std::string::npos) return "";
+    const auto end = build.find(',', at);
+    return build.substr(at + tag.size(), end == std::string::npos ? std::string::npos : end - at - tag.size());
+}
+
+std::string named_release(std::string_view engine) { return std::string(split_release(engine).second); }
+
+std::string engine_build(const std::string& engine) {
+    if (engine_in_process(engine)) return KVWELD_BUILD;
+    return engine_library(engine)->build();
+}
+
+std::string rule_gap(std::string_view engine_name, const std::string& build) {
+    const EngineEntry* e = engine_entry(engine_name);
+    if (!e || !e->rule || !e->rule_gap) return "";
+    const char* gap = e->rule_gap(build);
+    return gap ? gap : "";
+}
+
+bool engine_in_process(std::string_view engine) {
+    const EngineEntry* e = engine_entry(engine);
+    return e && e->in_process && split_release(engine).second.empty();
+}
+
+std::uint32_t engine_capabilities(const std::string& engine) {
+    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process_capabilities;
+    return engine_library(engine)->api().capabilities;
+}
+
+std::string engine_fault_list(const std::string& engine) {
+    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process_faults();
+    return engine_library(engine)->api().fault_names;
+}
+
+std::string engine_display_name(const std::string& engine) {
+    if (engine_in_process(engine)) return "kvweld (in process)";
+    return engine_library(engine)->api().name;
+}
+
+void require_engine(const std::string& engine) {
+    if (!engine_in_process(engine)) engine_plugin_path(engine);
+}
+
+std::string builtin_engine_names() {
+    std::string out;
+    for (const EngineEntry* e : kEngines)
+        out += cat(out.empty() ? "" : ", ", e->name, *e->plugin || e->in_process ? "" : cat(" (", e->missing, ")"));
+    return out;
+}
+
+std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const std::string& build, const EngineSetup& setup,
+                                          std::string& why_not) {
+    const EngineEntry* e = engine_entry(engine_name);
+    if (e && e->rule) {
+        why_not = rule_gap(engine_name, build);
+        return why_not.empty() ? e->rule(setup) : nullptr;
+    }
+    why_not = cat("no reuse rule for engine '", engine_name, "' (targets/registry.cpp lists the rules)");
+    return nullptr;
+}
+
+std::optional<BlockModel> block_model_for(std::string_view engine_name, const EngineSetup& setup) {
+    const EngineEntry* e = engine_entry(engine_name);
+    if (!e || !e->block_model) return std::nullopt;
+    return e->block_model(setup);
+}
+
+std::string draw_engine_settings(std::string_view engine_name, const EngineSetup& setup, Rng& rng) {
+    const EngineEntry* e = engine_entry(engine_name);
+    if (!e || !e->draw_settings) return setup.params;
+    try {
+        return e->draw_settings(setup, rng);
+    } catch (const std::runtime_error& error) {  // a bad --params, named
+        throw Error(cat("engine ", engine_name, ": ", error.what()));
+    }
+}
+
+std::optional<std::string> twin_params(std::string_view engine, const std::string& params, std::string& why_not) {
+    const EngineEntry* e = engine_entry(engine);
+    const char* no_reuse = nullptr;
+    if (e && e->in_process) {
+        no_reuse = e->in_process_no_reuse;
+    } else {
+        const kvweld_engine_api& api = engine_library(std::string(engine))->api();
+        no_reuse = api.abi_version >= 6 ? api.no_reuse_param : nullptr;
+    }
+    if (!no_reuse || !std::strchr(no_reuse, '=')) {
+        why_not = cat("engine ", engine, " declares no setting that turns its plan reuse off (ABI 6 no_reuse_param)");
+        return std::nullopt;
+    }
+    const std::string_view setting = no_reuse;
+    const std::string_view key = setting.substr(0, setting.find('=') + 1);
+    std::string out;
+    for (const std::string& item : abi::split_list(params.c_str()))
+        if (!item.starts_with(key)) out += cat(out.empty() ? "" : ",", item);
+    return cat(out, out.empty() ? "" : ",", setting);
+}
+
+std::string reference_blind(std::string_view engine, const std::string& params) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->reference_blind) return "";
+    try {
+        const char* why = e->reference_blind(params);
+        return why ? why : "";
+    } catch (const std::runtime_error& error) {
+        throw Error(cat("engine ", engine, ": ", error.what()));
+    }
+}
+
+std::vector<StudySetting> study_settings_for(const std::string& engine, const std::string& params,
+                                             const StudyTraffic& traffic) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->study_settings) return {{params, ""}};
+    return e->study_settings(params, traffic, engine_in_process(engine));
+}
+
+std::string engine_plugin_path(const std::string& engine) {
+    if (const EngineEntry* e = engine_entry(engine)) {
+        require(!e->in_process, "engine '", engine, "' runs in process: it has no plugin");
+        require(*e->plugin, "engine '", engine, "' is not available in this build: ", e->missing);
+        const std::string_view release = split_release(engine).second;
+        if (release.empty()) return e->plugin;
+        // Built beside the pinned release's plugin (targets/llamacpp/CMakeLists.txt).
+        const std::filesystem::path pinned = e->plugin;
+        const std::filesystem::path path = pinned.parent_path() / "releases" / release / pinned.filename();
+        require(std::filesystem::exists(path), "engine '", engine, "': no plugin for release ", release,
+                " in this build (", path.string(), "): run scripts/setup-llama --version ", release,
+                ", then build again (every release in the cache gets a plugin)");
+        return path.string();
+    }
+    require(engine.find('/') != std::string::npos || engine.ends_with(".so"), "unknown engine '", engine,
+            "': expected a built-in name (", builtin_engine_names(), ") or a plugin's path (.so)");
+    require(std::filesystem::exists(engine), "engine plugin ", engine, ": no such file");
+    return engine;
+}
+
+std::shared_ptr<const PluginLibrary> engine_library(const std::string& engine) {
+    static std::mutex lock;
+    static std::map<std::string, std::shared_ptr<const PluginLibrary>> loaded;
+    const std::string path = engine_plugin_path(engine);
+    const std::lock_guard<std::mutex> guard(lock);
+    auto& library = loaded[path];
+    if (!library) library = PluginLibrary::open(path);
+    return library;
+}
+
+std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string& faults, const EngineSetup& setup,
+                                    const Model& model) {
+    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process(faults, setup, model);
+    const auto library = engine_library(engine);
+    const ModelFile file(model, library->api().model_format);
+    const kvweld_engine_options options{file.path().c_str(), setup.n_ctx, setup.seqs, setup.threads, faults.c_str(),
+                                        setup.params.c_str()};
+    return std::make_unique<PluginEngine>(library, options);
+}
+
+}  // namespace kvweld::targets

@@ -1,0 +1,105 @@
+// Accounting: a rule, one per engine (in the engine's folder, beside its
+// adapter), of when a decode call is justified to reuse the plans it runs.
+// The simulator tells the rule every call and every memory op, in order, and
+// checks each call's counter deltas against what the rule expects: fewer
+// reuses than it must is a spurious invalidation, more than it may is a
+// missed one. An engine without a rule (or without counters) runs with the
+// accounting oracle unavailable, and every report says so.
+#pragma once
+
+#include "targets/engine.hpp"
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kvweld::targets {
+
+// What one decode call may do: it runs `plans` plans (graphs), of which at
+// least `must_reuse` and at most `must_reuse + may_reuse` reuse the plan
+// before them. `builds` and `rebinds`, when set, are exact counts.
+struct ReuseExpectation {
+    int plans = 0;
+    int must_reuse = 0;
+    int may_reuse = 0;
+    std::optional<int> builds;
+    std::optional<int> rebinds;
+    // Of must_reuse: reuses of a plan that serves more than one sequence
+    // (a ubatch of several, or one plan for a whole pool after a pair of
+    // another sequence), so a swarm can show its rule was not vacuous there.
+    int must_reuse_shared = 0;
+    // The contract clause (not a design fact of the engine) that required a
+    // reuse, or a build, in this call, where the rule names one: a known
+    // finding of an engine release is matched on it (sim/known_findings.hpp).
+    const char* clause = nullptr;
+};
+
+// A call whose builds and rebinds the rule knows exactly: every other plan
+// must reuse.
+inline ReuseExpectation exact_expectation(int plans, int builds, int rebinds) {
+    return {plans, plans - builds - rebinds, 0, builds, rebinds, 0};
+}
+
+// What an op does to a sequence's storage (the ledger, for engines that
+// report storage): keep it, replace it, or either.
+enum class StorageEffect : std::uint8_t { keeps, replaces, may_replace };
+
+// What the simulator did to a sequence, as far as its storage goes.
+enum class SeqOp : std::uint8_t { decode, truncate, open, recycle, clear, copy_into, reload, swap_layer, migrate, shift, load };
+
+// Without a rule of its own, an engine may replace a sequence's storage at
+// any memory op, but never in a decode, a truncate, a recycling open or a
+// migration (which moves the storage it has).
+inline StorageEffect default_storage_effect(SeqOp op) {
+    return op == SeqOp::decode || op == SeqOp::truncate || op == SeqOp::recycle || op == SeqOp::migrate
+               ? StorageEffect::keeps
+               : StorageEffect::may_replace;
+}
+
+class ReuseRule {
+public:
+    virtual ~ReuseRule() = default;
+    virtual StorageEffect storage_effect(SeqOp op) const { return default_storage_effect(op); }
+    // `seqs`: the call's sequence id per token, in batch order; `outputs`:
+    // whether each token's logits were asked for (empty: every one).
+    virtual ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) = 0;
+    ReuseExpectation on_decode(std::span<const int> seqs) { return on_decode(seqs, {}); }
+    // The clauses that decided the last call, for failure messages: kept
+    // as numbers and formatted only when asked, so a passing call costs no
+    // text.
+    virtual std::string why_last() const = 0;
+    // A clause that stands for these sequences before the call is decided
+    // (their rows left wrong by an earlier op): a call the engine refuses
+    // carries it too (nullptr: none).
+    virtual const char* standing_clause(std::span<const int> /*seqs*/) const { return nullptr; }
+    // ... and for saved state `id` (on_state_save), which a load refused carries.
+    virtual const char* state_clause(int /*id*/) const { return nullptr; }
+    virtual void on_open(int /*seq*/) {}
+    // White-box ops (targets/white_box.hpp), for the engine that has them.
+    virtual void on_open_sized(int seq, int /*capacity*/, bool /*recycle*/) { on_open(seq); }
+    virtual void on_migrate(int /*from*/, int /*to*/) {}
+    virtual void on_close(int /*seq*/) {}
+    virtual void on_truncate(int /*seq*/, int /*n*/) {}
+    virtual void on_clear(int /*seq*/) {}
+    virtual void on_clear_all() {}
+    virtual void on_copy(int /*src*/, int /*dst*/) {}
+    virtual void on_reload() {}
+    virtual void on_swap_layer(int /*seq*/, int /*layer*/) {}
+    virtual void on_pool_op(int /*op*/) {}  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
+    // A context shift of a sequence of `len` positions: [p0, p1) removed.
+    virtual void on_shift(int /*seq*/, int /*p0*/, int /*p1*/, int /*len*/) {}
+    // A sequence's state saved as state `id` (a serial of the simulator's),
+    // and a saved state of `len` positions loaded into an open sequence.
+    virtual void on_state_save(int /*seq*/, int /*id*/) {}
+    virtual void on_state_load(int /*seq*/, int /*len*/, int /*id*/) {}
+    // A state load into `seq` refused (the sequence must keep what it held).
+    virtual void on_state_refused(int /*seq*/) {}
+    // The adapters (LoRA set and scales, control vector) changed from
+    // `before` to `after`, or were set again unchanged, as the simulator's
+    // own account has them.
+    virtual void on_adapters(const Adapters& /*before*/, const Adapters& /*after*/) {}
+};
+
+}  // namespace kvweld::targets
