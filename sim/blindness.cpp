@@ -3,10 +3,11 @@
 // change give the very same logits (data_blind), and also leave the right
 // K/V rows in the storage the sequence holds (independent_blind)? Then no
 // oracle that reads data could see the miss there, only the accounting and
-// weld oracles. Reads the storage the ledger pinned and the plan's pins,
-// never the engine's reports.
+// weld oracles. Reads the storage the ledger pinned and the plan's own
+// pins, never the engine's reports.
+#include "sim/observers.hpp"
+
 #include "engine/reference.hpp"
-#include "sim/simulator.hpp"
 
 #include <cstring>
 
@@ -28,23 +29,48 @@ std::span<const float> row_of(const std::vector<float>& plain, int pos, int kv_d
 
 }  // namespace
 
-Simulator::Blindness Simulator::blindness_before(int seq, int pos) const {
-    Blindness b;
+Blindness::Blindness(const World& world, RunStats& stats, const DataShadow& shadow, const StorageLedger& ledger)
+    : world_(world), stats_(stats), shadow_(shadow), ledger_(ledger), plans_(std::size_t(world.config.seqs)) {}
+
+// Measured before the decode, for each sequence's first row in the call.
+void Blindness::before_decode(const Batch& b) {
+    pending_.clear();
+    for (std::size_t i = 0; i < b.pairs.size(); ++i)
+        if (std::none_of(b.pairs.begin(), b.pairs.begin() + long(i), [&](const Pair& p) { return p.seq == b.pairs[i].seq; }))
+            pending_.emplace_back(i, measure(b.pairs[i].seq, b.pairs[i].pos));
+}
+
+// Once the reference computed the right rows; then the plans stand on the
+// storage the ledger pinned.
+void Blindness::on_decode(Decoded& d) {
+    for (const auto& [i, m] : pending_) count(m, d.batch.pairs[i].seq, d.batch.pairs[i].pos);
+    for (const auto& [i, m] : pending_) {
+        PlanPins& plan = plans_[std::size_t(d.batch.pairs[i].seq)];
+        plan.exists = true;
+        plan.model_generation = world_.model_generation;
+        plan.weights_generation = world_.weights_generation;
+        plan.storage = ledger_.pinned(d.batch.pairs[i].seq);
+    }
+    pending_.clear();
+}
+
+Blindness::Measure Blindness::measure(int seq, int pos) const {
+    Measure b;
     const PlanPins& plan = plans_[std::size_t(seq)];
-    const std::vector<KvLayer>& now = ledger_[std::size_t(seq)].pinned;
+    const std::vector<KvLayer>& now = ledger_.pinned(seq);
     if (!plan.exists || now.size() != plan.storage.size()) return b;
-    const bool model_changed = plan.model_generation != model_generation_;
+    const bool model_changed = plan.model_generation != world_.model_generation;
     bool storage_changed = false;
     for (std::size_t l = 0; l < now.size(); ++l) storage_changed = storage_changed || plan.storage[l] != now[l];
     b.change = model_changed || storage_changed;
     if (!b.change) return b;
-    b.same_weights = !model_changed || plan.weights_generation == weights_generation_;
+    b.same_weights = !model_changed || plan.weights_generation == world_.weights_generation;
     b.storage_changed = storage_changed;
     bool indistinguishable = true;  // a plan welded to its old storage would read what the live one holds
     for (std::size_t l = 0; indistinguishable && l < now.size(); ++l)
         indistinguishable = plan.storage[l] == now[l] || rows_equal(*plan.storage[l], *now[l], pos);
     b.data_blind = b.same_weights && indistinguishable;
-    const int kv_dim = config_.model.kv_dim();
+    const int kv_dim = world_.config.model.kv_dim();
     for (std::size_t l = 0; l < now.size(); ++l) {
         if (plan.storage[l] == now[l]) continue;
         KvStorage& s = *now[l];
@@ -59,12 +85,12 @@ Simulator::Blindness Simulator::blindness_before(int seq, int pos) const {
 // The kv oracle is blind when a plan that missed the change would leave the
 // right rows in the ledger's storage anyway: the weights are the same and
 // every layer it would miss already held the right row before the decode.
-void Simulator::count_blindness(const Blindness& b, int seq, int pos) {
+void Blindness::count(const Measure& b, int seq, int pos) {
     if (!b.change) return;
     ++stats_.change_decodes;
     stats_.data_blind += b.data_blind;
-    const ReferenceKv& want = requests_[std::size_t(seq)]->shadow;
-    const int kv_dim = config_.model.kv_dim();
+    const ReferenceKv& want = shadow_.shadow(seq);
+    const int kv_dim = world_.config.model.kv_dim();
     bool kv_blind = b.same_weights;
     for (std::size_t i = 0; kv_blind && i < b.layers.size(); ++i) {
         const auto l = std::size_t(b.layers[i]);
@@ -76,15 +102,6 @@ void Simulator::count_blindness(const Blindness& b, int seq, int pos) {
     // Identical weights reloaded with the storage untouched: a plan that
     // missed it computes exactly the right thing; only accounting sees it.
     if (!b.storage_changed) ++stats_.blind_same_weights_reload;
-}
-
-// After a decode: the plan now stands on the storage the ledger pinned.
-void Simulator::pin_plan(int seq) {
-    PlanPins& plan = plans_[std::size_t(seq)];
-    plan.exists = true;
-    plan.model_generation = model_generation_;
-    plan.weights_generation = weights_generation_;
-    plan.storage = ledger_[std::size_t(seq)].pinned;
 }
 
 }  // namespace kvweld::sim

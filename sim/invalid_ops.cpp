@@ -124,26 +124,21 @@ void Simulator::run(const ops::Invalid& op, int seq) {
                          }});
     }
     const Call& call = calls[op.call % calls.size()];
-    // The twin is refused the same call first, so whatever a refusal does to
-    // an engine's layout (a state load put back) happens to both.
-    if (second_) try {
-            call.run(*second_);
-            fail(Verdict::engine_error, peer_ ? Oracle::peer : Oracle::twin,
-                 cat(second_name(), " accepted ", call.what, ": it must be refused"));
-        } catch (const Error&) {
-        }
+    // The twin or peer is refused the same call first, so whatever a
+    // refusal does to an engine's layout (a state load put back) happens to both.
+    for (const auto& o : observers_) o->expect_refusal(call.run, call.what);
     try {
         call.run(*engine_);
     } catch (const Error& e) {
         const bool tensor = !call.tensor.empty() && std::string(e.what()).find(call.tensor) != std::string::npos;
         if (!names(e.what(), call.value) && !tensor)
-            fail(Verdict::engine_error, Oracle::engine,
-                 cat("the engine refused ", call.what, " without naming ", call.value, ": ", e.what()));
+            judge_.fail(Verdict::engine_error, Oracle::engine,
+                        cat("the engine refused ", call.what, " without naming ", call.value, ": ", e.what()));
         ++stats_.refused;
-        if (call.state_load && rule_) rule_->on_state_refused(seq);
+        if (call.state_load) publish(calls::LoadRefused{seq});
         return;
     }
-    fail(Verdict::engine_error, Oracle::engine, cat("the engine accepted ", call.what, ": it must be refused"));
+    judge_.fail(Verdict::engine_error, Oracle::engine, cat("the engine accepted ", call.what, ": it must be refused"));
 }
 
 }  // namespace kvweld::sim

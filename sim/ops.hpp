@@ -46,7 +46,7 @@ struct Admit {
     static constexpr OpKind kind = OpKind::admit;
     static constexpr std::string_view name = "admit";
     std::uint32_t pick = 0;
-    std::vector<int> prompt;
+    std::vector<int> prompt = {};
     int max_new = 0;            // output budget
     std::uint32_t capacity = 0; // white box: which of the seed's capacities
     bool recycle = false;       // white box: on the storage the slot kept, rewound, where it kept some
@@ -58,7 +58,7 @@ struct Step {
     // Tokens asked of each sequence id (0 = sits out). A sequence in prefill
     // feeds up to that many prompt tokens (a chunk); one decoding feeds its
     // pending token and up to wants-1 speculative drafts.
-    std::vector<int> wants;
+    std::vector<int> wants = {};
     std::uint64_t seed = 0;  // drafts, accepted counts and sampling
     bool last_only = false;  // a prefill chunk asks for its last row's logits only (an engine with outputs)
 };
@@ -68,14 +68,14 @@ struct Truncate {
     static constexpr std::string_view name = "truncate";
     std::uint32_t pick = 0;
     std::uint32_t length = 0;  // the new length, mod the length + 1
-    Rewrite rewrite;
+    Rewrite rewrite = {};
 };
 // Clear a sequence; its whole history is fed again (re-prefill; or another: rewrite).
 struct Preempt {
     static constexpr OpKind kind = OpKind::preempt;
     static constexpr std::string_view name = "preempt";
     std::uint32_t pick = 0;
-    Rewrite rewrite;
+    Rewrite rewrite = {};
 };
 // Copy a sequence into a free one, or onto an open one; both go on (prefix sharing).
 struct Fork {
@@ -144,8 +144,8 @@ struct Migrate {
 struct Lora {
     static constexpr OpKind kind = OpKind::lora;
     static constexpr std::string_view name = "lora";
-    std::vector<int> adapters;  // which of the run's adapters (0..kLoraPool-1, each once), in order
-    std::vector<float> scales;  // each one's scale
+    std::vector<int> adapters = {};  // which of the run's adapters (0..kLoraPool-1, each once), in order
+    std::vector<float> scales = {};  // each one's scale
 };
 // The control vector every later decode adds (set, changed, re-ranged or cleared).
 struct Cvec {
@@ -188,7 +188,7 @@ struct Load {
 struct Steady {
     static constexpr OpKind kind = OpKind::steady;
     static constexpr std::string_view name = "steady";
-    std::vector<int> wants;
+    std::vector<int> wants = {};
     std::uint64_t seed = 0;
     std::uint32_t steps = 0;
 };

@@ -1,18 +1,34 @@
-// The accounting oracle of the simulator, for engines with plan
-// counters and a reuse rule (targets/registry.hpp): the expectation is the
-// rule's, from the op log alone; the counters are judged, and never taken
-// alone: they must never go down, and where the engine reports a plan
-// identity (KVWELD_CAP_PLAN_SERIAL) the builds they count must match the
-// plan serials the sequences show.
+// The accounting oracle, for engines with plan counters and a reuse rule
+// (targets/registry.hpp): the expectation is the rule's, from the calls
+// alone; the counters are judged, and never taken alone: they must never
+// go down, and where the engine reports a plan identity
+// (KVWELD_CAP_PLAN_SERIAL) the builds they count must match the plan
+// serials the sequences show. Without a rule, the engine's counts are
+// added up for the report and nothing is judged.
+#include "sim/observers.hpp"
+
 #include "util/cat.hpp"
 #include "util/error.hpp"
-#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <map>
 #include <set>
 
 namespace kvweld::sim {
+
+using namespace targets;
+
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+    using F::operator()...;
+};
+
+std::int64_t delta(std::uint64_t after, std::uint64_t before) { return std::int64_t(after) - std::int64_t(before); }
+std::uint64_t counted(std::int64_t n) { return std::uint64_t(std::max<std::int64_t>(0, n)); }
+
+}  // namespace
 
 std::string batch_shape(const std::vector<int>& seqs) {
     std::map<int, int> tokens;
@@ -25,38 +41,97 @@ std::string batch_shape(const std::vector<int>& seqs) {
     return cat(tokens.size(), "x", lo, lo == hi ? "" : cat("-", hi));
 }
 
-void Simulator::check_accounting(const std::vector<Pair>& pairs,
-                                      const std::optional<kvweld_engine_counters>& before) {
-    if (!before) return;  // no counters read: an unchecked run, or an engine without them
-    std::vector<int> seqs;
-    for (const Pair& p : pairs) seqs.push_back(p.seq);
+Accounting::Accounting(const World& world, Judge& judge, RunStats& stats, std::unique_ptr<ReuseRule> rule,
+                       bool counters, bool plan_identity)
+    : world_(world), judge_(judge), stats_(stats), rule_(std::move(rule)), counters_(counters),
+      plan_identity_(plan_identity) {
+    read_counters();  // the first report is the baseline every later one must not fall below
+}
+
+// A refused load carries the clause of the state it loads.
+void Accounting::before_call(const MemoryCall& call) {
+    if (const auto* load = std::get_if<calls::Load>(&call); load && rule_) judge_.standing = rule_->state_clause(load->id);
+}
+
+// The rule is told what changed as the simulator's own account has it
+// (which adapters, in order, at which scales; which vector), not as the
+// engine reports.
+void Accounting::on_call(const MemoryCall& call) {
+    if (!rule_) return;
+    ReuseRule& r = *rule_;
+    std::visit(Overloaded{
+                   [&](const calls::Open& c) { r.on_open(c.seq); },
+                   [&](const calls::OpenSized& c) { r.on_open_sized(c.seq, c.capacity, c.recycle); },
+                   [&](const calls::Close& c) { r.on_close(c.seq); },
+                   [&](const calls::Truncate& c) { r.on_truncate(c.seq, c.n); },
+                   [&](const calls::Clear& c) { r.on_clear(c.seq); },
+                   [&](const calls::Copy& c) {
+                       if (c.opened) r.on_open(c.dst);
+                       r.on_copy(c.src, c.dst);
+                   },
+                   [&](const calls::ClearAll&) { r.on_clear_all(); },
+                   [&](const calls::Reload&) { r.on_reload(); },
+                   [&](const calls::SwapLayer& c) { r.on_swap_layer(c.seq, c.layer); },
+                   [&](const calls::PoolOp& c) { r.on_pool_op(c.op); },
+                   [&](const calls::Migrate& c) { r.on_migrate(c.from, c.to); },
+                   [&](const calls::SetLoras& c) { r.on_adapters(*c.before, *c.after); },
+                   [&](const calls::SetCvec& c) { r.on_adapters(*c.before, *c.after); },
+                   // A dense model routes nothing: no plan depends on warmup there.
+                   [&](const calls::SetWarmup& c) {
+                       if (world_.config.model.moe()) r.on_adapters(*c.before, *c.after);
+                   },
+                   [&](const calls::Shift& c) { r.on_shift(c.seq, c.p0, c.p1, c.len); },
+                   [&](const calls::Save& c) { r.on_state_save(c.seq, c.id); },
+                   [&](const calls::Load& c) { r.on_state_load(c.seq, c.len, c.id); },
+                   [&](const calls::LoadRefused& c) { r.on_state_refused(c.seq); },
+               },
+               call);
+}
+
+void Accounting::before_decode(const Batch& b) {
+    before_ = read_counters();
+    std::vector<int> seqs(b.seqs.begin(), b.seqs.end());
+    judge_.standing = rule_ ? rule_->standing_clause(seqs) : nullptr;  // what a refusal of this call carries
+}
+
+// The rule's expectation first: every oracle's failure names its clause.
+void Accounting::on_decode(Decoded& d) {
+    expectation_.reset();
+    judge_.call_clause.clear();
+    if (!rule_) return;
+    const std::vector<int> seqs(d.batch.seqs.begin(), d.batch.seqs.end());
+    expectation_ = rule_->on_decode(seqs, d.batch.outputs);
+    if (expectation_->clause) judge_.call_clause = expectation_->clause;
+}
+
+// Last, once every other oracle has judged the call's rows and storage.
+void Accounting::after_decode(const Decoded& d) {
+    if (!before_) return;  // no counters read: an unchecked run, or an engine without them
     const auto after = read_counters();
-    require(after.has_value(), "engine ", engine_->name(), " stopped reporting its counters");
-    const auto delta = [](std::uint64_t a, std::uint64_t b) { return std::int64_t(a) - std::int64_t(b); };
-    const std::int64_t reused = delta(after->reused, before->reused);
-    const std::int64_t builds = delta(after->builds, before->builds);
-    const std::int64_t rebound = delta(after->rebound, before->rebound);
+    require(after.has_value(), "engine ", world_.engine.name(), " stopped reporting its counters");
+    const std::int64_t reused = delta(after->reused, before_->reused), builds = delta(after->builds, before_->builds),
+                       rebound = delta(after->rebound, before_->rebound);
     // What the engine counted, with or without a rule (a release the rule
     // does not state the facts of still shows its reuse).
-    stats_.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
-    stats_.builds += std::uint64_t(std::max<std::int64_t>(0, builds));
-    stats_.rebinds += std::uint64_t(std::max<std::int64_t>(0, rebound));
+    stats_.reused += counted(reused);
+    stats_.builds += counted(builds);
+    stats_.rebinds += counted(rebound);
     if (!rule_) return;
     const ReuseExpectation& e = *expectation_;
-    if (oracles_.plan_identity) check_plan_identity(pairs, builds);
+    if (plan_identity_) check_plan_identity(d.batch, builds);
     stats_.plans += std::uint64_t(e.plans);
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
-    ShapeStats& shape = shapes_[batch_shape(seqs)];
+    ShapeStats& shape = shapes_[batch_shape(std::vector<int>(d.batch.seqs.begin(), d.batch.seqs.end()))];
     ++shape.calls;
     shape.plans += std::uint64_t(e.plans);
     shape.must_reuse += std::uint64_t(e.must_reuse);
     shape.may_reuse += std::uint64_t(e.may_reuse);
-    shape.reused += std::uint64_t(std::max<std::int64_t>(0, reused));
-    const auto counted = [&] {  // the failure message, built only on a failure
+    shape.reused += counted(reused);
+    const auto message = [&] {  // built only on a failure
         return cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
-                   pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
+                   d.batch.pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
                    e.may_reuse ? cat("..", e.must_reuse + e.may_reuse) : "", e.builds ? cat(", builds ", *e.builds) : "",
                    e.rebinds ? cat(", rebinds ", *e.rebinds) : "", " (", rule_->why_last(), ")");
     };
@@ -65,44 +140,51 @@ void Simulator::check_accounting(const std::vector<Pair>& pairs,
     // first: a build done as a rebind is a missed build). More is spurious.
     const int prepared = int(builds + rebound), justified = e.builds.value_or(0) + e.rebinds.value_or(0);
     const bool counts_preparation = e.builds && e.rebinds;
+    const std::string clause = e.clause ? e.clause : "";
     if (reused > e.must_reuse + e.may_reuse || (e.builds && builds < *e.builds) ||
         (counts_preparation && prepared < justified))
-        fail(Verdict::missed_invalidation, Oracle::accounting, counted(), e.clause ? e.clause : "");
-    const std::string clause = e.clause ? e.clause : "";
+        judge_.fail(Verdict::missed_invalidation, Oracle::accounting, message(), clause);
     if (reused < e.must_reuse || (e.builds && builds > *e.builds) || (counts_preparation && prepared > justified))
-        fail(Verdict::spurious_invalidation, Oracle::accounting, counted(), clause);
+        judge_.fail(Verdict::spurious_invalidation, Oracle::accounting, message(), clause);
 }
 
-std::optional<kvweld_engine_counters> Simulator::read_counters() {
+// A step read them after its call.
+void Accounting::after_op(OpKind kind) {
+    if (kind != OpKind::step) read_counters();
+}
+
+std::optional<kvweld_engine_counters> Accounting::read_counters() {
     if (!counters_) return std::nullopt;
-    const auto now = engine_->counters();
-    require(now.has_value(), "engine ", engine_->name(), " stopped reporting its counters");
-    const auto was = last_counters_;
-    last_counters_ = now;
+    const auto now = world_.engine.counters();
+    require(now.has_value(), "engine ", world_.engine.name(), " stopped reporting its counters");
+    const auto was = last_;
+    last_ = now;
     if (was && (now->builds < was->builds || now->reused < was->reused || now->rebound < was->rebound))
-        fail(Verdict::engine_error, Oracle::accounting,
-             cat("counters went down: builds ", was->builds, " -> ", now->builds, ", reused ", was->reused, " -> ",
-                 now->reused, ", rebound ", was->rebound, " -> ", now->rebound,
-                 " (a counter that restarts hides the work it counted)"));
+        judge_.fail(Verdict::engine_error, Oracle::accounting,
+                    cat("counters went down: builds ", was->builds, " -> ", now->builds, ", reused ", was->reused,
+                        " -> ", now->reused, ", rebound ", was->rebound, " -> ", now->rebound,
+                        " (a counter that restarts hides the work it counted)"));
     return now;
 }
 
-void Simulator::check_plan_identity(const std::vector<Pair>& pairs, std::int64_t builds) {
+// After a call, each plan serial first seen on one of its sequences needs
+// a build the call counted, and a call that counts builds must show a new serial.
+void Accounting::check_plan_identity(const Batch& b, std::int64_t builds) {
     std::set<std::uint64_t> fresh;  // serials this call showed for the first time in the run
     std::set<int> asked;
-    for (const Pair& p : pairs) {
+    for (const Pair& p : b.pairs) {
         if (!asked.insert(p.seq).second) continue;
-        const std::uint64_t serial = engine_->plan_serial(p.seq);
+        const std::uint64_t serial = world_.engine.plan_serial(p.seq);
         if (serial == 0)
-            fail(Verdict::engine_error, Oracle::accounting,
-                 cat("sequence ", p.seq, " was decoded but reports no plan serial"));
+            judge_.fail(Verdict::engine_error, Oracle::accounting,
+                        cat("sequence ", p.seq, " was decoded but reports no plan serial"));
         if (!plan_serials_.count(serial)) fresh.insert(serial);
     }
     plan_serials_.insert(fresh.begin(), fresh.end());
     if (std::int64_t(fresh.size()) > builds || (builds > 0 && fresh.empty()))
-        fail(Verdict::engine_error, Oracle::accounting,
-             cat("the counters say ", builds, " builds but the call's sequences show ", fresh.size(),
-                 " plan serials never seen before: the counters do not describe what the engine did"));
+        judge_.fail(Verdict::engine_error, Oracle::accounting,
+                    cat("the counters say ", builds, " builds but the call's sequences show ", fresh.size(),
+                        " plan serials never seen before: the counters do not describe what the engine did"));
 }
 
 }  // namespace kvweld::sim

@@ -1,44 +1,85 @@
-// The block ledger and the pool weld of the simulator, for paged
-// engines (KVWELD_CAP_BLOCKS) the registry gives a block model: the
-// expectation is the model the op log alone implies; the engine's tables,
-// counts and pool reports are what is judged.
-#include "util/cat.hpp"
-#include "sim/simulator.hpp"
+// The block ledger and the pool weld, for paged engines (KVWELD_CAP_BLOCKS)
+// the registry gives a block model: the model follows the calls alone (the
+// op log), and the engine's tables, counts and pool reports are judged
+// against it. Not judging (unchecked), the model still follows the pool:
+// it paces the traffic's growth.
+#include "sim/observers.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <set>
+#include "util/cat.hpp"
+
+#include <map>
 
 namespace kvweld::sim {
+
+using namespace targets;
+
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+    using F::operator()...;
+};
+
+}  // namespace
+
+BlockLedger::BlockLedger(const World& world, Judge& judge, BlockModel model, std::set<std::uint64_t>& seen_serials,
+                         bool judging)
+    : world_(world), judge_(judge), model_(std::move(model)), seen_serials_(seen_serials), judging_(judging),
+      pool_storage_(world.engine.pool_info().storage) {}  // the first report is the pool's birth
+
+void BlockLedger::on_call(const MemoryCall& call) {
+    std::visit(Overloaded{
+                   [&](const calls::Truncate& c) { model_.truncate(c.seq, c.n); },
+                   [&](const calls::Clear& c) { model_.clear(c.seq); },
+                   [&](const calls::Copy& c) { model_.fork(c.src, c.dst); },
+                   [&](const calls::Close& c) { model_.close(c.seq); },
+                   [&](const calls::ClearAll&) { model_.clear_all(); },
+                   [&](const calls::Reload&) { model_.clear_all(); },
+                   [&](const calls::PoolOp& c) {
+                       if (c.op == KVWELD_POOL_GROW) model_.grow();
+                       if (c.op == KVWELD_POOL_RESET) model_.reset();
+                   },
+                   [&](const auto&) {},
+               },
+               call);
+}
+
+void BlockLedger::on_decode(Decoded& d) {
+    for (int s : d.batch.seqs) model_.append(s);
+    check(true);
+}
+
+void BlockLedger::after_op(OpKind) { check(false); }
 
 // The pool weld: the pool's storage must be new (never seen) exactly when
 // the model says it was replaced (a grow or a reset), and right after a
 // decode the held plan must read and write that storage.
-void Simulator::check_blocks(bool decoded) {
-    if (!oracles_.blocks) return;
-    const kvweld_pool_info info = engine_->pool_info();
+void BlockLedger::check(bool decoded) {
+    if (!judging_) return;
+    const kvweld_pool_info info = world_.engine.pool_info();
     std::map<int, std::vector<int>> tables;
-    for (int s = 0; s < config_.seqs; ++s)
-        if (requests_[std::size_t(s)]) tables[s] = engine_->block_table(s);
-    const auto refcount = [&](int block) { return engine_->block_refcount(block); };
-    if (const auto problem = blocks_->mismatch(tables, refcount, info.n_blocks, info.free_blocks))
-        fail(Verdict::stale_decode, Oracle::blocks, cat("after ", to_string(op_kind_), ": ", *problem));
-    const bool replaced = blocks_->replacements() != pool_replacements_;
+    for (int s = 0; s < world_.config.seqs; ++s)
+        if (world_.open(s)) tables[s] = world_.engine.block_table(s);
+    const auto refcount = [&](int block) { return world_.engine.block_refcount(block); };
+    const std::string op = std::string(to_string(judge_.op_kind()));
+    if (const auto problem = model_.mismatch(tables, refcount, info.n_blocks, info.free_blocks))
+        judge_.fail(Verdict::stale_decode, Oracle::blocks, cat("after ", op, ": ", *problem));
+    const bool replaced = model_.replacements() != replacements_;
     if (replaced && (info.storage == 0 || info.storage == pool_storage_ || seen_serials_.count(info.storage)))
-        fail(Verdict::engine_error, Oracle::ledger,
-             cat("the pool's storage was replaced (", blocks_->n_blocks(), " blocks, by a ", to_string(op_kind_),
-                 ") but it reports storage ", info.storage, ", which this run has seen before"));
+        judge_.fail(Verdict::engine_error, Oracle::ledger,
+                    cat("the pool's storage was replaced (", model_.n_blocks(), " blocks, by a ", op,
+                        ") but it reports storage ", info.storage, ", which this run has seen before"));
     if (!replaced && info.storage != pool_storage_)
-        fail(Verdict::engine_error, Oracle::ledger,
-             cat("the pool's storage changed from ", pool_storage_, " to ", info.storage, " in a ",
-                 to_string(op_kind_), ", which keeps it"));
+        judge_.fail(Verdict::engine_error, Oracle::ledger,
+                    cat("the pool's storage changed from ", pool_storage_, " to ", info.storage, " in a ", op,
+                        ", which keeps it"));
     seen_serials_.insert(pool_storage_);
     pool_storage_ = info.storage;
-    pool_replacements_ = blocks_->replacements();
+    replacements_ = model_.replacements();
     if (decoded && info.plan_storage != pool_storage_)
-        fail(Verdict::stale_decode, Oracle::weld,
-             cat("the held plan reads and writes pool storage ", info.plan_storage, " but the pool's is ",
-                 pool_storage_, " (the pool ledger)"));
+        judge_.fail(Verdict::stale_decode, Oracle::weld,
+                    cat("the held plan reads and writes pool storage ", info.plan_storage, " but the pool's is ",
+                        pool_storage_, " (the pool ledger)"));
 }
 
 }  // namespace kvweld::sim

@@ -1,27 +1,42 @@
-// The ledger and the weld oracle of the simulator, for engines that
-// report storage identity (KVWELD_CAP_STORAGE). They trust the engine's
-// storage reports only as checked here, and the rule's word on which ops
-// may replace storage.
+// The ledger and the weld oracle, for engines that report storage
+// identity (KVWELD_CAP_STORAGE). They trust the engine's storage reports
+// only as checked here, and the rule's word on which ops may replace
+// storage.
 //
 // The ledger is the simulator's own record of the storage each sequence
-// holds. It takes the engine's report only right after an op, and only as
-// the engine's rule says the op may change it (ReuseRule::storage_effect):
-// a replacement must show serials the run has never seen, distinct across
-// layers, in exactly the layers replaced; an op that keeps storage must
+// slot holds (kept across requests: a slot may keep its storage). It takes
+// the engine's report only right after a call, and only as the engine's
+// rule says the call may change it (ReuseRule::storage_effect): a
+// replacement must show serials the run has never seen, distinct across
+// layers, in exactly the layers replaced; a call that keeps storage must
 // show the same serials. Serials are never recycled (the ABI's promise),
 // so storage kept behind a "replacement" is caught. The weld oracle then
 // compares the storage the held plan reads and writes with the ledger's.
+//
+// White box, the ledger holds the storage objects the serials it accepted
+// name (what the kv oracle and the blindness counts read, never what the
+// engine reports later), and every row a sequence no longer holds is
+// poisoned.
+#include "sim/observers.hpp"
+
 #include "util/cat.hpp"
 #include "util/error.hpp"
-#include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace kvweld::sim {
 
+using namespace targets;
+
 namespace {
+
+template <class... F>
+struct Overloaded : F... {
+    using F::operator()...;
+};
 
 std::string serials_text(const std::vector<std::uint64_t>& s) {
     std::string out;
@@ -31,16 +46,61 @@ std::string serials_text(const std::vector<std::uint64_t>& s) {
 
 }  // namespace
 
-void Simulator::ledger_after(SeqOp op, int seq, std::optional<int> layer) {
-    if (!oracles_.weld) return;
-    SlotLedger& entry = ledger_[std::size_t(seq)];
-    const int n = config_.model.n_layers;
-    const std::vector<std::uint64_t> now = engine_->storage(seq, KVWELD_STORAGE_HELD, n);
+StorageLedger::StorageLedger(const World& world, Judge& judge, const ReuseRule* rule, WhiteBox* white_box,
+                             std::set<std::uint64_t>& seen_serials, bool weld)
+    : world_(world), judge_(judge), rule_(rule), white_box_(white_box), seen_serials_(seen_serials), weld_(weld),
+      slots_(std::size_t(world.config.seqs)) {}
+
+void StorageLedger::on_call(const MemoryCall& call) {
+    const auto every_open = [&](SeqOp op) {
+        for (int s = 0; s < world_.config.seqs; ++s)
+            if (world_.open(s)) after(op, s);
+    };
+    std::visit(Overloaded{
+                   [&](const calls::Open& c) { after(SeqOp::open, c.seq); },
+                   [&](const calls::OpenSized& c) {
+                       if (c.recycle) poison(c.seq, 0);  // every row is dead again
+                       after(c.recycle ? SeqOp::recycle : SeqOp::open, c.seq);
+                   },
+                   [&](const calls::Truncate& c) {
+                       poison(c.seq, c.n);
+                       if (!c.drafts) after(SeqOp::truncate, c.seq);
+                   },
+                   [&](const calls::Clear& c) { after(SeqOp::clear, c.seq); },
+                   [&](const calls::Copy& c) { after(SeqOp::copy_into, c.dst); },
+                   [&](const calls::ClearAll&) { every_open(SeqOp::clear); },
+                   [&](const calls::Reload&) { every_open(SeqOp::reload); },
+                   [&](const calls::PoolOp& c) {
+                       if (c.op == KVWELD_POOL_RESET) every_open(SeqOp::clear);
+                   },
+                   [&](const calls::SwapLayer& c) { after(SeqOp::swap_layer, c.seq, c.layer); },
+                   [&](const calls::Migrate& c) {  // the ledger moves with the request
+                       slots_[std::size_t(c.to)] = std::move(slots_[std::size_t(c.from)]);
+                       slots_[std::size_t(c.from)] = Slot{};
+                       after(SeqOp::migrate, c.to);
+                   },
+                   [&](const calls::Shift& c) {
+                       poison(c.seq, c.len - (c.p1 - c.p0));
+                       after(SeqOp::shift, c.seq);
+                   },
+                   [&](const calls::Load& c) {
+                       poison(c.seq, c.len);
+                       after(SeqOp::load, c.seq);
+                   },
+                   [&](const auto&) {},
+               },
+               call);
+}
+
+void StorageLedger::after(SeqOp op, int seq, std::optional<int> layer) {
+    if (!weld_) return;
+    Slot& entry = slots_[std::size_t(seq)];
+    const int n = world_.config.model.n_layers;
+    const std::vector<std::uint64_t> now = world_.engine.storage(seq, KVWELD_STORAGE_HELD, n);
     const bool fresh = entry.serials.empty();  // nothing recorded yet: a slot's first storage
     const StorageEffect effect = fresh ? StorageEffect::replaces
                                  : rule_ ? rule_->storage_effect(op)
                                          : default_storage_effect(op);
-    const OpKind kind = op_kind_;
     std::vector<std::uint64_t> accepted = fresh ? std::vector<std::uint64_t>(std::size_t(n), 0) : entry.serials;
     std::set<std::uint64_t> mine;
     for (int l = 0; l < n; ++l) {
@@ -56,9 +116,9 @@ void Simulator::ledger_after(SeqOp op, int seq, std::optional<int> layer) {
         if (problem.empty() && changed && (s == 0 || seen_serials_.count(s) || !mine.insert(s).second))
             problem = cat("reports serial ", s, s == 0 ? " (no storage)" : ", which this run has seen before");
         if (!problem.empty())
-            fail(Verdict::engine_error, Oracle::ledger,
-                 cat("sequence ", seq, " layer ", l, " after ", to_string(kind), ": its storage ", problem,
-                     " (storage serials now: ", serials_text(now), ")"));
+            judge_.fail(Verdict::engine_error, Oracle::ledger,
+                        cat("sequence ", seq, " layer ", l, " after ", to_string(judge_.op_kind()), ": its storage ",
+                            problem, " (storage serials now: ", serials_text(now), ")"));
         accepted[std::size_t(l)] = s;
     }
     seen_serials_.insert(mine.begin(), mine.end());
@@ -68,8 +128,8 @@ void Simulator::ledger_after(SeqOp op, int seq, std::optional<int> layer) {
 
 // White box: the ledger holds the storage objects the serials it accepted
 // name; what the engine reports later is never taken instead.
-void Simulator::pin(int seq, const std::vector<std::uint64_t>& serials) {
-    SlotLedger& entry = ledger_[std::size_t(seq)];
+void StorageLedger::pin(int seq, const std::vector<std::uint64_t>& serials) {
+    Slot& entry = slots_[std::size_t(seq)];
     const std::vector<KvLayer> held = white_box_->held_layers(seq);
     entry.pinned.resize(held.size());
     for (std::size_t l = 0; l < held.size(); ++l)
@@ -80,21 +140,34 @@ void Simulator::pin(int seq, const std::vector<std::uint64_t>& serials) {
         }
 }
 
-// Weld first: when a plan is on the wrong storage it names the storage,
-// where the kv oracle would only see the row missing.
-void Simulator::check_weld(const std::vector<Pair>& pairs) {
-    const int n = config_.model.n_layers;
+void StorageLedger::poison(int seq, int from) {
+    if (!white_box_) return;
+    for (const KvLayer& layer : slots_[std::size_t(seq)].pinned) {
+        const int end = layer->max_seq_len();
+        if (from >= end) continue;
+        for (int pos = from; pos < end; ++pos) {
+            std::fill_n(layer->key_row(pos), layer->kv_dim(), std::numeric_limits<float>::quiet_NaN());
+            std::fill_n(layer->value_row(pos), layer->kv_dim(), std::numeric_limits<float>::quiet_NaN());
+        }
+        if (layer->device()) layer->device()->upload(*layer, from, end - from);
+    }
+}
+
+// Weld: when a plan is on the wrong storage it names the storage, where
+// the kv oracle would only see the row missing.
+void StorageLedger::on_decode(Decoded& d) {
+    if (!weld_) return;
+    const int n = world_.config.model.n_layers;
     std::set<int> decoded;
-    for (const Pair& p : pairs) decoded.insert(p.seq);
+    for (const Pair& p : d.batch.pairs) decoded.insert(p.seq);
     for (int seq : decoded) {
-        if (!oracles_.weld) break;
-        ledger_after(SeqOp::decode, seq);  // a decode keeps the storage
-        const std::vector<std::uint64_t>& want = ledger_[std::size_t(seq)].serials;
-        const std::vector<std::uint64_t> plan = engine_->storage(seq, KVWELD_STORAGE_PLAN, n);
+        after(SeqOp::decode, seq);  // a decode keeps the storage
+        const std::vector<std::uint64_t>& want = slots_[std::size_t(seq)].serials;
+        const std::vector<std::uint64_t> plan = world_.engine.storage(seq, KVWELD_STORAGE_PLAN, n);
         if (plan != want)
-            fail(Verdict::stale_decode, Oracle::weld,
-                 cat("sequence ", seq, ": the held plan reads and writes storage ", serials_text(plan),
-                     " but the sequence holds ", serials_text(want), " (the ledger)"));
+            judge_.fail(Verdict::stale_decode, Oracle::weld,
+                        cat("sequence ", seq, ": the held plan reads and writes storage ", serials_text(plan),
+                            " but the sequence holds ", serials_text(want), " (the ledger)"));
     }
 }
 

@@ -28,13 +28,10 @@ void Simulator::run(const ops::Shift& op, int seq) {
 
 void Simulator::shift_once(int seq, int p0, int p1) {
     Request& r = *requests_[std::size_t(seq)];
-    const int len = int(r.history.size());
-    both([&](Engine& e) { e.shift(seq, p0, p1); });
-    if (rule_) rule_->on_shift(seq, p0, p1, len);
-    r.shadow.shift(config_.model, p0, p1, len);
+    const calls::Shift call{seq, p0, p1, int(r.history.size())};
+    make(call);
     r.history.erase(r.history.begin() + p0, r.history.begin() + p1);
-    poison(seq, len - (p1 - p0), len + 1);  // +1: a row the spec_reject fault may have kept
-    ledger_after(SeqOp::shift, seq);
+    publish(call);
     if (r.parked && r.queue.empty()) {  // the room it waited for
         r.queue.push_back(*r.parked);
         r.decoding = true;
@@ -43,11 +40,11 @@ void Simulator::shift_once(int seq, int p0, int p1) {
     r.parked.reset();
 }
 
+// The engine's bytes; the twin or peer keeps its own (Lockstep), the data
+// shadow the reference's (DataShadow).
 void Simulator::run(const ops::Save&, int seq) {
-    SavedState state{engine_->state_save(seq),
-                     second_ ? on_second([&] { return second_->state_save(seq); }) : std::vector<std::uint8_t>{},
-                     *requests_[std::size_t(seq)], weights_seed_, ++states_saved_};
-    if (rule_) rule_->on_state_save(seq, state.id);
+    SavedState state{engine_->state_save(seq), *requests_[std::size_t(seq)], weights_seed_, ++states_saved_};
+    publish(calls::Save{seq, state.id});
     saved_.push_back(std::move(state));
     if (saved_.size() > std::size_t(kSavedStates)) saved_.erase(saved_.begin());
 }
@@ -66,46 +63,36 @@ void Simulator::run(const ops::Load& op, int) {
     const int dst = (onto_open ? open : free)[op.to % (onto_open ? open : free).size()];
     const int capacity = onto_open ? requests_[std::size_t(dst)]->capacity : config_.n_ctx;
     const int len = int(state.request.history.size());
-    const bool other_model = state.weights_generation != weights_seed_;
+    const bool other_model = state.weights_seed != weights_seed_;
     if (other_model || len > capacity) {
         if (!onto_open) return;  // a refusal is judged on a sequence whose content it must keep
         const std::string why = other_model ? "a state saved under other weights"
                                             : cat("a state of ", len, " positions into a sequence of ", capacity);
         const std::string named = other_model ? "model" : std::to_string(capacity);
         // The twin or peer is refused it too (a refusal may move cells: both alike).
-        if (second_) try {
-                second_->state_load(dst, state.second_bytes);
-                fail(Verdict::engine_error, peer_ ? Oracle::peer : Oracle::twin,
-                     cat(second_name(), " accepted ", why, ": it must be refused"));
-            } catch (const Error&) {
-            }
+        for (const auto& o : observers_) o->expect_refused_load(dst, state.id, why);
         try {
             engine_->state_load(dst, state.bytes);
         } catch (const Error& e) {
             if (std::string(e.what()).find(named) == std::string::npos)
-                fail(Verdict::engine_error, Oracle::engine,
-                     cat("the engine refused ", why, " without naming the ", named, ": ", e.what()));
+                judge_.fail(Verdict::engine_error, Oracle::engine,
+                            cat("the engine refused ", why, " without naming the ", named, ": ", e.what()));
             ++stats_.refused;
             return;
         }
-        fail(Verdict::engine_error, Oracle::engine, cat("the engine accepted ", why, ": it must be refused"));
+        judge_.fail(Verdict::engine_error, Oracle::engine, cat("the engine accepted ", why, ": it must be refused"));
     }
     if (!onto_open) {
-        both([&](Engine& e) { e.open(dst); });
-        if (rule_) rule_->on_open(dst);
-        requests_[std::size_t(dst)].emplace(config_.model);
-        ledger_after(SeqOp::open, dst);
+        make(calls::Open{dst});
+        requests_[std::size_t(dst)].emplace();
+        publish(calls::Open{dst});
     }
-    standing_ = rule_ ? rule_->state_clause(state.id) : nullptr;  // what a refusal carries
-    engine_->state_load(dst, state.bytes);
-    if (second_) on_second([&] { second_->state_load(dst, state.second_bytes); });
-    standing_ = nullptr;
-    if (rule_) rule_->on_state_load(dst, len, state.id);
+    const calls::Load call{dst, len, state.id};
+    make(call);  // a refusal carries the rule's clause for the state
     Request& r = *requests_[std::size_t(dst)];
     r = state.request;
     r.capacity = capacity;
-    poison(dst, len, capacity);
-    ledger_after(SeqOp::load, dst);
+    publish(call);
     ++stats_.requests;
 }
 

@@ -3,14 +3,13 @@
 #include "util/cat.hpp"
 #include "util/error.hpp"
 #include "sim/choose.hpp"
+#include "sim/observers.hpp"
 #include "targets/abi_lists.hpp"
 #include "targets/registry.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cmath>
-#include <limits>
 
 namespace kvweld::sim {
 
@@ -18,7 +17,6 @@ namespace {
 
 constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
 constexpr std::uint64_t kParkStream = 0x7061726b65642d74ULL;
-
 
 // What a run may hold at once: per sequence the engine's KV (n_ctx
 // positions) and the reference's shadow (the model's max_seq_len).
@@ -42,125 +40,132 @@ const SimConfig& require_simulable(const SimConfig& c) {
 
 }  // namespace
 
-void RunStats::add(const RunStats& o) {
-    max_kv_error = std::max(max_kv_error, o.max_kv_error);
-    ops_run += o.ops_run;
-    ops_skipped += o.ops_skipped;
-    for (int k = 0; k < kOpKinds; ++k) ops_by_kind[std::size_t(k)] += o.ops_by_kind[std::size_t(k)];
-    requests += o.requests;
-    calls += o.calls;
-    rows += o.rows;
-    reference_rows += o.reference_rows;
-    batched_calls += o.batched_calls;
-    same_shape_calls += o.same_shape_calls;
-    drafts += o.drafts;
-    rejected += o.rejected;
-    refused += o.refused;
-    twin_rows += o.twin_rows;
-    twin_within_tolerance += o.twin_within_tolerance;
-    plans += o.plans;
-    reused += o.reused;
-    must_reuse += o.must_reuse;
-    must_reuse_shared += o.must_reuse_shared;
-    may_reuse += o.may_reuse;
-    builds += o.builds;
-    rebinds += o.rebinds;
-    peer_reused += o.peer_reused;
-    peer_builds += o.peer_builds;
-    peer_rebinds += o.peer_rebinds;
-    peer_rows += o.peer_rows;
-    reuse_more += o.reuse_more;
-    reuse_fewer += o.reuse_fewer;
-    prepared_otherwise += o.prepared_otherwise;
-    max_peer_error = std::max(max_peer_error, o.max_peer_error);
-    change_decodes += o.change_decodes;
-    data_blind += o.data_blind;
-    independent_blind += o.independent_blind;
-    blind_same_weights_reload += o.blind_same_weights_reload;
-    max_logit_error = std::max(max_logit_error, o.max_logit_error);
+
+Batch::Batch(std::vector<Pair> p) : pairs(std::move(p)) {
+    for (const Pair& pair : pairs) {
+        seqs.push_back(pair.seq);
+        tokens.push_back(pair.token);
+    }
+    if (std::all_of(pairs.begin(), pairs.end(), [](const Pair& pair) { return pair.output; })) return;
+    for (const Pair& pair : pairs) outputs.push_back(pair.output ? 1 : 0);
 }
 
-std::string OracleReport::describe() const {
-    auto one = [](const char* name, bool on, const std::string& why) {
-        return cat("; ", name, on ? " on" : cat(" unavailable (", why, ")"));
-    };
-    return cat("  oracles: ", one("data", data, data_why_not).substr(2), one("accounting", accounting, accounting_why_not),
-               accounting ? one("plan identity", plan_identity, plan_identity_why_not) : "",
-               one("kv", kv, kv_why_not),
-               one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not),
-               one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate, adapters)", white_box,
-                   white_box_why_not),
-               one("twin", twin, twin_why_not),
-               peer ? cat("; peer on", peer_reuse_why_not.empty() ? "" : cat(" (rows only: ", peer_reuse_why_not, ")"))
-                    : "");
+void Judge::record(Verdict v, Oracle o, std::string detail, std::string clause) {
+    verdict_ = v;
+    failure_ = Failure{op_index_, std::string(to_string(op_kind_)), o, std::move(detail), std::move(clause)};
 }
 
-void OracleReport::all_off(const std::string& why) {
-    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks, &white_box, &twin}) *on = false;
-    for (std::string* w : {&data_why_not, &accounting_why_not, &plan_identity_why_not, &kv_why_not, &weld_why_not,
-                           &blocks_why_not, &white_box_why_not, &twin_why_not})
-        *w = why;
+void Judge::fail(Verdict v, Oracle o, std::string detail, std::string clause) {
+    record(v, o, std::move(detail), std::move(clause));
+    throw Stop{};
 }
 
 Simulator::Simulator(const SimConfig& config, bool checked)
     : config_(require_simulable(config)),
       model_(Model::random(config.model, config.weights_seed)),
-      weights_seed_(config.weights_seed) {
-    engine_ = open_engine(config_.engine.engine, config_.engine.faults, config_.setup(), model_);
+      weights_seed_(config.weights_seed),
+      engine_(open_engine(config_.engine.engine, config_.engine.faults, config_.setup(), model_)),
+      requests_(std::size_t(config_.seqs)),
+      kept_capacity_(std::size_t(config_.seqs), 0),
+      world_{config_, model_, adapters_, requests_, model_generation_, weights_generation_, *engine_} {
     require(engine_->vocab() == config_.model.vocab, "engine ", engine_->name(), " reports vocab ", engine_->vocab(),
             " for a model of vocab ", config_.model.vocab);
-    counters_ = engine_->capabilities() & KVWELD_CAP_PLAN_COUNTERS;
-    if (!counters_)
-        oracles_.accounting_why_not = cat("engine ", engine_->name(), " declares no plan counters");
-    else
-        rule_ = reuse_rule_for(engine_->name(), engine_build(config_.engine.engine), config_.setup(),
-                               oracles_.accounting_why_not);
-    oracles_.accounting = rule_ != nullptr;
-    oracles_.plan_identity = rule_ && (engine_->capabilities() & KVWELD_CAP_PLAN_SERIAL);
-    if (!oracles_.plan_identity)
-        oracles_.plan_identity_why_not = cat("engine ", engine_->name(), " reports no plan serial");
-    read_counters();  // the first report is the baseline every later one must not fall below
-    oracles_.kv = engine_->capabilities() & KVWELD_CAP_READ_KV;
-    if (!oracles_.kv) oracles_.kv_why_not = cat("engine ", engine_->name(), " cannot read back its KV rows");
-    oracles_.weld = engine_->capabilities() & KVWELD_CAP_STORAGE;
-    if (!oracles_.weld)
-        oracles_.weld_why_not = engine_->capabilities() & KVWELD_CAP_BLOCKS
-                                    ? cat("engine ", engine_->name(), " has one pool, not storage per sequence: its "
-                                                                      "weld is the blocks oracle's pool weld")
-                                    : cat("engine ", engine_->name(), " reports no storage identity");
-    requests_.resize(std::size_t(config_.seqs));
-    if (!(engine_->capabilities() & KVWELD_CAP_BLOCKS))
-        oracles_.blocks_why_not = cat("engine ", engine_->name(), " has no paged KV pool to report");
-    else if (!(blocks_ = block_model_for(engine_->name(), config_.setup())))
-        oracles_.blocks_why_not = cat("no block model for engine '", engine_->name(), "' (targets/registry.cpp)");
-    else
-        pool_storage_ = engine_->pool_info().storage;  // the first report is the pool's birth
-    oracles_.blocks = blocks_.has_value();
-    ledger_.resize(std::size_t(config_.seqs));
-    plans_.resize(std::size_t(config_.seqs));
-    white_box_ = engine_->white_box();
-    oracles_.white_box = white_box_ != nullptr;
-    // Settings the reference cannot follow: the twin judges every row.
-    oracles_.data_why_not = reference_blind(config_.engine.engine, config_.engine.params);
-    oracles_.data = oracles_.data_why_not.empty();
     // Ranks 1, 2 and 4; alpha / rank 1, 1 and 2.
     for (int i = 0; i < kLoraPool; ++i)
         lora_pool_.push_back(LoraAdapter::random(config_.model, 1 << i, float((1 << i) * (i == 2 ? 2 : 1)),
                                                  config_.weights_seed ^ (0x6c6f7261ULL + std::uint64_t(i))));
-    open_twin();
-    if (!white_box_)
-        oracles_.white_box_why_not = cat("engine ", engine_->name(), " runs behind the plugin ABI");
+    open_observers(checked);
+}
+
+// Which oracles the engine's capabilities allow, and why not the others;
+// then the observers, each registered once, in the order they are told.
+void Simulator::open_observers(bool checked) {
+    const std::uint32_t caps = engine_->capabilities();
+    const std::string name = engine_->name();
+    bool counters = caps & KVWELD_CAP_PLAN_COUNTERS;
+    std::unique_ptr<ReuseRule> rule;
+    if (!counters)
+        oracles_.accounting_why_not = cat("engine ", name, " declares no plan counters");
+    else
+        rule = reuse_rule_for(name, engine_build(config_.engine.engine), config_.setup(), oracles_.accounting_why_not);
+    oracles_.accounting = rule != nullptr;
+    oracles_.plan_identity = rule && (caps & KVWELD_CAP_PLAN_SERIAL);
+    if (!oracles_.plan_identity) oracles_.plan_identity_why_not = cat("engine ", name, " reports no plan serial");
+    oracles_.kv = caps & KVWELD_CAP_READ_KV;
+    if (!oracles_.kv) oracles_.kv_why_not = cat("engine ", name, " cannot read back its KV rows");
+    oracles_.weld = caps & KVWELD_CAP_STORAGE;
+    if (!oracles_.weld)
+        oracles_.weld_why_not = caps & KVWELD_CAP_BLOCKS ? cat("engine ", name, " has one pool, not storage per sequence: its "
+                                                                              "weld is the blocks oracle's pool weld")
+                                                         : cat("engine ", name, " reports no storage identity");
+    std::optional<BlockModel> block_model;
+    if (!(caps & KVWELD_CAP_BLOCKS))
+        oracles_.blocks_why_not = cat("engine ", name, " has no paged KV pool to report");
+    else if (!(block_model = block_model_for(name, config_.setup())))
+        oracles_.blocks_why_not = cat("no block model for engine '", name, "' (targets/registry.cpp)");
+    oracles_.blocks = block_model.has_value();
+    white_box_ = engine_->white_box();
+    oracles_.white_box = white_box_ != nullptr;
+    if (!white_box_) oracles_.white_box_why_not = cat("engine ", name, " runs behind the plugin ABI");
     for (const std::string& f : abi::split_list(config_.engine.faults.c_str()))
         spec_reject_fault_ = spec_reject_fault_ || (white_box_ && f == "spec_reject_off_by_one");
-    if (!oracles_.data && !second_)
-        oracles_.data_why_not += cat("; the twin, the data oracle here, is unavailable too: ", oracles_.twin_why_not);
-    if (config_.engine.peer) open_peer();
-    if (checked) return;
-    oracles_.all_off("an unchecked run (--no-oracles)");
-    second_.reset();
-    rule_.reset();  // nothing judged; the block model stays, it paces the pool's growth
-    counters_ = false;
-    last_counters_.reset();
+    // Settings the reference cannot follow: the twin judges every row.
+    oracles_.data_why_not = reference_blind(config_.engine.engine, config_.engine.params);
+    oracles_.data = oracles_.data_why_not.empty();
+    std::unique_ptr<Lockstep> second;
+    if (config_.engine.peer) {  // the peer is the run's only oracle
+        second = open_peer(world_, judge_, stats_, oracles_);
+        rule.reset();
+        white_box_ = nullptr;
+        spec_reject_fault_ = false;
+    } else {
+        second = open_twin(world_, judge_, stats_, oracles_);
+        if (!oracles_.data && !second)
+            oracles_.data_why_not += cat("; the twin, the data oracle here, is unavailable too: ", oracles_.twin_why_not);
+    }
+    if (!checked) {
+        oracles_.all_off("an unchecked run (--no-oracles)");
+        second.reset();
+        rule.reset();  // nothing judged; the block model stays, it paces the pool's growth
+        counters = false;
+    }
+    auto accounting = std::make_unique<Accounting>(world_, judge_, stats_, std::move(rule), counters, oracles_.plan_identity);
+    accounting_ = accounting.get();
+    lockstep_ = second.get();
+    auto shadow = std::make_unique<DataShadow>(world_, judge_, stats_, oracles_.data);
+    auto ledger = std::make_unique<StorageLedger>(world_, judge_, accounting_->rule(), white_box_, seen_serials_,
+                                                  oracles_.weld);
+    std::unique_ptr<Observer> blindness, kv, blocks;
+    if (white_box_ && oracles_.data) blindness = std::make_unique<Blindness>(world_, stats_, *shadow, *ledger);
+    if (oracles_.kv) kv = std::make_unique<KvOracle>(world_, judge_, stats_, *shadow, white_box_ ? ledger.get() : nullptr);
+    if (block_model) {
+        auto b = std::make_unique<BlockLedger>(world_, judge_, std::move(*block_model), seen_serials_, oracles_.blocks);
+        blocks_ = b.get();
+        blocks = std::move(b);
+    }
+    // The order they are told: the rule's expectation first (every failure
+    // names its clause), the second engine and the reference next (their
+    // rows are what later ones read), storage and blocks after.
+    std::unique_ptr<Observer> in_order[] = {std::move(accounting), std::move(second), std::move(shadow),
+                                            std::move(blindness),  std::move(ledger), std::move(kv), std::move(blocks)};
+    for (auto& o : in_order)
+        if (o) observers_.push_back(std::move(o));
+}
+
+const std::vector<ReuseDiff>& Simulator::reuse_diffs() const {
+    static const std::vector<ReuseDiff> none;
+    return lockstep_ ? lockstep_->reuse_diffs() : none;
+}
+
+const std::string& Simulator::ended_early() const {
+    static const std::string none;
+    return lockstep_ ? lockstep_->ended_early() : none;
+}
+
+const std::map<std::string, ShapeStats>& Simulator::shapes() const { return accounting_->shapes(); }
+
+void Simulator::end() {
+    for (const auto& o : observers_) o->at_end();
 }
 
 std::vector<int> Simulator::free_seqs() const {
@@ -173,9 +178,8 @@ std::vector<int> Simulator::free_seqs() const {
 std::vector<int> Simulator::eligible(OpKind kind) const { return eligible_for(*this, kind); }
 
 bool Simulator::apply(const Op& op, std::size_t op_index) {
-    if (verdict_ != Verdict::pass) return false;
-    op_index_ = op_index;
-    op_kind_ = op.kind();
+    if (judge_.verdict() != Verdict::pass) return false;
+    judge_.begin_op(op_index, op.kind());
     const std::vector<int> targets = eligible(op.kind());
     if (targets.empty()) {
         ++stats_.ops_skipped;
@@ -194,69 +198,89 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
             ++stats_.ops_skipped;
             return true;
         }
-        check_blocks(false);
-        if (op.kind() != OpKind::step) read_counters();  // a step read them after its call
-    } catch (const Stop&) {
+        for (const auto& o : observers_) o->after_op(op.kind());
+    } catch (const Judge::Stop&) {
         return false;
-    } catch (const PeerError& e) {  // kvweld diff: engine B refused a valid op
-        record(Verdict::engine_error, Oracle::peer, e.what());
-        standing_ = nullptr;
+    } catch (const Lockstep::PeerError& e) {  // kvweld diff: engine B refused a valid op
+        judge_.record(Verdict::engine_error, Oracle::peer, e.what());
+        judge_.standing = nullptr;
         return false;
     } catch (const Error& e) {  // the engine refused a valid op
-        record(Verdict::engine_error, Oracle::engine, peer_ ? cat("engine A (", config_.engine.engine, "): ", e.what()) : e.what(),
-               standing_ ? standing_ : "");
-        standing_ = nullptr;
+        judge_.record(Verdict::engine_error, Oracle::engine,
+                      config_.engine.peer ? cat("engine A (", config_.engine.engine, "): ", e.what()) : e.what(),
+                      judge_.standing ? judge_.standing : "");
+        judge_.standing = nullptr;
         return false;
     }
     ++stats_.ops_run;
     ++stats_.ops_by_kind[std::size_t(op.kind())];
-    recent_ops_.emplace_back(op_index, op.kind());
-    if (recent_ops_.size() > 3) recent_ops_.erase(recent_ops_.begin());
     return true;
 }
 
-void Simulator::record(Verdict v, Oracle o, std::string detail, std::string clause) {
-    verdict_ = v;
-    failure_ = Failure{op_index_, std::string(to_string(op_kind_)), o, std::move(detail), std::move(clause)};
+void Simulator::make(const MemoryCall& call) {
+    for (const auto& o : observers_) o->before_call(call);
+    if (const auto* load = std::get_if<calls::Load>(&call)) {
+        const auto it = std::find_if(saved_.begin(), saved_.end(), [&](const SavedState& s) { return s.id == load->id; });
+        engine_->state_load(load->seq, it->bytes);
+    } else {
+        apply_call(*engine_, call);
+    }
+    judge_.standing = nullptr;
 }
 
-void Simulator::fail(Verdict v, Oracle o, std::string detail, std::string clause) {
-    record(v, o, std::move(detail), std::move(clause));
-    throw Stop{};
+void Simulator::publish(const MemoryCall& call) {
+    for (const auto& o : observers_) o->on_call(call);
+}
+
+std::vector<std::vector<float>> Simulator::decode(std::vector<Pair> pairs) {
+    const Batch batch(std::move(pairs));
+    for (const auto& o : observers_) o->before_decode(batch);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<float> got;
+    try {
+        got = engine_->decode(batch.seqs, batch.tokens, batch.outputs);
+    } catch (const Error& e) {
+        for (const auto& o : observers_) o->on_engine_refused(batch, e);
+        throw;
+    }
+    judge_.standing = nullptr;
+    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++stats_.calls;
+    std::vector<std::int32_t> shape = batch.seqs;
+    for (std::size_t i = 0; i < batch.outputs.size(); ++i)
+        if (!batch.outputs[i]) shape[i] = -1 - shape[i];
+    stats_.same_shape_calls += shape == last_batch_ ? 1 : 0;
+    last_batch_ = std::move(shape);
+    stats_.batched_calls += std::any_of(batch.seqs.begin(), batch.seqs.end(), [&](int s) { return s != batch.seqs[0]; });
+    Decoded decoded{batch, got, {}, {}};
+    for (const auto& o : observers_) o->on_decode(decoded);
+    for (const auto& o : observers_) o->after_decode(decoded);
+    return std::move(decoded.want);
 }
 
 void Simulator::run(const ops::Admit& op, int seq) {
     for (int t : op.prompt)
         require(t < config_.model.vocab, "admit: prompt token ", t, " out of range: vocab is ", config_.model.vocab);
-    Request r(config_.model);
+    Request r;
     r.capacity = config_.n_ctx;
-    bool recycle = false;
+    MemoryCall call = calls::Open{seq};
     if (white_box_) {  // a capacity of the seed's, or the storage the slot kept
-        SlotLedger& slot = ledger_[std::size_t(seq)];
-        recycle = op.recycle && slot.kept_capacity > 0;
-        if (recycle) r.capacity = slot.kept_capacity;
+        const bool recycle = op.recycle && kept_capacity_[std::size_t(seq)] > 0;
+        if (recycle) r.capacity = kept_capacity_[std::size_t(seq)];
         else if (!config_.capacities.empty()) r.capacity = config_.capacities[op.capacity % config_.capacities.size()];
-        both([&](Engine& e) { e.white_box()->open_sized(seq, r.capacity, recycle); });
-        if (rule_) rule_->on_open_sized(seq, r.capacity, recycle);
-        if (recycle) poison(seq, 0, r.capacity);  // every row is dead again
-    } else {
-        both([&](Engine& e) { e.open(seq); });
-        if (rule_) rule_->on_open(seq);
+        call = calls::OpenSized{seq, r.capacity, recycle};
     }
-    const std::size_t room = std::size_t(r.capacity);
-    r.queue.assign(op.prompt.begin(), op.prompt.begin() + long(std::min(op.prompt.size(), room)));
+    make(call);
+    r.queue.assign(op.prompt.begin(), op.prompt.begin() + long(std::min(op.prompt.size(), std::size_t(r.capacity))));
     r.max_new = op.max_new;
     requests_[std::size_t(seq)].emplace(std::move(r));
-    ledger_after(recycle ? SeqOp::recycle : SeqOp::open, seq);
+    publish(call);
     ++stats_.requests;
 }
 
-void Simulator::requeue_all(SeqOp op) {
-    for (int s = 0; s < config_.seqs; ++s)
-        if (auto& r = requests_[std::size_t(s)]) {
-            requeue_from(*r, 0);
-            ledger_after(op, s);
-        }
+void Simulator::requeue_all() {
+    for (auto& r : requests_)
+        if (r) requeue_from(*r, 0);
 }
 
 void Simulator::requeue_from(Request& r, std::size_t n) {
@@ -275,27 +299,24 @@ void Simulator::rewrite_requeued(const ops::Rewrite& rewrite, Request& r, std::s
 }
 
 void Simulator::run(const ops::Truncate& op, int seq) {
-    const int n = int(op.length % (requests_[std::size_t(seq)]->history.size() + 1));
-    both([&](Engine& e) { e.truncate(seq, n); });
-    if (blocks_) blocks_->truncate(seq, n);
-    if (rule_) rule_->on_truncate(seq, n);
     Request& r = *requests_[std::size_t(seq)];
-    poison(seq, n, int(r.history.size()) + 1);  // +1: a row the spec_reject fault may have kept
+    const int n = int(op.length % (r.history.size() + 1));
+    const calls::Truncate call{seq, n};
+    make(call);
     const std::size_t dropped = r.history.size() - std::size_t(n);
     requeue_from(r, std::size_t(n));
     rewrite_requeued(op.rewrite, r, dropped);
-    ledger_after(SeqOp::truncate, seq);
+    publish(call);
 }
 
 void Simulator::run(const ops::Preempt& op, int seq) {
-    both([&](Engine& e) { e.clear(seq); });
-    if (blocks_) blocks_->clear(seq);
-    if (rule_) rule_->on_clear(seq);
+    const calls::Clear call{seq};
+    make(call);
     Request& r = *requests_[std::size_t(seq)];
     const std::size_t dropped = r.history.size();
     requeue_from(r, 0);
     rewrite_requeued(op.rewrite, r, dropped);
-    ledger_after(SeqOp::clear, seq);
+    publish(call);
 }
 
 // A free sequence, or with onto_open (or none free) another open one,
@@ -311,51 +332,43 @@ int Simulator::fork_destination(const ops::Fork& op, int src) const {
 
 void Simulator::run(const ops::Fork& op, int src) {
     const int dst = fork_destination(op, src);
-    if (!requests_[std::size_t(dst)]) {
-        both([&](Engine& e) { e.open(dst); });
-        if (rule_) rule_->on_open(dst);
-    }
-    both([&](Engine& e) { e.copy(src, dst); });
-    if (blocks_) blocks_->fork(src, dst);
-    if (rule_) rule_->on_copy(src, dst);
+    const calls::Copy call{src, dst, !requests_[std::size_t(dst)]};
+    make(call);
     requests_[std::size_t(dst)] = requests_[std::size_t(src)];
-    ledger_after(SeqOp::copy_into, dst);
+    publish(call);
     ++stats_.requests;
 }
 
 void Simulator::run(const ops::Retire&, int seq) {
-    both([&](Engine& e) { e.close(seq); });
-    if (blocks_) blocks_->close(seq);
-    if (rule_) rule_->on_close(seq);
-    ledger_[std::size_t(seq)].kept_capacity = requests_[std::size_t(seq)]->capacity;  // the slot keeps its storage
+    const calls::Close call{seq};
+    make(call);
+    kept_capacity_[std::size_t(seq)] = requests_[std::size_t(seq)]->capacity;  // the slot keeps its storage
     requests_[std::size_t(seq)].reset();
+    publish(call);
 }
 
 // White box: the request and its storage move to a free slot, whose held
-// plan was built on other storage (or none); the ledger moves with them.
+// plan was built on other storage (or none).
 void Simulator::run(const ops::Migrate& op, int from) {
     const std::vector<int> free = free_seqs();
     const int to = free[op.to % free.size()];
-    both([&](Engine& e) { e.white_box()->migrate(from, to); });
-    if (rule_) rule_->on_migrate(from, to);
+    const calls::Migrate call{from, to};
+    make(call);
     requests_[std::size_t(to)] = std::move(requests_[std::size_t(from)]);
     requests_[std::size_t(from)].reset();
-    ledger_[std::size_t(to)] = std::move(ledger_[std::size_t(from)]);
-    ledger_[std::size_t(from)] = SlotLedger{};
-    ledger_after(SeqOp::migrate, to);
+    kept_capacity_[std::size_t(to)] = kept_capacity_[std::size_t(from)];
+    kept_capacity_[std::size_t(from)] = 0;
+    publish(call);
 }
 
-// The rule is told what changed as the simulator's own account has it
-// (which adapters, in order, at which scales; which vector), not as the
-// engine reports.
 void Simulator::run(const ops::Lora& op, int) {
     std::vector<LoraUse> uses;
     for (std::size_t i = 0; i < op.adapters.size() && i < op.scales.size(); ++i)
         uses.push_back({lora_pool_[std::size_t(op.adapters[i]) % lora_pool_.size()], op.scales[i]});
-    both([&](Engine& e) { e.set_loras(uses); });
+    make(calls::SetLoras{uses, nullptr, nullptr});
     const Adapters before = adapters_;
-    adapters_.set_loras(config_.model, std::move(uses));
-    if (rule_) rule_->on_adapters(before, adapters_);
+    adapters_.set_loras(config_.model, uses);
+    publish(calls::SetLoras{uses, &before, &adapters_});
 }
 
 void Simulator::run(const ops::Cvec& op, int) {
@@ -364,46 +377,31 @@ void Simulator::run(const ops::Cvec& op, int) {
         const int layers = config_.model.n_layers, start = op.start % layers;
         cvec = ControlVector::random(config_.model, op.seed, start, std::max(start, op.end % layers));
     }
-    both([&](Engine& e) { e.set_cvec(cvec ? &*cvec : nullptr); });
+    const ControlVector* given = cvec ? &*cvec : nullptr;
+    make(calls::SetCvec{given, nullptr, nullptr});
     const Adapters before = adapters_;
-    adapters_.set_cvec(config_.model, std::move(cvec));
-    if (rule_) rule_->on_adapters(before, adapters_);
+    adapters_.set_cvec(config_.model, cvec);
+    publish(calls::SetCvec{given, &before, &adapters_});
 }
 
 void Simulator::run(const ops::Warmup& op, int) {
-    both([&](Engine& e) { e.set_warmup(op.on); });
+    make(calls::SetWarmup{op.on, nullptr, nullptr});
     const Adapters before = adapters_;
     adapters_.set_warmup(op.on);
-    // A dense model routes nothing: no plan depends on warmup there.
-    if (rule_ && config_.model.moe()) rule_->on_adapters(before, adapters_);
-}
-
-void Simulator::poison(int seq, int from, int to) {
-    if (!white_box_) return;
-    for (const KvLayer& layer : ledger_[std::size_t(seq)].pinned) {
-        const int end = std::min(to, layer->max_seq_len());
-        if (from >= end) continue;
-        for (int pos = from; pos < end; ++pos) {
-            std::fill_n(layer->key_row(pos), layer->kv_dim(), std::numeric_limits<float>::quiet_NaN());
-            std::fill_n(layer->value_row(pos), layer->kv_dim(), std::numeric_limits<float>::quiet_NaN());
-        }
-        if (layer->device()) layer->device()->upload(*layer, from, end - from);
-    }
+    publish(calls::SetWarmup{op.on, &before, &adapters_});
 }
 
 void Simulator::truncate_rejected(int seq, int n) {
     const int kept = spec_reject_fault_ ? n + 1 : n;  // the scheduler's fault keeps one rejected row
-    both([&](Engine& e) { e.truncate(seq, kept); });
-    if (blocks_) blocks_->truncate(seq, kept);
-    if (rule_) rule_->on_truncate(seq, kept);
-    poison(seq, kept, requests_[std::size_t(seq)]->capacity);
+    const calls::Truncate call{seq, kept, true};
+    make(call);
+    publish(call);
 }
 
 void Simulator::run(const ops::ClearAll&, int) {
-    both([&](Engine& e) { e.clear_all(); });
-    if (blocks_) blocks_->clear_all();
-    if (rule_) rule_->on_clear_all();
-    requeue_all(SeqOp::clear);
+    make(calls::ClearAll{});
+    requeue_all();
+    publish(calls::ClearAll{});
 }
 
 // The reference takes the same weights the engine is given; every sequence
@@ -411,39 +409,35 @@ void Simulator::run(const ops::ClearAll&, int) {
 void Simulator::run(const ops::Reload& op, int) {
     const std::uint64_t seed = op.same_weights ? weights_seed_ : op.seed;
     Model next = Model::random(config_.model, seed);
-    both([&](Engine& e) { e.reload(next); });
+    make(calls::Reload{&next});
     model_ = std::move(next);
     weights_generation_ += seed != weights_seed_;
     weights_seed_ = seed;
     ++model_generation_;
-    if (blocks_) blocks_->clear_all();
-    if (rule_) rule_->on_reload();
-    requeue_all(SeqOp::reload);
+    requeue_all();
+    publish(calls::Reload{&model_});
 }
 
 void Simulator::run(const ops::SwapLayer& op, int seq) {
-    const int layer = op.layer % config_.model.n_layers;
-    both([&](Engine& e) { e.swap_layer(seq, layer); });
-    if (rule_) rule_->on_swap_layer(seq, layer);
-    ledger_after(SeqOp::swap_layer, seq, layer);
+    const calls::SwapLayer call{seq, op.layer % config_.model.n_layers};
+    make(call);
+    publish(call);
 }
 
 void Simulator::run(const ops::Reset&, int) {
-    both([&](Engine& e) { e.pool_op(KVWELD_POOL_RESET); });
-    if (blocks_) blocks_->reset();
-    if (rule_) rule_->on_pool_op(KVWELD_POOL_RESET);
-    requeue_all(SeqOp::clear);
+    make(calls::PoolOp{KVWELD_POOL_RESET});
+    requeue_all();
+    publish(calls::PoolOp{KVWELD_POOL_RESET});
 }
 
 void Simulator::run(const ops::Compact&, int) {
-    both([&](Engine& e) { e.pool_op(KVWELD_POOL_COMPACT); });
-    if (rule_) rule_->on_pool_op(KVWELD_POOL_COMPACT);
+    make(calls::PoolOp{KVWELD_POOL_COMPACT});
+    publish(calls::PoolOp{KVWELD_POOL_COMPACT});
 }
 
 void Simulator::run(const ops::Grow&, int) {
-    both([&](Engine& e) { e.pool_op(KVWELD_POOL_GROW); });
-    if (blocks_) blocks_->grow();
-    if (rule_) rule_->on_pool_op(KVWELD_POOL_GROW);
+    make(calls::PoolOp{KVWELD_POOL_GROW});
+    publish(calls::PoolOp{KVWELD_POOL_GROW});
 }
 
 // One batched step: each sequence asked for tokens feeds a prefill chunk
@@ -483,7 +477,7 @@ bool Simulator::run(const ops::Step& op, int) {
         parts.push_back(part);
     }
     if (pairs.empty()) return false;
-    const std::vector<std::vector<float>> want = checked_decode(pairs);
+    const std::vector<std::vector<float>> want = decode(pairs);
     for (const Part& part : parts) {
         Request& r = *requests_[std::size_t(part.seq)];
         const std::size_t kept = part.accepted < 0 ? part.count : std::size_t(1 + part.accepted);
@@ -504,61 +498,6 @@ bool Simulator::run(const ops::Step& op, int) {
         ++r.generated;
     }
     return true;
-}
-
-std::vector<std::uint8_t> Simulator::output_flags(const std::vector<Pair>& pairs) {
-    if (std::all_of(pairs.begin(), pairs.end(), [](const Pair& p) { return p.output; })) return {};
-    std::vector<std::uint8_t> out;
-    for (const Pair& p : pairs) out.push_back(p.output ? 1 : 0);
-    return out;
-}
-
-std::vector<std::vector<float>> Simulator::checked_decode(const std::vector<Pair>& pairs) {
-    std::vector<std::int32_t> seqs, tokens;
-    for (const Pair& p : pairs) {
-        seqs.push_back(p.seq);
-        tokens.push_back(p.token);
-    }
-    const std::vector<std::uint8_t> outputs = output_flags(pairs);
-    const auto before = read_counters();
-    // White box: what a plan that missed a change would leave unseen,
-    // measured before the decode (each sequence's first row in the call).
-    std::vector<std::pair<std::size_t, Blindness>> blind;
-    if (white_box_ && oracles_.data)
-        for (std::size_t i = 0; i < pairs.size(); ++i)
-            if (i == 0 || std::none_of(pairs.begin(), pairs.begin() + long(i), [&](const Pair& p) { return p.seq == pairs[i].seq; }))
-                blind.emplace_back(i, blindness_before(pairs[i].seq, pairs[i].pos));
-    standing_ = rule_ ? rule_->standing_clause(seqs) : nullptr;  // what a refusal of this call carries
-    const auto start = std::chrono::steady_clock::now();
-    const std::vector<float> got = peer_ ? decode_or_both_refuse(seqs, tokens, outputs) : engine_->decode(seqs, tokens, outputs);
-    standing_ = nullptr;
-    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (blocks_)
-        for (int s : seqs) blocks_->append(s);
-    ++stats_.calls;
-    std::vector<std::int32_t> batch = seqs;
-    for (std::size_t i = 0; i < outputs.size(); ++i)
-        if (!outputs[i]) batch[i] = -1 - batch[i];
-    stats_.same_shape_calls += batch == last_batch_ ? 1 : 0;
-    last_batch_ = std::move(batch);
-    stats_.batched_calls += std::any_of(seqs.begin(), seqs.end(), [&](int s) { return s != seqs[0]; }) ? 1 : 0;
-    // The rule's expectation first: every oracle's failure names its clause.
-    expectation_.reset();
-    if (rule_) expectation_ = rule_->on_decode(seqs, outputs);
-    // Oracles one file each (oracle_*.cpp): the twin, data, then weld and
-    // kv, then the blocks, then accounting.
-    // First: it needs no model of what the plan bakes in.
-    const std::vector<float> twin_rows = check_twin(pairs, got);
-    check_peer(pairs, got, before);
-    std::vector<std::vector<float>> want = check_data(pairs, oracles_.data || twin_rows.empty() ? got : twin_rows);
-    for (const auto& [i, b] : blind) count_blindness(b, pairs[i].seq, pairs[i].pos);
-    if (white_box_)
-        for (const auto& [i, b] : blind) pin_plan(pairs[i].seq);
-    check_weld(pairs);
-    check_kv(pairs);
-    check_blocks(true);
-    check_accounting(pairs, before);
-    return want;
 }
 
 }  // namespace kvweld::sim

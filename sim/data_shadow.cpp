@@ -1,0 +1,96 @@
+// The data shadow and the data oracle: kvweld's reference forward keeps its
+// own KV per sequence (a ReferenceKv) from the sequence's own token history
+// and the calls made of it (a copy copies it, a shift moves it on the
+// reference's own terms, a load puts back the one saved), and every row of
+// logits the engine returns is judged against the reference's
+// (logit_error <= kDataTolerance; a NaN is an infinite error). Trusts
+// nothing the engine reports; the reference's rows are what the simulator
+// chooses the next tokens from. Not judging (unchecked, or settings the
+// reference cannot follow), it hands on the engine's own rows, or the
+// twin's where there is one.
+#include "sim/observers.hpp"
+
+#include "engine/reference.hpp"
+#include "util/cat.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvweld::sim {
+
+using namespace targets;
+
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+    using F::operator()...;
+};
+
+}  // namespace
+
+DataShadow::DataShadow(const World& world, Judge& judge, RunStats& stats, bool judging)
+    : world_(world), judge_(judge), stats_(stats), judging_(judging) {}
+
+void DataShadow::on_call(const MemoryCall& call) {
+    const auto fresh = [&] { return std::make_unique<ReferenceKv>(world_.config.model); };
+    std::visit(Overloaded{
+                   [&](const calls::Open& c) { shadows_[c.seq] = fresh(); },
+                   [&](const calls::OpenSized& c) { shadows_[c.seq] = fresh(); },
+                   [&](const calls::Close& c) { shadows_.erase(c.seq); },
+                   [&](const calls::Copy& c) { shadows_[c.dst] = std::make_unique<ReferenceKv>(*shadows_.at(c.src)); },
+                   [&](const calls::Migrate& c) {
+                       shadows_[c.to] = std::move(shadows_.at(c.from));
+                       shadows_.erase(c.from);
+                   },
+                   [&](const calls::Shift& c) { shadows_.at(c.seq)->shift(world_.config.model, c.p0, c.p1, c.len); },
+                   [&](const calls::Save& c) {
+                       saved_.emplace_back(c.id, *shadows_.at(c.seq));
+                       if (saved_.size() > std::size_t(kSavedStates)) saved_.pop_front();
+                   },
+                   [&](const calls::Load& c) {
+                       const auto it = std::find_if(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == c.id; });
+                       require(it != saved_.end(), "data shadow: no saved state ", c.id);
+                       shadows_[c.seq] = std::make_unique<ReferenceKv>(it->second);
+                   },
+                   // A rewind, a clear or a reload leaves rows the refeed overwrites.
+                   [&](const auto&) {},
+               },
+               call);
+}
+
+// Where the reference cannot follow the engine (not judging), the next
+// tokens come from the twin's rows when there is one, else the engine's.
+void DataShadow::on_decode(Decoded& d) {
+    const auto v = std::size_t(world_.config.model.vocab);
+    const std::vector<float>& got = judging_ || d.twin_rows.empty() ? d.got : d.twin_rows;
+    std::size_t row = 0;  // `got` holds the rows of the output pairs only
+    d.want.clear();
+    if (!judging_) {
+        for (const Pair& p : d.batch.pairs) {
+            d.want.emplace_back();
+            if (!p.output) continue;
+            d.want.back().assign(got.begin() + long(row * v), got.begin() + long((row + 1) * v));
+            ++row;
+            ++stats_.rows;
+        }
+        return;
+    }
+    const std::vector<Pair>& pairs = d.batch.pairs;
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+        d.want.push_back(reference_forward(world_.model, *shadows_.at(pairs[i].seq), pairs[i].token, pairs[i].pos,
+                                           world_.adapters));
+        if (!pairs[i].output) continue;  // its row is not returned; its KV is in the shadow
+        const double err = logit_error(std::span<const float>(got).subspan(row++ * v, v), d.want.back());
+        ++stats_.rows;
+        ++stats_.reference_rows;
+        stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);
+        if (!(err <= kDataTolerance))
+            judge_.fail_in_call(Verdict::stale_decode, Oracle::data,
+                                cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ",
+                                    pairs.size(), " in the call): logit error ", err, " > ", kDataTolerance,
+                                    " against the reference"));
+    }
+}
+
+}  // namespace kvweld::sim

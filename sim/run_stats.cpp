@@ -1,0 +1,69 @@
+#include "sim/run_stats.hpp"
+
+#include "util/cat.hpp"
+
+#include <algorithm>
+
+namespace kvweld::sim {
+
+void RunStats::add(const RunStats& o) {
+    max_kv_error = std::max(max_kv_error, o.max_kv_error);
+    ops_run += o.ops_run;
+    ops_skipped += o.ops_skipped;
+    for (int k = 0; k < kOpKinds; ++k) ops_by_kind[std::size_t(k)] += o.ops_by_kind[std::size_t(k)];
+    requests += o.requests;
+    calls += o.calls;
+    rows += o.rows;
+    reference_rows += o.reference_rows;
+    batched_calls += o.batched_calls;
+    same_shape_calls += o.same_shape_calls;
+    drafts += o.drafts;
+    rejected += o.rejected;
+    refused += o.refused;
+    twin_rows += o.twin_rows;
+    twin_within_tolerance += o.twin_within_tolerance;
+    plans += o.plans;
+    reused += o.reused;
+    must_reuse += o.must_reuse;
+    must_reuse_shared += o.must_reuse_shared;
+    may_reuse += o.may_reuse;
+    builds += o.builds;
+    rebinds += o.rebinds;
+    peer_reused += o.peer_reused;
+    peer_builds += o.peer_builds;
+    peer_rebinds += o.peer_rebinds;
+    peer_rows += o.peer_rows;
+    reuse_more += o.reuse_more;
+    reuse_fewer += o.reuse_fewer;
+    prepared_otherwise += o.prepared_otherwise;
+    max_peer_error = std::max(max_peer_error, o.max_peer_error);
+    change_decodes += o.change_decodes;
+    data_blind += o.data_blind;
+    independent_blind += o.independent_blind;
+    blind_same_weights_reload += o.blind_same_weights_reload;
+    max_logit_error = std::max(max_logit_error, o.max_logit_error);
+}
+
+std::string OracleReport::describe() const {
+    auto one = [](const char* name, bool on, const std::string& why) {
+        return cat("; ", name, on ? " on" : cat(" unavailable (", why, ")"));
+    };
+    return cat("  oracles: ", one("data", data, data_why_not).substr(2), one("accounting", accounting, accounting_why_not),
+               accounting ? one("plan identity", plan_identity, plan_identity_why_not) : "",
+               one("kv", kv, kv_why_not),
+               one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not),
+               one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate, adapters)", white_box,
+                   white_box_why_not),
+               one("twin", twin, twin_why_not),
+               peer ? cat("; peer on", peer_reuse_why_not.empty() ? "" : cat(" (rows only: ", peer_reuse_why_not, ")"))
+                    : "");
+}
+
+void OracleReport::all_off(const std::string& why) {
+    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks, &white_box, &twin}) *on = false;
+    for (std::string* w : {&data_why_not, &accounting_why_not, &plan_identity_why_not, &kv_why_not, &weld_why_not,
+                           &blocks_why_not, &white_box_why_not, &twin_why_not})
+        *w = why;
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,87 @@
+// What a run counted (RunStats: every observer adds its own counts) and
+// which oracles ran (OracleReport), for reports and the swarm's sums.
+#pragma once
+
+#include "sim/ops.hpp"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace kvweld::sim {
+
+// reused / (reused + builds + rebinds), 0 when nothing was counted.
+inline double counted_reuse_ratio(std::uint64_t reused, std::uint64_t builds, std::uint64_t rebinds) {
+    const std::uint64_t all = reused + builds + rebinds;
+    return all ? double(reused) / double(all) : 0.0;
+}
+
+struct RunStats {
+    std::uint64_t ops_run = 0;
+    std::uint64_t ops_skipped = 0;  // precondition did not hold (replay of shrunk traces)
+    std::array<std::uint64_t, kOpKinds> ops_by_kind{};  // of ops_run
+    std::uint64_t requests = 0;
+    std::uint64_t calls = 0;        // engine decode calls
+    std::uint64_t rows = 0;         // rows of logits decoded (one per token fed)
+    std::uint64_t reference_rows = 0;  // of them, checked against the reference (the data oracle)
+    std::uint64_t batched_calls = 0;  // calls carrying more than one sequence
+    std::uint64_t same_shape_calls = 0;  // calls whose batch is the last call's (same sequences, order and outputs)
+    std::uint64_t drafts = 0, rejected = 0;
+    std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
+    std::uint64_t twin_rows = 0;    // rows compared with the twin's
+    std::uint64_t twin_within_tolerance = 0;  // of them, not bitwise equal but within the engine's declared tolerance
+    // accounting, over the calls the rule judged
+    std::uint64_t plans = 0;       // plans the rule says the calls ran
+    std::uint64_t reused = 0;      // reuses the engine counted
+    std::uint64_t must_reuse = 0;  // reuses the rule required
+    std::uint64_t must_reuse_shared = 0;  // of them, of a plan serving several sequences
+    std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
+    std::uint64_t builds = 0, rebinds = 0;  // what the engine counted besides reuses (with or without a rule)
+    // kvweld diff: the peer's counts, its rows compared, and the calls
+    // where the two prepared their plans differently: the engine reused more
+    // than the peer, fewer, or as many but built and rebound otherwise.
+    std::uint64_t peer_reused = 0, peer_builds = 0, peer_rebinds = 0, peer_rows = 0;
+    std::uint64_t reuse_more = 0, reuse_fewer = 0, prepared_otherwise = 0;
+    double max_peer_error = 0.0;
+    // White box, the blind spots: decodes right after a storage or model
+    // change (the plan was prepared before it) where a plan that missed the
+    // change would give the very same logits (data_blind), and also leave
+    // the right K/V rows in the storage the sequence holds (independent_blind:
+    // no oracle that reads data could see it). Of those, how many follow a
+    // reload of identical weights with the storage untouched, where a missed
+    // plan is exactly right and only the accounting oracle can call it missed.
+    std::uint64_t change_decodes = 0, data_blind = 0, independent_blind = 0, blind_same_weights_reload = 0;
+    double max_logit_error = 0.0;
+    double max_kv_error = 0.0;
+
+    double reuse_ratio() const { return plans ? double(reused) / double(plans) : 0.0; }
+    // Reuse as the engine counts it, where no rule says how many plans ran.
+    double counted_reuse_ratio() const;
+    std::uint64_t reuse_diffs() const { return reuse_more + reuse_fewer + prepared_otherwise; }
+    double ideal_ratio() const { return plans ? double(must_reuse) / double(plans) : 0.0; }
+    void add(const RunStats& o);
+};
+inline double RunStats::counted_reuse_ratio() const { return kvweld::sim::counted_reuse_ratio(reused, builds, rebinds); }
+
+// Which oracles ran, and why the others could not.
+struct OracleReport {
+    bool data = true;
+    bool accounting = false, weld = false, kv = false, blocks = false;
+    bool plan_identity = false;  // part of accounting: counted builds against the plan serial
+    // An engine in process (targets/white_box.hpp): pinned storage (kv reads
+    // it, dead rows poisoned), blindness counts, capacities, migrate.
+    bool white_box = false;
+    // The differential twin (--twin): the same engine with plan reuse off,
+    // driven in lockstep; every row must equal its row, bit for bit.
+    bool twin = false;
+    // kvweld diff: every row and every call's plan counts against a peer
+    // engine driven in lockstep (the other oracles are off then).
+    bool peer = false;
+    std::string peer_reuse_why_not;  // why calls' reuse could not be compared ("": it was)
+    std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not, data_why_not,
+        white_box_why_not, twin_why_not;
+    void all_off(const std::string& why);  // an unchecked run
+    std::string describe() const;
+};
+
+}  // namespace kvweld::sim
