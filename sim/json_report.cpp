@@ -160,7 +160,8 @@ nlohmann::json mutants_json(const MutantsResult& r, const MutantsOptions& o) {
         nlohmann::json j = {{"fault", row.fault},
                             {"declared_classes", row.expected ? row.expected->describe() : ""},
                             {"killed", row.killed()},
-                            {"outcomes", outcomes_json(row.by_verdict)}};
+                            {"outcomes", outcomes_json(row.by_verdict)},
+                            {"caught_first_by", caught_by(row)}};
         if (row.first_seed) j["first_seed"] = *row.first_seed;
         if (row.outside_seed) j["outside_seed"] = *row.outside_seed;
         if (row.failure) j["failure"] = failure_json(*row.failure);

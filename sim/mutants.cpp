@@ -6,6 +6,7 @@
 #include "engine/faults.hpp"
 #include "targets/registry.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace kvweld::sim {
@@ -72,6 +73,7 @@ MutantsResult run_mutants(const MutantsOptions& o,
             }
             ++row.by_verdict[std::size_t(seed.verdict)];
             if (seed.verdict == Verdict::pass) continue;
+            if (seed.failure) ++row.by_oracle[std::size_t(seed.failure->oracle)];
             if (!row.first_seed) {
                 row.first_seed = seed.config.seed;
                 row.failure = seed.failure;
@@ -88,15 +90,26 @@ MutantsResult run_mutants(const MutantsOptions& o,
     return r;
 }
 
+std::string caught_by(const MutantRow& row) {
+    std::vector<int> order;
+    for (int o = 0; o < kOracles; ++o)
+        if (row.by_oracle[std::size_t(o)]) order.push_back(o);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return row.by_oracle[std::size_t(a)] > row.by_oracle[std::size_t(b)]; });
+    std::string out;
+    for (int o : order) out += cat(out.empty() ? "" : ", ", to_string(Oracle(o)), " ", row.by_oracle[std::size_t(o)]);
+    return out.empty() ? "-" : out;
+}
+
 std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
     std::string out = cat("kill matrix on engine ", o.engine.engine, ": seeds 0..", o.seeds - 1, ", ", o.steps,
                           " ops each\n", r.clean.oracles.describe(), "\n");
     out += cat("clean engine: ", o.seeds - r.clean.failures, " of ", o.seeds, " seeds pass",
                r.clean.known ? cat(", ", r.clean.known, " fail with known findings (", r.clean.known_path, ")") : "",
                "\n");
-    char line[256];
-    std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", "fault", "killed", "seeds-to-kill",
-                  "declared classes", "outcomes");
+    char line[384];
+    std::snprintf(line, sizeof line, "%-23s %-7s %-14s %-38s %-24s %s\n", "fault", "killed", "seeds-to-kill",
+                  "declared classes", "caught first by", "outcomes");
     out += line;
     for (const MutantRow& row : r.rows) {
         std::string outcomes;
@@ -104,9 +117,10 @@ std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
             if (row.by_verdict[std::size_t(v)])
                 outcomes += cat(outcomes.empty() ? "" : ", ", to_string(Verdict(v)), " ", row.by_verdict[std::size_t(v)]);
         if (row.known) outcomes += cat(", known finding ", row.known);
-        std::snprintf(line, sizeof line, "%-22s %-8s %-14s %-38s %s\n", row.fault.c_str(), row.killed() ? "yes" : "NO",
-                      row.caught() ? std::to_string(*row.first_seed + 1).c_str() : "-",
-                      row.expected ? row.expected->describe().c_str() : "(none declared)", outcomes.c_str());
+        std::snprintf(line, sizeof line, "%-23s %-7s %-14s %-38s %-24s %s\n", row.fault.c_str(),
+                      row.killed() ? "yes" : "NO", row.caught() ? std::to_string(*row.first_seed + 1).c_str() : "-",
+                      row.expected ? row.expected->describe().c_str() : "(none declared)", caught_by(row).c_str(),
+                      outcomes.c_str());
         out += line;
     }
     for (const MutantRow& row : r.rows) {

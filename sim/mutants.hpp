@@ -30,6 +30,7 @@ struct MutantRow {
     std::string fault;
     std::optional<Detections> expected;                 // the declared classes (nullopt: none declared)
     std::array<std::uint64_t, kVerdicts> by_verdict{};  // seeds per verdict, pass included
+    std::array<std::uint64_t, kOracles> by_oracle{};    // failing seeds per oracle that caught them first
     std::optional<std::uint64_t> first_seed;           // the first failing seed
     std::optional<Failure> failure;                    // its failure
     std::optional<std::uint64_t> outside_seed;         // the first seed that failed outside `expected`
@@ -38,6 +39,9 @@ struct MutantRow {
     // Caught, and every failing seed in a declared class.
     bool killed() const { return caught() && expected && !outside_seed; }
 };
+
+// "data 12, weld 1": which oracle caught the row's failing seeds first, most first.
+std::string caught_by(const MutantRow& row);
 
 struct MutantsResult {
     SwarmResult clean;

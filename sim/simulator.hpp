@@ -22,6 +22,7 @@
 #include "sim/verdict.hpp"
 #include "targets/engine.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -83,6 +84,17 @@ public:
     const std::map<std::string, ShapeStats>& shapes() const;
     // Paged engines with a block model: the pool the op log implies (nullptr otherwise).
     const targets::BlockModel* block_model() const { return blocks_ ? &blocks_->model() : nullptr; }
+
+    // For tests and tools: one more observer, told just before the first
+    // of type Before (after every other where there is none); and the
+    // simulator's own account it may read.
+    template <class Before>
+    void insert_observer(std::unique_ptr<Observer> o) {
+        const auto at = std::find_if(observers_.begin(), observers_.end(),
+                                     [](const auto& x) { return dynamic_cast<const Before*>(x.get()) != nullptr; });
+        observers_.insert(at, std::move(o));
+    }
+    const World& world() const { return world_; }
 
 private:
     void open_observers(bool checked);

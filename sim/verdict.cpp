@@ -16,7 +16,7 @@ constexpr NameTable<Verdict, kVerdicts> kVerdictNames{{
     {Verdict::rows_differ, "rows_differ"},
     {Verdict::reuse_differs, "reuse_differs"},
 }};
-constexpr NameTable<Oracle, 9> kOracleNames{{
+constexpr NameTable<Oracle, kOracles> kOracleNames{{
     {Oracle::data, "data"},
     {Oracle::kv, "kv"},
     {Oracle::weld, "weld"},
