@@ -105,6 +105,7 @@ public:
     Lockstep(const World& world, Judge& judge, RunStats& stats, std::unique_ptr<targets::Engine> second, Role role,
              double peer_tolerance, bool peer_counts);
     Role role() const { return role_; }
+    std::string second_live_settings() const { return second_->live_settings(); }
     const std::vector<ReuseDiff>& reuse_diffs() const { return reuse_diffs_; }
     const std::string& ended_early() const { return ended_early_; }
 

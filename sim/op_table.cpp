@@ -440,6 +440,23 @@ struct Row<ops::Steady> {
     }
 };
 
+// One of the live settings the engine (and a peer) lists, at one of its values.
+template <>
+struct Row<ops::Live> {
+    static std::vector<int> eligible(const Simulator& s) { return when(!s.live_settings().empty()); }
+    static ops::Live draw(const Simulator& s, Entropy& e, std::uint32_t) {
+        const auto& settings = s.live_settings();
+        const abi::LiveSetting& setting = settings[e.below(settings.size())];
+        return {setting.key, setting.values[e.below(setting.values.size())]};
+    }
+    static void write(json& j, const ops::Live& a) { j.update({{"key", a.key}, {"value", a.value}}); }
+    static ops::Live read(const json& j) {
+        ops::Live a{json_field<std::string>(j, "key"), json_field<std::string>(j, "value")};
+        require(!a.key.empty(), "field 'key' is empty: a live setting needs a name");
+        return a;
+    }
+};
+
 // The table's generic face: kind k's row is the k-th alternative's.
 template <std::size_t... I>
 constexpr auto make_names(std::index_sequence<I...>) {

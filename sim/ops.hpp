@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -20,7 +21,7 @@ namespace kvweld::sim {
 
 enum class OpKind : std::uint8_t {
     admit, step, truncate, preempt, fork, retire, clear_all, reload, swap_layer, compact, grow, reset, invalid,
-    migrate, lora, cvec, warmup, shift, save, load, steady,
+    migrate, lora, cvec, warmup, shift, save, load, steady, live,
 };
 
 // The most saved states a run keeps (the oldest goes first), and the
@@ -193,13 +194,22 @@ struct Steady {
     std::uint32_t steps = 0;
 };
 
+// A live setting (ABI 9: what a server changes between decodes, llama.cpp's
+// llama_set_n_threads and the like), one of those the engine lists, at one
+// of the values it lists for it.
+struct Live {
+    static constexpr OpKind kind = OpKind::live;
+    static constexpr std::string_view name = "live";
+    std::string key = {}, value = {};
+};
+
 }  // namespace ops
 
 // One alternative per kind, in OpKind's order (checked below).
 using OpArgs = std::variant<ops::Admit, ops::Step, ops::Truncate, ops::Preempt, ops::Fork, ops::Retire, ops::ClearAll,
                             ops::Reload, ops::SwapLayer, ops::Compact, ops::Grow, ops::Reset, ops::Invalid,
                             ops::Migrate, ops::Lora, ops::Cvec, ops::Warmup, ops::Shift, ops::Save, ops::Load,
-                            ops::Steady>;
+                            ops::Steady, ops::Live>;
 inline constexpr int kOpKinds = int(std::variant_size_v<OpArgs>);
 
 namespace detail {

@@ -84,6 +84,7 @@ void Accounting::on_call(const MemoryCall& call) {
                    [&](const calls::Save& c) { r.on_state_save(c.seq, c.id); },
                    [&](const calls::Load& c) { r.on_state_load(c.seq, c.len, c.id); },
                    [&](const calls::LoadRefused& c) { r.on_state_refused(c.seq); },
+                   [&](const calls::SetLive& c) { r.on_live(c.key, c.value); },
                },
                call);
 }

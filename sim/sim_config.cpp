@@ -81,6 +81,7 @@ std::string draw_peer_settings(const SimConfig& c, const Rng& settings_rng) {
 }
 
 constexpr std::uint64_t kStateStream = 0x73746174652d6f70ULL;
+constexpr std::uint64_t kLiveStream = 0x6c6976652d6f7073ULL;
 
 // Context shifts, state save and load, and steady phases, where the engine
 // does them: on a stream of their own too (seeds drew the same ops as
@@ -97,6 +98,17 @@ void draw_state_ops(SimConfig& c, std::uint32_t capabilities) {
     c.weights[int(OpKind::save)] = state;
     c.weights[int(OpKind::load)] = state;
     c.weights[int(OpKind::steady)] = weight(true) / 3;
+}
+
+// Live settings (ABI 9), where the engine (and a peer) lists some: on a
+// stream of their own, on about half the seeds.
+void draw_live_ops(SimConfig& c) {
+    Rng rng(c.seed ^ kLiveStream);
+    const int w = int(rng.range(1, 8));
+    const bool on = rng.chance(0.5);
+    const bool listed = !engine_live_settings(c.engine.engine).empty() &&
+                        (!c.engine.peer || !engine_live_settings(c.engine.peer->engine).empty());
+    c.weights[int(OpKind::live)] = listed && on ? w : 0;
 }
 
 }  // namespace
@@ -158,6 +170,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
         c.weights[int(k)] = (capabilities & cap) && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
     c.weights[int(OpKind::warmup)] = c.model.moe() && (capabilities & KVWELD_CAP_WARMUP) && moe.warmup ? moe.weight : 0;
     draw_state_ops(c, capabilities);
+    draw_live_ops(c);
     return c;
 }
 

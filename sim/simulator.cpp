@@ -22,6 +22,19 @@ constexpr std::uint64_t kParkStream = 0x7061726b65642d74ULL;
 // positions) and the reference's shadow (the model's max_seq_len).
 constexpr std::size_t kMaxSimKvBytes = std::size_t{4} << 30;
 
+// kvweld diff: the live settings both engines list, at the values both list.
+std::vector<abi::LiveSetting> shared_live_settings(const std::string& mine, const std::string& theirs) {
+    const std::vector<abi::LiveSetting> other = abi::split_live_list(theirs.c_str());
+    std::vector<abi::LiveSetting> out;
+    for (abi::LiveSetting s : abi::split_live_list(mine.c_str())) {
+        const auto it = std::find_if(other.begin(), other.end(), [&](const abi::LiveSetting& o) { return o.key == s.key; });
+        if (it == other.end()) continue;
+        std::erase_if(s.values, [&](const std::string& v) { return std::find(it->values.begin(), it->values.end(), v) == it->values.end(); });
+        if (!s.values.empty()) out.push_back(std::move(s));
+    }
+    return out;
+}
+
 // Checked before anything is allocated: a trace is input.
 const SimConfig& require_simulable(const SimConfig& c) {
     c.model.validate();
@@ -112,9 +125,11 @@ void Simulator::open_observers(bool checked) {
     // Settings the reference cannot follow: the twin judges every row.
     oracles_.data_why_not = reference_blind(config_.engine.engine, config_.engine.params);
     oracles_.data = oracles_.data_why_not.empty();
+    live_ = abi::split_live_list(engine_->live_settings().c_str());
     std::unique_ptr<Lockstep> second;
     if (config_.engine.peer) {  // the peer is the run's only oracle
         second = open_peer(world_, judge_, stats_, oracles_);
+        live_ = shared_live_settings(engine_->live_settings(), second->second_live_settings());
         rule.reset();
         white_box_ = nullptr;
         spec_reject_fault_ = false;
@@ -428,6 +443,12 @@ void Simulator::run(const ops::Reset&, int) {
     make(calls::PoolOp{KVWELD_POOL_RESET});
     requeue_all();
     publish(calls::PoolOp{KVWELD_POOL_RESET});
+}
+
+void Simulator::run(const ops::Live& op, int) {
+    const calls::SetLive call{op.key, op.value};
+    make(call);
+    publish(call);
 }
 
 void Simulator::run(const ops::Compact&, int) {

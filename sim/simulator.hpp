@@ -20,6 +20,7 @@
 #include "sim/run_stats.hpp"
 #include "sim/sim_config.hpp"
 #include "sim/verdict.hpp"
+#include "targets/abi_lists.hpp"
 #include "targets/engine.hpp"
 
 #include <algorithm>
@@ -62,6 +63,8 @@ public:
     bool white_box() const { return white_box_ != nullptr; }
     std::size_t saved_states() const { return saved_.size(); }
     kvweld_pool_info pool_info() const { return engine_->pool_info(); }
+    // ABI 9: the live settings the engine lists (with a peer, those both list, at values both list).
+    const std::vector<abi::LiveSetting>& live_settings() const { return live_; }
 
     const SimConfig& config() const { return config_; }
     const RunStats& stats() const { return stats_; }
@@ -127,6 +130,7 @@ private:
     void run(const ops::Save& op, int seq);
     void run(const ops::Load& op, int seq);
     bool run(const ops::Steady& op, int seq);
+    void run(const ops::Live& op, int seq);
     int fork_destination(const ops::Fork& op, int src) const;
     void shift_once(int seq, int p0, int p1);
 
@@ -159,6 +163,7 @@ private:
     targets::WhiteBox* white_box_ = nullptr;  // an engine in process: its white-box capabilities
     bool spec_reject_fault_ = false;          // the scheduler's fault switch (white box)
     std::vector<std::optional<Request>> requests_;  // per sequence id
+    std::vector<abi::LiveSetting> live_;
     std::vector<int> kept_capacity_;  // white box, per slot: the storage it kept when its request left (0: none)
     std::vector<SavedState> saved_;   // the states saved (at most kSavedStates, oldest first)
     int states_saved_ = 0;

@@ -40,6 +40,28 @@ inline std::vector<ListedFault> split_fault_list(const char* text) {
     return out;
 }
 
+// One entry of api.live_settings (ABI 9): "key:v1|v2", a setting a server
+// changes between decodes and the values a swarm may draw for it.
+struct LiveSetting {
+    std::string key;
+    std::vector<std::string> values;
+};
+
+inline std::vector<LiveSetting> split_live_list(const char* text) {
+    std::vector<LiveSetting> out;
+    for (const ListedFault& item : split_fault_list(text)) {
+        LiveSetting s{item.name, {}};
+        for (std::size_t at = 0; at <= item.classes.size();) {
+            const auto bar = item.classes.find('|', at);
+            const std::string value = item.classes.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+            if (!value.empty()) s.values.push_back(value);
+            at = bar == std::string::npos ? item.classes.size() + 1 : bar + 1;
+        }
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
 // Whether `name` is one of the list's faults.
 inline bool lists_fault(const char* text, const std::string& name) {
     for (const ListedFault& f : split_fault_list(text))

@@ -18,6 +18,8 @@
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
 #include "targets/white_box.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 #include "kvweld/engine_abi.h"
 
 #include <cstdint>
@@ -103,6 +105,13 @@ public:
     // KVWELD_CAP_WARMUP: llama.cpp's warmup routing for an MoE model
     // (engine/adapters.hpp); survives a reload.
     virtual void set_warmup(bool on) = 0;
+    // ABI 9, the settings a server changes between decodes, each with the
+    // values a swarm may draw ("n_threads:1|2|4"; "": none), and one set
+    // for every later decode (an Error naming a key or value it cannot take).
+    virtual std::string live_settings() const { return ""; }
+    virtual void set_live(const std::string& key, const std::string& /*value*/) {
+        throw Error(cat("engine ", name(), " has no live setting '", key, "'"));
+    }
     // The twin tolerance in the engine's present state (ABI 6 twin_tolerance).
     virtual TwinTolerance twin_tolerance() const { return {}; }
     // The white-box capabilities (nullptr: none, as behind any plugin).

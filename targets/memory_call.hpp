@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <variant>
 
 namespace kvweld::targets {
@@ -94,13 +95,17 @@ struct Load {
 struct LoadRefused {
     int seq;
 };
+// ABI 9: a live setting (Engine::live_settings) for every later decode.
+struct SetLive {
+    std::string key, value;
+};
 
 }  // namespace calls
 
 using MemoryCall = std::variant<calls::Open, calls::OpenSized, calls::Close, calls::Truncate, calls::Clear, calls::Copy,
                                 calls::ClearAll, calls::Reload, calls::SwapLayer, calls::PoolOp, calls::Migrate,
                                 calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::Shift, calls::Save,
-                                calls::Load, calls::LoadRefused>;
+                                calls::Load, calls::LoadRefused, calls::SetLive>;
 
 // The call made of `engine`. Save, Load and LoadRefused move bytes each
 // engine keeps for itself, so their owner makes them (throws Error here).

@@ -1,6 +1,8 @@
 #include "targets/plugin_host.hpp"
 
 #include "targets/abi_lists.hpp"
+
+#include "targets/abi_lists.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
 #include "engine/faults.hpp"
@@ -83,6 +85,11 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_SHIFT) && !api->shift) ||
              ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)))
         problem = "declares a capability whose function is empty";
+    else if (api->abi_version >= 9 && api->live_settings && *api->live_settings && !api->set_live)
+        problem = cat("lists live settings (", api->live_settings, ") but leaves set_live empty");
+    else if (api->abi_version >= 9 && api->live_settings)
+        for (const abi::LiveSetting& s : abi::split_live_list(api->live_settings))
+            if (s.values.empty()) problem = cat("lists live setting '", s.key, "' with no values (\"key:v1|v2\")");
     if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
     if (!problem.empty()) {
         dlclose(handle);
@@ -270,6 +277,17 @@ void PluginEngine::set_cvec(const ControlVector* cvec) {
 void PluginEngine::set_warmup(bool on) {
     require(capabilities() & KVWELD_CAP_WARMUP, "engine ", name(), " has no warmup mode (no KVWELD_CAP_WARMUP)");
     call("set_warmup", [&](char* e, std::size_t n) { return library_->api().set_warmup(engine_, on ? 1 : 0, e, n); });
+}
+
+std::string PluginEngine::live_settings() const {
+    const kvweld_engine_api& api = library_->api();
+    return api.abi_version >= 9 && api.live_settings ? api.live_settings : "";
+}
+
+void PluginEngine::set_live(const std::string& key, const std::string& value) {
+    require(abi::split_live_list(live_settings().c_str()).size() > 0, "engine ", name(),
+            " lists no live settings (ABI 9 live_settings)");
+    call("set_live", [&](char* e, std::size_t n) { return library_->api().set_live(engine_, key.c_str(), value.c_str(), e, n); });
 }
 
 TwinTolerance PluginEngine::twin_tolerance() const {

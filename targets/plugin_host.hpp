@@ -94,6 +94,8 @@ public:
     void set_loras(std::span<const LoraUse> uses) override;
     void set_cvec(const ControlVector* cvec) override;
     void set_warmup(bool on) override;
+    std::string live_settings() const override;
+    void set_live(const std::string& key, const std::string& value) override;
     TwinTolerance twin_tolerance() const override;
 
 private:

@@ -71,6 +71,12 @@ std::uint32_t engine_capabilities(const std::string& engine) {
     return engine_library(engine)->api().capabilities;
 }
 
+std::string engine_live_settings(const std::string& engine) {
+    if (engine_in_process(engine)) return "";  // kvweld's dense engine lists none yet
+    const kvweld_engine_api& api = engine_library(engine)->api();
+    return api.abi_version >= 9 && api.live_settings ? api.live_settings : "";
+}
+
 std::string engine_fault_list(const std::string& engine) {
     if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process_faults();
     return engine_library(engine)->api().fault_names;

@@ -43,6 +43,8 @@ std::string rule_gap(std::string_view engine_name, const std::string& build);
 bool engine_in_process(std::string_view engine);
 // The ABI capabilities `engine` declares (KVWELD_CAP_*), without opening it.
 std::uint32_t engine_capabilities(const std::string& engine);
+// Its live settings as the ABI lists them (ABI 9: "key:v1|v2,..."; "" none).
+std::string engine_live_settings(const std::string& engine);
 // Its fault switches as the ABI lists them: "name:class|class,...".
 std::string engine_fault_list(const std::string& engine);
 // Its name in reports ("kvweld (in process)", or the plugin's own name).

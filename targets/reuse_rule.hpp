@@ -100,6 +100,9 @@ public:
     // `before` to `after`, or were set again unchanged, as the simulator's
     // own account has them.
     virtual void on_adapters(const Adapters& /*before*/, const Adapters& /*after*/) {}
+    // A live setting changed (ABI 9; every key the engine lists): by
+    // default no plan depends on it, so every held plan is kept.
+    virtual void on_live(const std::string& /*key*/, const std::string& /*value*/) {}
 };
 
 }  // namespace kvweld::targets

@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 8 (plugins of versions 2 to 7 still load).
+/* kvweld's engine plugin ABI, version 9 (plugins of versions 2 to 8 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -41,8 +41,11 @@ extern "C" {
  *    no_reuse_param and twin_tolerance (new fields at the end).
  * 7: sequence state the way servers move it: the shift and state
  *    capabilities (new fields at the end).
- * 8: build: which build of the engine this is (a new field at the end). */
-#define KVWELD_ENGINE_ABI_VERSION 8u
+ * 8: build: which build of the engine this is (a new field at the end).
+ * 9: live settings: the settings a server changes between decodes, named
+ *    in one list and applied through one function (new fields at the end):
+ *    a setting added later is a name in the list, not a new field. */
+#define KVWELD_ENGINE_ABI_VERSION 9u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -236,6 +239,16 @@ typedef struct kvweld_engine_api {
      * report, trace and JSON names it, and `kvweld diff` and `versions`
      * tell two builds apart by it. */
     const char* build;
+    /* Version 9, live settings: what a server changes between decodes
+     * without a new context (llama.cpp's llama_set_n_threads,
+     * llama_set_embeddings, llama_set_causal_attn), each with the values a
+     * swarm may draw: "n_threads:1|2|4,causal_attn:0|1" (NULL or "": none).
+     * set_live applies one to every later decode; a key not listed or a
+     * value the engine cannot take fails naming it and changes nothing.
+     * Whether a held plan survives the change is the engine's reuse rule's
+     * question; the rows must be what the reference computes either way. */
+    const char* live_settings;
+    int (*set_live)(kvweld_engine* engine, const char* key, const char* value, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

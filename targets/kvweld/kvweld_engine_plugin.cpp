@@ -185,6 +185,7 @@ const kvweld_engine_api kApi = {
     nullptr,  // bit for bit with its twin in every state
     shift, state_save, state_load,
     KVWELD_BUILD,
+    nullptr, nullptr,  // no live settings yet
 };
 
 }  // namespace

@@ -251,6 +251,7 @@ const kvweld_engine_api kApi = {
     // shift would move rows across blocks); the dense design has both.
     nullptr, nullptr, nullptr,
     KVWELD_BUILD,
+    nullptr, nullptr,  // no live settings yet
 };
 
 }  // namespace

@@ -677,6 +677,7 @@ const kvweld_engine_api kApi = {
     twin_tolerance,
     shift, state_save, state_load,
     KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
+    nullptr, nullptr,  // no live settings yet
 };
 
 }  // namespace

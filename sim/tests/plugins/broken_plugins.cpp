@@ -1,8 +1,8 @@
 // Plugins that are broken on purpose, one per build (BROKEN_KIND), for the
 // loader's error tests: a wrong ABI version, a missing function, a create
 // that fails, a library without the entry symbol, a fault listed with a
-// class that does not exist, and a version 3 table declaring version 4's
-// plan identity.
+// class that does not exist, a version 3 table declaring version 4's
+// plan identity, and live settings listed without set_live.
 #include "kvweld/engine_abi.h"
 
 #include <cstring>
@@ -52,6 +52,11 @@ constexpr kvweld_engine_api kApi = {
     nullptr, nullptr, nullptr,  // version 6: no warmup, no twin
     nullptr, nullptr, nullptr,  // version 7: no shift, no state
     nullptr,                    // version 8: no build named
+#if BROKEN_KIND == 7
+    "n_threads:1|2", nullptr,   // version 9: live settings listed, set_live empty
+#else
+    nullptr, nullptr,           // version 9: no live settings
+#endif
 };
 
 }  // namespace
