@@ -380,3 +380,44 @@ TEST(Mutants, AKillNeedsEveryFailureInADeclaredClass) {
 
 }  // namespace
 }  // namespace kvweld::sim
+
+namespace kvweld::sim {
+namespace {
+
+// ABI 9 live settings on llama.cpp: a thread count changed between decodes
+// keeps the held graph (the rule requires the reuse; llama.cpp's
+// allow_reuse compares no thread count) and every row stays the
+// reference's; a key or value the engine does not take is refused naming it.
+TEST(LiveSettings, AThreadCountChangeKeepsTheGraphAndTheRows) {
+    try {
+        engine_plugin_path("llamacpp");
+    } catch (const Error& e) {
+        KVWELD_WITHOUT_LLAMA(e.what());
+    }
+    SimConfig c = draw_config(3, EngineChoice{"llamacpp", "kv_unified=0,graph_reuse=1", ""}, "tiny",
+                              engine_capabilities("llamacpp"));
+    c.seqs = 1;
+    c.n_ctx = 64;
+    const Op step{ops::Step{.wants = {1}}};
+    const std::vector<Op> ops = {Op{ops::Admit{.prompt = {4, 8, 15}, .max_new = 12}}, Op{ops::Step{.wants = {3}}},
+                                 step, step, Op{ops::Live{"n_threads", "2"}}, step, step,
+                                 Op{ops::Live{"n_threads", "4"}}, step};
+    const RunResult r = run_ops(c, ops, int(ops.size()));
+    ASSERT_EQ(r.verdict, Verdict::pass) << text_report(r);
+    EXPECT_EQ(r.stats.ops_by_kind[std::size_t(OpKind::live)], 2u);
+    EXPECT_GE(r.stats.must_reuse, 4u) << text_report(r);  // every decode after the first, across both changes
+    EXPECT_EQ(r.stats.reused, r.stats.must_reuse) << text_report(r);
+    auto engine = open_engine("llamacpp", "", c.setup(), Model::random(c.model, c.weights_seed));
+    EXPECT_EQ(engine->live_settings(), "n_threads:1|2|4");
+    for (const auto& [key, value, named] : {std::tuple{"n_threads", "0", "'0'"}, std::tuple{"embeddings", "1", "'embeddings'"}}) {
+        try {
+            engine->set_live(key, value);
+            ADD_FAILURE() << key << "=" << value << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kvweld::sim

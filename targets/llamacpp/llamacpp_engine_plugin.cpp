@@ -117,6 +117,7 @@ struct kvweld_engine {
     std::vector<float> cvec;
     int32_t cvec_start = -1, cvec_end = -1;
     bool warmup = false;
+    int n_threads = 0;  // the live setting given (ABI 9; 0: the option's)
     std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
     ~kvweld_engine();
 };
@@ -530,6 +531,7 @@ void set_llama_warmup(llama_context* ctx, bool on) {
 // What the engine was given, on `ctx` (a new context after a reload).
 void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adapter_lora*> loras) {
     set_llama_warmup(ctx, e->warmup);
+    if (e->n_threads > 0) llama_set_n_threads(ctx, e->n_threads, e->n_threads);
     require(kvweld::llama_compat::set_adapters(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
                                                loras.empty() ? nullptr : e->lora_scales.data()) == 0,
             "llama.cpp refused the LoRA adapters");
@@ -652,6 +654,24 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     });
 }
 
+// ABI 9, live settings. n_threads goes to llama_set_n_threads, which sets
+// cparams.n_threads and n_threads_batch alone: llm_graph_params::allow_reuse
+// compares no thread count (0.3.36 src/llama-graph.h), so a held graph is
+// kept, and the rows must not change.
+constexpr const char* kLiveSettings = "n_threads:1|2|4";
+
+int set_live(kvweld_engine* e, const char* key, const char* value, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(std::string_view(key) == "n_threads", "set_live: no live setting '", key, "' (", kLiveSettings, ")");
+        char* end = nullptr;
+        const long n = std::strtol(value, &end, 10);
+        require(end && end != value && *end == '\0' && n >= 1 && n <= 256, "set_live: n_threads = '", value,
+                "': must be a whole number in 1..256");
+        llama_set_n_threads(e->ctx, int32_t(n), int32_t(n));
+        e->n_threads = int(n);
+    });
+}
+
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         auto reused = e->reused_before + std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
@@ -677,7 +697,7 @@ const kvweld_engine_api kApi = {
     twin_tolerance,
     shift, state_save, state_load,
     KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
-    nullptr, nullptr,  // no live settings yet
+    kLiveSettings, set_live,
 };
 
 }  // namespace
