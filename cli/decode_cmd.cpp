@@ -59,7 +59,7 @@ int run_decode(const DecodeArgs& a) {
                 a.threads, a.threads == 1 ? "" : "s", a.replan ? "replan every token" : "held plan");
     // Throughput hangs on it: in 4 KiB pages the weight-read peer ran 12-19%
     // slower at stories15M dims and 43-46% at 110m (decode_bench
-    // weights_stream against weights_stream_4k_pages; README "Performance").
+    // weights_stream against weights_stream_4k_pages; docs/MEASURING.md, "Performance").
     if (a.backend == "cpu")
         std::printf("weights %.1f MB; the process's anonymous memory in huge pages: %.1f MB\n",
                     double(model.all_weights().size_bytes()) / 1e6, double(anon_huge_page_bytes()) / 1e6);
