@@ -10,6 +10,8 @@
 // twin's where there is one.
 #include "sim/observers.hpp"
 
+#include "util/overloaded.hpp"
+
 #include "engine/reference.hpp"
 #include "util/cat.hpp"
 
@@ -19,15 +21,6 @@
 namespace kvweld::sim {
 
 using namespace targets;
-
-namespace {
-
-template <class... F>
-struct Overloaded : F... {
-    using F::operator()...;
-};
-
-}  // namespace
 
 DataShadow::DataShadow(const World& world, Judge& judge, RunStats& stats, bool judging)
     : world_(world), judge_(judge), stats_(stats), judging_(judging) {}

@@ -7,6 +7,8 @@
 // added up for the report and nothing is judged.
 #include "sim/observers.hpp"
 
+#include "util/overloaded.hpp"
+
 #include "util/cat.hpp"
 #include "util/error.hpp"
 
@@ -20,10 +22,6 @@ using namespace targets;
 
 namespace {
 
-template <class... F>
-struct Overloaded : F... {
-    using F::operator()...;
-};
 
 std::int64_t delta(std::uint64_t after, std::uint64_t before) { return std::int64_t(after) - std::int64_t(before); }
 std::uint64_t counted(std::int64_t n) { return std::uint64_t(std::max<std::int64_t>(0, n)); }

@@ -5,6 +5,8 @@
 // it paces the traffic's growth.
 #include "sim/observers.hpp"
 
+#include "util/overloaded.hpp"
+
 #include "util/cat.hpp"
 
 #include <map>
@@ -12,15 +14,6 @@
 namespace kvweld::sim {
 
 using namespace targets;
-
-namespace {
-
-template <class... F>
-struct Overloaded : F... {
-    using F::operator()...;
-};
-
-}  // namespace
 
 BlockLedger::BlockLedger(const World& world, Judge& judge, BlockModel model, std::set<std::uint64_t>& seen_serials,
                          bool judging)

@@ -19,6 +19,8 @@
 // poisoned.
 #include "sim/observers.hpp"
 
+#include "util/overloaded.hpp"
+
 #include "util/cat.hpp"
 #include "util/error.hpp"
 
@@ -33,10 +35,6 @@ using namespace targets;
 
 namespace {
 
-template <class... F>
-struct Overloaded : F... {
-    using F::operator()...;
-};
 
 std::string serials_text(const std::vector<std::uint64_t>& s) {
     std::string out;

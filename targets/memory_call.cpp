@@ -1,18 +1,11 @@
 #include "targets/memory_call.hpp"
 
+#include "util/overloaded.hpp"
+
 #include "targets/engine.hpp"
 #include "util/error.hpp"
 
 namespace kvweld::targets {
-
-namespace {
-
-template <class... F>
-struct Overloaded : F... {
-    using F::operator()...;
-};
-
-}  // namespace
 
 void apply_call(Engine& e, const MemoryCall& call) {
     std::visit(Overloaded{
