@@ -7,6 +7,7 @@
 #include "sim/observers.hpp"
 #include "sim/run.hpp"
 #include "sim/simulator.hpp"
+#include "targets/kvweld/kvweld_entries.hpp"
 #include "targets/registry.hpp"
 
 #include <gtest/gtest.h>
@@ -123,6 +124,128 @@ TEST(KillMatrix, AttributesEachFaultToTheOracleThatCaughtItFirst) {
         EXPECT_EQ(row.failure->oracle, first_by[i].second) << row.fault << ": " << caught_by(row);
         EXPECT_GT(row.by_oracle[std::size_t(first_by[i].second)], 0u) << row.fault << ": " << caught_by(row);
         EXPECT_NE(caught_by(row).find(std::string(to_string(first_by[i].second))), std::string::npos);
+    }
+}
+
+}  // namespace
+}  // namespace kvweld::sim
+
+namespace kvweld::sim {
+namespace {
+
+// One observer alone over a real engine: the simulator's account (the
+// World) built by hand, so a test makes the calls and publishes what it likes.
+struct Bench {
+    explicit Bench(const std::string& name, const std::string& params = "")
+        : config(draw_config(2, EngineChoice{name, params, ""}, "tiny", targets::engine_capabilities(name))),
+          model(Model::random(config.model, config.weights_seed)),
+          requests(std::size_t(config.seqs)),
+          engine(targets::open_engine(name, "", config.setup(), model)),
+          world{config, model, adapters, requests, generation, generation, *engine} {}
+    // Decodes `tokens` for `seq` from position `pos` on and hands `observer` the rows.
+    std::vector<std::vector<float>> decode(Observer& observer, int seq, int pos, std::vector<int> tokens,
+                                           std::optional<float> nudge = std::nullopt) {
+        std::vector<Pair> pairs;
+        for (int t : tokens) pairs.push_back({seq, t, pos++});
+        const Batch batch(pairs);
+        observer.before_decode(batch);
+        std::vector<float> got = engine->decode(batch.seqs, batch.tokens, batch.outputs);
+        if (nudge) got.back() += *nudge;
+        Decoded d{batch, got, {}, {}};
+        observer.on_decode(d);
+        return d.want;
+    }
+    targets::EngineSetup engine_setup() const { return config.setup(); }
+    SimConfig config;
+    Model model;
+    Adapters adapters;
+    std::vector<std::optional<Request>> requests;
+    std::uint64_t generation = 1;
+    std::unique_ptr<targets::Engine> engine;
+    World world;
+    Judge judge;
+    RunStats stats;
+};
+
+// The data shadow follows the calls it is told (a copy copies the
+// reference's KV) and judges every row: the engine's rows pass, one
+// logit moved by 0.01 does not.
+TEST(DataShadow, FollowsACopyAndJudgesEveryRow) {
+    Bench b("inproc", "policy=rebind");
+    b.config.seqs = 2;
+    b.requests.resize(2);
+    DataShadow shadow(b.world, b.judge, b.stats, true);
+    b.engine->open(0);
+    shadow.on_call(targets::calls::Open{0});
+    b.decode(shadow, 0, 0, {1, 2, 3});
+    EXPECT_EQ(b.stats.reference_rows, 3u);
+    b.engine->open(1);
+    b.engine->copy(0, 1);
+    shadow.on_call(targets::calls::Copy{0, 1, true});
+    EXPECT_EQ(shadow.shadow(1).key, shadow.shadow(0).key);
+    b.decode(shadow, 1, 3, {4});  // the copy's next row is judged against the copied shadow
+    EXPECT_EQ(b.judge.verdict(), Verdict::pass);
+    EXPECT_THROW(b.decode(shadow, 0, 3, {5}, 0.01f), Judge::Stop);
+    EXPECT_EQ(b.judge.verdict(), Verdict::stale_decode);
+    EXPECT_EQ(b.judge.failure()->oracle, Oracle::data);
+}
+
+// The ledger takes the engine's storage report only as kvweld's rule says
+// the call may change it: a clear the engine made replaces the storage and
+// passes; one it never made leaves the serials kept where they must be new;
+// and storage that changes in a call that keeps it is named too.
+TEST(StorageLedger, TakesAStorageReportOnlyAsTheRuleAllows) {
+    for (const bool clear_made : {true, false}) {
+        Bench b("inproc", "policy=rebind");
+        const auto rule = targets::kvweld_reuse_rule(b.config.setup());
+        std::set<std::uint64_t> seen;
+        StorageLedger ledger(b.world, b.judge, rule.get(), nullptr, seen, true);
+        b.engine->open(0);
+        b.requests[0].emplace();
+        ledger.on_call(targets::calls::Open{0});
+        if (clear_made) b.engine->clear(0);
+        if (clear_made) {
+            ledger.on_call(targets::calls::Clear{0});
+            EXPECT_EQ(b.judge.verdict(), Verdict::pass);
+            continue;
+        }
+        EXPECT_THROW(ledger.on_call(targets::calls::Clear{0}), Judge::Stop);
+        EXPECT_EQ(b.judge.failure()->oracle, Oracle::ledger);
+        EXPECT_NE(b.judge.failure()->detail.find("in an op that replaces it"), std::string::npos) << b.judge.failure()->detail;
+    }
+    Bench b("inproc", "policy=rebind");
+    const auto rule = targets::kvweld_reuse_rule(b.config.setup());
+    std::set<std::uint64_t> seen;
+    StorageLedger ledger(b.world, b.judge, rule.get(), nullptr, seen, true);
+    b.engine->open(0);
+    b.requests[0].emplace();
+    ledger.on_call(targets::calls::Open{0});
+    b.engine->clear(0);  // new storage, told as a truncate (which keeps it)
+    EXPECT_THROW(ledger.on_call(targets::calls::Truncate{0, 0}), Judge::Stop);
+    EXPECT_NE(b.judge.failure()->detail.find("in an op that keeps it"), std::string::npos) << b.judge.failure()->detail;
+}
+
+// The block ledger follows the pool from the calls alone: a grow the engine
+// made passes; a grow it never made (the model replaced the storage, the
+// engine did not) is named.
+TEST(BlockLedger, AGrowTheEngineNeverMadeIsNamed) {
+    for (const bool grow_made : {true, false}) {
+        Bench b("kvweld-paged", "block=4,blocks=8");
+        std::set<std::uint64_t> seen;
+        BlockLedger blocks(b.world, b.judge, targets::BlockModel::for_kvweld_paged(b.engine_setup()), seen, true);
+        b.engine->open(0);
+        b.requests[0].emplace();
+        b.decode(blocks, 0, 0, {1, 2, 3, 4, 5});
+        ASSERT_EQ(b.judge.verdict(), Verdict::pass);
+        if (grow_made) b.engine->pool_op(KVWELD_POOL_GROW);
+        blocks.on_call(targets::calls::PoolOp{KVWELD_POOL_GROW});
+        if (grow_made) {
+            blocks.after_op(OpKind::grow);
+            EXPECT_EQ(b.judge.verdict(), Verdict::pass);
+            continue;
+        }
+        EXPECT_THROW(blocks.after_op(OpKind::grow), Judge::Stop);
+        EXPECT_EQ(b.judge.failure()->oracle, Oracle::blocks) << b.judge.failure()->detail;
     }
 }
 
