@@ -23,7 +23,7 @@ enum class Verdict : std::uint8_t {
 inline constexpr int kVerdicts = 7;
 
 // engine: the engine refused a valid op; ledger: a cache broke the storage
-// contract (sim/ledger.hpp); blocks: a paged engine's block tables and
+// contract (StorageLedger, sim/oracle_weld.cpp); blocks: a paged engine's block tables and
 // counts broke the block ledger (targets/block_model.hpp); the rest are
 // the per-decode oracles.
 // twin: a row differs from the one the engine's twin (reuse off) returned;
