@@ -8,5 +8,8 @@ template <class... F>
 struct Overloaded : F... {
     using F::operator()...;
 };
+// Spelled out: clang 14 (the fuzz build) does not deduce an aggregate's arguments.
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 }  // namespace kvweld
