@@ -106,7 +106,7 @@ public:
     // (engine/adapters.hpp); survives a reload.
     virtual void set_warmup(bool on) = 0;
     // ABI 9, the settings a server changes between decodes, each with the
-    // values a swarm may draw ("n_threads:1|2|4"; "": none), and one set
+    // values a swarm may draw ("n_threads:1|2"; "": none), and one set
     // for every later decode (an Error naming a key or value it cannot take).
     virtual std::string live_settings() const { return ""; }
     virtual void set_live(const std::string& key, const std::string& /*value*/) {

@@ -242,7 +242,7 @@ typedef struct kvweld_engine_api {
     /* Version 9, live settings: what a server changes between decodes
      * without a new context (llama.cpp's llama_set_n_threads,
      * llama_set_embeddings, llama_set_causal_attn), each with the values a
-     * swarm may draw: "n_threads:1|2|4,causal_attn:0|1" (NULL or "": none).
+     * swarm may draw: "n_threads:1|2,causal_attn:0|1" (NULL or "": none).
      * set_live applies one to every later decode; a key not listed or a
      * value the engine cannot take fails naming it and changes nothing.
      * Whether a held plan survives the change is the engine's reuse rule's

@@ -654,11 +654,13 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     });
 }
 
-// ABI 9, live settings. n_threads goes to llama_set_n_threads, which sets
+// ABI 9, live settings. n_threads (1 or 2: with 4, llama.cpp's spinning
+// workers on CI's 2 cores slowed its twin swarms from about 3 s to 80 s when
+// ctest ran them side by side) goes to llama_set_n_threads, which sets
 // cparams.n_threads and n_threads_batch alone: llm_graph_params::allow_reuse
 // compares no thread count (0.3.36 src/llama-graph.h), so a held graph is
 // kept, and the rows must not change.
-constexpr const char* kLiveSettings = "n_threads:1|2|4";
+constexpr const char* kLiveSettings = "n_threads:1|2";
 
 int set_live(kvweld_engine* e, const char* key, const char* value, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
