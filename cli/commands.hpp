@@ -32,6 +32,7 @@ void add_mutants_command(CLI::App& app, std::function<int()>& action);
 void add_traffic_command(CLI::App& app, std::function<int()>& action);
 void add_diff_command(CLI::App& app, std::function<int()>& action);
 void add_versions_command(CLI::App& app, std::function<int()>& action);
+void add_repro_command(CLI::App& app, std::function<int()>& action);
 
 // Options every simulating command shares.
 struct RunOptions {
@@ -47,6 +48,7 @@ struct RunOptions {
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 void write_json(const std::string& path, const nlohmann::json& j);
+void write_text(const std::string& path, const std::string& text);  // throws Error naming the path
 // shrink's closing lines: sizes, runs, the class kept, the failure, how to replay.
 void print_shrink_summary(std::size_t before, std::size_t after, int runs, sim::Verdict verdict,
                           const std::optional<sim::Failure>& failure, const std::string& out);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     kvweld::cli::add_traffic_command(app, action);
     kvweld::cli::add_diff_command(app, action);
     kvweld::cli::add_versions_command(app, action);
+    kvweld::cli::add_repro_command(app, action);
     kvweld::cli::add_decode_command(app, action);
     kvweld::cli::add_convert_command(app, action);
     try {

@@ -30,14 +30,14 @@ void print(const std::string& s) {
     std::fflush(stdout);
 }
 
+}  // namespace
+
 void write_text(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    require(out.good(), "trace ", path, ": cannot open for writing");
+    require(out.good(), path, ": cannot open for writing");
     out << text;
-    require(out.good(), "trace ", path, ": write failed");
+    require(out.good(), path, ": write failed");
 }
-
-}  // namespace
 
 EngineChoice engine_choice(const RunOptions& o) {
     EngineChoice e{o.engine, o.params, "", o.seqs, o.n_ctx, o.twin};

@@ -26,6 +26,7 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
     f.trace = (folder / json_field<std::string>(j, "trace")).string();
     f.source = json_field<std::string>(j, "source");
     f.explanation = json_field<std::string>(j, "explanation");
+    f.repro_truth = j.value("repro_truth", "");
     return f;
 }
 

@@ -10,7 +10,8 @@
 // "kvweld-known-findings", "version": 1, "engine", "release", "findings":
 // [{"id", "class" (a verdict), "clause", "trace" (the minimized trace, a
 // path relative to the file), "source" (the engine source line it traces
-// to), "explanation" (one line)}]}. Each trace runs on the engine the file
+// to), "explanation" (one line), optionally "repro_truth" (the ground truth
+// kvweld repro writes its program with: targets/repro.hpp)}]}. Each trace runs on the engine the file
 // names, so a release's file may list another release's traces (the
 // releases of llama.cpp that share 0.3.36's findings: their files name
 // llamacpp@V and each source line as read in that release). A failure matches a finding when its
@@ -33,6 +34,7 @@ struct KnownFinding {
     std::string trace;  // absolute, resolved against the file's folder
     std::string source;
     std::string explanation;
+    std::string repro_truth;  // optional: the ground truth its reproducer needs (kvweld repro --truth)
 };
 
 struct KnownFindings {

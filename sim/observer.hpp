@@ -114,6 +114,8 @@ private:
 class Observer {
 public:
     virtual ~Observer() = default;
+    // An op about to run (its index in the run).
+    virtual void before_op(std::size_t /*index*/, const Op&) {}
     // Before and after a memory call the engine accepted.
     virtual void before_call(const targets::MemoryCall&) {}
     virtual void on_call(const targets::MemoryCall&) {}

@@ -53,8 +53,10 @@ RunResult run_generated(const SimConfig& config, int steps, bool checked) {
     return finish(sim, steps, std::move(ops));
 }
 
-RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps) {
+RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps,
+                  const std::function<void(Simulator&)>& before) {
     Simulator sim(config);
+    if (before) before(sim);
     std::vector<Op> ran;
     for (const Op& op : ops) {
         ran.push_back(op);

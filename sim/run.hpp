@@ -26,7 +26,9 @@ struct RunResult {
 
 // An engine that cannot be created (a broken plugin, a bad setting) throws Error.
 RunResult run_generated(const SimConfig& config, int steps, bool checked = true);
-RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps);
+// `before`: called with the simulator before the first op (a tool adds its observer).
+RunResult run_ops(const SimConfig& config, const std::vector<Op>& ops, int steps,
+                  const std::function<void(Simulator&)>& before = {});
 
 // Traces: JSON Lines, a header (format "kvweld-trace", version, steps,
 // config) then one op per line. A corrupt one throws Error naming the line.

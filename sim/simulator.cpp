@@ -201,6 +201,7 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
         return true;
     }
     const int seq = targets[op.pick() % targets.size()];
+    for (const auto& o : observers_) o->before_op(op_index, op);
     try {
         // run() of a step or a steady phase says whether any sequence fed a token.
         const bool ran = std::visit(

@@ -8,6 +8,7 @@
 #include "engine/model.hpp"
 #include "targets/block_model.hpp"
 #include "targets/engine.hpp"
+#include "targets/repro.hpp"
 #include "targets/reuse_rule.hpp"
 #include "util/cat.hpp"
 #include "util/rng.hpp"
@@ -63,6 +64,9 @@ struct EngineEntry {
     // the one setting asked for, without a twin).
     std::vector<StudySetting> (*study_settings)(const std::string& params, const StudyTraffic& traffic,
                                                 bool in_process) = nullptr;
+    // Writes a trace's calls as a standalone program against the engine's
+    // own API (kvweld repro; none: the engine has no such mapping).
+    std::unique_ptr<ReproWriter> (*repro)(const ReproSetup&) = nullptr;
 };
 
 }  // namespace kvweld::targets

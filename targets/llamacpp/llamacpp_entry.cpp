@@ -10,6 +10,7 @@
 #include "targets/abi_lists.hpp"
 #include "targets/llamacpp/llamacpp_entry.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
+#include "targets/llamacpp/llamacpp_repro.hpp"
 
 #ifndef LLAMACPP_PLUGIN_PATH
 #define LLAMACPP_PLUGIN_PATH ""
@@ -82,6 +83,7 @@ const EngineEntry kLlamacppEntry{
     .reference_blind = llamacpp_reference_blind,
     .known_findings = LLAMACPP_KNOWN_FINDINGS,
     .study_settings = llamacpp_study,
+    .repro = llamacpp_repro,
 };
 
 }  // namespace kvweld::targets

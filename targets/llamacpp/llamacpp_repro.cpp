@@ -1,0 +1,211 @@
+// Each engine call as the llama.cpp plugin makes it (llamacpp_engine_plugin.cpp
+// is the mapping's source: a change there is a change here), written once
+// for both contexts: `for (Side* s : live(both))` runs a line on the engine
+// and its ground truth, `live(engine_only)` on the engine alone (an op the
+// ground truth skips). The model and every adapter are generated in the
+// program with its own seeded generator (kvweld's weights are not needed:
+// the tokens are the trace's, and each side reads the same model).
+#include "targets/llamacpp/llamacpp_repro.hpp"
+
+#include "engine/adapters.hpp"
+#include "targets/abi_lists.hpp"
+#include "targets/llamacpp/llamacpp_params.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+#include "util/overloaded.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace kvweld::targets {
+
+namespace {
+
+// A float as a C++ literal that reads back the same.
+std::string float_literal(float x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", double(x));
+    std::string out = text;
+    if (out.find_first_of(".en") == std::string::npos) out += ".0";
+    return out + "f";
+}
+
+class LlamacppRepro final : public ReproWriter {
+public:
+    explicit LlamacppRepro(ReproSetup setup) : setup_(std::move(setup)) {}
+
+    void op(int line, const std::string& json) override {
+        line_ = line;
+        skipped_ = std::find(setup_.truth.skip.begin(), setup_.truth.skip.end(), line) != setup_.truth.skip.end();
+        ops_ += cat("\n    line = ", line, ";  // ", json, skipped_ ? "  (the ground truth skips it)" : "", "\n");
+    }
+
+    void call(const MemoryCall& call) override {
+        std::visit(Overloaded{
+                       [&](const calls::Open& c) { rm_all(c.seq); },
+                       [&](const calls::Close& c) { rm_all(c.seq); },
+                       [&](const calls::Clear& c) { rm_all(c.seq); },
+                       [&](const calls::Truncate& c) {
+                           each(cat("expect(*s, llama_memory_seq_rm(s->mem(), ", c.seq, ", ", c.n,
+                                    ", -1), \"llama_memory_seq_rm\");"));
+                       },
+                       [&](const calls::Copy& c) {
+                           each(cat("llama_memory_seq_rm(s->mem(), ", c.dst, ", -1, -1);"));
+                           each(cat("llama_memory_seq_cp(s->mem(), ", c.src, ", ", c.dst, ", -1, -1);"));
+                       },
+                       [&](const calls::ClearAll&) { each("llama_memory_clear(s->mem(), true);"); },
+                       [&](const calls::Shift& c) { shift(c); },
+                       [&](const calls::Save& c) { each(cat("save(*s, ", c.seq, ", ", c.id, ");")); },
+                       [&](const calls::Load& c) { each(cat("load(*s, ", c.seq, ", ", c.id, ", ", c.len, ");")); },
+                       [&](const calls::LoadRefused&) {},  // made of the plugin's own header check, not llama.cpp
+                       [&](const calls::SetLoras& c) { set_loras(c); },
+                       [&](const calls::SetCvec& c) { set_cvec(c); },
+                       [&](const calls::SetWarmup& c) {
+                           each(cat("llama_set_warmup(s->ctx, ", c.on ? "true" : "false", ");"));
+                       },
+                       [&](const calls::SetLive& c) {
+                           require(c.key == "n_threads", "repro: the live setting ", c.key, " has no llama.h call here");
+                           each(cat("llama_set_n_threads(s->ctx, ", c.value, ", ", c.value, ");"));
+                       },
+                       [&](const auto&) {
+                           throw Error(cat("repro: trace line ", line_, ": this call (a reload, or a white-box call) is "
+                                           "not written as llama.h calls yet; shrink the trace without it"));
+                       },
+                   },
+                   call);
+    }
+
+    void decode(std::span<const ReproPair> pairs) override {
+        std::string toks;
+        for (const ReproPair& p : pairs)
+            toks += cat(toks.empty() ? "" : ", ", "{", p.seq, ", ", p.token, ", ", p.pos, ", ", p.output ? 1 : 0, "}");
+        each(cat("decode(*s, {", toks, "});"));
+    }
+
+    int call_lines() const override { return call_lines_; }
+    std::string finish() override;
+
+private:
+    void each(const std::string& statement) {
+        ops_ += cat("    for (Side* s : live(", skipped_ ? "engine_only" : "both", ")) ", statement, "\n");
+        ++call_lines_;
+    }
+    void rm_all(int seq) { each(cat("llama_memory_seq_rm(s->mem(), ", seq, ", -1, -1);")); }
+    // A context shift as llama-server makes one (the plugin's shift()).
+    void shift(const calls::Shift& c) {
+        if (c.p0 == c.p1) return;
+        each(cat("{ expect(*s, llama_memory_seq_rm(s->mem(), ", c.seq, ", ", c.p0, ", ", c.p1,
+                 "), \"llama_memory_seq_rm\"); llama_memory_seq_add(s->mem(), ", c.seq, ", ", c.p1, ", -1, ",
+                 c.p0 - c.p1, "); }"));
+    }
+    void set_loras(const calls::SetLoras& c);
+    void set_cvec(const calls::SetCvec& c);
+    std::string settings_text(const std::string& params) const;
+
+    ReproSetup setup_;
+    std::string ops_;
+    int line_ = 0, call_lines_ = 0;
+    bool skipped_ = false;
+    // The adapters and control vectors met, in order: the program makes its own of each.
+    std::map<AdapterId, int> loras_;
+    std::vector<std::pair<int, float>> lora_shapes_;  // rank, alpha
+    std::vector<std::vector<float>> cvecs_;
+};
+
+void LlamacppRepro::set_loras(const calls::SetLoras& c) {
+    std::string adapters, scales;
+    for (const LoraUse& use : c.uses) {
+        const auto [it, fresh] = loras_.emplace(use.adapter->id(), int(loras_.size()));
+        if (fresh) lora_shapes_.emplace_back(use.adapter->rank(), use.adapter->alpha());
+        adapters += cat(adapters.empty() ? "" : ", ", "lora[", it->second, "]");
+        scales += cat(scales.empty() ? "" : ", ", float_literal(use.scale));
+    }
+    each(cat("expect(*s, set_adapters_lora(s->ctx, {", adapters, "}, {", scales,
+             "}) == 0, \"the LoRA adapters\");"));
+}
+
+// llama.cpp's layout: one row per layer from 1 (layer 0's is never added).
+void LlamacppRepro::set_cvec(const calls::SetCvec& c) {
+    if (!c.cvec) {
+        each("expect(*s, set_adapter_cvec(s->ctx, nullptr, 0, 0, -1, -1) == 0, \"clearing the control vector\");");
+        return;
+    }
+    const auto it = std::find(cvecs_.begin(), cvecs_.end(), c.cvec->data);
+    const auto k = std::size_t(it - cvecs_.begin());
+    if (it == cvecs_.end()) cvecs_.push_back(c.cvec->data);
+    each(cat("expect(*s, set_adapter_cvec(s->ctx, cvec[", k, "].data(), cvec[", k, "].size(), dims.dim, ", c.cvec->start,
+             ", ", c.cvec->end, ") == 0, \"the control vector\");"));
+}
+
+std::string LlamacppRepro::settings_text(const std::string& params) const {
+    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    for (const char* unmodelled : {"kv_type", "flash_attn"})
+        require(!p.count(unmodelled), "repro: the setting ", unmodelled, " is not written into reproducers (F32 KV, "
+                                      "flash attention off)");
+    const float scale = p.count("rope_scale") ? std::stof(p.at("rope_scale")) : 1.0f;
+    return cat(setup_.n_ctx, ", ", setup_.seqs, ", ", abi::flag_param(p, "kv_unified", false) ? "true" : "false", ", ",
+               abi::flag_param(p, "graph_reuse", true) ? "true" : "false", ", ", float_literal(scale));
+}
+
+std::string LlamacppRepro::finish() {
+    const ModelConfig& m = *setup_.model;
+    require(m.family == Family::llama, "repro: only llama-family models are written as GGUF");
+    // The truth's settings: the engine's, with the truth's own given after them (the later wins).
+    std::map<std::string, std::string> merged = abi::parse_params(setup_.params.c_str(), kLlamacppSettings);
+    for (const auto& [key, value] : abi::parse_params(setup_.truth.params.c_str(), kLlamacppSettings)) merged[key] = value;
+    std::string truth_params;
+    for (const auto& [key, value] : merged) truth_params += cat(truth_params.empty() ? "" : ",", key, "=", value);
+    std::string adapters;
+    if (!lora_shapes_.empty()) {
+        std::string matrices;
+        for (int t = 0; t < kLoraTargets; ++t)
+            if (lora_adapts(m, LoraTarget(t))) {
+                const auto [n_out, n_in] = lora_shape(m, LoraTarget(t));
+                matrices += cat(matrices.empty() ? "" : ", ", "{\"", to_string(LoraTarget(t)), "\", ", n_out, ", ", n_in, "}");
+            }
+        adapters += cat("    std::vector<llama_adapter_lora*> lora;  // the trace's LoRA adapters, each generated here\n");
+        for (std::size_t k = 0; k < lora_shapes_.size(); ++k)
+            adapters += cat("    if (!write_lora(dir + \"/lora", k, ".gguf\", dims, ", 1000 + k, ", ", lora_shapes_[k].first,
+                            ", ", float_literal(lora_shapes_[k].second), ", {", matrices, "})) return 2;\n", "    lora.push_back(",
+                            "llama_adapter_lora_init(model, (dir + \"/lora", k, ".gguf\").c_str()));\n");
+    }
+    for (std::size_t k = 0; k < cvecs_.size(); ++k)
+        adapters += cat(k == 0 ? "    std::vector<std::vector<float>> cvec;  // the trace's control vectors, each generated here\n" : "",
+                        "    cvec.push_back(random_floats(", 2000 + k, ", uint64_t(dims.dim) * (dims.layers - 1), 0.5f));\n");
+    std::string cleanup = "    std::remove((dir + \"/model.gguf\").c_str());\n";
+    for (std::size_t k = 0; k < lora_shapes_.size(); ++k) cleanup += cat("    std::remove((dir + \"/lora", k, ".gguf\").c_str());\n");
+    std::string out = cat(
+        "// A standalone reproducer of ", setup_.title, ", written by kvweld from its\n// trace (", setup_.command,
+        "). It uses llama.h and libllama alone:\n//   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"
+        "// The engine: one llama.cpp context, as a server drives it (", setup_.params.empty() ? "defaults" : setup_.params,
+        ").\n// The ground truth: a second context of the same model (", truth_params, ")",
+        setup_.truth.skip.empty() ? "" : ", which skips the ops marked so", ",\n// given the same calls",
+        setup_.truth.count_reuse ? "; the engine must reuse its graph as often as the ground truth" : "",
+        ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n", kLlamacppReproPrelude,
+        "\nint main() {\n    llama_backend_init();\n    llama_log_set([](ggml_log_level level, const char* text, void*) {\n"
+        "        if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);\n    }, nullptr);\n",
+        "    const Dims dims{", m.dim, ", ", m.n_layers, ", ", m.n_heads, ", ", m.n_kv_heads, ", ", m.head_dim, ", ",
+        m.ffn_dim, ", ", m.vocab, ", ", m.max_seq_len, ", ", m.n_experts, ", ", m.n_experts_used, ", ", float_literal(m.rope_theta),
+        ", ", float_literal(m.norm_eps), "};\n",
+        "    char tmp[] = \"/tmp/kvweld-repro-XXXXXX\";\n    const std::string dir = mkdtemp(tmp) ? tmp : \".\";\n"
+        "    if (!write_model(dir + \"/model.gguf\", dims)) return 2;\n"
+        "    llama_model_params mp = llama_model_default_params();\n    mp.n_gpu_layers = 0;\n"
+        "    llama_model* model = llama_model_load_from_file((dir + \"/model.gguf\").c_str(), mp);\n"
+        "    if (!model) return 2;\n    n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));\n", adapters,
+        "    Side engine{\"engine\"}, truth{\"ground truth\"};\n",
+        "    engine.ctx = open_context(model, ", settings_text(setup_.params), ");\n",
+        "    truth.ctx = open_context(model, ", settings_text(truth_params), ");\n",
+        "    if (!engine.ctx || !truth.ctx) return 2;\n",
+        "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine};\n", ops_,
+        "\n    const int verdict = report(engine, truth, ", setup_.truth.count_reuse ? "true" : "false", ", 1e-3);\n",
+        "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
+        "    llama_model_free(model);\n", cleanup, "    rmdir(dir.c_str());\n    return verdict;\n}\n");
+    return out;
+}
+
+}  // namespace
+
+std::unique_ptr<ReproWriter> llamacpp_repro(const ReproSetup& setup) { return std::make_unique<LlamacppRepro>(setup); }
+
+}  // namespace kvweld::targets
