@@ -62,7 +62,7 @@ int run_repro(const ReproArgs& a) {
     if (!a.run) return 0;
     const std::string release =
         a.release.empty() ? targets::named_release(r.replay.config.engine.engine) : a.release;
-    const fs::path binary = fs::path(out).replace_extension("");
+    const fs::path binary = fs::path(out).replace_extension(".bin");  // never a trace's name
     const std::string compile = compile_command(out, binary, llama_install(release));
     std::printf("repro: %s\n", compile.c_str());
     std::fflush(stdout);

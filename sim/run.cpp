@@ -107,14 +107,57 @@ Trace parse_trace(const std::string& text, const std::string& origin) {
     return t;
 }
 
+namespace {
+
+std::uint64_t model_size(const ModelConfig& m) {
+    return std::uint64_t(m.dim) * std::uint64_t(m.n_layers) * std::uint64_t(m.ffn_dim * m.experts_stored() + 4 * m.dim) +
+           std::uint64_t(m.vocab) * std::uint64_t(m.dim);
+}
+
+// The run itself made smaller, smallest first: fewer sequences, half the
+// positions each, a smaller model of the same family (a reproducer then
+// needs fewer calls and a smaller model).
+std::vector<SimConfig> smaller_configs(const SimConfig& c) {
+    std::vector<SimConfig> out;
+    for (int seqs = 1; seqs < c.seqs; ++seqs) {
+        SimConfig x = c;
+        x.seqs = seqs;
+        if (x.engine.seqs) x.engine.seqs = seqs;
+        out.push_back(x);
+    }
+    if (c.capacities.empty() && c.n_ctx / 2 > c.max_prompt) {
+        SimConfig x = c;
+        x.n_ctx = c.n_ctx / 2;
+        if (x.engine.n_ctx) x.engine.n_ctx = x.n_ctx;
+        out.push_back(x);
+    }
+    std::vector<ModelPreset> models;
+    for (const ModelPreset& p : model_presets())
+        if (p.config.family == c.model.family && model_size(p.config) < model_size(c.model) &&
+            p.config.max_seq_len >= c.n_ctx)
+            models.push_back(p);
+    std::sort(models.begin(), models.end(),
+              [](const ModelPreset& a, const ModelPreset& b) { return model_size(a.config) < model_size(b.config); });
+    for (const ModelPreset& p : models) {
+        SimConfig x = c;
+        x.model = p.config;
+        x.model_name = std::string(p.name);
+        out.push_back(x);
+    }
+    return out;
+}
+
+}  // namespace
+
 ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps,
                                Verdict target, int max_runs) {
     require(target != Verdict::pass, "shrink: the trace passes; there is nothing to shrink");
     ShrinkResult out;
+    SimConfig current = config;
     auto try_keep = [&](const std::vector<Op>& candidate) {
         if (out.runs >= max_runs) return false;
         ++out.runs;
-        RunResult r = run_ops(config, candidate, steps);
+        RunResult r = run_ops(current, candidate, steps);
         if (r.verdict != target) return false;
         out.ops = r.ops;
         out.result = std::move(r);
@@ -198,6 +241,29 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
         },
     };
     shrink_ops(out.ops, simplifications, try_keep, [&] { return out.runs >= max_runs; });
+    // Then the run's own size, each change kept where the failure stays,
+    // and the ops once more under the smaller run.
+    bool resized = false;
+    for (bool smaller = true; smaller && out.runs < max_runs;) {
+        smaller = false;
+        for (const SimConfig& c : smaller_configs(current)) {
+            if (out.runs >= max_runs) break;
+            ++out.runs;
+            RunResult r;
+            try {
+                r = run_ops(c, out.ops, steps);
+            } catch (const Error&) {
+                continue;  // a run the engine cannot be opened for
+            }
+            if (r.verdict != target) continue;
+            current = c;
+            out.ops = r.ops;
+            out.result = std::move(r);
+            smaller = resized = true;
+            break;
+        }
+    }
+    if (resized) shrink_ops(out.ops, simplifications, try_keep, [&] { return out.runs >= max_runs; });
     return out;
 }
 
