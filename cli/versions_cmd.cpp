@@ -38,12 +38,15 @@ struct VersionsArgs {
     std::string json;
 };
 
-// "0.3.15,0.3.20" as given; "0.3.15..0.3.36" every 0.3.N between, both included.
+// "0.3.15,0.3.20" as given; "0.3.15..0.3.36" every 0.3.N between, both
+// included; a source snapshot's build in the cache is git-<commit>, listed
+// (it sorts after every release: it is taken as the newest).
 std::vector<std::string> parse_releases(const std::string& text) {
-    static const std::regex release(R"(0\.3\.(\d{1,3}))");
+    static const std::regex release(R"(0\.3\.(\d{1,3}))"), snapshot(R"(git-[0-9a-f]{7,40})");
     std::smatch m;
     const auto number = [&](const std::string& r) {
-        require(std::regex_match(r, m, release), "--versions: '", r, "' is not a release 0.3.N");
+        if (std::regex_match(r, snapshot)) return 1000;
+        require(std::regex_match(r, m, release), "--versions: '", r, "' is neither a release 0.3.N nor a source snapshot git-<commit>");
         return std::stoi(m[1]);
     };
     std::vector<std::string> out;
@@ -79,6 +82,10 @@ void build_missing(const VersionsOptions& o) {
     std::vector<std::string> missing;
     for (const std::string& r : o.releases)
         if (!plugin_built(release_engine(o, r))) missing.push_back(r);
+    for (const std::string& r : missing)
+        require(!r.starts_with("git-"), "versions: llama.cpp ", r, " has no plugin: a source snapshot is not built by "
+                "scripts/setup-llama (which builds releases); put its static build in the cache as llama.cpp-", r,
+                "/install (with .kvweld-source and .kvweld-recipe), then build kvweld again");
     for (std::size_t i = 0; i < missing.size(); ++i) {
         std::fprintf(stderr, "[versions] building llama.cpp %s (%zu/%zu): scripts/setup-llama --version %s\n",
                      missing[i].c_str(), i + 1, missing.size(), missing[i].c_str());
