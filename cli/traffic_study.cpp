@@ -53,9 +53,13 @@ struct Row {
     // Plan building's share of decode time: builds x one build's cost / time.
     // A plan neither reused nor rebound was built (llama.cpp counts reuses
     // only; a rebind costs next to nothing).
+    // Without a rule (a release outside its table) there is no plan count:
+    // the engine's own count of builds.
     static double share(const Measured& m, double build_seconds) {
         const RunStats& s = m.result.run.stats;
-        return double(s.plans - s.reused - s.rebinds) * build_seconds / m.seconds;
+        const std::uint64_t built = m.result.run.oracles.accounting ? s.plans - std::min(s.plans, s.reused + s.rebinds)
+                                                                    : s.builds;
+        return double(built) * build_seconds / m.seconds;
     }
     bool ok() const {
         return with.result.run.verdict == Verdict::pass && (!has_without || without.result.run.verdict == Verdict::pass);
@@ -98,13 +102,21 @@ std::string ideal_text(const RunStats& s) {
     return s.may_reuse ? cat(must, "..", fixed(double(s.must_reuse + s.may_reuse) / double(s.plans), 4)) : must;
 }
 
+// The reuse ratio over the rule's plans; without a rule, over what the
+// engine counted (reused + built + rebound), marked with a '*'.
+double reuse_value(const RunResult& r) {
+    return r.oracles.accounting ? r.stats.reuse_ratio() : r.stats.counted_reuse_ratio();
+}
+std::string reuse_text(const RunResult& r) { return cat(fixed(reuse_value(r), 4), r.oracles.accounting ? "" : "*"); }
+
 void print_row(const std::string& label, const Measured& m, const std::string& share) {
     const RunStats& s = m.result.run.stats;
     const RunResult& r = m.result.run;
-    std::printf("%-30s %6llu %5.3f %6llu %6llu %6llu %7llu %7.4f %-14s %8.4f %6s  %s\n", label.c_str(),
+    const std::string plans = r.oracles.accounting ? std::to_string(s.plans) : "n/a";
+    std::printf("%-30s %6llu %5.3f %6s %6llu %6llu %7llu %7s %-14s %8.4f %6s  %s\n", label.c_str(),
                 (unsigned long long)s.calls, s.calls ? double(s.same_shape_calls) / double(s.calls) : 0.0,
-                (unsigned long long)s.plans, (unsigned long long)s.reused,
-                (unsigned long long)s.builds, (unsigned long long)s.rebinds, s.reuse_ratio(), ideal_text(s).c_str(),
+                plans.c_str(), (unsigned long long)s.reused,
+                (unsigned long long)s.builds, (unsigned long long)s.rebinds, reuse_text(r).c_str(), ideal_text(s).c_str(),
                 m.seconds, share.c_str(),
                 r.verdict == Verdict::pass ? "pass"
                                            : cat("FAIL ", to_string(r.verdict), r.failure ? ": " + r.failure->detail : "").c_str());
@@ -113,30 +125,39 @@ void print_row(const std::string& label, const Measured& m, const std::string& s
 void print_table(const std::vector<Row>& rows) {
     std::printf("%-30s %6s %5s %6s %6s %6s %7s %7s %-14s %8s %6s  %s\n", "setting", "calls", "same", "plans", "reused",
                 "built", "rebound", "reuse", "rule's ideal", "decode s", "build", "verdict");
+    bool unruled = false;
     for (const Row& r : rows) {
         print_row(r.setting.label(), r.with, share_text(Row::share(r.with, r.build_seconds)));
         if (r.has_without)
             print_row(cat(r.setting.no_reuse, r.setting.recycle ? " recycle" : ""), r.without,
                       share_text(Row::share(r.without, r.build_seconds)));
+        unruled = unruled || !r.with.result.run.oracles.accounting;
     }
+    if (unruled)
+        std::printf("* no reuse rule applies to this build, so no plan count (n/a): reuse is reused / (reused + built "
+                    "+ rebound) as the engine counted, and build is the engine's builds\n");
 }
 
 void print_shapes(const Row& row) {
     std::vector<std::pair<std::string, ShapeStats>> shapes(row.with.result.shapes.begin(), row.with.result.shapes.end());
     std::sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) {
-        return a.second.plans != b.second.plans ? a.second.plans > b.second.plans : a.first < b.first;
+        return a.second.calls != b.second.calls ? a.second.calls > b.second.calls : a.first < b.first;
     });
-    std::printf("per batch shape (%s; sequences x tokens each), the 12 with most graphs:\n",
+    std::printf("per batch shape (%s; sequences x tokens each), the 12 with most calls:\n",
                 row.setting.label().c_str());
-    std::printf("  %-10s %7s %7s %10s %7s  %s\n", "shape", "calls", "graphs", "rule: must", "reused",
+    std::printf("  %-10s %7s %7s %10s %7s %7s  %s\n", "shape", "calls", "graphs", "rule: must", "reused", "built",
                 "reused where the rule allows");
+    const bool ruled = row.with.result.run.oracles.accounting;
     for (std::size_t i = 0; i < shapes.size() && i < 12; ++i) {
         const ShapeStats& s = shapes[i].second;
         const std::uint64_t allowed = s.must_reuse + s.may_reuse;
-        std::printf("  %-10s %7llu %7llu %10llu %7llu  %s\n", shapes[i].first.c_str(), (unsigned long long)s.calls,
-                    (unsigned long long)s.plans, (unsigned long long)s.must_reuse, (unsigned long long)s.reused,
-                    allowed ? cat(fixed(100.0 * double(s.reused) / double(allowed), 1), "% of ", allowed).c_str()
-                            : "(none allowed)");
+        const auto rule_figure = [&](std::uint64_t v) { return ruled ? std::to_string(v) : std::string("n/a"); };
+        std::printf("  %-10s %7llu %7s %10s %7llu %7llu  %s\n", shapes[i].first.c_str(), (unsigned long long)s.calls,
+                    rule_figure(s.plans).c_str(), rule_figure(s.must_reuse).c_str(), (unsigned long long)s.reused,
+                    (unsigned long long)s.built,
+                    !ruled    ? "n/a (no rule)"
+                    : allowed ? cat(fixed(100.0 * double(s.reused) / double(allowed), 1), "% of ", allowed).c_str()
+                              : "(none allowed)");
     }
 }
 
@@ -149,7 +170,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
         const RunStats& s = r.with.result.run.stats;
         out << r.sweep << ',' << '"' << r.setting.label() << '"' << ',' << r.arrival << ',' << r.accept << ','
             << r.slots << ',' << r.spec_k << ',' << s.calls << ',' << s.same_shape_calls << ',' << s.plans << ','
-            << s.reused << ',' << s.reuse_ratio() << ',' << s.ideal_ratio() << ',' << s.may_reuse << ','
+            << s.reused << ',' << reuse_value(r.with.result.run) << ',' << s.ideal_ratio() << ',' << s.may_reuse << ','
             << r.with.seconds << ',' << (r.has_without ? r.without.seconds : std::nan("")) << ','
             << r.build_seconds * 1e6 << ',' << Row::share(r.with, r.build_seconds) << ','
             << (r.has_without ? Row::share(r.without, r.build_seconds) : std::nan("")) << '\n';
@@ -183,7 +204,7 @@ void write_plot(const std::string& png, const std::vector<Row>& rows, const std:
                     const double share = Row::share(r.with, r.build_seconds);
                     const RunStats& st = r.with.result.run.stats;
                     const double allowed = st.plans ? double(st.must_reuse + st.may_reuse) / double(st.plans) : 0.0;
-                    gp << panels[p].x(r) << ' ' << st.reuse_ratio() << ' ' << allowed << ' '
+                    gp << panels[p].x(r) << ' ' << reuse_value(r.with.result.run) << ' ' << allowed << ' '
                        << (std::isnan(share) ? 0.0 : 100.0 * share) << '\n';
                 }
             gp << "EOD\n";

@@ -40,8 +40,11 @@ namespace kvweld::sim {
 
 // Per batch shape ("4x1": four sequences, one token each; "2x1-5": two,
 // one to five tokens), what the rule required and what the engine did.
+// Per batch shape: what the engine counted (with or without a rule), and
+// the rule's plans and required reuse (0 without one).
 struct ShapeStats {
-    std::uint64_t calls = 0, plans = 0, must_reuse = 0, may_reuse = 0, reused = 0;
+    std::uint64_t calls = 0, reused = 0, built = 0;
+    std::uint64_t plans = 0, must_reuse = 0, may_reuse = 0;
 };
 std::string batch_shape(const std::vector<int>& seqs);
 

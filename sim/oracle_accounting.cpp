@@ -115,6 +115,10 @@ void Accounting::after_decode(const Decoded& d) {
     stats_.reused += counted(reused);
     stats_.builds += counted(builds);
     stats_.rebinds += counted(rebound);
+    ShapeStats& shape = shapes_[batch_shape(std::vector<int>(d.batch.seqs.begin(), d.batch.seqs.end()))];
+    ++shape.calls;
+    shape.reused += counted(reused);
+    shape.built += counted(builds);
     if (!rule_) return;
     const ReuseExpectation& e = *expectation_;
     if (plan_identity_) check_plan_identity(d.batch, builds);
@@ -122,12 +126,9 @@ void Accounting::after_decode(const Decoded& d) {
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
-    ShapeStats& shape = shapes_[batch_shape(std::vector<int>(d.batch.seqs.begin(), d.batch.seqs.end()))];
-    ++shape.calls;
     shape.plans += std::uint64_t(e.plans);
     shape.must_reuse += std::uint64_t(e.must_reuse);
     shape.may_reuse += std::uint64_t(e.may_reuse);
-    shape.reused += counted(reused);
     const auto message = [&] {  // built only on a failure
         return cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
                    d.batch.pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
