@@ -26,7 +26,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
                    "storage; kvweld-paged: block sizes 1..64; llamacpp: each KV layout, graph reuse on and off). Exit 0 when no oracle failed, else 1");
     cmd->add_option("--seed", p.seed, "traffic seed")->capture_default_str()->check(seed_validator());
     cmd->add_option("--ticks", p.ticks, "simulated ticks")->capture_default_str()->check(CLI::Range(1, 1000000));
-    cmd->add_option("--slots", p.slots, "server slots")->capture_default_str()->check(CLI::Range(1, 16));
+    cmd->add_option("--slots", p.slots, "server slots (a llama.cpp context's n_seq_max: up to 256)")->capture_default_str()->check(CLI::Range(1, 256));
     cmd->add_option("--model", p.model, kvweld::cat("model dims: ", kvweld::preset_names()))->capture_default_str();
     CLI::Option* arrival_rate =
         cmd->add_option("--arrival-rate", p.arrival_rate,

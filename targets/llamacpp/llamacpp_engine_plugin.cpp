@@ -25,10 +25,12 @@
 // Settings (options.params): kv_unified=0|1 (default 0: each sequence has
 // n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
 // LLAMA_GRAPH_REUSE_DISABLE for this context), kv_type=f32|f16 (the KV
-// cache's type, default f32), flash_attn=0|1 (default 0) and rope_scale=S
-// (llama.cpp's rope_freq_scale: linear RoPE scaling, default 1). kvweld's
-// reference models none of the last three: under them the twin is the data
-// oracle (targets/registry.hpp).
+// cache's type, default f32), flash_attn=0|1 (default 0), rope_scale=S
+// (llama.cpp's rope_freq_scale: linear RoPE scaling, default 1) and
+// n_ubatch=N (1..512, default 512: the physical batch; a call of more
+// tokens runs as several ubatches, each its own graph). kvweld's reference
+// models none of kv_type, flash_attn and rope_scale: under them the twin is
+// the data oracle (targets/registry.hpp).
 //
 // Fault switches (options.faults) make this adapter use llama.cpp wrongly,
 // so the kill matrix shows the oracles catch a harness-side mistake on a
@@ -104,6 +106,7 @@ struct kvweld_engine {
     unsigned faults = 0;
     std::vector<int> len;    // per sequence: positions held, -1 when closed
     std::uint64_t calls = 0; // llama_decode calls
+    std::uint64_t calls_reusing = 0;  // of them, those in which llama.cpp reused a graph
     std::uint64_t reused_before = 0;  // graph reuses counted by contexts a reload replaced
     llama_context_params cparams{};   // to create the context again on reload
     bool graph_reuse = true;
@@ -290,6 +293,14 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
                     ": must be a number in (0, 16]");
             cp.rope_freq_scale = scale;
         }
+        if (params.count("n_ubatch")) {  // a server's physical batch below its logical one: a call in several ubatches
+            const std::string& text = params.at("n_ubatch");
+            char* end = nullptr;
+            const long n = std::strtol(text.c_str(), &end, 10);
+            require(end && end != text.c_str() && *end == '\0' && n >= 1 && n <= 512, "setting n_ubatch=", text,
+                    ": must be a whole number in 1..512");
+            cp.n_ubatch = std::uint32_t(n);
+        }
         e->cparams = cp;
         e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
         e->ctx = create_context(e->model, cp, e->graph_reuse);
@@ -350,9 +361,11 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
             batch.logits[i] = !outputs || outputs[i] ? 1 : 0;
         }
         batch.n_tokens = n;
+        const int32_t reused_before = llama_perf_context(e->ctx).n_reused;
         const int32_t rc = llama_decode(e->ctx, batch);
         require(rc == 0, "llama_decode returned ", rc);
         ++e->calls;
+        e->calls_reusing += llama_perf_context(e->ctx).n_reused > reused_before ? 1 : 0;
         e->len = next;
         const auto v = std::size_t(e->vocab);
         std::size_t rows = 0;
@@ -640,7 +653,7 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
             throw;
         }
         e->reused_before += std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
-        if (e->faults & reload_resets_counters) e->reused_before = e->calls = 0;
+        if (e->faults & reload_resets_counters) e->reused_before = e->calls = e->calls_reusing = 0;
         llama_free(e->ctx);
         free_loras(e->loras);
         llama_model_free(e->model);
@@ -677,7 +690,9 @@ int set_live(kvweld_engine* e, const char* key, const char* value, char* err, si
 int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         auto reused = e->reused_before + std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
-        const auto builds = e->calls - std::min(e->calls, reused);
+        // A call in several ubatches (n_ubatch) may reuse some graphs and
+        // build others: a call that reused none built at least one.
+        const auto builds = e->calls - e->calls_reusing;
         if (e->faults & overcount_reused) reused += e->calls;
         *out = {builds, reused, 0};
     });

@@ -8,6 +8,6 @@
 namespace kvweld::targets {
 
 inline const std::vector<std::string> kLlamacppSettings = {"kv_unified", "graph_reuse", "kv_type",
-                                                                      "flash_attn", "rope_scale"};
+                                                                      "flash_attn", "rope_scale", "n_ubatch"};
 
 }  // namespace kvweld::targets

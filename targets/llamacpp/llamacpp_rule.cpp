@@ -87,7 +87,7 @@ namespace kvweld::targets {
 
 namespace {
 
-constexpr int kUbatch = 512;  // the adapter's n_ubatch
+constexpr int kUbatch = 512;  // the adapter's n_ubatch unless n_ubatch=N is given
 constexpr int kPad = 256;     // llama.cpp's cell and window padding
 
 // The releases whose facts the clauses above state: one row per release,
@@ -142,11 +142,11 @@ struct UbatchShape {
 
 bool wanted(std::span<const std::uint8_t> outputs, std::size_t i) { return outputs.empty() || outputs[i]; }
 
-// Clause 1, unified: consecutive runs of up to kUbatch tokens.
-std::vector<UbatchShape> split_simple(std::span<const int> seqs, std::span<const std::uint8_t> outputs) {
+// Clause 1, unified: consecutive runs of up to n_ubatch tokens.
+std::vector<UbatchShape> split_simple(std::span<const int> seqs, std::span<const std::uint8_t> outputs, int n_ubatch) {
     std::vector<UbatchShape> out;
-    for (std::size_t at = 0; at < seqs.size(); at += kUbatch) {
-        const std::size_t n = std::min<std::size_t>(kUbatch, seqs.size() - at);
+    for (std::size_t at = 0; at < seqs.size(); at += std::size_t(n_ubatch)) {
+        const std::size_t n = std::min<std::size_t>(std::size_t(n_ubatch), seqs.size() - at);
         const std::set<int> distinct(seqs.begin() + long(at), seqs.begin() + long(at + n));
         int n_outputs = 0;
         for (std::size_t i = at; i < at + n; ++i) n_outputs += wanted(outputs, i);
@@ -156,7 +156,11 @@ std::vector<UbatchShape> split_simple(std::span<const int> seqs, std::span<const
 }
 
 // Clause 1, one stream per sequence: the sequential equal split.
-std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const std::uint8_t> outputs) {
+// llama_batch_allocr::split_equal (llama-batch.cpp:542-634 in 0.3.36) adds a
+// sequence to the set and stops once the set is larger than n_ubatch, so a
+// set may hold n_ubatch + 1 sequences, and its first round is taken whole:
+// the rule states what the release does.
+std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const std::uint8_t> outputs, int n_ubatch) {
     std::vector<UbatchShape> out;
     std::vector<bool> used(seqs.size(), false);
     std::size_t n_used = 0;
@@ -165,6 +169,7 @@ std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const 
         for (std::size_t i = 0; i < seqs.size(); ++i) {
             if (used[i] || std::find(set.begin(), set.end(), seqs[i]) != set.end()) continue;
             if (set.empty() || seqs[i] == set.back() + 1) set.push_back(seqs[i]);
+            if (int(set.size()) > n_ubatch) break;
         }
         std::map<int, std::vector<std::size_t>> unused;  // per sequence, its unused tokens in order
         for (std::size_t i = 0; i < seqs.size(); ++i)
@@ -181,7 +186,7 @@ std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const 
             }
             n_used += std::size_t(n_seqs);
             ++rounds;
-            more = (rounds + 1) * n_seqs <= kUbatch;
+            more = (rounds + 1) * n_seqs <= n_ubatch;
         }
         std::vector<int> ids = set;
         std::sort(ids.begin(), ids.end());
@@ -205,12 +210,12 @@ bool same_cvec(const Adapters& a, const Adapters& b) {
 
 class LlamacppRule final : public ReuseRule {
 public:
-    LlamacppRule(bool unified, bool reuse, bool window_fixed)
-        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed) {}
+    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch)
+        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), n_ubatch_(n_ubatch) {}
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
         ReuseExpectation e;
-        const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs, outputs) : split_equal(seqs, outputs);
+        const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs, outputs, n_ubatch_) : split_equal(seqs, outputs, n_ubatch_);
         e.plans = int(ubatches.size());
         last_.clear();
         for (const UbatchShape& u : ubatches) {
@@ -297,6 +302,7 @@ public:
 
 private:
     bool unified_, reuse_, window_fixed_;
+    int n_ubatch_;
     std::optional<UbatchShape> previous_;
     bool previous_window_known_ = false;  // the previous graph's window was 256
     int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
@@ -322,16 +328,18 @@ private:
 std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
     std::map<std::string, std::string> params;
     bool unified = false, reuse = true;
+    int n_ubatch = kUbatch;
     try {
         params = abi::parse_params(config.params.c_str(), kLlamacppSettings);
         unified = abi::flag_param(params, "kv_unified", false);
         reuse = abi::flag_param(params, "graph_reuse", true);
-    } catch (const std::runtime_error& e) {
+        if (params.count("n_ubatch")) n_ubatch = std::stoi(params.at("n_ubatch"));
+    } catch (const std::exception& e) {
         throw Error(cat("llama.cpp ", e.what()));
     }
     require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
     const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed);
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch);
 }
 
 const char* llamacpp_rule_gap(const std::string& build) {
