@@ -5,6 +5,7 @@
 #include "cli/commands.hpp"
 
 #include "sim/versions.hpp"
+#include "targets/abi_lists.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,7 @@ struct VersionsArgs {
     std::string seeds = "0..99", diff_seeds = "0..29";
     int steps = 200, jobs = 0, ticks = 400, shrink_runs = 300, max_shrinks = 40;
     std::string traces = "kvweld-versions";
+    std::string grid = "8x4,64x16";
     bool no_build = false;
     std::string json;
 };
@@ -103,6 +105,17 @@ void build_missing(const VersionsOptions& o) {
         require(plugin_built(release_engine(o, r)), "versions: release ", r, " was built but its plugin is missing");
 }
 
+nlohmann::json steady_json(const std::vector<SteadyReuse>& points) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const SteadyReuse& s : points) {
+        nlohmann::json shapes = nlohmann::json::object();
+        for (const auto& [shape, st] : s.shapes) shapes[shape] = {{"calls", st.calls}, {"reused", st.reused}, {"built", st.built}};
+        out.push_back({{"slots", s.slots}, {"spec_k", s.spec_k}, {"layout", s.layout}, {"calls", s.calls},
+                       {"reused", s.reused}, {"shapes", shapes}, {"why_not", s.why_not}});
+    }
+    return out;
+}
+
 nlohmann::json versions_json(const std::vector<ReleaseRow>& rows) {
     nlohmann::json out = nlohmann::json::array();
     for (const ReleaseRow& r : rows) {
@@ -120,9 +133,25 @@ nlohmann::json versions_json(const std::vector<ReleaseRow>& rows) {
                        {"ok", r.swarm.ok()},
                        {"findings", findings},
                        {"steady_reuse_per_call", {r.separate.per_call(), r.unified.per_call()}},
+                       {"steady", steady_json(r.steady)},
                        {"diff_same", r.diff ? nlohmann::json(r.diff->same()) : nlohmann::json()}});
     }
     return {{"format", "kvweld-versions"}, {"version", 1}, {"releases", out}};
+}
+
+// "8x4,64x16": slots x speculative k per point.
+std::vector<std::pair<int, int>> parse_grid(const std::string& text) {
+    static const std::regex point(R"((\d{1,3})x(\d{1,2}))");
+    std::vector<std::pair<int, int>> out;
+    std::smatch m;
+    for (const std::string& item : abi::split_list(text.c_str())) {
+        require(std::regex_match(item, m, point), "--grid: '", item, "' is not SLOTSxK (e.g. 64x16)");
+        const int slots = std::stoi(m[1]), k = std::stoi(m[2]);
+        require(slots >= 1 && slots <= 256 && k >= 1 && k <= 16, "--grid: ", item, ": slots must be 1..256 and k 1..16");
+        out.emplace_back(slots, k);
+    }
+    require(!out.empty(), "--grid: no point given");
+    return out;
 }
 
 int run_versions_cmd(const VersionsArgs& a) {
@@ -139,6 +168,7 @@ int run_versions_cmd(const VersionsArgs& a) {
     o.traces_dir = a.traces;
     o.shrink_runs = a.shrink_runs;
     o.max_shrinks = a.max_shrinks;
+    o.grid = parse_grid(a.grid);
     o.pinned = targets::build_release(targets::engine_build(o.engine));
     if (!a.no_build) build_missing(o);
     const bool tty = isatty(STDERR_FILENO);
@@ -170,6 +200,11 @@ void add_versions_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--diff-seeds", a->diff_seeds, "seeds of each diff with the release before")->capture_default_str();
     cmd->add_option("--steps", a->steps, "ops per run")->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--jobs", a->jobs, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--grid", a->grid,
+                    "the steady traffic's server shapes, SLOTSxK,...: each in both KV layouts; per release the reuse "
+                    "at each, and every batch shape one release reuses and the next never does, with the traffic "
+                    "command that shows it (the first point is the table's column)")
+        ->capture_default_str();
     cmd->add_option("--ticks", a->ticks, "ticks of steady traffic per layout")->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--traces", a->traces, "where the shrunk traces go")->capture_default_str();
     cmd->add_option("--shrink-runs", a->shrink_runs, "runs each shrink may take (0: do not shrink)")

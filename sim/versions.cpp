@@ -16,21 +16,31 @@ namespace kvweld::sim {
 
 namespace {
 
-// The steady serving traffic of `kvweld traffic --mode steady` (its
-// defaults), once, in one KV layout; the reuse as the engine counts it, so
-// that releases whose graphs split differently compare on the same terms.
-SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, const char* layout) {
+// The steady serving traffic of `kvweld traffic --mode steady` at one
+// server shape (its other defaults; arrivals scaled with the slots, the
+// same load per slot), once, in one KV layout; the reuse as the engine
+// counts it, so that releases whose graphs split differently compare on
+// the same terms.
+TrafficParams steady_params(const VersionsOptions& o, int slots, int spec_k) {
     TrafficParams p;
     p.mode = TrafficMode::steady;
     p.ticks = o.traffic_ticks;
     p.prompt_mean = kSteadyPromptMean;
     p.output_mean = kSteadyOutputMean;
-    p.arrival_rate = kSteadyArrivalRate;
+    p.slots = slots;
+    p.spec_k = spec_k;
+    p.arrival_rate = kSteadyArrivalRate * slots / TrafficParams{}.slots;
+    return p;
+}
+
+SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, int slots, int spec_k, const char* layout) {
     SteadyReuse out;
+    out.slots = slots, out.spec_k = spec_k, out.layout = layout;
     try {
-        const TrafficResult r = run_traffic(p, EngineChoice{engine, cat(layout, ",graph_reuse=1"), ""}, 16);
-        out = {true, r.run.verdict == Verdict::pass ? "" : cat("the traffic ended ", to_string(r.run.verdict)),
-               r.run.stats.calls, r.run.stats.reused};
+        const TrafficResult r = run_traffic(steady_params(o, slots, spec_k), EngineChoice{engine, cat(layout, ",graph_reuse=1"), ""}, 16);
+        out.ran = true;
+        out.why_not = r.run.verdict == Verdict::pass ? "" : cat("the traffic ended ", to_string(r.run.verdict));
+        out.calls = r.run.stats.calls, out.reused = r.run.stats.reused, out.shapes = r.shapes;
     } catch (const Error& e) {
         out.why_not = e.what();
     }
@@ -100,9 +110,14 @@ std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::functi
         row.swarm = run_swarm(swarm, progress(o.first, o.last));
         if (row.swarm.failures > row.swarm.known) say(cat(where, ": shrinking the new findings"));
         row.findings = shrink_new_findings(o, row);
-        say(cat(where, ": steady traffic, ", o.traffic_ticks, " ticks, each KV layout"));
-        row.separate = steady_reuse(o, row.engine, "kv_unified=0");
-        row.unified = steady_reuse(o, row.engine, "kv_unified=1");
+        for (const auto& [slots, spec_k] : o.grid) {
+            say(cat(where, ": steady traffic, ", slots, " slots x speculative k ", spec_k, ", ", o.traffic_ticks,
+                    " ticks, each KV layout"));
+            for (const char* layout : {"kv_unified=0", "kv_unified=1"})
+                row.steady.push_back(steady_reuse(o, row.engine, slots, spec_k, layout));
+        }
+        row.separate = row.steady.at(0);
+        row.unified = row.steady.at(1);
         if (i > 0) {
             say(cat(where, ": diff against ", o.releases[i - 1], " over seeds ", o.diff_first, "..", o.diff_last));
             DiffOptions d;
@@ -156,7 +171,55 @@ std::string diff_text(const std::optional<DiffResult>& d) {
                " seeds rows differ", d->other ? cat(", ", d->other, " otherwise") : "");
 }
 
+// Steady reuse per call at every grid point, a column per release.
+std::string grid_text(const std::vector<ReleaseRow>& rows) {
+    if (rows.empty() || rows[0].steady.size() <= 2) return "";
+    std::string out = "steady reuse per call across the server shapes (slots x speculative k; the engine's count):\n\n| shape | layout |";
+    std::string rule = "|---|---|";
+    for (const ReleaseRow& r : rows) out += cat(" ", r.release, " |"), rule += "---|";
+    out += cat("\n", rule, "\n");
+    for (std::size_t j = 0; j < rows[0].steady.size(); ++j) {
+        const SteadyReuse& first = rows[0].steady[j];
+        out += cat("| ", first.slots, " x ", first.spec_k, " | ", first.layout, " |");
+        for (const ReleaseRow& r : rows) out += cat(" ", j < r.steady.size() ? steady_text(r.steady[j]) : "-", " |");
+        out += "\n";
+    }
+    return out + "\n";
+}
+
+// Batch shapes that one release reuses and the release after it never
+// does (or the other way round), at any grid point: each with the traffic
+// command that shows the one that never reuses. A shape counts where it
+// ran at least kMinCalls calls in both.
+constexpr std::uint64_t kMinCalls = 5;
+std::string shape_changes(const std::vector<ReleaseRow>& rows, const VersionsOptions& o) {
+    std::string out;
+    for (std::size_t i = 1; i < rows.size(); ++i)
+        for (std::size_t j = 0; j < rows[i].steady.size() && j < rows[i - 1].steady.size(); ++j) {
+            const SteadyReuse &a = rows[i - 1].steady[j], &b = rows[i].steady[j];
+            for (const auto& [shape, sa] : a.shapes) {
+                const auto it = b.shapes.find(shape);
+                if (it == b.shapes.end() || sa.calls < kMinCalls || it->second.calls < kMinCalls) continue;
+                const ShapeStats& sb = it->second;
+                if ((sa.reused > 0) == (sb.reused > 0)) continue;
+                const ReleaseRow& never = sa.reused > 0 ? rows[i] : rows[i - 1];
+                out += cat(rows[i - 1].release, " -> ", rows[i].release, ", ", a.slots, " slots x k ", a.spec_k, ", ",
+                           a.layout, ": batch shape ", shape, ": ", rows[i - 1].release, " reused ", sa.reused, " graphs in ",
+                           sa.calls, " calls, ", rows[i].release, " ", sb.reused, " in ", sb.calls, "; ",
+                           never.release, " never reuses it: ", steady_command(o, never.engine, sa.reused > 0 ? b : a), "\n");
+            }
+        }
+    return out.empty() ? "" : cat("batch shapes one release reuses and the next never does (", kMinCalls,
+                                  " calls or more in each):\n", out, "\n");
+}
+
 }  // namespace
+
+std::string steady_command(const VersionsOptions& o, const std::string& engine, const SteadyReuse& s) {
+    const TrafficParams p = steady_params(o, s.slots, s.spec_k);
+    return cat("kvweld traffic --engine ", engine, " --mode steady --slots ", s.slots, " --spec-k ", s.spec_k,
+               " --arrival-rate ", p.arrival_rate, " --ticks ", p.ticks, " --params ", s.layout, ",graph_reuse=1");
+}
 
 std::string versions_table(const std::vector<ReleaseRow>& rows, const VersionsOptions& o) {
     std::string out = cat("releases of ", o.engine, ": swarm seeds ", o.first, "..", o.last, " (twin and reference on), ",
@@ -171,10 +234,11 @@ std::string versions_table(const std::vector<ReleaseRow>& rows, const VersionsOp
                    verdict, " | ", r.swarm.failures, " (", r.swarm.known, ") | ", first_failure(r.swarm), " | ",
                    steady_text(r.separate), " / ", steady_text(r.unified), " | ", diff_text(r.diff), " |\n");
     }
-    out += "\n";
+    out += "\n" + grid_text(rows) + shape_changes(rows, o);
     for (const ReleaseRow& r : rows) {
-        for (const SteadyReuse* s : {&r.separate, &r.unified})
-            if (!s->why_not.empty()) out += cat(r.release, ": steady traffic: ", s->why_not, "\n");
+        for (const SteadyReuse& s : r.steady)
+            if (!s.why_not.empty())
+                out += cat(r.release, ": steady traffic ", s.slots, " x ", s.spec_k, " ", s.layout, ": ", s.why_not, "\n");
         for (const NewFinding& f : r.findings) {
             const ShrunkTrace& t = f.first;
             std::string seeds;

@@ -9,6 +9,7 @@
 #include "sim/diff.hpp"
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,17 +27,25 @@ struct VersionsOptions {
     std::string traces_dir = "kvweld-versions";
     int shrink_runs = 300;
     int max_shrinks = 40;  // new failing seeds shrunk per release (the rest are counted, not classified)
+    // The steady traffic's server shapes (slots x speculative k), each in
+    // both KV layouts; the first is the table's column.
+    std::vector<std::pair<int, int>> grid = {{8, 4}, {64, 16}};
 };
 
 // The engine name that runs `release`: the plain name for the pinned one.
 std::string release_engine(const VersionsOptions& o, const std::string& release);
 
 struct SteadyReuse {
+    int slots = 0, spec_k = 0;
+    std::string layout;        // "kv_unified=0" or "kv_unified=1"
     bool ran = false;
     std::string why_not;       // when it did not
     std::uint64_t calls = 0, reused = 0;  // decode calls, graphs reused (the engine's count)
+    std::map<std::string, ShapeStats> shapes;  // per batch shape, the engine's counts
     double per_call() const { return calls ? double(reused) / double(calls) : 0.0; }
 };
+// The traffic command that runs one steady point on `engine`.
+std::string steady_command(const VersionsOptions& o, const std::string& engine, const SteadyReuse& s);
 
 // A new kind of failure: every new failing seed is shrunk, and seeds whose
 // shrunk traces end the same way (class and oracle) with the same kinds of
@@ -53,7 +62,8 @@ struct ReleaseRow {
     std::string rule_gap;  // why the reuse rule was not applied ("": it was)
     SwarmResult swarm;
     std::vector<NewFinding> findings;   // the new kinds of failure (the first max_shrinks new failing seeds)
-    SteadyReuse separate, unified;      // kv_unified=0 and 1
+    SteadyReuse separate, unified;      // kv_unified=0 and 1, at the grid's first point
+    std::vector<SteadyReuse> steady;    // every grid point, each layout
     std::optional<DiffResult> diff;     // against the release before it
 };
 
