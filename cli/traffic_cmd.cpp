@@ -66,7 +66,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
         ->check(CLI::IsMember({"set", "scales"}));
     cmd->add_flag("--sweep", a->engine.sweep,
                   "also sweep per setting: churn, the arrival rate (0.1..2) and draft acceptance (0..1); steady, the "
-                  "concurrent sequences (--slots 1..16) and speculative k (1..8)");
+                  "concurrent sequences (--slots 1..256) and speculative k (1..16)");
     cmd->add_option("--csv", a->engine.csv, "write every run as CSV here");
     cmd->add_option("--plot", a->engine.plot,
                     "draw the sweep (PNG; needs --sweep): churn, reuse ratio and build share against arrival rate; "

@@ -239,13 +239,14 @@ void sweep(const TrafficParams& p, const EngineChoice& base, const TrafficStudyA
         for (Row& r : run_rows(q, base, a.chunk, a.repeat, name, costs)) rows.push_back(std::move(r));
     };
     if (p.mode == TrafficMode::steady) {
-        for (int slots : {1, 2, 4, 8, 16}) {
+        // Up to the concurrency and draft widths production servers run.
+        for (int slots : {1, 2, 4, 8, 16, 64, 256}) {
             TrafficParams q = p;
             q.slots = slots;
             q.arrival_rate = p.arrival_rate * slots / p.slots;  // the same load per sequence
             add(q, "slots");
         }
-        for (int k : {1, 2, 4, 8}) {
+        for (int k : {1, 2, 4, 8, 16}) {
             TrafficParams q = p;
             q.spec_k = k;
             add(q, "spec_k");
