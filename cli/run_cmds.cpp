@@ -91,7 +91,7 @@ int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, c
     return exit_code(r.verdict);
 }
 
-int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json) {
+int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json, bool require_terms) {
     const auto [first, last] = shard_range(seeds.range_first, seeds.range_last, seeds.shard);
     SwarmOptions s;
     s.first = first;
@@ -101,6 +101,7 @@ int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::
     s.engine = engine_choice(o);
     s.model = o.model;
     s.known_findings = o.known_findings;
+    s.require_terms = require_terms;
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("swarm: seeds %llu..%llu (%zu), %d steps each, %d jobs, engine %s%s%s\n", (unsigned long long)first,
                 (unsigned long long)last, total, s.steps, jobs, s.engine.engine.c_str(),

@@ -73,6 +73,8 @@ private:
     const World& world_;
     Judge& judge_;
     RunStats& stats_;
+    void count_terms(const std::vector<std::uint32_t>& changed);
+    std::vector<targets::ReuseTerm> terms_;  // the rule's (its reuse condition)
     std::unique_ptr<targets::ReuseRule> rule_;
     bool counters_, plan_identity_;
     std::optional<kvweld_engine_counters> last_, before_;

@@ -44,6 +44,24 @@ Accounting::Accounting(const World& world, Judge& judge, RunStats& stats, std::u
     : world_(world), judge_(judge), stats_(stats), rule_(std::move(rule)), counters_(counters),
       plan_identity_(plan_identity) {
     read_counters();  // the first report is the baseline every later one must not fall below
+    if (rule_) terms_ = rule_->terms();
+    for (const targets::ReuseTerm& t : terms_) {
+        if (t.why_not) stats_.terms_unreachable[t.name] = t.why_not;
+        else stats_.terms[t.name].tied = t.tied;
+    }
+}
+
+// Each plan pair's changed terms, counted (RunStats::terms).
+void Accounting::count_terms(const std::vector<std::uint32_t>& changed) {
+    for (const std::uint32_t mask : changed)
+        for (std::size_t i = 0; i < terms_.size(); ++i) {
+            if (terms_[i].why_not) continue;
+            RunStats::TermCount& t = stats_.terms[terms_[i].name];
+            const std::uint32_t bit = 1u << i;
+            t.changed += (mask & bit) ? 1 : 0;
+            t.alone += mask == bit ? 1 : 0;
+            t.held += (mask & bit) ? 0 : 1;
+        }
 }
 
 // A refused load carries the clause of the state it loads.
@@ -126,6 +144,7 @@ void Accounting::after_decode(const Decoded& d) {
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
+    count_terms(e.changed);
     shape.plans += std::uint64_t(e.plans);
     shape.must_reuse += std::uint64_t(e.must_reuse);
     shape.may_reuse += std::uint64_t(e.may_reuse);

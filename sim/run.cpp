@@ -301,6 +301,24 @@ std::string reproduce_command(const SimConfig& c, int steps) {
 namespace {
 
 
+// The reuse condition's coverage: per term the plan pairs where it changed
+// alone, changed with others and held; the terms never exercised; those
+// out of the API's reach.
+std::string terms_rows(const RunStats& s) {
+    if (s.terms.empty()) return "";
+    std::string counts, never, unreachable;
+    for (const auto& [name, t] : s.terms) {
+        counts += cat(counts.empty() ? "" : ", ", name, " ", t.alone, "/", t.changed - t.alone, "/", t.held);
+        if (!t.exercised()) never += cat(never.empty() ? "" : ", ", name);
+    }
+    for (const auto& [name, why] : s.terms_unreachable)
+        if (!s.terms.count(name))  // reachable in another seed's settings
+            unreachable += cat(unreachable.empty() ? "" : "; ", name, " (", why, ")");
+    return table_row("reuse terms (alone/with others/held)", counts) +
+           table_row("reuse terms never exercised", never.empty() ? "none" : never) +
+           (unreachable.empty() ? "" : table_row("reuse terms out of reach", unreachable));
+}
+
 std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
     const bool accounting = oracles.accounting;
     std::string out;
@@ -331,6 +349,7 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
         out += table_row("reuse ratio (rule's ideal)", cat(fixed(s.reuse_ratio(), 4), " (", fixed(s.ideal_ratio(), 4),
                                                      s.may_reuse ? cat(", +", s.may_reuse, " allowed") : "", ")"));
         out += table_row("reuse required (of a shared plan)", cat(s.must_reuse, " (", s.must_reuse_shared, ")"));
+        out += terms_rows(s);
     }
     if (oracles.white_box)
         out += cat("blind spots: ", s.change_decodes, " decodes after a storage/model change; ", s.data_blind,
@@ -440,6 +459,11 @@ SwarmResult run_swarm(const SwarmOptions& o,
     }
     out.unreproduced = unreproduced(known);
     out.oracles = out.seeds.front().oracles;  // the same engine and capabilities for every seed
+    if (o.require_terms) {
+        for (const auto& [name, t] : out.total.terms)
+            if (!t.exercised()) out.unexercised.push_back(name);
+        if (out.total.terms.empty()) out.unexercised.push_back("(the engine has no rule naming the terms)");
+    }
     return out;
 }
 
@@ -470,10 +494,16 @@ std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
                        ": ", failure_line(s).substr(std::string("verdict: FAIL ").size()),
                        "\n  reproduce: ", reproduce_command(s.config, o.steps), "\n");
     for (const std::string& line : r.unreproduced) out += cat("FAIL ", line, "\n");
+    for (const std::string& term : r.unexercised)
+        out += cat("FAIL reuse term ", term, " never exercised (--require-terms): ",
+                   r.total.terms.count(term) && r.total.terms.at(term).tied ? "no pair of plans where it changed"
+                                                                             : "no pair of plans where it alone changed",
+                   "\n");
     const std::size_t fresh = r.failures - r.known;
     if (!r.ok())
         return out + cat("swarm verdict: FAIL (", fresh, " seeds with new failures",
                          r.unreproduced.empty() ? "" : cat(", ", r.unreproduced.size(), " known findings not reproduced"),
+                         r.unexercised.empty() ? "" : cat(", ", r.unexercised.size(), " reuse terms never exercised"),
                          ")\n");
     if (r.known)
         return out + cat("swarm verdict: NO NEW FINDINGS (not a pass: ", r.known,

@@ -83,6 +83,9 @@ struct SwarmOptions {
     // Known findings (sim/known_findings.hpp): "" the engine's file in the
     // registry (if it has one), "none", or a file's path.
     std::string known_findings;
+    // Fail when a term of the reuse condition the engine's API can reach
+    // was never exercised (RunStats::terms): the swarm's ops miss a key part.
+    bool require_terms = false;
 };
 struct SwarmResult {
     std::vector<RunResult> seeds;  // in seed order, ops dropped
@@ -91,9 +94,10 @@ struct SwarmResult {
     std::size_t known = 0;     // of them, seeds whose failure is a known finding
     std::string known_path;    // the known findings file ("" none)
     std::vector<std::string> unreproduced;  // known findings whose trace no longer fails as recorded
+    std::vector<std::string> unexercised;   // with require_terms: the reuse terms never exercised
     OracleReport oracles;  // the first seed's (the same engine for all)
     // No new failure, and every known finding still reproduces: what CI gates on.
-    bool ok() const { return failures == known && unreproduced.empty(); }
+    bool ok() const { return failures == known && unreproduced.empty() && unexercised.empty(); }
 };
 SwarmResult run_swarm(const SwarmOptions& options,
                                  const std::function<void(std::size_t, std::size_t)>& progress = {});

@@ -7,6 +7,12 @@
 namespace kvweld::sim {
 
 void RunStats::add(const RunStats& o) {
+    for (const auto& [name, t] : o.terms) {
+        TermCount& mine = terms[name];
+        mine.tied = t.tied;
+        mine.changed += t.changed, mine.alone += t.alone, mine.held += t.held;
+    }
+    terms_unreachable.insert(o.terms_unreachable.begin(), o.terms_unreachable.end());
     max_kv_error = std::max(max_kv_error, o.max_kv_error);
     ops_run += o.ops_run;
     ops_skipped += o.ops_skipped;

@@ -5,6 +5,8 @@
 #include "sim/ops.hpp"
 
 #include <array>
+#include <map>
+#include <string>
 #include <cstdint>
 #include <string>
 
@@ -53,6 +55,16 @@ struct RunStats {
     std::uint64_t change_decodes = 0, data_blind = 0, independent_blind = 0, blind_same_weights_reload = 0;
     double max_logit_error = 0.0;
     double max_kv_error = 0.0;
+    // The reuse condition's coverage (ReuseRule::terms): per term, the
+    // consecutive plan pairs where it changed, changed alone and held; and
+    // the terms the engine's API cannot change, each with why.
+    struct TermCount {
+        bool tied = false;
+        std::uint64_t changed = 0, alone = 0, held = 0;
+        bool exercised() const { return tied ? changed > 0 : alone > 0; }
+    };
+    std::map<std::string, TermCount> terms;
+    std::map<std::string, std::string> terms_unreachable;
 
     double reuse_ratio() const { return plans ? double(reused) / double(plans) : 0.0; }
     // Reuse as the engine counts it, where no rule says how many plans ran.

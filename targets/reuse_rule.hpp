@@ -14,8 +14,21 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvweld::targets {
+
+// A term of the reuse condition the rule states (llama.cpp's: each compared
+// in llm_graph_params::allow_reuse, an input's can_reuse, or a memory
+// update that resets the held graphs). `tied`: it cannot change without
+// another (a ubatch's token count moves with its sequences or their
+// tokens), so it counts as exercised when it changed at all; `why_not`:
+// the engine's API gives no way to change it, named and never counted.
+struct ReuseTerm {
+    const char* name;
+    bool tied = false;
+    const char* why_not = nullptr;
+};
 
 // What one decode call may do: it runs `plans` plans (graphs), of which at
 // least `must_reuse` and at most `must_reuse + may_reuse` reuse the plan
@@ -30,6 +43,9 @@ struct ReuseExpectation {
     // (a ubatch of several, or one plan for a whole pool after a pair of
     // another sequence), so a swarm can show its rule was not vacuous there.
     int must_reuse_shared = 0;
+    // Per plan that has a previous one: bit i set where terms()[i] differs
+    // from the previous plan's (the reuse condition's coverage).
+    std::vector<std::uint32_t> changed = {};
     // The contract clause (not a design fact of the engine) that required a
     // reuse, or a build, in this call, where the rule names one: a known
     // finding of an engine release is matched on it (sim/known_findings.hpp).
@@ -70,6 +86,8 @@ public:
     // as numbers and formatted only when asked, so a passing call costs no
     // text.
     virtual std::string why_last() const = 0;
+    // The terms of the reuse condition this rule states (none: not counted).
+    virtual std::vector<ReuseTerm> terms() const { return {}; }
     // A clause that stands for these sequences before the call is decided
     // (their rows left wrong by an earlier op): a call the engine refuses
     // carries it too (nullptr: none).

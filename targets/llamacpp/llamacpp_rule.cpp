@@ -219,6 +219,7 @@ public:
         e.plans = int(ubatches.size());
         last_.clear();
         for (const UbatchShape& u : ubatches) {
+            if (previous_) e.changed.push_back(changed_terms(u));
             placed_ += u.n_tokens;
             const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
             const bool same_window = window_known && previous_window_known_;
@@ -244,7 +245,7 @@ public:
             previous_ = u;
             previous_window_known_ = window_known;
             copy_queued_ = kshift_queued_ = false;
-            adapters_changed_ = adapters_set_again_ = false;
+            adapters_changed_ = adapters_set_again_ = loras_changed_ = cvec_changed_ = false;
         }
         if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
         wrong_rows_.decoded();
@@ -294,14 +295,58 @@ public:
         wrong_rows_.all_emptied(false);
     }
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
-        const bool changed = effective_loras(before) != effective_loras(after) || !same_cvec(before, after);
+        const bool loras = effective_loras(before) != effective_loras(after), cvec = !same_cvec(before, after);
+        loras_changed_ = loras_changed_ || loras;
+        cvec_changed_ = cvec_changed_ || cvec;
+        const bool changed = loras || cvec;
         adapters_changed_ = adapters_changed_ || changed;
         warmup_ = after.warmup();
         adapters_set_again_ = adapters_set_again_ || !changed;
     }
 
 private:
+    // The reuse condition's terms (ReuseRule::terms), in the order of
+    // changed_terms' bits: allow_reuse's ubatch comparison (llama-graph.h
+    // llm_graph_params::allow_reuse: n_tokens, n_seq_tokens, n_seqs,
+    // n_seqs_unq, n_outputs, the sequence ids with one stream per sequence;
+    // the adapters and control vector), warmup (0.3.36 compares none: the
+    // rule's clause 8 is the contract's) and the memory update that resets
+    // held graphs (clause 4).
+    std::vector<ReuseTerm> terms() const override {
+        return {{"n_tokens", true},
+                {"n_seq_tokens", true},
+                {"n_seqs", true},
+                {"n_seqs_unq", true},
+                {"n_outputs"},
+                {"seq_ids", false, unified_ ? "compared only with one KV stream per sequence (kv_unified=0)" : nullptr},
+                {"loras"},
+                {"cvec"},
+                {"warmup"},
+                {"memory_update"},
+                {"equal_seqs", false, "the split follows the KV layout, fixed for a context's life"},
+                {"n_kv", false, "past 256 cells of a unified cache the window follows occupancy: the rule bounds it "
+                                "but cannot tell when it changed"},
+                {"graph_reuse", false, "LLAMA_GRAPH_REUSE_DISABLE is read once, when a context is made"},
+                {"samplers", false, "per-sequence backend samplers (llama_set_sampler) are no op of kvweld's ABI yet"},
+                {"embeddings", false, "llama_set_embeddings is no op of kvweld's ABI yet"},
+                {"causal_attn", false, "llama_set_causal_attn is no op of kvweld's ABI yet"},
+                {"gtype_cross", false, "a decoder-only model's decode graph: always LLM_GRAPH_TYPE_DECODER, no "
+                                       "cross-attention"}};
+    }
+    std::uint32_t changed_terms(const UbatchShape& u) const {
+        const UbatchShape& p = *previous_;
+        const bool bits[] = {u.n_tokens != p.n_tokens,     u.n_seq_tokens != p.n_seq_tokens,
+                             u.n_seqs != p.n_seqs,         u.n_seqs_unq != p.n_seqs_unq,
+                             u.n_outputs != p.n_outputs,   !unified_ && u.seq_ids != p.seq_ids,
+                             loras_changed_,               cvec_changed_,
+                             warmup_ != graph_warmup_,     copy_queued_ || kshift_queued_};
+        std::uint32_t out = 0;
+        for (std::size_t i = 0; i < std::size(bits); ++i) out |= bits[i] ? 1u << i : 0u;
+        return out;
+    }
+
     bool unified_, reuse_, window_fixed_;
+    bool loras_changed_ = false, cvec_changed_ = false;
     int n_ubatch_;
     std::optional<UbatchShape> previous_;
     bool previous_window_known_ = false;  // the previous graph's window was 256
