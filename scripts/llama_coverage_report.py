@@ -146,7 +146,7 @@ def report(objects, run, out, runs=None):
 
 
 def summary(out):
-    runs = [json.loads((out / f"{r}.json").read_text()) for r in ("swarm", "fuzz", "steady", "all") if (out / f"{r}.json").exists()]
+    runs = [json.loads((out / f"{r}.json").read_text()) for r in ("swarm", "ubatch", "fuzz", "steady", "shapes", "before", "all") if (out / f"{r}.json").exists()]
     md = ["# llama.cpp coverage by run", "", "Lines reached per file (scripts/llama-coverage); each run's report has "
           "the functions and branches.", "", "| file | " + " | ".join(r["run"] for r in runs) + " |",
           "|---|" + "---|" * len(runs)]
