@@ -182,7 +182,9 @@ std::string LlamacppRepro::finish() {
         ").\n// The ground truth: a second context of the same model (", truth_params, ")",
         setup_.truth.skip.empty() ? "" : ", which skips the ops marked so", ",\n// given the same calls",
         setup_.truth.count_reuse ? "; the engine must reuse its graph as often as the ground truth" : "",
-        ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n", kLlamacppReproPrelude,
+        ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n\n",
+        "// ---- kvweld's llama_compat.hpp: what llama.h renamed between releases ----\n", kLlamaCompatText, "\n",
+        kLlamacppReproPrelude,
         "\nint main() {\n    llama_backend_init();\n    llama_log_set([](ggml_log_level level, const char* text, void*) {\n"
         "        if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);\n    }, nullptr);\n",
         "    const Dims dims{", m.dim, ", ", m.n_layers, ", ", m.n_heads, ", ", m.n_kv_heads, ", ", m.head_dim, ", ",

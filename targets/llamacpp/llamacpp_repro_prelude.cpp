@@ -160,46 +160,16 @@ inline bool write_lora(const std::string& path, const Dims& d, uint64_t seed, in
     return g.write(path);
 }
 
-// ---- What llama.h renamed between releases: the one this header declares ----
+// ---- What llama.h renamed between releases: kvweld's llama_compat.hpp, above ----
 
-namespace older {
-struct Missing {};
-template <class... A> Missing llama_set_adapters_lora(A...);
-template <class... A> Missing llama_set_adapter_lora(A...);
-template <class... A> Missing llama_clear_adapter_lora(A...);
-template <class... A> Missing llama_set_adapter_cvec(A...);
-template <class... A> Missing llama_apply_adapter_cvec(A...);
-}  // namespace older
-
-template <class C>
-int32_t set_adapters_lora(C* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
-    using namespace older;
-    if constexpr (!std::is_same_v<decltype(llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data())), Missing>) {
-        return llama_set_adapters_lora(ctx, adapters.empty() ? nullptr : adapters.data(), adapters.size(),
-                                       scales.empty() ? nullptr : scales.data());
-    } else {  // up to 0.3.16: one adapter at a time
-        llama_clear_adapter_lora(ctx);
-        for (size_t i = 0; i < adapters.size(); ++i)
-            if (int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
-        return 0;
-    }
+inline int32_t set_adapters_lora(llama_context* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
+    return kvweld::llama_compat::set_adapters(ctx, adapters.empty() ? nullptr : adapters.data(), adapters.size(),
+                                              scales.empty() ? nullptr : scales.data());
 }
 
-template <class C>
-int32_t set_adapter_cvec(C* ctx, const float* data, size_t len, int32_t n_embd, int32_t il_start, int32_t il_end) {
-    using namespace older;
-    if constexpr (!std::is_same_v<decltype(llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end)), Missing>)
-        return llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
-    else  // up to 0.3.16
-        return llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
-}
-
-template <class P>
-void flash_attn_off(P& params) {
-    if constexpr (requires { params.flash_attn_type; })
-        params.flash_attn_type = decltype(params.flash_attn_type)(0);  // LLAMA_FLASH_ATTN_TYPE_DISABLED
-    else
-        params.flash_attn = false;
+inline int32_t set_adapter_cvec(llama_context* ctx, const float* data, size_t len, int32_t n_embd, int32_t il_start,
+                                int32_t il_end) {
+    return kvweld::llama_compat::set_cvec(ctx, data, len, n_embd, il_start, il_end);
 }
 
 // ---- The engine as a server runs it, and its ground truth: two contexts of one model ----
@@ -239,7 +209,7 @@ inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t 
     cp.kv_unified = unified;
     cp.rope_freq_scale = rope_scale;
     cp.no_perf = false;
-    flash_attn_off(cp);
+    kvweld::llama_compat::set_flash_attn(cp, false);
     setenv("LLAMA_GRAPH_REUSE_DISABLE", graph_reuse ? "0" : "1", 1);  // read when a context is made
     llama_context* ctx = llama_init_from_model(model, cp);
     unsetenv("LLAMA_GRAPH_REUSE_DISABLE");
