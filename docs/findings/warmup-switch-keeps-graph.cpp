@@ -4,6 +4,102 @@
 // The engine: one llama.cpp context, as a server drives it (kv_unified=0,graph_reuse=1).
 // The ground truth: a second context of the same model (graph_reuse=0,kv_unified=0),
 // given the same calls. Exit 1: the finding shows (the numbers are printed); 0: it does not.
+
+// ---- kvweld's llama_compat.hpp: what llama.h renamed between releases ----
+// What the installed llama.h has, detected at build time, so the plugin
+// compiles against every llama-cpp-python release from 0.3.15 (the first
+// whose llama.cpp reuses graphs) to the newest with no per-release code.
+// The differences met there, each with the release that changed it:
+//
+// - LoRA adapters: llama_set_adapter_lora (one adapter and scale per call)
+//   with llama_clear_adapter_lora, up to 0.3.16; llama_set_adapters_lora
+//   (the whole set, which compares before it changes anything) from 0.3.20.
+// - Control vector: llama_apply_adapter_cvec up to 0.3.16,
+//   llama_set_adapter_cvec (the same arguments) from 0.3.20.
+// - Flash attention: a bool `flash_attn` up to 0.3.16, an enum
+//   `flash_attn_type` from 0.3.20.
+//
+// A function is detected by overload resolution: fallbacks with the same
+// name, declared here as templates returning Missing, lose to a real
+// declaration (a non-template exact match) and win only where llama.h has
+// none. A field is detected with a requires-expression. Where neither form
+// of a feature exists, kHas* is false and the plugin does not declare the
+// capability.
+
+#include <llama.h>
+
+#include <cstddef>
+#include <type_traits>
+
+// At global scope, so that a using-directive puts them beside llama.h's own.
+namespace kvweld_llama_fallback {
+struct Missing {};
+template <class... A> Missing llama_set_adapters_lora(A...);
+template <class... A> Missing llama_set_adapter_lora(A...);
+template <class... A> Missing llama_clear_adapter_lora(A...);
+template <class... A> Missing llama_set_adapter_cvec(A...);
+template <class... A> Missing llama_apply_adapter_cvec(A...);
+}  // namespace kvweld_llama_fallback
+
+namespace kvweld::llama_compat {
+
+namespace probe {
+using namespace ::kvweld_llama_fallback;
+template <class C> using set_adapters = decltype(llama_set_adapters_lora(
+    (C*)nullptr, (llama_adapter_lora**)nullptr, std::size_t{}, (float*)nullptr));
+template <class C> using set_adapter = decltype(llama_set_adapter_lora((C*)nullptr, (llama_adapter_lora*)nullptr, 0.0f));
+template <class C> using set_cvec = decltype(llama_set_adapter_cvec((C*)nullptr, (const float*)nullptr, std::size_t{},
+                                                                    int32_t{}, int32_t{}, int32_t{}));
+template <class C> using apply_cvec = decltype(llama_apply_adapter_cvec((C*)nullptr, (const float*)nullptr,
+                                                                        std::size_t{}, int32_t{}, int32_t{}, int32_t{}));
+template <class T> inline constexpr bool found = !std::is_same_v<T, ::kvweld_llama_fallback::Missing>;
+}  // namespace probe
+
+inline constexpr bool kHasSetAdapters = probe::found<probe::set_adapters<llama_context>>;
+inline constexpr bool kHasLora = kHasSetAdapters || probe::found<probe::set_adapter<llama_context>>;
+inline constexpr bool kHasSetCvec = probe::found<probe::set_cvec<llama_context>>;
+inline constexpr bool kHasCvec = kHasSetCvec || probe::found<probe::apply_cvec<llama_context>>;
+
+// The adapters every later decode runs with (n may be 0: none). Returns
+// llama.cpp's status (0: applied).
+template <class C = llama_context>
+int32_t set_adapters(C* ctx, llama_adapter_lora** adapters, std::size_t n, float* scales) {
+    using namespace ::kvweld_llama_fallback;
+    if constexpr (probe::found<probe::set_adapters<C>>) {
+        return llama_set_adapters_lora(ctx, adapters, n, scales);
+    } else if constexpr (probe::found<probe::set_adapter<C>>) {
+        llama_clear_adapter_lora(ctx);
+        for (std::size_t i = 0; i < n; ++i)
+            if (const int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
+        return 0;
+    } else {
+        return -1;  // kHasLora is false: the capability is not declared
+    }
+}
+
+// The control vector (data NULL: none), llama.cpp's layout from layer 1.
+template <class C = llama_context>
+int32_t set_cvec(C* ctx, const float* data, std::size_t len, int32_t n_embd, int32_t il_start, int32_t il_end) {
+    using namespace ::kvweld_llama_fallback;
+    if constexpr (probe::found<probe::set_cvec<C>>)
+        return llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
+    else if constexpr (probe::found<probe::apply_cvec<C>>)
+        return llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
+    else
+        return -1;  // kHasCvec is false: the capability is not declared
+}
+
+// Flash attention on or off, whichever field this llama.h has.
+template <class P>
+void set_flash_attn(P& params, bool on) {
+    if constexpr (requires { params.flash_attn_type; })
+        params.flash_attn_type = decltype(params.flash_attn_type)(on ? 1 : 0);  // ENABLED = 1, DISABLED = 0
+    else
+        params.flash_attn = on;
+}
+
+}  // namespace kvweld::llama_compat
+
 #include <llama.h>
 
 #include <cmath>
@@ -154,46 +250,16 @@ inline bool write_lora(const std::string& path, const Dims& d, uint64_t seed, in
     return g.write(path);
 }
 
-// ---- What llama.h renamed between releases: the one this header declares ----
+// ---- What llama.h renamed between releases: kvweld's llama_compat.hpp, above ----
 
-namespace older {
-struct Missing {};
-template <class... A> Missing llama_set_adapters_lora(A...);
-template <class... A> Missing llama_set_adapter_lora(A...);
-template <class... A> Missing llama_clear_adapter_lora(A...);
-template <class... A> Missing llama_set_adapter_cvec(A...);
-template <class... A> Missing llama_apply_adapter_cvec(A...);
-}  // namespace older
-
-template <class C>
-int32_t set_adapters_lora(C* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
-    using namespace older;
-    if constexpr (!std::is_same_v<decltype(llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data())), Missing>) {
-        return llama_set_adapters_lora(ctx, adapters.empty() ? nullptr : adapters.data(), adapters.size(),
-                                       scales.empty() ? nullptr : scales.data());
-    } else {  // up to 0.3.16: one adapter at a time
-        llama_clear_adapter_lora(ctx);
-        for (size_t i = 0; i < adapters.size(); ++i)
-            if (int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
-        return 0;
-    }
+inline int32_t set_adapters_lora(llama_context* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
+    return kvweld::llama_compat::set_adapters(ctx, adapters.empty() ? nullptr : adapters.data(), adapters.size(),
+                                              scales.empty() ? nullptr : scales.data());
 }
 
-template <class C>
-int32_t set_adapter_cvec(C* ctx, const float* data, size_t len, int32_t n_embd, int32_t il_start, int32_t il_end) {
-    using namespace older;
-    if constexpr (!std::is_same_v<decltype(llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end)), Missing>)
-        return llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
-    else  // up to 0.3.16
-        return llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
-}
-
-template <class P>
-void flash_attn_off(P& params) {
-    if constexpr (requires { params.flash_attn_type; })
-        params.flash_attn_type = decltype(params.flash_attn_type)(0);  // LLAMA_FLASH_ATTN_TYPE_DISABLED
-    else
-        params.flash_attn = false;
+inline int32_t set_adapter_cvec(llama_context* ctx, const float* data, size_t len, int32_t n_embd, int32_t il_start,
+                                int32_t il_end) {
+    return kvweld::llama_compat::set_cvec(ctx, data, len, n_embd, il_start, il_end);
 }
 
 // ---- The engine as a server runs it, and its ground truth: two contexts of one model ----
@@ -233,7 +299,7 @@ inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t 
     cp.kv_unified = unified;
     cp.rope_freq_scale = rope_scale;
     cp.no_perf = false;
-    flash_attn_off(cp);
+    kvweld::llama_compat::set_flash_attn(cp, false);
     setenv("LLAMA_GRAPH_REUSE_DISABLE", graph_reuse ? "0" : "1", 1);  // read when a context is made
     llama_context* ctx = llama_init_from_model(model, cp);
     unsetenv("LLAMA_GRAPH_REUSE_DISABLE");
