@@ -55,9 +55,9 @@ TEST(ReproFinding, EachTraceHasItsFindingsEntryWithAGroundTruth) {
 // The ops the ground truth skips run on the engine alone; every other on both.
 TEST(ReproWriter, SkippedOpsRunOnTheEngineAlone) {
     const Repro r = write_repro(kFindings + "known_findings/state_saved_before_k_shift.jsonl", "", "test");
-    EXPECT_EQ(r.truth, "skip=7+8");
+    EXPECT_EQ(r.truth, "skip=6+7");
     EXPECT_NE(r.source.find("live(engine_only)) save(*s, 0, 1);"), std::string::npos);
-    EXPECT_NE(r.source.find("live(engine_only)) load(*s, 0, 1, 5);"), std::string::npos);
+    EXPECT_NE(r.source.find("live(engine_only)) load(*s, 0, 1, 1);"), std::string::npos);
     EXPECT_NE(r.source.find("live(both)) { expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1)"), std::string::npos);
     EXPECT_EQ(r.replay.verdict, Verdict::stale_decode);
     EXPECT_LE(r.call_lines, 60);
