@@ -23,7 +23,7 @@ def gcov_json(objects):
     """Every .gcda's JSON (gcov --json-format --stdout), one document per data file."""
     docs = []
     for gcda in sorted(pathlib.Path(objects).rglob("*.gcda")):
-        p = subprocess.run(["gcov", "--json-format", "--stdout", "-o", str(gcda.parent), str(gcda)],
+        p = subprocess.run(["gcov", "--json-format", "--stdout", "--branch-probabilities", "-o", str(gcda.parent), str(gcda)],
                            capture_output=True, text=True, cwd=gcda.parent)
         for line in p.stdout.splitlines():
             if line.strip().startswith("{"):
@@ -133,7 +133,7 @@ def report(objects, run, out, runs=None):
     md += ["| function | lines | branch outcomes taken | not taken at |", "|---|---|---|---|"]
     for fn, r in sorted(reuse.items()):
         md.append(f"| `{fn}` | {r['lines'][0]}/{r['lines'][1]} | {r['branches'][0]}/{r['branches'][1]} | "
-                  f"{', '.join(r['untaken']) or 'every outcome taken'} |")
+                  f"{', '.join(r['untaken']) or ('every outcome taken' if r['branches'][1] else '-')} |")
     data["reuse"] = reuse
     md += ["", "## Functions never reached", ""]
     for name in FILES:
