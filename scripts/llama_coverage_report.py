@@ -83,6 +83,8 @@ def union(out, runs):
                 entry[0] += count
                 if len(entry[1]) == len(branches):
                     entry[1] = [a + b for a, b in zip(entry[1], branches)]
+                elif len(branches) > len(entry[1]):  # a run read without branch counts has none
+                    entry[1] = list(branches)
         for name, fs in raw["functions"].items():
             for k, (count, start, end) in fs.items():
                 funcs[name].setdefault(k, [0, start, end])[0] += count
