@@ -153,16 +153,19 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
                                Verdict target, int max_runs) {
     require(target != Verdict::pass, "shrink: the trace passes; there is nothing to shrink");
     ShrinkResult out;
+    // One candidate run (a config, ops): kept where it fails the same way.
     SimConfig current = config;
-    auto try_keep = [&](const std::vector<Op>& candidate) {
+    auto try_run = [&](const SimConfig& c, const std::vector<Op>& candidate) {
         if (out.runs >= max_runs) return false;
         ++out.runs;
-        RunResult r = run_ops(current, candidate, steps);
+        RunResult r = run_ops(c, candidate, steps);
         if (r.verdict != target) return false;
+        current = c;
         out.ops = r.ops;
         out.result = std::move(r);
         return true;
     };
+    auto try_keep = [&](const std::vector<Op>& candidate) { return try_run(current, candidate); };
     require(try_keep(ops), "shrink: the trace does not fail with ", to_string(target));
     // Each simplification acts on the kinds whose arguments have its field.
     using Simplify = bool (*)(Op&);
@@ -248,19 +251,15 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
         smaller = false;
         for (const SimConfig& c : smaller_configs(current)) {
             if (out.runs >= max_runs) break;
-            ++out.runs;
-            RunResult r;
             try {
-                r = run_ops(c, out.ops, steps);
+                smaller = try_run(c, out.ops);
             } catch (const Error&) {
                 continue;  // a run the engine cannot be opened for
             }
-            if (r.verdict != target) continue;
-            current = c;
-            out.ops = r.ops;
-            out.result = std::move(r);
-            smaller = resized = true;
-            break;
+            if (smaller) {
+                resized = true;
+                break;
+            }
         }
     }
     if (resized) shrink_ops(out.ops, simplifications, try_keep, [&] { return out.runs >= max_runs; });
