@@ -61,8 +61,18 @@ void CpuPlan::prepare(const Model& model, int threads, int max_seq_len, const Ad
     route_.resize(sz(c.n_experts));
     expert_out_.resize(c.moe() ? sz(c.dim) : 0);
     logits_.resize(sz(c.vocab));
+    max_seq_len_ = max_seq_len;
+    set_threads(threads);
+}
+
+// A new pool of workers; every row is computed whole by one thread, so the
+// logits stay bitwise the same for any count (session_test checks it).
+void CpuPlan::set_threads(int threads) {
+    require(threads >= 1 && threads <= 256, "threads = ", threads, ": must be in 1..256");
+    if (threads == (pool_ ? pool_->size() : 1) && !scores_.empty()) return;
+    pool_.reset();
     if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads);
-    scores_.resize(sz(max_seq_len) * sz(threads));  // one row per thread
+    scores_.assign(sz(max_seq_len_) * sz(threads), 0.0f);  // one row per thread
 }
 
 // Blocks of four rows, the kernel's own grouping, so a row never changes

@@ -33,6 +33,7 @@ public:
     void rebind_pool(const KvPool& pool) override;
     std::span<const float> run(const StepParams& step) override;
     std::vector<StorageSerial> bound_serials() const override;
+    void set_threads(int threads) override;
 
     std::size_t op_count() const { return ops_.size(); }
 
@@ -55,6 +56,7 @@ private:
     // proj_ = the routed experts' outputs at xb_, weighted (see reference.cpp's moe_ffn).
     void moe(const PackedWeights::Layer& p, const StepParams& step);
     void build_ops();
+    std::span<const float> read_hidden() const override { return x_; }  // after the final norm
     // Paged: the K/V rows of block table entry `i` in `layer`, or a zero block
     // when the entry is outside the welded storage (what a stale plan reads).
     const float* paged_keys(int layer, int block);
@@ -106,6 +108,7 @@ private:
     std::vector<const float*> k_blocks_, v_blocks_;  // one step's block rows, per layer
     std::vector<float> zero_block_;
     std::unique_ptr<WorkerPool> pool_;  // threads > 1 only
+    int max_seq_len_ = 0;               // the rows of scores_ per thread
     std::vector<LoraUse> loras_;        // the adapter set, as built (scales: read only under lora_scale_baked)
     std::optional<ControlVector> cvec_at_build_;  // read only under the cvec_baked fault
     bool warmup_at_build_ = false;                // read only under the warmup_baked fault

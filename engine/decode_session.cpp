@@ -35,6 +35,14 @@ DecodeSession::DecodeSession(SessionOptions options) : options_(options) {
     require(options_.threads >= 1 && options_.threads <= 256, "SessionOptions.threads = ", options_.threads,
             ": must be in 1..256");
 }
+void DecodeSession::set_threads(int threads) {
+    require(threads >= 1 && threads <= 256, "set_threads: ", threads, " threads: must be in 1..256");
+    options_.threads = threads;
+    if (!plan_) return;
+    if (fault_on(Fault::threads_in_key)) return plan_.reset();  // the next decode builds anew
+    plan_->set_threads(threads);
+}
+
 DecodeSession::~DecodeSession() = default;
 DecodeSession::DecodeSession(DecodeSession&&) noexcept = default;
 DecodeSession& DecodeSession::operator=(DecodeSession&&) noexcept = default;

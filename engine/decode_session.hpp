@@ -78,6 +78,11 @@ public:
     Validity check(const Model& model, const KvPool& pool, int position,
                    const Adapters& adapters = Adapters::none()) const;
 
+    // The CPU plan's thread count for later decodes (1..256; Error names a
+    // bad one and changes nothing). Step data: the held plan is kept, and its
+    // rows do not change (llama.cpp's llama_set_n_threads keeps its graph too).
+    void set_threads(int threads);
+
     bool has_plan() const { return plan_ != nullptr; }
     const Plan* plan() const { return plan_.get(); }
     void drop_plan() { plan_.reset(); }

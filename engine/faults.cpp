@@ -92,6 +92,13 @@ constexpr std::array kFaults = {
               "(llama.cpp issue 3825's K-shift)"},
     FaultInfo{Fault::shift_remints_id, "shift_remints_id", {D::spurious_invalidation},
               "a context shift mints a new allocation id, so the held plan is rebound though its storage is the same"},
+    FaultInfo{Fault::threads_in_key, "threads_in_key", {D::spurious_invalidation},
+              "a thread-count change (live setting n_threads) drops the held plan: the next decode builds one",
+              FaultDesign::both, false, true},
+    FaultInfo{Fault::embeddings_baked, "embeddings_baked", {D::stale_decode},
+              "the plan hands back the embeddings of the first step they were read for (an output buffer bound "
+              "at build and never rewritten)",
+              FaultDesign::dense, false, true},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

@@ -52,6 +52,10 @@ enum class Fault : std::uint8_t {
     shift_rotation_skipped,   // moved key rows keep the rotation of their old positions
     shift_delta_overwritten,  // a second shift before the rotation replaces the delta owed (llama.cpp issue 3825)
     shift_remints_id,         // a shift mints a new allocation id: the plan is moved for nothing
+    // Live settings: the thread count is step data.
+    threads_in_key,  // a thread-count change drops the held plan (the next decode builds one)
+    // Embeddings: the hidden state is the step's output, like its logits.
+    embeddings_baked,  // the plan hands back the embeddings of the first step they were read for
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports
@@ -92,7 +96,8 @@ struct FaultInfo {
     // Reached only by what the simulator plays in process (the scheduler's
     // speculative rewind): kvweld's plugins leave it out.
     bool in_process_only = false;
-    // Acts on the adapter state (engine/adapters.hpp), not on KV or model.
+    // Acts on the decode settings (adapters, warmup: engine/adapters.hpp;
+    // the thread count), not on KV or model.
     bool adapters = false;
 };
 
@@ -115,8 +120,8 @@ public:
     std::string describe() const;  // "none" or "a+b"
 
 private:
-    static std::uint32_t bit(Fault f) { return 1u << static_cast<unsigned>(f); }
-    std::uint32_t bits_ = 0;
+    static std::uint64_t bit(Fault f) { return std::uint64_t{1} << static_cast<unsigned>(f); }
+    std::uint64_t bits_ = 0;
 };
 
 constexpr bool kFaultsCompiled =

@@ -58,16 +58,28 @@ public:
     virtual std::span<const float> run(const StepParams& step) = 0;
     // The storage serials of the KV buffers the plan is bound to.
     virtual std::vector<StorageSerial> bound_serials() const = 0;
+    // Runs later steps on `threads` threads (1..256, the caller's included).
+    // Step data: the rows do not depend on it (a backend without CPU
+    // threads ignores it).
+    virtual void set_threads(int /*threads*/) {}
+    // The last step's hidden state after the final norm (dim floats: what
+    // the classifier reads, llama.cpp's embeddings with pooling none),
+    // valid until the next call. Under the embeddings_baked fault, the one
+    // of the first step it was read for, as from an output buffer bound at
+    // build and never rewritten.
+    std::span<const float> hidden() const;
 
     const PlanKey& key() const { return key_; }
     void set_key(const PlanKey& key) { key_ = key; }
     PlanSerial serial() const { return serial_; }
 
 protected:
+    virtual std::span<const float> read_hidden() const = 0;  // the backend's
     PlanKey key_;
 
 private:
     PlanSerial serial_ = PlanSerial::mint();
+    mutable std::vector<float> hidden_at_build_;  // read only under the embeddings_baked fault
 };
 
 }  // namespace kvweld

@@ -50,6 +50,15 @@ void require_cache_fits(const Model& model, const KvCache& cache) {
                 c.max_seq_len);
 }
 
+std::span<const float> Plan::hidden() const {
+    if (!fault_on(Fault::embeddings_baked)) return read_hidden();
+    if (hidden_at_build_.empty()) {
+        const std::span<const float> now = read_hidden();
+        hidden_at_build_.assign(now.begin(), now.end());
+    }
+    return hidden_at_build_;
+}
+
 void Plan::rebind_pool(const KvPool&) { throw Error("rebind_pool: this plan reads a dense cache, not a KV pool"); }
 
 float step_lora_factor(std::span<const LoraUse> baked, std::size_t i, const StepParams& step) {

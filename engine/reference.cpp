@@ -148,7 +148,7 @@ void moe_ffn(float* out, const float* x, const LayerWeights& w, const ModelConfi
 }  // namespace
 
 std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
-                                     const Adapters& adapters) {
+                                     const Adapters& adapters, std::vector<float>* hidden) {
     const ModelConfig& c = model.config();
     require(token >= 0 && token < c.vocab,
             "reference: token ", token, " out of range: vocab_size is ", c.vocab);
@@ -218,6 +218,7 @@ std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int to
     }
 
     rmsnorm(x.data(), x.data(), model.final_norm().data(), dim, c.norm_eps);
+    if (hidden) *hidden = x;
     std::vector<float> logits(c.vocab);
     matmul(logits.data(), x.data(), model.classifier(), c.vocab, dim);
     return logits;

@@ -30,9 +30,10 @@ struct ReferenceKv {
 // Logits for `token` at position `pos`; writes this position's K and V into
 // kv. Positions 0..pos-1 of kv must already hold this request's history.
 // `adapters`: the LoRA adapters (each at its scale) and control vector the
-// decode runs with.
+// decode runs with. `hidden`, where given, gets the hidden state after the
+// final norm (dim floats: the embeddings of the position).
 std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
-                                     const Adapters& adapters = Adapters::none());
+                                     const Adapters& adapters = Adapters::none(), std::vector<float>* hidden = nullptr);
 
 // The data oracle's metric: max |got - want| / max(1, max |want|). For
 // logits of order 1 it is an absolute difference; for larger ones, relative.

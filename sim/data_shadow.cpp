@@ -7,12 +7,15 @@
 // nothing the engine reports; the reference's rows are what the simulator
 // chooses the next tokens from. Not judging (unchecked, or settings the
 // reference cannot follow), it hands on the engine's own rows, or the
-// twin's where there is one.
+// twin's where there is one. With the live setting embeddings on (ABI 10),
+// each output row's embeddings are read back from the engine and judged
+// against the reference's hidden state after the final norm, likewise.
 #include "sim/observers.hpp"
 
 #include "util/overloaded.hpp"
 
 #include "engine/reference.hpp"
+#include "targets/abi_lists.hpp"
 #include "util/cat.hpp"
 
 #include <algorithm>
@@ -37,6 +40,9 @@ void DataShadow::on_call(const MemoryCall& call) {
                        shadows_.erase(c.from);
                    },
                    [&](const calls::Shift& c) { shadows_.at(c.seq)->shift(world_.config.model, c.p0, c.p1, c.len); },
+                   [&](const calls::SetLive& c) {
+                       if (c.key == abi::kEmbeddingsKey) embeddings_ = c.value == "1";
+                   },
                    [&](const calls::Save& c) {
                        saved_.emplace_back(c.id, *shadows_.at(c.seq));
                        if (saved_.size() > std::size_t(kSavedStates)) saved_.pop_front();
@@ -70,10 +76,13 @@ void DataShadow::on_decode(Decoded& d) {
         return;
     }
     const std::vector<Pair>& pairs = d.batch.pairs;
+    const bool embeddings = embeddings_ && (world_.engine.capabilities() & KVWELD_CAP_EMBEDDINGS);
+    std::vector<float> hidden;
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         d.want.push_back(reference_forward(world_.model, *shadows_.at(pairs[i].seq), pairs[i].token, pairs[i].pos,
-                                           world_.adapters));
+                                           world_.adapters, embeddings ? &hidden : nullptr));
         if (!pairs[i].output) continue;  // its row is not returned; its KV is in the shadow
+        if (embeddings) judge_embeddings(pairs[i], i, pairs.size(), row, hidden);
         const double err = logit_error(std::span<const float>(got).subspan(row++ * v, v), d.want.back());
         ++stats_.rows;
         ++stats_.reference_rows;
@@ -84,6 +93,21 @@ void DataShadow::on_decode(Decoded& d) {
                                     pairs.size(), " in the call): logit error ", err, " > ", kDataTolerance,
                                     " against the reference"));
     }
+}
+
+// The engine's embeddings of output row `row` (pair i of n) against the
+// reference's hidden state, on the data oracle's metric and tolerance.
+void DataShadow::judge_embeddings(const Pair& pair, std::size_t i, std::size_t n, std::size_t row,
+                                  const std::vector<float>& want) {
+    const std::vector<float> got = world_.engine.embeddings(int(row), world_.config.model.dim);
+    const double err = logit_error(got, want);
+    ++stats_.embedding_rows;
+    stats_.max_embedding_error = std::max(stats_.max_embedding_error, std::isfinite(err) ? err : 1e300);
+    if (!(err <= kDataTolerance))
+        judge_.fail_in_call(Verdict::stale_decode, Oracle::data,
+                            cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", n,
+                                " in the call): embeddings error ", err, " > ", kDataTolerance,
+                                " against the reference's hidden state"));
 }
 
 }  // namespace kvweld::sim

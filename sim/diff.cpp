@@ -3,6 +3,7 @@
 #include "util/cat.hpp"
 #include "util/error.hpp"
 #include "targets/registry.hpp"
+#include "sim/observers.hpp"
 #include "sim/report.hpp"
 
 #include <filesystem>
@@ -23,6 +24,26 @@ std::string difference_kind(const RunResult& s) {
     std::string kind = cat(to_string(s.verdict), " ", s.failure ? s.failure->op : "");
     if (!s.reuse_diffs.empty()) kind += s.reuse_diffs.front().engine.reused > s.reuse_diffs.front().peer.reused ? " A" : " B";
     return kind;
+}
+
+// Classes of batch shape one engine reuses in and the other never does,
+// over every seed: each with the seed that ran it most, and its command.
+std::string shape_changes(const DiffResult& r, const DiffOptions& o) {
+    std::string out;
+    for (const auto& [shape, p] : r.swarm.total.peer_shapes) {
+        if (!one_never_reuses(p.calls, p.reused, p.calls, p.peer_reused)) continue;
+        const RunResult* most = nullptr;
+        std::uint64_t most_calls = 0;
+        for (const RunResult& seed : r.swarm.seeds)
+            if (const auto it = seed.stats.peer_shapes.find(shape);
+                it != seed.stats.peer_shapes.end() && it->second.calls > most_calls)
+                most = &seed, most_calls = it->second.calls;
+        out += cat("  ", shape, ": A reused ", p.reused, " graphs in ", p.calls, " calls, B ", p.peer_reused, "; ",
+                   p.reused > 0 ? "B" : "A", " never reuses it; most calls (", most_calls, ") in seed ",
+                   most->config.seed, ": ", reproduce_command(most->config, o.swarm.steps), "\n");
+    }
+    return out.empty() ? "" : cat("batch shapes one engine reuses and the other never does (", kMinShapeCalls,
+                                  " calls or more):\n", out);
 }
 
 }  // namespace
@@ -61,6 +82,7 @@ std::string diff_table(const DiffResult& r, const DiffOptions& o) {
     const RunStats& s = r.swarm.total;
     out += table_row("engine calls (row tolerance)", cat(s.calls, " (", e.peer->tolerance, ")"));
     out += peer_rows(s, r.swarm.oracles);
+    out += shape_changes(r, o);
     for (const RunResult& seed : r.swarm.seeds) {
         if (seed.verdict == Verdict::pass) continue;
         out += cat(seed.verdict == Verdict::reuse_differs ? "REUSE" : seed.verdict == Verdict::rows_differ ? "ROWS" : "FAIL",

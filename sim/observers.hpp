@@ -39,14 +39,21 @@
 namespace kvweld::sim {
 
 // Per batch shape ("4x1": four sequences, one token each; "2x1-5": two,
-// one to five tokens), what the rule required and what the engine did.
-// Per batch shape: what the engine counted (with or without a rule), and
-// the rule's plans and required reuse (0 without one).
+// one to five tokens): what the engine counted (with or without a rule),
+// and the rule's plans and required reuse (0 without one).
 struct ShapeStats {
     std::uint64_t calls = 0, reused = 0, built = 0;
     std::uint64_t plans = 0, must_reuse = 0, may_reuse = 0;
 };
 std::string batch_shape(const std::vector<int>& seqs);
+// Two engines' reuse in one class of batch shape (versions: two releases
+// at one grid point; diff: an engine and its peer) differs where one reused
+// a graph there and the other never did, each over kMinShapeCalls calls or more.
+inline constexpr std::uint64_t kMinShapeCalls = 5;
+inline bool one_never_reuses(std::uint64_t calls_a, std::uint64_t reused_a, std::uint64_t calls_b,
+                             std::uint64_t reused_b) {
+    return calls_a >= kMinShapeCalls && calls_b >= kMinShapeCalls && (reused_a > 0) != (reused_b > 0);
+}
 
 class Accounting final : public Observer {
 public:
@@ -179,10 +186,14 @@ public:
     void on_decode(Decoded& d) override;
 
 private:
+    void judge_embeddings(const Pair& pair, std::size_t i, std::size_t n, std::size_t row,
+                          const std::vector<float>& want);
+
     const World& world_;
     Judge& judge_;
     RunStats& stats_;
     bool judging_;
+    bool embeddings_ = false;  // the live setting embeddings=1 is on (ABI 10): each output row's are read back
     std::map<int, std::unique_ptr<ReferenceKv>> shadows_;  // per open sequence
     std::deque<std::pair<int, ReferenceKv>> saved_;        // per saved state id, as the simulator keeps them
 };

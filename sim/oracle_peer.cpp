@@ -70,6 +70,11 @@ void Lockstep::compare_peer(const Decoded& d, const std::vector<float>& theirs) 
         stats_.peer_builds += std::uint64_t(std::max<std::int64_t>(0, peer.built));
         stats_.peer_rebinds += std::uint64_t(std::max<std::int64_t>(0, peer.rebound));
         prepared.emplace(mine, peer);
+        const std::string shape = batch_shape(std::vector<int>(d.batch.seqs.begin(), d.batch.seqs.end()));
+        RunStats::ShapePair& by_shape = stats_.peer_shapes[shape];
+        ++by_shape.calls;
+        by_shape.reused += std::uint64_t(std::max<std::int64_t>(0, mine.reused));
+        by_shape.peer_reused += std::uint64_t(std::max<std::int64_t>(0, peer.reused));
         if (const auto diff = compare_prepared(mine, peer)) {
             (*diff == PreparedDiff::reused_more    ? stats_.reuse_more
              : *diff == PreparedDiff::reused_fewer ? stats_.reuse_fewer
@@ -78,9 +83,8 @@ void Lockstep::compare_peer(const Decoded& d, const std::vector<float>& theirs) 
                 std::string before_ops;
                 for (const auto& [i, kind] : recent_ops_)
                     before_ops += cat(before_ops.empty() ? "" : ", ", "op ", i, " ", to_string(kind));
-                reuse_diffs_.push_back({judge_.op_index(), std::string(to_string(judge_.op_kind())),
-                                        batch_shape(std::vector<int>(d.batch.seqs.begin(), d.batch.seqs.end())), mine,
-                                        peer, before_ops});
+                reuse_diffs_.push_back(
+                    {judge_.op_index(), std::string(to_string(judge_.op_kind())), shape, mine, peer, before_ops});
             }
         }
     }

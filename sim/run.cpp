@@ -331,6 +331,9 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
     out += table_row("rows / by the reference (max logit / K/V error)",
                      cat(s.rows, " / ", s.reference_rows, " (", oracles.data ? sci(s.max_logit_error) : "-", " / ",
                          oracles.kv ? sci(s.max_kv_error) : "-", ")"));
+    if (s.embedding_rows)
+        out += table_row("embeddings by the reference (max error)",
+                         cat(s.embedding_rows, " (", sci(s.max_embedding_error), ")"));
     out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     out += table_row("invalid calls refused", cat(s.refused));
     if (oracles.twin)

@@ -14,6 +14,8 @@ void RunStats::add(const RunStats& o) {
     }
     terms_unreachable.insert(o.terms_unreachable.begin(), o.terms_unreachable.end());
     max_kv_error = std::max(max_kv_error, o.max_kv_error);
+    embedding_rows += o.embedding_rows;
+    max_embedding_error = std::max(max_embedding_error, o.max_embedding_error);
     ops_run += o.ops_run;
     ops_skipped += o.ops_skipped;
     for (int k = 0; k < kOpKinds; ++k) ops_by_kind[std::size_t(k)] += o.ops_by_kind[std::size_t(k)];
@@ -43,6 +45,10 @@ void RunStats::add(const RunStats& o) {
     reuse_fewer += o.reuse_fewer;
     prepared_otherwise += o.prepared_otherwise;
     max_peer_error = std::max(max_peer_error, o.max_peer_error);
+    for (const auto& [shape, p] : o.peer_shapes) {
+        ShapePair& mine = peer_shapes[shape];
+        mine.calls += p.calls, mine.reused += p.reused, mine.peer_reused += p.peer_reused;
+    }
     change_decodes += o.change_decodes;
     data_blind += o.data_blind;
     independent_blind += o.independent_blind;

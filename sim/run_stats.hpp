@@ -45,6 +45,12 @@ struct RunStats {
     std::uint64_t peer_reused = 0, peer_builds = 0, peer_rebinds = 0, peer_rows = 0;
     std::uint64_t reuse_more = 0, reuse_fewer = 0, prepared_otherwise = 0;
     double max_peer_error = 0.0;
+    // kvweld diff, per class of batch shape (batch_shape: "8x1-3"): the
+    // calls, and the graphs each engine reused in them.
+    struct ShapePair {
+        std::uint64_t calls = 0, reused = 0, peer_reused = 0;
+    };
+    std::map<std::string, ShapePair> peer_shapes;
     // White box, the blind spots: decodes right after a storage or model
     // change (the plan was prepared before it) where a plan that missed the
     // change would give the very same logits (data_blind), and also leave
@@ -55,6 +61,10 @@ struct RunStats {
     std::uint64_t change_decodes = 0, data_blind = 0, independent_blind = 0, blind_same_weights_reload = 0;
     double max_logit_error = 0.0;
     double max_kv_error = 0.0;
+    // With the live setting embeddings on (ABI 10): output rows whose
+    // embeddings were read back and judged against the reference.
+    std::uint64_t embedding_rows = 0;
+    double max_embedding_error = 0.0;
     // The reuse condition's coverage (ReuseRule::terms): per term, the
     // consecutive plan pairs where it changed, changed alone and held; and
     // the terms the engine's API cannot change, each with why.

@@ -189,9 +189,7 @@ std::string grid_text(const std::vector<ReleaseRow>& rows) {
 
 // Batch shapes that one release reuses and the release after it never
 // does (or the other way round), at any grid point: each with the traffic
-// command that shows the one that never reuses. A shape counts where it
-// ran at least kMinCalls calls in both.
-constexpr std::uint64_t kMinCalls = 5;
+// command that shows the one that never reuses (one_never_reuses).
 std::string shape_changes(const std::vector<ReleaseRow>& rows, const VersionsOptions& o) {
     std::string out;
     for (std::size_t i = 1; i < rows.size(); ++i)
@@ -199,9 +197,9 @@ std::string shape_changes(const std::vector<ReleaseRow>& rows, const VersionsOpt
             const SteadyReuse &a = rows[i - 1].steady[j], &b = rows[i].steady[j];
             for (const auto& [shape, sa] : a.shapes) {
                 const auto it = b.shapes.find(shape);
-                if (it == b.shapes.end() || sa.calls < kMinCalls || it->second.calls < kMinCalls) continue;
+                if (it == b.shapes.end()) continue;
                 const ShapeStats& sb = it->second;
-                if ((sa.reused > 0) == (sb.reused > 0)) continue;
+                if (!one_never_reuses(sa.calls, sa.reused, sb.calls, sb.reused)) continue;
                 const ReleaseRow& never = sa.reused > 0 ? rows[i] : rows[i - 1];
                 out += cat(rows[i - 1].release, " -> ", rows[i].release, ", ", a.slots, " slots x k ", a.spec_k, ", ",
                            a.layout, ": batch shape ", shape, ": ", rows[i - 1].release, " reused ", sa.reused, " graphs in ",
@@ -209,7 +207,7 @@ std::string shape_changes(const std::vector<ReleaseRow>& rows, const VersionsOpt
                            never.release, " never reuses it: ", steady_command(o, never.engine, sa.reused > 0 ? b : a), "\n");
             }
         }
-    return out.empty() ? "" : cat("batch shapes one release reuses and the next never does (", kMinCalls,
+    return out.empty() ? "" : cat("batch shapes one release reuses and the next never does (", kMinShapeCalls,
                                   " calls or more in each):\n", out, "\n");
 }
 

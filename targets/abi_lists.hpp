@@ -62,6 +62,38 @@ inline std::vector<LiveSetting> split_live_list(const char* text) {
     return out;
 }
 
+// The live setting every engine of this repository lists (ABI 9): a thread
+// count between decodes, 1 or 2 (more spin on CI's 2 cores, see the
+// llama.cpp plugin), and its value checked: a whole number in 1..256,
+// anything else throws naming it.
+inline constexpr const char* kThreadsSetting = "n_threads:1|2";
+// ABI 10: the live setting an engine with KVWELD_CAP_EMBEDDINGS lists, and
+// its value checked (0 or 1, else it throws naming it).
+inline constexpr const char* kEmbeddingsKey = "embeddings";
+inline constexpr const char* kThreadsAndEmbeddings = "n_threads:1|2,embeddings:0|1";
+inline bool embeddings_value(const char* value) {
+    const std::string v = value ? value : "";
+    if (v != "0" && v != "1") throw std::runtime_error("set_live: embeddings = '" + v + "': must be 0 or 1");
+    return v == "1";
+}
+// `listed`: the engine's whole list, for the error naming a key not in it.
+inline int threads_value(const char* key, const char* value, const char* listed = kThreadsSetting) {
+    if (!key || std::string_view(key) != "n_threads")
+        throw std::runtime_error(std::string("set_live: no live setting '") + (key ? key : "(null)") + "' (" +
+                                 listed + ")");
+    const std::string text = value ? value : "";
+    std::size_t used = 0;
+    long n = 0;
+    try {
+        n = std::stol(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != text.size() || n < 1 || n > 256)
+        throw std::runtime_error("set_live: n_threads = '" + text + "': must be a whole number in 1..256");
+    return int(n);
+}
+
 // Whether `name` is one of the list's faults.
 inline bool lists_fault(const char* text, const std::string& name) {
     for (const ListedFault& f : split_fault_list(text))

@@ -112,6 +112,13 @@ public:
     virtual void set_live(const std::string& key, const std::string& /*value*/) {
         throw Error(cat("engine ", name(), " has no live setting '", key, "'"));
     }
+    // KVWELD_CAP_EMBEDDINGS (ABI 10), with the live setting embeddings=1:
+    // output row `row` of the last decode call's hidden state after the
+    // final norm (n_embd floats: the model's dim). An Error names a row past
+    // the outputs, another n_embd, or embeddings off.
+    virtual std::vector<float> embeddings(int row, int /*n_embd*/) const {
+        throw Error(cat("engine ", name(), " reads back no embeddings (row ", row, ")"));
+    }
     // The twin tolerance in the engine's present state (ABI 6 twin_tolerance).
     virtual TwinTolerance twin_tolerance() const { return {}; }
     // The white-box capabilities (nullptr: none, as behind any plugin).

@@ -44,6 +44,7 @@ struct EngineEntry {
                                           const Model& model) = nullptr;
     std::uint32_t in_process_capabilities = 0;         // what one in process declares
     const std::string& (*in_process_faults)() = nullptr;  // its fault switches, as the ABI lists them
+    const char* in_process_live = "";                     // its live settings, as the ABI lists them
     // In process: the setting that turns its plan reuse off ("key=value"),
     // for the differential twin (a plugin declares its own: ABI 6 no_reuse_param).
     const char* in_process_no_reuse = nullptr;

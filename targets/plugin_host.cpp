@@ -66,6 +66,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 6 capability in an older table";
     else if (api->abi_version < 7 && (api->capabilities & (KVWELD_CAP_SHIFT | KVWELD_CAP_STATE)))
         problem = "declares a version 7 capability in an older table";
+    else if (api->abi_version < 10 && (api->capabilities & KVWELD_CAP_EMBEDDINGS))
+        problem = "declares a version 10 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -83,13 +85,20 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_OUTPUTS) && !api->decode_outputs) ||
              ((api->capabilities & KVWELD_CAP_WARMUP) && !api->set_warmup) ||
              ((api->capabilities & KVWELD_CAP_SHIFT) && !api->shift) ||
-             ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)))
+             ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)) ||
+             ((api->capabilities & KVWELD_CAP_EMBEDDINGS) && !api->read_embeddings))
         problem = "declares a capability whose function is empty";
     else if (api->abi_version >= 9 && api->live_settings && *api->live_settings && !api->set_live)
         problem = cat("lists live settings (", api->live_settings, ") but leaves set_live empty");
     else if (api->abi_version >= 9 && api->live_settings)
         for (const abi::LiveSetting& s : abi::split_live_list(api->live_settings))
             if (s.values.empty()) problem = cat("lists live setting '", s.key, "' with no values (\"key:v1|v2\")");
+    if (problem.empty() && (api->capabilities & KVWELD_CAP_EMBEDDINGS)) {
+        bool listed = false;
+        for (const abi::LiveSetting& s : abi::split_live_list(api->live_settings))
+            listed = listed || s.key == abi::kEmbeddingsKey;
+        if (!listed) problem = "declares KVWELD_CAP_EMBEDDINGS but lists no live setting 'embeddings'";
+    }
     if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
     if (!problem.empty()) {
         dlclose(handle);
@@ -288,6 +297,17 @@ void PluginEngine::set_live(const std::string& key, const std::string& value) {
     require(abi::split_live_list(live_settings().c_str()).size() > 0, "engine ", name(),
             " lists no live settings (ABI 9 live_settings)");
     call("set_live", [&](char* e, std::size_t n) { return library_->api().set_live(engine_, key.c_str(), value.c_str(), e, n); });
+}
+
+std::vector<float> PluginEngine::embeddings(int row, int n_embd) const {
+    require(capabilities() & KVWELD_CAP_EMBEDDINGS, "engine ", name(),
+            " reads back no embeddings (no KVWELD_CAP_EMBEDDINGS)");
+    require(n_embd > 0, "embeddings: n_embd ", n_embd);
+    std::vector<float> out(static_cast<std::size_t>(n_embd));
+    call("read_embeddings", [&](char* e, std::size_t n) {
+        return library_->api().read_embeddings(engine_, row, out.data(), int32_t(out.size()), e, n);
+    });
+    return out;
 }
 
 TwinTolerance PluginEngine::twin_tolerance() const {

@@ -97,6 +97,7 @@ public:
     std::string live_settings() const override;
     void set_live(const std::string& key, const std::string& value) override;
     TwinTolerance twin_tolerance() const override;
+    std::vector<float> embeddings(int row, int n_embd) const override;
 
 private:
     template <class Fn>

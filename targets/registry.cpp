@@ -72,7 +72,7 @@ std::uint32_t engine_capabilities(const std::string& engine) {
 }
 
 std::string engine_live_settings(const std::string& engine) {
-    if (engine_in_process(engine)) return "";  // kvweld's dense engine lists none yet
+    if (engine_in_process(engine)) return engine_entry(engine)->in_process_live;
     const kvweld_engine_api& api = engine_library(engine)->api();
     return api.abi_version >= 9 && api.live_settings ? api.live_settings : "";
 }

@@ -340,6 +340,13 @@ std::vector<StorageSerial> CudaPlan::bound_serials() const {
     return out;
 }
 
+// run() waits for its stream, so x_ holds the last step's normed hidden state.
+std::span<const float> CudaPlan::read_hidden() const {
+    host_hidden_.resize(sz(config_.dim));
+    x_.download(host_hidden_.data(), host_hidden_.size());
+    return host_hidden_;
+}
+
 std::span<const float> CudaPlan::run(const StepParams& step) {
     const auto lock = device_lock();
     cudaStream_t s = stream_.get();

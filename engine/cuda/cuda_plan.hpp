@@ -129,6 +129,8 @@ private:
     bool cvec_filled_ = false;                    // cvec_on_ holds something at all
     std::unique_ptr<StepData, PinnedDeleter> host_step_;
     std::unique_ptr<float, PinnedDeleter> host_logits_;
+    std::span<const float> read_hidden() const override;  // x_, read back from the device
+    mutable std::vector<float> host_hidden_;              // its copy of x_
     std::vector<KvNode> kv_nodes_;
     std::size_t node_count_ = 0;
     std::size_t node_updates_ = 0;                   // counts set_node_kv calls

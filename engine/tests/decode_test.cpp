@@ -131,5 +131,35 @@ TEST(Decode, LogitsAreBitwiseIdenticalForEveryThreadCount) {
     EXPECT_THROW(DecodeSession({.threads = 0}), Error);
 }
 
+// A thread-count change between decodes (llama.cpp's llama_set_n_threads)
+// is step data, both halves: the held plan is kept, and its rows stay
+// bitwise those of a session that ran at one thread count throughout; a
+// bad count is refused and changes nothing. Under threads_in_key the
+// change drops the plan (the next decode builds one).
+TEST(Decode, AThreadCountChangeKeepsThePlanAndItsRows) {
+    const Model model = Model::random(tiny_config(), 12);
+    const std::vector<int> tokens = testing::random_tokens(30, model.config().vocab, 14);
+    KvCache fixed_cache = KvCache::with_capacity(model.config()), cache = KvCache::with_capacity(model.config());
+    DecodeSession fixed, changing;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        if (i % 7 == 3) changing.set_threads(1 + int((i / 7 + 1) % 3));  // 2, 3, 1, 2
+        const std::span<const float> want = fixed.decode(model, fixed_cache, tokens[i]);
+        const std::span<const float> got = changing.decode(model, cache, tokens[i]);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size_bytes()), 0) << "position " << i;
+    }
+    EXPECT_EQ(changing.counters().builds, 1u);
+    EXPECT_EQ(changing.counters().kept, tokens.size() - 1);
+    const PlanSerial held = changing.plan_serial();
+    EXPECT_THROW(changing.set_threads(0), Error);
+    EXPECT_THROW(changing.set_threads(257), Error);
+    EXPECT_EQ(changing.options().threads, 2);
+    EXPECT_EQ(changing.plan_serial(), held);
+    if (!kFaultsCompiled) return;
+    const ScopedFaults on(testing::only(Fault::threads_in_key));
+    changing.set_threads(1);
+    changing.decode(model, cache, 3);
+    EXPECT_EQ(changing.counters().builds, 2u) << "threads_in_key must rebuild after a thread-count change";
+}
+
 }  // namespace
 }  // namespace kvweld

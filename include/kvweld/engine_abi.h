@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 9 (plugins of versions 2 to 8 still load).
+/* kvweld's engine plugin ABI, version 10 (plugins of versions 2 to 9 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -44,8 +44,10 @@ extern "C" {
  * 8: build: which build of the engine this is (a new field at the end).
  * 9: live settings: the settings a server changes between decodes, named
  *    in one list and applied through one function (new fields at the end):
- *    a setting added later is a name in the list, not a new field. */
-#define KVWELD_ENGINE_ABI_VERSION 9u
+ *    a setting added later is a name in the list, not a new field.
+ * 10: embeddings: the live setting "embeddings" (0|1) and, with the
+ *    embeddings capability, read_embeddings (a new field at the end). */
+#define KVWELD_ENGINE_ABI_VERSION 10u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -64,6 +66,7 @@ extern "C" {
 #define KVWELD_CAP_WARMUP 0x2000u     /* version 6: set_warmup is implemented */
 #define KVWELD_CAP_SHIFT 0x4000u      /* version 7: shift is implemented (context shift) */
 #define KVWELD_CAP_STATE 0x8000u      /* version 7: state_save and state_load are implemented */
+#define KVWELD_CAP_EMBEDDINGS 0x10000u /* version 10: live setting embeddings:0|1 and read_embeddings */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -249,6 +252,14 @@ typedef struct kvweld_engine_api {
      * question; the rows must be what the reference computes either way. */
     const char* live_settings;
     int (*set_live)(kvweld_engine* engine, const char* key, const char* value, char* err, size_t err_len);
+    /* Version 10, KVWELD_CAP_EMBEDDINGS (the engine lists the live setting
+     * "embeddings:0|1"): with embeddings on, the hidden state after the
+     * final norm of output row `row` of the last decode call (the rows
+     * ordered as its logits), n_embd floats (the model's dim): llama.cpp's
+     * llama_get_embeddings_ith with pooling none. Embeddings off, a row
+     * past the last call's outputs or another n_embd fails naming it. */
+    int (*read_embeddings)(const kvweld_engine* engine, int32_t row, float* out, int32_t n_embd, char* err,
+                           size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -35,6 +35,11 @@ TEST(Diff, AnEngineAgainstItselfDiffersInNothing) {
         EXPECT_EQ(t.reused, t.peer_reused) << engine;
         EXPECT_EQ(t.builds, t.peer_builds) << engine;
         EXPECT_EQ(t.reuse_diffs(), 0u) << engine;
+        // Per class of batch shape too: classes of both kinds ran, each
+        // reused alike, so none is named as reused by one engine only.
+        EXPECT_GT(t.peer_shapes.size(), 3u) << engine;
+        for (const auto& [shape, p] : t.peer_shapes) EXPECT_EQ(p.reused, p.peer_reused) << engine << " " << shape;
+        EXPECT_EQ(diff_table(r, self_diff(engine, "", 20)).find("never does"), std::string::npos) << engine;
         EXPECT_TRUE(r.swarm.oracles.peer);
         EXPECT_FALSE(r.swarm.oracles.data);  // the peer is the only oracle
     }

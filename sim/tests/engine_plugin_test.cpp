@@ -400,6 +400,8 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
                  {"fault 'lies' with bad classes", "'wrong_answer'", "stale_decode, spurious_invalidation"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_6); }, {"version 4 capability in an older table"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_7); }, {"lists live settings (n_threads:1|2)", "set_live empty"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_8); },
+                 {"declares KVWELD_CAP_EMBEDDINGS but lists no live setting 'embeddings'"});
     const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
     expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr}); },
                  {"engine broken: create failed: no model here"});

@@ -408,14 +408,58 @@ TEST(LiveSettings, AThreadCountChangeKeepsTheGraphAndTheRows) {
     EXPECT_GE(r.stats.must_reuse, 4u) << text_report(r);  // every decode after the first, across both changes
     EXPECT_EQ(r.stats.reused, r.stats.must_reuse) << text_report(r);
     auto engine = open_engine("llamacpp", "", c.setup(), Model::random(c.model, c.weights_seed));
-    EXPECT_EQ(engine->live_settings(), "n_threads:1|2");
-    for (const auto& [key, value, named] : {std::tuple{"n_threads", "0", "'0'"}, std::tuple{"embeddings", "1", "'embeddings'"}}) {
+    EXPECT_EQ(engine->live_settings(), "n_threads:1|2,embeddings:0|1");
+    for (const auto& [key, value, named] : {std::tuple{"n_threads", "0", "'0'"}, std::tuple{"embeddings", "2", "'2'"},
+                                            std::tuple{"causal_attn", "1", "'causal_attn'"}}) {
         try {
             engine->set_live(key, value);
             ADD_FAILURE() << key << "=" << value << " was accepted";
         } catch (const Error& e) {
             EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
         }
+    }
+}
+
+
+// ABI 10 embeddings, both halves, on kvweld's dense engine (in process and
+// as a plugin) and on llama.cpp: each output row's embeddings are read back
+// and are the reference's hidden state; the switch is step data for kvweld
+// (every decode after the first reuses), and llama.cpp, whose allow_reuse
+// compares cparams.embeddings, must build once after each switch and reuse
+// otherwise (its rule's clause 10). Reading them with embeddings off, or a
+// row past the last call's, is refused naming it.
+TEST(LiveSettings, EmbeddingsAreReadBackAndSwitchingThemIsEachEnginesAnswer) {
+    const Op step{ops::Step{.wants = {1}}};
+    const std::vector<Op> ops = {Op{ops::Admit{.prompt = {4, 8, 15}, .max_new = 12}}, Op{ops::Step{.wants = {3}}},
+                                 step, Op{ops::Live{"embeddings", "1"}}, step, step, step,
+                                 Op{ops::Live{"embeddings", "0"}}, step, step};
+    for (const std::string engine : {"inproc", "kvweld", "llamacpp"}) {
+        if (engine == "llamacpp") try {
+                engine_plugin_path("llamacpp");
+            } catch (const Error& e) {
+                KVWELD_WITHOUT_LLAMA(e.what());
+            }
+        SimConfig c = draw_config(3, EngineChoice{engine, engine == "llamacpp" ? "kv_unified=0,graph_reuse=1" : "", ""},
+                                  "tiny", engine_capabilities(engine));
+        c.seqs = 1;
+        c.n_ctx = 64;
+        const RunResult r = run_ops(c, ops, int(ops.size()));
+        ASSERT_EQ(r.verdict, Verdict::pass) << engine << "\n" << text_report(r);
+        EXPECT_EQ(r.stats.embedding_rows, 3u) << engine;  // the three decodes with them on
+        EXPECT_LE(r.stats.max_embedding_error, kDataTolerance) << engine;
+        EXPECT_EQ(r.stats.reused, r.stats.must_reuse) << engine << "\n" << text_report(r);
+        // kvweld: 9 tokens, one plan each, one build. llama.cpp: 7 graphs,
+        // built for the prefill, for the first one-token shape and after each switch.
+        EXPECT_EQ(r.stats.must_reuse, engine == "llamacpp" ? 3u : 8u) << engine << "\n" << text_report(r);
+        auto e = open_engine(engine, "", c.setup(), Model::random(c.model, c.weights_seed));
+        e->open(0);
+        e->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{3});
+        EXPECT_THROW(e->embeddings(0, c.model.dim), Error) << engine << ": embeddings off";
+        e->set_live("embeddings", "1");
+        e->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{5});
+        EXPECT_EQ(e->embeddings(0, c.model.dim).size(), std::size_t(c.model.dim)) << engine;
+        EXPECT_THROW(e->embeddings(1, c.model.dim), Error) << engine << ": one row in the last call";
+        EXPECT_THROW(e->embeddings(0, c.model.dim + 1), Error) << engine << ": another n_embd";
     }
 }
 

@@ -119,12 +119,27 @@ std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::
     const auto v = static_cast<std::size_t>(vocab());
     std::vector<float> logits;
     logits.reserve(seqs.size() * v);
+    embedded_.clear();
     for (std::size_t i = 0; i < seqs.size(); ++i) {
         Slot& s = slot(seqs[i]);
         const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i], adapters_);
-        if (outputs.empty() || outputs[i]) logits.insert(logits.end(), row.begin(), row.end());
+        if (!outputs.empty() && !outputs[i]) continue;
+        logits.insert(logits.end(), row.begin(), row.end());
+        if (!embeddings_) continue;
+        const std::span<const float> hidden = s.session.plan()->hidden();
+        embedded_.insert(embedded_.end(), hidden.begin(), hidden.end());
     }
     return logits;
+}
+
+std::vector<float> DenseEngine::embeddings(int row, int n_embd) const {
+    require(embeddings_, "embeddings: off (the live setting embeddings=1 turns them on)");
+    const auto dim = std::size_t(model_->config().dim);
+    require(n_embd == int(dim), "embeddings: n_embd ", n_embd, ", the model's dim is ", dim);
+    const int rows = int(embedded_.size() / dim);
+    require(row >= 0 && row < rows, "embeddings: row ", row, " out of range: the last call returned ", rows,
+            " rows with embeddings");
+    return {embedded_.begin() + long(std::size_t(row) * dim), embedded_.begin() + long(std::size_t(row + 1) * dim)};
 }
 
 void DenseEngine::truncate(int seq, int n) {
@@ -255,6 +270,25 @@ void DenseEngine::set_loras(std::span<const LoraUse> uses) {
 }
 
 void DenseEngine::set_warmup(bool on) { adapters_.set_warmup(on); }
+
+std::string DenseEngine::live_settings() const { return abi::kThreadsAndEmbeddings; }
+
+void DenseEngine::set_live(const std::string& key, const std::string& value) {
+    int threads = 0;
+    try {
+        if (key == abi::kEmbeddingsKey) {
+            embeddings_ = abi::embeddings_value(value.c_str());
+            embedded_.clear();
+            return;
+        }
+        threads = abi::threads_value(key.c_str(), value.c_str(), abi::kThreadsAndEmbeddings);
+    } catch (const std::runtime_error& e) {
+        throw Error(e.what());
+    }
+    const ScopedFaults scoped(faults_);
+    session_options_.threads = threads;
+    for (auto& [seq, s] : slots_) s.session.set_threads(threads);
+}
 
 void DenseEngine::set_cvec(const ControlVector* cvec) {
     adapters_.set_cvec(model_->config(), cvec ? std::optional<ControlVector>(*cvec) : std::nullopt);

@@ -38,7 +38,8 @@ inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD
                                                     KVWELD_CAP_RELOAD | KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV |
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                                                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
-                                                    KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE;
+                                                    KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE |
+                                                    KVWELD_CAP_EMBEDDINGS;
 // The setting that makes it build a plan for every token (the twin's).
 inline constexpr const char* kDenseNoReuse = "reuse=0";
 
@@ -94,6 +95,12 @@ public:
     void set_loras(std::span<const LoraUse> uses) override;
     void set_cvec(const ControlVector* cvec) override;
     void set_warmup(bool on) override;
+    // ABI 9: n_threads, every slot's CPU plan threads (step data: each held
+    // plan is kept); ABI 10: embeddings, each output row's hidden state kept
+    // for embeddings() (step data too: every plan computes it anyway).
+    std::string live_settings() const override;
+    void set_live(const std::string& key, const std::string& value) override;
+    std::vector<float> embeddings(int row, int n_embd) const override;
 
 private:
     struct Slot {
@@ -116,6 +123,8 @@ private:
     FaultSet faults_;
     std::map<int, Slot> slots_;  // every slot ever opened
     Adapters adapters_;          // every slot decodes with them; a reload keeps them
+    bool embeddings_ = false;    // the live setting
+    std::vector<float> embedded_;  // with it on, the last call's output rows' hidden states
 };
 
 }  // namespace kvweld::targets

@@ -173,6 +173,18 @@ int set_warmup(kvweld_engine* e, int32_t on, char* err, size_t err_len) {
     });
 }
 
+int set_live(kvweld_engine* e, const char* key, const char* value, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->set_live(key ? key : "", value ? value : ""); });
+}
+
+int read_embeddings(const kvweld_engine* e, int32_t row, float* out, int32_t n_embd, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(out != nullptr, "read_embeddings: no output buffer");
+        const std::vector<float> hidden = e->engine->embeddings(row, n_embd);
+        std::copy(hidden.begin(), hidden.end(), out);
+    });
+}
+
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld", "gguf",
     kvweld::targets::kDenseCapabilities,
@@ -185,7 +197,8 @@ const kvweld_engine_api kApi = {
     nullptr,  // bit for bit with its twin in every state
     shift, state_save, state_load,
     KVWELD_BUILD,
-    nullptr, nullptr,  // no live settings yet
+    kvweld::abi::kThreadsAndEmbeddings, set_live,
+    read_embeddings,
 };
 
 }  // namespace

@@ -117,6 +117,11 @@ int set_warmup(kvweld_engine* e, int32_t on, char* err, size_t err_len) {
     });
 }
 
+// ABI 9: n_threads, the one session's CPU plan threads (step data: the plan is kept).
+int set_live(kvweld_engine* e, const char* key, const char* value, char* err, size_t err_len) {
+    return guarded(e, err, err_len, [&] { e->session.set_threads(kvweld::abi::threads_value(key, value)); });
+}
+
 // Every file is read and checked before the adapters change.
 int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, int32_t n, char* err, size_t err_len) {
     return guarded(e, err, err_len, [&] {
@@ -251,7 +256,8 @@ const kvweld_engine_api kApi = {
     // shift would move rows across blocks); the dense design has both.
     nullptr, nullptr, nullptr,
     KVWELD_BUILD,
-    nullptr, nullptr,  // no live settings yet
+    kvweld::abi::kThreadsSetting, set_live,
+    nullptr,  // no embeddings read-back (the dense design has it)
 };
 
 }  // namespace

@@ -121,6 +121,8 @@ struct kvweld_engine {
     int32_t cvec_start = -1, cvec_end = -1;
     bool warmup = false;
     int n_threads = 0;  // the live setting given (ABI 9; 0: the option's)
+    bool embeddings = false;            // the live setting (ABI 10)
+    std::vector<int32_t> output_rows;   // the last call's output pairs, as batch indices
     std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
     ~kvweld_engine();
 };
@@ -369,8 +371,12 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
         e->len = next;
         const auto v = std::size_t(e->vocab);
         std::size_t rows = 0;
+        e->output_rows.clear();
         for (int32_t i = 0; i < n; ++i)
-            if (batch.logits[i]) std::memcpy(logits + v * rows++, llama_get_logits_ith(e->ctx, i), v * sizeof(float));
+            if (batch.logits[i]) {
+                std::memcpy(logits + v * rows++, llama_get_logits_ith(e->ctx, i), v * sizeof(float));
+                e->output_rows.push_back(i);
+            }
         if ((e->faults & stale_logits) && rows > 0) {
             float* last = logits + (rows - 1) * v;
             const std::vector<int> shape(seqs, seqs + n);
@@ -545,6 +551,7 @@ void set_llama_warmup(llama_context* ctx, bool on) {
 void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adapter_lora*> loras) {
     set_llama_warmup(ctx, e->warmup);
     if (e->n_threads > 0) llama_set_n_threads(ctx, e->n_threads, e->n_threads);
+    llama_set_embeddings(ctx, e->embeddings);
     require(kvweld::llama_compat::set_adapters(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
                                                loras.empty() ? nullptr : e->lora_scales.data()) == 0,
             "llama.cpp refused the LoRA adapters");
@@ -672,18 +679,38 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
 // ctest ran them side by side) goes to llama_set_n_threads, which sets
 // cparams.n_threads and n_threads_batch alone: llm_graph_params::allow_reuse
 // compares no thread count (0.3.36 src/llama-graph.h), so a held graph is
-// kept, and the rows must not change.
-constexpr const char* kLiveSettings = "n_threads:1|2";
-
+// kept, and the rows must not change. ABI 10: embeddings goes to
+// llama_set_embeddings, which sets cparams.embeddings (compared by
+// allow_reuse: the next graph builds) and makes every token an output
+// (llama_context::decode: output_all). Both are given again to the context
+// a reload makes.
 int set_live(kvweld_engine* e, const char* key, const char* value, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        require(std::string_view(key) == "n_threads", "set_live: no live setting '", key, "' (", kLiveSettings, ")");
-        char* end = nullptr;
-        const long n = std::strtol(value, &end, 10);
-        require(end && end != value && *end == '\0' && n >= 1 && n <= 256, "set_live: n_threads = '", value,
-                "': must be a whole number in 1..256");
+        if (key && std::string_view(key) == kvweld::abi::kEmbeddingsKey) {
+            e->embeddings = kvweld::abi::embeddings_value(value);
+            llama_set_embeddings(e->ctx, e->embeddings);
+            e->output_rows.clear();
+            return;
+        }
+        const int n = kvweld::abi::threads_value(key, value, kvweld::abi::kThreadsAndEmbeddings);
         llama_set_n_threads(e->ctx, int32_t(n), int32_t(n));
-        e->n_threads = int(n);
+        e->n_threads = n;
+    });
+}
+
+// llama_get_embeddings_ith of the last call's output row, with pooling
+// none: the hidden state after the final norm (the graph's t_embd).
+int read_embeddings(const kvweld_engine* e, int32_t row, float* out, int32_t n_embd, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(e->embeddings, "read_embeddings: embeddings are off (the live setting embeddings=1 turns them on)");
+        require(row >= 0 && std::size_t(row) < e->output_rows.size(), "read_embeddings: row ", row,
+                " out of range: the last call returned ", e->output_rows.size(), " rows");
+        const int32_t dim = llama_model_n_embd(e->model);
+        require(out && n_embd == dim, "read_embeddings: n_embd ", n_embd, ", the model's is ", dim);
+        const float* got = llama_get_embeddings_ith(e->ctx, e->output_rows[std::size_t(row)]);
+        require(got != nullptr, "llama_get_embeddings_ith returned NULL for batch index ",
+                e->output_rows[std::size_t(row)]);
+        std::copy(got, got + dim, out);
     });
 }
 
@@ -701,7 +728,7 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
-        KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE |
+        KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE | KVWELD_CAP_EMBEDDINGS |
         // What this release's llama.h lacks is not declared (llama_compat.hpp).
         (kvweld::llama_compat::kHasLora ? KVWELD_CAP_LORA : 0u) | (kvweld::llama_compat::kHasCvec ? KVWELD_CAP_CVEC : 0u),
     fault_names(),
@@ -714,7 +741,8 @@ const kvweld_engine_api kApi = {
     twin_tolerance,
     shift, state_save, state_load,
     KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
-    kLiveSettings, set_live,
+    kvweld::abi::kThreadsAndEmbeddings, set_live,
+    read_embeddings,
 };
 
 }  // namespace

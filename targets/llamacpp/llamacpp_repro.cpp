@@ -64,7 +64,9 @@ public:
                        [&](const calls::SetWarmup& c) {
                            each(cat("llama_set_warmup(s->ctx, ", c.on ? "true" : "false", ");"));
                        },
-                       [&](const calls::SetLive& c) {
+                       [&](const calls::SetLive& c) {  // as the plugin's set_live
+                           if (c.key == abi::kEmbeddingsKey)
+                               return each(cat("llama_set_embeddings(s->ctx, ", c.value == "1" ? "true" : "false", ");"));
                            require(c.key == "n_threads", "repro: the live setting ", c.key, " has no llama.h call here");
                            each(cat("llama_set_n_threads(s->ctx, ", c.value, ", ", c.value, ");"));
                        },

@@ -67,6 +67,15 @@
 // Clause 9: sequences whose rows an earlier op left wrong in 0.3.36 (its
 //   known findings, not the contract): every call that decodes one names
 //   the finding's condition (targets/llamacpp/llamacpp_wrong_rows.hpp).
+// Clause 10 (embeddings, the live setting): llm_graph_params::allow_reuse
+//   compares cparams.embeddings, so a graph built under the other setting
+//   builds anew ("embeddings-switched"; switched and back again, the held
+//   graph fits, as for warmup); and with embeddings on every token is an
+//   output (llama_context::decode: output_all = cparams.embeddings), which
+//   the shapes' n_outputs follow. Both are this release's design, read off
+//   0.3.36's llama-graph.h and llama-context.cpp; the contract's half is
+//   that the rows and the embeddings are the reference's either way.
+//   n_threads, the other live setting, changes nothing a graph holds.
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "targets/llamacpp/llamacpp_entry.hpp"
@@ -215,6 +224,7 @@ public:
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
         ReuseExpectation e;
+        if (embeddings_) outputs = {};  // clause 10: every token an output
         const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs, outputs, n_ubatch_) : split_equal(seqs, outputs, n_ubatch_);
         e.plans = int(ubatches.size());
         last_.clear();
@@ -224,8 +234,10 @@ public:
             const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
             const bool same_window = window_known && previous_window_known_;
             const bool warmup_switched = warmup_ != graph_warmup_;
+            const bool embeddings_switched = embeddings_ != graph_embeddings_;
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : warmup_switched        ? "8 (warmup switched)"
+                                 : embeddings_switched    ? "10 (embeddings switched)"
                                  : adapters_changed_      ? "7 (the adapters changed)"
                                  : copy_queued_ || kshift_queued_ ? "4 (a stream copy or a K-shift discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
@@ -234,13 +246,16 @@ public:
                                      ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
-            if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched && previous_ && *previous_ == u) {
+            if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched &&
+                !embeddings_switched && previous_ && *previous_ == u) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
             if (reuse_ && warmup_switched) e.clause = "warmup-switched";
+            if (reuse_ && embeddings_switched && !warmup_switched) e.clause = "embeddings-switched";
             graph_warmup_ = warmup_;
+            graph_embeddings_ = embeddings_;
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
@@ -294,6 +309,9 @@ public:
         kshift_queued_ = false;
         wrong_rows_.all_emptied(false);
     }
+    void on_live(const std::string& key, const std::string& value) override {  // clause 10
+        if (key == abi::kEmbeddingsKey) embeddings_ = value == "1";
+    }
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
         const bool loras = effective_loras(before) != effective_loras(after), cvec = !same_cvec(before, after);
         loras_changed_ = loras_changed_ || loras;
@@ -323,12 +341,12 @@ private:
                 {"cvec"},
                 {"warmup"},
                 {"memory_update"},
+                {"embeddings"},
                 {"equal_seqs", false, "the split follows the KV layout, fixed for a context's life"},
                 {"n_kv", false, "past 256 cells of a unified cache the window follows occupancy: the rule bounds it "
                                 "but cannot tell when it changed"},
                 {"graph_reuse", false, "LLAMA_GRAPH_REUSE_DISABLE is read once, when a context is made"},
                 {"samplers", false, "per-sequence backend samplers (llama_set_sampler) are no op of kvweld's ABI yet"},
-                {"embeddings", false, "llama_set_embeddings is no op of kvweld's ABI yet"},
                 {"causal_attn", false, "llama_set_causal_attn is no op of kvweld's ABI yet"},
                 {"gtype_cross", false, "a decoder-only model's decode graph: always LLM_GRAPH_TYPE_DECODER, no "
                                        "cross-attention"}};
@@ -339,7 +357,8 @@ private:
                              u.n_seqs != p.n_seqs,         u.n_seqs_unq != p.n_seqs_unq,
                              u.n_outputs != p.n_outputs,   !unified_ && u.seq_ids != p.seq_ids,
                              loras_changed_,               cvec_changed_,
-                             warmup_ != graph_warmup_,     copy_queued_ || kshift_queued_};
+                             warmup_ != graph_warmup_,     copy_queued_ || kshift_queued_,
+                             embeddings_ != graph_embeddings_};
         std::uint32_t out = 0;
         for (std::size_t i = 0; i < std::size(bits); ++i) out |= bits[i] ? 1u << i : 0u;
         return out;
@@ -361,6 +380,7 @@ private:
     // Clause 8: the setting now, and the one the last graph was built under
     // (switched and back again, a graph still fits: llama.cpp reserves nothing).
     bool warmup_ = false, graph_warmup_ = false;
+    bool embeddings_ = false, graph_embeddings_ = false;  // clause 10, likewise
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens, n_outputs;
         const char* clause;

@@ -2,7 +2,8 @@
 // loader's error tests: a wrong ABI version, a missing function, a create
 // that fails, a library without the entry symbol, a fault listed with a
 // class that does not exist, a version 3 table declaring version 4's
-// plan identity, and live settings listed without set_live.
+// plan identity, live settings listed without set_live, and embeddings
+// read back without the live setting that turns them on.
 #include "kvweld/engine_abi.h"
 
 #include <cstring>
@@ -20,6 +21,8 @@ int seq_op(kvweld_engine*, int32_t, char*, size_t) { return 0; }
 int decode(kvweld_engine*, const int32_t*, const int32_t*, int32_t, float*, char*, size_t) { return 0; }
 int trunc(kvweld_engine*, int32_t, int32_t, char*, size_t) { return 0; }
 int all(kvweld_engine*, char*, size_t) { return 0; }
+[[maybe_unused]] int set_live(kvweld_engine*, const char*, const char*, char*, size_t) { return 0; }
+[[maybe_unused]] int read_embeddings(const kvweld_engine*, int32_t, float*, int32_t, char*, size_t) { return 0; }
 
 constexpr kvweld_engine_api kApi = {
 #if BROKEN_KIND == 1
@@ -32,6 +35,8 @@ constexpr kvweld_engine_api kApi = {
     "broken", "llama2c",
 #if BROKEN_KIND == 6
     KVWELD_CAP_PLAN_SERIAL,
+#elif BROKEN_KIND == 8
+    KVWELD_CAP_EMBEDDINGS,
 #else
     0,
 #endif
@@ -54,8 +59,15 @@ constexpr kvweld_engine_api kApi = {
     nullptr,                    // version 8: no build named
 #if BROKEN_KIND == 7
     "n_threads:1|2", nullptr,   // version 9: live settings listed, set_live empty
+#elif BROKEN_KIND == 8
+    "n_threads:1|2", set_live,  // version 9: no 'embeddings' listed
 #else
     nullptr, nullptr,           // version 9: no live settings
+#endif
+#if BROKEN_KIND == 8
+    read_embeddings,            // version 10: embeddings read back, never turned on
+#else
+    nullptr,                    // version 10: no embeddings
 #endif
 };
 
