@@ -2,7 +2,8 @@
 // it is destroyed; no thread is created per token. run(fn) calls fn(i) for
 // every i in [0, size()), i = 0 on the caller's thread, and returns when all
 // are done. Workers spin briefly for the next job (a decode step issues a
-// few dozen of them back to back), then sleep.
+// few dozen of them back to back), then sleep; the caller, waiting for them
+// to finish, spins more briefly still, then yields its core.
 #pragma once
 
 #include <atomic>
