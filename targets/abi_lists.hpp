@@ -66,11 +66,12 @@ inline std::vector<LiveSetting> split_live_list(const char* text) {
 // count between decodes, 1 or 2 (more spin on CI's 2 cores, see the
 // llama.cpp plugin), and its value checked: a whole number in 1..256,
 // anything else throws naming it.
-inline constexpr const char* kThreadsSetting = "n_threads:1|2";
+#define KVWELD_THREADS_SETTING "n_threads:1|2"
+inline constexpr const char* kThreadsSetting = KVWELD_THREADS_SETTING;
 // ABI 10: the live setting an engine with KVWELD_CAP_EMBEDDINGS lists, and
 // its value checked (0 or 1, else it throws naming it).
 inline constexpr const char* kEmbeddingsKey = "embeddings";
-inline constexpr const char* kThreadsAndEmbeddings = "n_threads:1|2,embeddings:0|1";
+inline constexpr const char* kThreadsAndEmbeddings = KVWELD_THREADS_SETTING ",embeddings:0|1";
 inline bool embeddings_value(const char* value) {
     const std::string v = value ? value : "";
     if (v != "0" && v != "1") throw std::runtime_error("set_live: embeddings = '" + v + "': must be 0 or 1");
