@@ -88,7 +88,8 @@ void add_repro_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--truth", a->truth,
                     "the ground truth: engine settings that differ (graph_reuse=0, kv_unified=0|1), skip=N+M (trace "
                     "lines it does not run: a round trip that must change nothing), count-reuse (lost reuse: the "
-                    "engine must reuse its graph as often); default the finding's (repro_truth in a findings file "
+                    "engine must reuse its graph as often), new-chains (a new sampler chain where the engine changes "
+                    "one in place); default the finding's (repro_truth in a findings file "
                     "beside the trace), else graph_reuse=0");
     cmd->add_flag("--run", a->run, "compile the program (c++, C++20) against a cached llama.cpp and run it");
     cmd->add_option("--release", a->release,

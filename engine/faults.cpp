@@ -99,6 +99,10 @@ constexpr std::array kFaults = {
               "the plan hands back the embeddings of the first step they were read for (an output buffer bound "
               "at build and never rewritten)",
               FaultDesign::dense, false, true},
+    FaultInfo{Fault::sampler_baked, "sampler_baked", {D::stale_decode},
+              "the plan samples with the chain its sequence had when it was built (a sampler set, changed or "
+              "cleared later is not seen until the next build)",
+              FaultDesign::dense, false, true},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

@@ -56,6 +56,8 @@ enum class Fault : std::uint8_t {
     threads_in_key,  // a thread-count change drops the held plan (the next decode builds one)
     // Embeddings: the hidden state is the step's output, like its logits.
     embeddings_baked,  // the plan hands back the embeddings of the first step they were read for
+    // Backend samplers: a sequence's chain is step data.
+    sampler_baked,  // the plan samples with the chain its sequence had when it was built
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports

@@ -10,6 +10,8 @@
 // twin's where there is one. With the live setting embeddings on (ABI 10),
 // each output row's embeddings are read back from the engine and judged
 // against the reference's hidden state after the final norm, likewise.
+// A row of a sequence with a backend sampler chain (ABI 11) is judged by
+// its sampled token instead of its logits.
 #include "sim/observers.hpp"
 
 #include "util/overloaded.hpp"
@@ -83,6 +85,12 @@ void DataShadow::on_decode(Decoded& d) {
                                            world_.adapters, embeddings ? &hidden : nullptr));
         if (!pairs[i].output) continue;  // its row is not returned; its KV is in the shadow
         if (embeddings) judge_embeddings(pairs[i], i, pairs.size(), row, hidden);
+        if (!d.sampled.empty()) judge_sampled(d, pairs[i], i, row);
+        if (world_.samplers.count(pairs[i].seq)) {  // judged by its token: its logits may be left unfilled
+            ++row;
+            ++stats_.rows;
+            continue;
+        }
         const double err = logit_error(std::span<const float>(got).subspan(row++ * v, v), d.want.back());
         ++stats_.rows;
         ++stats_.reference_rows;
@@ -108,6 +116,29 @@ void DataShadow::judge_embeddings(const Pair& pair, std::size_t i, std::size_t n
                             cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", n,
                                 " in the call): embeddings error ", err, " > ", kDataTolerance,
                                 " against the reference's hidden state"));
+}
+
+// A sequence with a chain: a token the chain may give for the reference's
+// logits (sampling.hpp's may_sample: any draw, within the data tolerance);
+// without one: none (-1), so a chain cleared but still applied shows.
+void DataShadow::judge_sampled(const Decoded& d, const Pair& pair, std::size_t i, std::size_t row) {
+    const int token = d.sampled[row];
+    const auto chain = world_.samplers.find(pair.seq);
+    const auto where = [&] {
+        return cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", d.batch.pairs.size(),
+                   " in the call): ");
+    };
+    if (chain == world_.samplers.end()) {
+        if (token != -1)
+            judge_.fail_in_call(Verdict::stale_decode, Oracle::data,
+                                cat(where(), "sampled token ", token, " for a sequence with no sampler chain"));
+        return;
+    }
+    ++stats_.sampled_rows;
+    if (!may_sample(chain->second, d.want.back(), token, kDataTolerance))
+        judge_.fail_in_call(Verdict::stale_decode, Oracle::data,
+                            cat(where(), "sampled token ", token, ", which its chain (", describe(chain->second),
+                                ") cannot give for the reference's logits"));
 }
 
 }  // namespace kvweld::sim

@@ -2,8 +2,9 @@
 // truncate past the length, a decode of a token outside the vocabulary, on
 // a closed sequence or past n_ctx, an open of an open or out-of-range
 // sequence, a copy onto itself, a shift past the length, a state cut short;
-// a LoRA adapter of another shape and a
-// control vector past the model's layers, where the engine takes them. Each must be refused with an error that
+// a LoRA adapter of another shape, a
+// control vector past the model's layers and a sampler chain wider than 64
+// or the vocabulary, where the engine takes them. Each must be refused with an error that
 // names the bad value (engine_abi.h) and must change nothing: a batch that
 // holds a good pair beside the bad one is refused whole, and every row
 // decoded afterwards is checked against the reference as usual, so an
@@ -12,6 +13,7 @@
 #include "util/error.hpp"
 #include "sim/simulator.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 
@@ -113,6 +115,14 @@ void Simulator::run(const ops::Invalid& op, int seq) {
                              e.set_loras(std::span<const LoraUse>(&use, 1));
                          },
                          moe ? "attn_v" : "ffn_down"});
+    }
+    if (engine_->capabilities() & KVWELD_CAP_SAMPLERS) {
+        const int k = std::min(kMaxTopK, vocab) + 1 + int(v % 3);
+        calls.push_back({cat("a sampler chain of top_k ", k, " for sequence ", seq, " (vocab ", vocab, ")"),
+                         std::to_string(k), [&, k](Engine& e) {
+                             const SamplerSpec wide{k, std::uint32_t(v)};
+                             e.set_sampler(seq, &wide, false);
+                         }});
     }
     if (engine_->capabilities() & KVWELD_CAP_CVEC) {
         const int end = config_.model.n_layers + int(v % 3);

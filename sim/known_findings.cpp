@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace kvweld::sim {
@@ -27,6 +28,10 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
     f.source = json_field<std::string>(j, "source");
     f.explanation = json_field<std::string>(j, "explanation");
     f.repro_truth = j.value("repro_truth", "");
+    for (const std::string& also : j.value("also", std::vector<std::string>{})) {
+        f.also.push_back(verdict_from_string(also));
+        require(f.also.back() != Verdict::pass, "finding '", f.id, "': 'also' class pass is not a failure");
+    }
     return f;
 }
 
@@ -35,7 +40,9 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
 const KnownFinding* KnownFindings::match(const RunResult& r) const {
     if (r.verdict == Verdict::pass || !r.failure || r.failure->clause.empty()) return nullptr;
     for (const KnownFinding& f : findings)
-        if (f.verdict == r.verdict && f.clause == r.failure->clause) return &f;
+        if ((f.verdict == r.verdict || std::find(f.also.begin(), f.also.end(), r.verdict) != f.also.end()) &&
+            f.clause == r.failure->clause)
+            return &f;
     return nullptr;
 }
 

@@ -8,7 +8,8 @@
 //
 // The file (one per engine release, JSON): {"format":
 // "kvweld-known-findings", "version": 1, "engine", "release", "findings":
-// [{"id", "class" (a verdict), "clause", "trace" (the minimized trace, a
+// [{"id", "class" (a verdict), optionally "also" (more verdicts it may show
+// as first), "clause", "trace" (the minimized trace, a
 // path relative to the file), "source" (the engine source line it traces
 // to), "explanation" (one line), optionally "repro_truth" (the ground truth
 // kvweld repro writes its program with: targets/repro.hpp) and the report's
@@ -36,6 +37,10 @@ struct KnownFinding {
     std::string source;
     std::string explanation;
     std::string repro_truth;  // optional: the ground truth its reproducer needs (kvweld repro --truth)
+    // Optional: other classes the same bug may show as first, where the
+    // oracle that sees it first depends on the run (a row judged by its
+    // sampled token, not its logits, leaves a stale graph to the accounting).
+    std::vector<Verdict> also;
 };
 
 struct KnownFindings {

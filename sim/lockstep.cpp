@@ -77,10 +77,36 @@ void Lockstep::on_decode(Decoded& d) {
     const std::vector<float> theirs = on_second([&] { return second_->decode(d.batch.seqs, d.batch.tokens, d.batch.outputs); });
     require(theirs.size() == d.got.size(), name(), " returned ", theirs.size(), " floats of logits where the engine returned ",
             d.got.size());
+    compare_sampled(d);
     if (role_ == Role::peer) return compare_peer(d, theirs);
     compare_twin(d, theirs);
     d.twin_rows = theirs;
 }
+
+// ABI 11: the same calls with the same seeds sample the same tokens, row
+// for row (-1 where neither has a chain), whatever plans either reused.
+void Lockstep::compare_sampled(const Decoded& d) {
+    if (d.sampled.empty() || !(second_->capabilities() & KVWELD_CAP_SAMPLERS)) return;
+    std::size_t row = 0;
+    for (const Pair& pair : d.batch.pairs) {
+        if (!pair.output) continue;
+        const std::size_t i = row++;
+        const int theirs = on_second([&] { return second_->sampled(int(i)); });
+        if (theirs == d.sampled[i]) {
+            stats_.sampled_compared += theirs >= 0;
+            continue;
+        }
+        const std::string what = cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, "): sampled token ",
+                                     d.sampled[i], ", ", name(), " sampled ", theirs);
+        if (role_ == Role::peer) judge_.fail(Verdict::rows_differ, Oracle::peer, what);
+        judge_.fail_in_call(Verdict::stale_decode, Oracle::twin, what);
+    }
+}
+
+// A row of a sequence with a sampler chain is compared by its token only
+// (compare_sampled): either engine may leave its logits unfilled
+// (engine_abi.h, set_sampler).
+bool Lockstep::chained(const Pair& pair) const { return world_.samplers.count(pair.seq) > 0; }
 
 void Lockstep::after_op(OpKind kind) {
     recent_ops_.emplace_back(judge_.op_index(), kind);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,11 @@ struct Batch {
 struct Decoded {
     const Batch& batch;
     const std::vector<float>& got;  // the output pairs' rows, back to back
+    // ABI 11: the engine's sampled token per output row (-1: none), read
+    // after the call; empty for an engine without samplers. A row whose
+    // sequence has a chain is judged by its token, not its logits (the
+    // engine may leave them unfilled).
+    std::vector<int> sampled;
     std::vector<float> twin_rows;   // empty without a twin
     std::vector<std::vector<float>> want;  // per pair (empty for a pair without output where no reference ran)
 };
@@ -75,6 +81,8 @@ struct World {
     const std::uint64_t& model_generation;    // +1 per reload
     const std::uint64_t& weights_generation;  // +1 per reload with new weights
     targets::Engine& engine;
+    // ABI 11: the sampler chain the simulator gave each sequence id.
+    const std::map<int, SamplerSpec>& samplers;
     bool open(int seq) const { return requests[std::size_t(seq)].has_value(); }
 };
 

@@ -151,6 +151,8 @@ private:
         }
     }
     void compare_twin(Decoded& d, const std::vector<float>& theirs);
+    void compare_sampled(const Decoded& d);
+    bool chained(const Pair& pair) const;
     void compare_peer(const Decoded& d, const std::vector<float>& theirs);
 
     const World& world_;
@@ -188,6 +190,8 @@ public:
 private:
     void judge_embeddings(const Pair& pair, std::size_t i, std::size_t n, std::size_t row,
                           const std::vector<float>& want);
+    // ABI 11: the row's sampled token against the reference's logits.
+    void judge_sampled(const Decoded& d, const Pair& pair, std::size_t i, std::size_t row);
 
     const World& world_;
     Judge& judge_;

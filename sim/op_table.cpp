@@ -457,6 +457,31 @@ struct Row<ops::Live> {
     }
 };
 
+// A sampler chain for a sequence id: cleared a quarter of the time, else
+// greedy or a narrow top-k, sometimes changed in place.
+template <>
+struct Row<ops::SetSampler> {
+    static std::vector<int> eligible(const Simulator& s) { return when(can(s, KVWELD_CAP_SAMPLERS)); }
+    static ops::SetSampler draw(const Simulator& s, Entropy& e, std::uint32_t) {
+        ops::SetSampler a;
+        a.seq = std::uint32_t(e.below(std::size_t(s.config().seqs)));
+        a.top_k = e.chance(0.25) ? -1 : e.chance(0.45) ? 0 : int(e.range(1, 8));
+        a.seed = std::uint32_t(e.seed());
+        a.in_place = e.chance(0.1);
+        return a;
+    }
+    static void write(json& j, const ops::SetSampler& a) {
+        j.update({{"seq", a.seq}, {"top_k", a.top_k}, {"seed", a.seed}, {"in_place", a.in_place}});
+    }
+    static ops::SetSampler read(const json& j) {
+        ops::SetSampler a{json_field<std::uint32_t>(j, "seq"), json_field<int>(j, "top_k"),
+                          json_field<std::uint32_t>(j, "seed"), optional_flag(j, "in_place")};
+        require(a.top_k >= -1 && a.top_k <= kMaxTopK, "field 'top_k' = ", a.top_k, ": must be -1 (clear), 0 (greedy) or 1..",
+                kMaxTopK);
+        return a;
+    }
+};
+
 // The table's generic face: kind k's row is the k-th alternative's.
 template <std::size_t... I>
 constexpr auto make_names(std::index_sequence<I...>) {

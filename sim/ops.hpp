@@ -21,7 +21,7 @@ namespace kvweld::sim {
 
 enum class OpKind : std::uint8_t {
     admit, step, truncate, preempt, fork, retire, clear_all, reload, swap_layer, compact, grow, reset, invalid,
-    migrate, lora, cvec, warmup, shift, save, load, steady, live,
+    migrate, lora, cvec, warmup, shift, save, load, steady, live, sampler,
 };
 
 // The most saved states a run keeps (the oldest goes first), and the
@@ -203,13 +203,25 @@ struct Live {
     std::string key = {}, value = {};
 };
 
+// A backend sampler chain (ABI 11: llama.cpp's llama_set_sampler) for a
+// sequence id, open or not: set anew, changed in place (where the id holds
+// one; else set anew), or cleared.
+struct SetSampler {
+    static constexpr OpKind kind = OpKind::sampler;
+    static constexpr std::string_view name = "sampler";
+    std::uint32_t seq = 0;  // the sequence id, mod the run's sequences
+    int top_k = 0;          // 0: greedy; 1..8: top-k then a seeded draw; -1: clear
+    std::uint32_t seed = 0;
+    bool in_place = false;
+};
+
 }  // namespace ops
 
 // One alternative per kind, in OpKind's order (checked below).
 using OpArgs = std::variant<ops::Admit, ops::Step, ops::Truncate, ops::Preempt, ops::Fork, ops::Retire, ops::ClearAll,
                             ops::Reload, ops::SwapLayer, ops::Compact, ops::Grow, ops::Reset, ops::Invalid,
                             ops::Migrate, ops::Lora, ops::Cvec, ops::Warmup, ops::Shift, ops::Save, ops::Load,
-                            ops::Steady, ops::Live>;
+                            ops::Steady, ops::Live, ops::SetSampler>;
 inline constexpr int kOpKinds = int(std::variant_size_v<OpArgs>);
 
 namespace detail {

@@ -101,6 +101,7 @@ void Accounting::on_call(const MemoryCall& call) {
                    [&](const calls::Load& c) { r.on_state_load(c.seq, c.len, c.id); },
                    [&](const calls::LoadRefused& c) { r.on_state_refused(c.seq); },
                    [&](const calls::SetLive& c) { r.on_live(c.key, c.value); },
+                   [&](const calls::SetSampler& c) { r.on_sampler(c.seq, c.spec.has_value(), c.in_place); },
                },
                call);
 }

@@ -93,6 +93,7 @@ void Lockstep::compare_peer(const Decoded& d, const std::vector<float>& theirs) 
     for (const Pair& pair : d.batch.pairs) {
         if (!pair.output) continue;
         const std::size_t i = row++;
+        if (chained(pair)) continue;
         ++stats_.peer_rows;
         const auto slice = [&](const std::vector<float>& rows) { return std::span<const float>(rows).subspan(i * v, v); };
         const double err = logit_error(slice(got), slice(theirs));

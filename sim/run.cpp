@@ -334,6 +334,9 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
     if (s.embedding_rows)
         out += table_row("embeddings by the reference (max error)",
                          cat(s.embedding_rows, " (", sci(s.max_embedding_error), ")"));
+    if (s.sampled_rows || s.sampled_compared)
+        out += table_row("sampled tokens: by the reference / equal to the second engine's",
+                         cat(s.sampled_rows, " / ", s.sampled_compared));
     out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     out += table_row("invalid calls refused", cat(s.refused));
     if (oracles.twin)

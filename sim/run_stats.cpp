@@ -15,6 +15,8 @@ void RunStats::add(const RunStats& o) {
     terms_unreachable.insert(o.terms_unreachable.begin(), o.terms_unreachable.end());
     max_kv_error = std::max(max_kv_error, o.max_kv_error);
     embedding_rows += o.embedding_rows;
+    sampled_rows += o.sampled_rows;
+    sampled_compared += o.sampled_compared;
     max_embedding_error = std::max(max_embedding_error, o.max_embedding_error);
     ops_run += o.ops_run;
     ops_skipped += o.ops_skipped;

@@ -64,6 +64,8 @@ struct RunStats {
     // With the live setting embeddings on (ABI 10): output rows whose
     // embeddings were read back and judged against the reference.
     std::uint64_t embedding_rows = 0;
+    std::uint64_t sampled_rows = 0;      // ABI 11: rows judged by their sampled token
+    std::uint64_t sampled_compared = 0;  // rows whose sampled token the twin or peer gave too
     double max_embedding_error = 0.0;
     // The reuse condition's coverage (ReuseRule::terms): per term, the
     // consecutive plan pairs where it changed, changed alone and held; and

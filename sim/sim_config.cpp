@@ -82,6 +82,7 @@ std::string draw_peer_settings(const SimConfig& c, const Rng& settings_rng) {
 
 constexpr std::uint64_t kStateStream = 0x73746174652d6f70ULL;
 constexpr std::uint64_t kLiveStream = 0x6c6976652d6f7073ULL;
+constexpr std::uint64_t kSamplerStream = 0x73616d706c65722dULL;
 
 // Context shifts, state save and load, and steady phases, where the engine
 // does them: on a stream of their own too (seeds drew the same ops as
@@ -109,6 +110,15 @@ void draw_live_ops(SimConfig& c) {
     const bool listed = !engine_live_settings(c.engine.engine).empty() &&
                         (!c.engine.peer || !engine_live_settings(c.engine.peer->engine).empty());
     c.weights[int(OpKind::live)] = listed && on ? w : 0;
+}
+
+// Backend samplers (ABI 11), where the engine (and a peer) has them: on a
+// stream of their own, on about half the seeds.
+void draw_sampler_ops(SimConfig& c, std::uint32_t capabilities) {
+    Rng rng(c.seed ^ kSamplerStream);
+    const int w = int(rng.range(1, 10));
+    const bool on = rng.chance(0.5);
+    c.weights[int(OpKind::sampler)] = (capabilities & KVWELD_CAP_SAMPLERS) && on ? w : 0;
 }
 
 }  // namespace
@@ -171,6 +181,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     c.weights[int(OpKind::warmup)] = c.model.moe() && (capabilities & KVWELD_CAP_WARMUP) && moe.warmup ? moe.weight : 0;
     draw_state_ops(c, capabilities);
     draw_live_ops(c);
+    draw_sampler_ops(c, capabilities);
     return c;
 }
 

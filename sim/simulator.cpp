@@ -80,7 +80,7 @@ Simulator::Simulator(const SimConfig& config, bool checked)
       engine_(open_engine(config_.engine.engine, config_.engine.faults, config_.setup(), model_)),
       requests_(std::size_t(config_.seqs)),
       kept_capacity_(std::size_t(config_.seqs), 0),
-      world_{config_, model_, adapters_, requests_, model_generation_, weights_generation_, *engine_} {
+      world_{config_, model_, adapters_, requests_, model_generation_, weights_generation_, *engine_, samplers_} {
     require(engine_->vocab() == config_.model.vocab, "engine ", engine_->name(), " reports vocab ", engine_->vocab(),
             " for a model of vocab ", config_.model.vocab);
     // Ranks 1, 2 and 4; alpha / rank 1, 1 and 2.
@@ -268,7 +268,10 @@ std::vector<std::vector<float>> Simulator::decode(std::vector<Pair> pairs) {
     stats_.same_shape_calls += shape == last_batch_ ? 1 : 0;
     last_batch_ = std::move(shape);
     stats_.batched_calls += std::any_of(batch.seqs.begin(), batch.seqs.end(), [&](int s) { return s != batch.seqs[0]; });
-    Decoded decoded{batch, got, {}, {}};
+    Decoded decoded{batch, got, {}, {}, {}};
+    if (engine_->capabilities() & KVWELD_CAP_SAMPLERS)
+        for (int row = 0, rows = int(got.size() / std::size_t(config_.model.vocab)); row < rows; ++row)
+            decoded.sampled.push_back(engine_->sampled(row));
     for (const auto& o : observers_) o->on_decode(decoded);
     for (const auto& o : observers_) o->after_decode(decoded);
     return std::move(decoded.want);
@@ -449,6 +452,18 @@ void Simulator::run(const ops::Reset&, int) {
 void Simulator::run(const ops::Live& op, int) {
     const calls::SetLive call{op.key, op.value};
     make(call);
+    publish(call);
+}
+
+// In place only where the id holds a chain (the simulator's own account).
+void Simulator::run(const ops::SetSampler& op, int) {
+    const int seq = int(op.seq % std::uint32_t(config_.seqs));
+    const bool held = samplers_.count(seq) > 0;
+    const calls::SetSampler call{seq, op.top_k < 0 ? std::nullopt : std::optional<SamplerSpec>({op.top_k, op.seed}),
+                                 op.in_place && held && op.top_k >= 0};
+    make(call);
+    if (call.spec) samplers_[seq] = *call.spec;
+    else samplers_.erase(seq);
     publish(call);
 }
 

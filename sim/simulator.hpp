@@ -131,6 +131,7 @@ private:
     void run(const ops::Load& op, int seq);
     bool run(const ops::Steady& op, int seq);
     void run(const ops::Live& op, int seq);
+    void run(const ops::SetSampler& op, int seq);
     int fork_destination(const ops::Fork& op, int src) const;
     void shift_once(int seq, int p0, int p1);
 
@@ -164,6 +165,7 @@ private:
     bool spec_reject_fault_ = false;          // the scheduler's fault switch (white box)
     std::vector<std::optional<Request>> requests_;  // per sequence id
     std::vector<abi::LiveSetting> live_;
+    std::map<int, SamplerSpec> samplers_;  // ABI 11: each sequence id's chain, as given
     std::vector<int> kept_capacity_;  // white box, per slot: the storage it kept when its request left (0: none)
     std::vector<SavedState> saved_;   // the states saved (at most kSavedStates, oldest first)
     int states_saved_ = 0;

@@ -17,6 +17,7 @@
 
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
+#include "engine/sampling.hpp"
 #include "targets/white_box.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
@@ -118,6 +119,16 @@ public:
     // the outputs, another n_embd, or embeddings off.
     virtual std::vector<float> embeddings(int row, int /*n_embd*/) const {
         throw Error(cat("engine ", name(), " reads back no embeddings (row ", row, ")"));
+    }
+    // KVWELD_CAP_SAMPLERS (ABI 11): sequence `seq`'s sampler chain for every
+    // later decode (nullptr: cleared; in_place: the chain it holds changed
+    // where it is, engine_abi.h), and the token sampled for output row `row`
+    // of the last decode call (-1: its sequence had no chain).
+    virtual void set_sampler(int seq, const SamplerSpec* /*spec*/, bool /*in_place*/) {
+        throw Error(cat("engine ", name(), " has no backend samplers (sequence ", seq, ")"));
+    }
+    virtual int sampled(int row) const {
+        throw Error(cat("engine ", name(), " samples no tokens (row ", row, ")"));
     }
     // The twin tolerance in the engine's present state (ABI 6 twin_tolerance).
     virtual TwinTolerance twin_tolerance() const { return {}; }

@@ -28,6 +28,7 @@ void apply_call(Engine& e, const MemoryCall& call) {
                    [&](const calls::SetWarmup& c) { e.set_warmup(c.on); },
                    [&](const calls::Shift& c) { e.shift(c.seq, c.p0, c.p1); },
                    [&](const calls::SetLive& c) { e.set_live(c.key, c.value); },
+                   [&](const calls::SetSampler& c) { e.set_sampler(c.seq, c.spec ? &*c.spec : nullptr, c.in_place); },
                    [&](const auto&) { throw Error("a state save or load moves the caller's own bytes: make it directly"); },
                },
                call);

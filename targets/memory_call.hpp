@@ -9,8 +9,10 @@
 
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
+#include "engine/sampling.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -99,13 +101,20 @@ struct LoadRefused {
 struct SetLive {
     std::string key, value;
 };
+// ABI 11: sequence id `seq`'s sampler chain (nullopt: cleared); in_place:
+// the chain it holds is changed where it is.
+struct SetSampler {
+    int seq;
+    std::optional<SamplerSpec> spec;
+    bool in_place = false;
+};
 
 }  // namespace calls
 
 using MemoryCall = std::variant<calls::Open, calls::OpenSized, calls::Close, calls::Truncate, calls::Clear, calls::Copy,
                                 calls::ClearAll, calls::Reload, calls::SwapLayer, calls::PoolOp, calls::Migrate,
                                 calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::Shift, calls::Save,
-                                calls::Load, calls::LoadRefused, calls::SetLive>;
+                                calls::Load, calls::LoadRefused, calls::SetLive, calls::SetSampler>;
 
 // The call made of `engine`. Save, Load and LoadRefused move bytes each
 // engine keeps for itself, so their owner makes them (throws Error here).

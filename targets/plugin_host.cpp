@@ -68,6 +68,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 7 capability in an older table";
     else if (api->abi_version < 10 && (api->capabilities & KVWELD_CAP_EMBEDDINGS))
         problem = "declares a version 10 capability in an older table";
+    else if (api->abi_version < 11 && (api->capabilities & KVWELD_CAP_SAMPLERS))
+        problem = "declares a version 11 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -86,7 +88,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_WARMUP) && !api->set_warmup) ||
              ((api->capabilities & KVWELD_CAP_SHIFT) && !api->shift) ||
              ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)) ||
-             ((api->capabilities & KVWELD_CAP_EMBEDDINGS) && !api->read_embeddings))
+             ((api->capabilities & KVWELD_CAP_EMBEDDINGS) && !api->read_embeddings) ||
+             ((api->capabilities & KVWELD_CAP_SAMPLERS) && (!api->set_sampler || !api->sampled)))
         problem = "declares a capability whose function is empty";
     else if (api->abi_version >= 9 && api->live_settings && *api->live_settings && !api->set_live)
         problem = cat("lists live settings (", api->live_settings, ") but leaves set_live empty");
@@ -308,6 +311,23 @@ std::vector<float> PluginEngine::embeddings(int row, int n_embd) const {
         return library_->api().read_embeddings(engine_, row, out.data(), int32_t(out.size()), e, n);
     });
     return out;
+}
+
+void PluginEngine::set_sampler(int seq, const SamplerSpec* spec, bool in_place) {
+    require(capabilities() & KVWELD_CAP_SAMPLERS, "engine ", name(), " has no backend samplers (no KVWELD_CAP_SAMPLERS)");
+    const kvweld_sampler s{spec ? spec->top_k : 0, spec ? spec->seed : 0};
+    call("set_sampler", [&](char* e, std::size_t n) {
+        return library_->api().set_sampler(engine_, seq, spec ? &s : nullptr, in_place ? 1 : 0, e, n);
+    });
+}
+
+int PluginEngine::sampled(int row) const {
+    require(capabilities() & KVWELD_CAP_SAMPLERS, "engine ", name(), " samples no tokens (no KVWELD_CAP_SAMPLERS)");
+    int32_t token = -1;
+    call("sampled", [&](char* e, std::size_t n) { return library_->api().sampled(engine_, row, &token, e, n); });
+    require(token >= -1 && token < vocab_, "engine ", name(), ": sampled token ", token, " for row ", row,
+            " is outside -1..", vocab_ - 1);
+    return token;
 }
 
 TwinTolerance PluginEngine::twin_tolerance() const {

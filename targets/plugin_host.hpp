@@ -97,6 +97,8 @@ public:
     std::string live_settings() const override;
     void set_live(const std::string& key, const std::string& value) override;
     TwinTolerance twin_tolerance() const override;
+    void set_sampler(int seq, const SamplerSpec* spec, bool in_place) override;
+    int sampled(int row) const override;
     std::vector<float> embeddings(int row, int n_embd) const override;
 
 private:

@@ -14,6 +14,8 @@ ReproTruth parse_repro_truth(const std::string& text) {
     for (const std::string& part : abi::split_list(text.c_str())) {
         if (part == "count-reuse") {
             out.count_reuse = true;
+        } else if (part == "new-chains") {
+            out.new_chains = true;
         } else if (part.starts_with("skip=")) {
             for (std::size_t at = 5; at <= part.size();) {
                 const std::size_t end = std::min(part.find('+', at), part.size());
@@ -26,7 +28,7 @@ ReproTruth parse_repro_truth(const std::string& text) {
             }
         } else {
             require(part.find('=') != std::string::npos && part.front() != '=', "--truth ", text, ": '", part,
-                    "' is neither an engine setting k=v, skip=N+M nor count-reuse");
+                    "' is neither an engine setting k=v, skip=N+M, count-reuse nor new-chains");
             out.params += cat(out.params.empty() ? "" : ",", part);
         }
     }

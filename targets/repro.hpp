@@ -24,9 +24,10 @@ struct ReproTruth {
     std::string params;         // settings that differ from the engine's ("graph_reuse=0", "kv_unified=0")
     std::vector<int> skip;      // trace lines the ground truth does not run (a round trip that must change nothing)
     bool count_reuse = false;   // lost reuse: the engine must reuse as often as the ground truth does
+    bool new_chains = false;    // where the engine changes a sampler chain in place, the ground truth sets a new one
     std::string text;           // as given ("graph_reuse=0,skip=7+8")
 };
-// Parses "k=v,...,skip=N+M,count-reuse"; throws Error naming a bad part.
+// Parses "k=v,...,skip=N+M,count-reuse,new-chains"; throws Error naming a bad part.
 ReproTruth parse_repro_truth(const std::string& text);
 
 struct ReproSetup {

@@ -121,6 +121,10 @@ public:
     // A live setting changed (ABI 9; every key the engine lists): by
     // default no plan depends on it, so every held plan is kept.
     virtual void on_live(const std::string& /*key*/, const std::string& /*value*/) {}
+    // ABI 11: a sequence id's sampler chain set (anew, or changed in
+    // place) or cleared (`set` false). By default the chain is step data:
+    // every held plan is kept.
+    virtual void on_sampler(int /*seq*/, bool /*set*/, bool /*in_place*/) {}
 };
 
 }  // namespace kvweld::targets

@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 10 (plugins of versions 2 to 9 still load).
+/* kvweld's engine plugin ABI, version 11 (plugins of versions 2 to 10 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -46,8 +46,10 @@ extern "C" {
  *    in one list and applied through one function (new fields at the end):
  *    a setting added later is a name in the list, not a new field.
  * 10: embeddings: the live setting "embeddings" (0|1) and, with the
- *    embeddings capability, read_embeddings (a new field at the end). */
-#define KVWELD_ENGINE_ABI_VERSION 10u
+ *    embeddings capability, read_embeddings (a new field at the end).
+ * 11: backend samplers per sequence: the samplers capability, set_sampler
+ *    and sampled (new fields at the end). */
+#define KVWELD_ENGINE_ABI_VERSION 11u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -67,6 +69,7 @@ extern "C" {
 #define KVWELD_CAP_SHIFT 0x4000u      /* version 7: shift is implemented (context shift) */
 #define KVWELD_CAP_STATE 0x8000u      /* version 7: state_save and state_load are implemented */
 #define KVWELD_CAP_EMBEDDINGS 0x10000u /* version 10: live setting embeddings:0|1 and read_embeddings */
+#define KVWELD_CAP_SAMPLERS 0x20000u   /* version 11: set_sampler and sampled (backend samplers per sequence) */
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -104,6 +107,13 @@ typedef struct kvweld_pool_info {
 #define KVWELD_POOL_GROW 1    /* replace the pool's storage with a larger one */
 #define KVWELD_POOL_RESET 2   /* version 4: empty every open sequence and replace the pool's
                                  storage (same block count, every block free) */
+
+/* Version 11: a sampler chain (llama.cpp: llama_sampler_chain_init with
+ * greedy, or top_k then dist). */
+typedef struct kvweld_sampler {
+    int32_t top_k; /* 0: greedy (the largest logit); 1..64: the top_k largest, then a draw weighed by their softmax */
+    uint32_t seed; /* the draw's seed (top_k > 0) */
+} kvweld_sampler;
 
 typedef struct kvweld_engine_api {
     uint32_t abi_version;     /* KVWELD_ENGINE_ABI_VERSION the plugin was built with */
@@ -260,6 +270,29 @@ typedef struct kvweld_engine_api {
      * past the last call's outputs or another n_embd fails naming it. */
     int (*read_embeddings)(const kvweld_engine* engine, int32_t row, float* out, int32_t n_embd, char* err,
                            size_t err_len);
+    /* Version 11, KVWELD_CAP_SAMPLERS: backend samplers per sequence
+     * (llama.cpp's llama_set_sampler). set_sampler gives sequence `seq`
+     * (0..n_seq_max-1, open or not: a chain belongs to the sequence id)
+     * the chain `s` for every later decode, with a fresh draw state seeded
+     * by s->seed; s = NULL clears it (none held: nothing changes). in_place
+     * != 0: the chain the sequence holds is changed where it is, the same
+     * object refilled (as a server reconfigures a slot's chain; llama.cpp
+     * takes a chain once, so it is not given again), instead of replaced
+     * by a new one; with none held it fails. Chains survive a reload, their
+     * draws restarted from their seeds. A top_k outside
+     * 0..min(64, vocab) fails naming it and changes nothing. Each output
+     * row of a sequence with a chain is sampled in the decode: one draw per
+     * such row, rows in call order, every draw kept (the harness accepts
+     * every sampled token). Such a row's logits may be left unfilled (an
+     * engine that samples on its device need not copy them back: llama.cpp
+     * does not when every output row of a ubatch is sampled); the harness
+     * judges its sampled token instead. sampled: the token sampled for
+     * output row `row` of the last decode call (rows as its logits), -1
+     * where the row's sequence had no chain; a row past the last call's
+     * outputs fails naming it. */
+    int (*set_sampler)(kvweld_engine* engine, int32_t seq, const kvweld_sampler* s, int32_t in_place, char* err,
+                       size_t err_len);
+    int (*sampled)(const kvweld_engine* engine, int32_t row, int32_t* token, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -402,6 +402,7 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_7); }, {"lists live settings (n_threads:1|2)", "set_live empty"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_8); },
                  {"declares KVWELD_CAP_EMBEDDINGS but lists no live setting 'embeddings'"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_9); }, {"declares a capability whose function is empty"});
     const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
     expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr}); },
                  {"engine broken: create failed: no model here"});

@@ -141,7 +141,7 @@ struct Bench {
           model(Model::random(config.model, config.weights_seed)),
           requests(std::size_t(config.seqs)),
           engine(targets::open_engine(name, "", config.setup(), model)),
-          world{config, model, adapters, requests, generation, generation, *engine} {}
+          world{config, model, adapters, requests, generation, generation, *engine, samplers} {}
     // Decodes `tokens` for `seq` from position `pos` on and hands `observer` the rows.
     std::vector<std::vector<float>> decode(Observer& observer, int seq, int pos, std::vector<int> tokens,
                                            std::optional<float> nudge = std::nullopt) {
@@ -151,7 +151,7 @@ struct Bench {
         observer.before_decode(batch);
         std::vector<float> got = engine->decode(batch.seqs, batch.tokens, batch.outputs);
         if (nudge) got.back() += *nudge;
-        Decoded d{batch, got, {}, {}};
+        Decoded d{batch, got, {}, {}, {}};
         observer.on_decode(d);
         return d.want;
     }
@@ -162,6 +162,7 @@ struct Bench {
     std::vector<std::optional<Request>> requests;
     std::uint64_t generation = 1;
     std::unique_ptr<targets::Engine> engine;
+    std::map<int, SamplerSpec> samplers;
     World world;
     Judge judge;
     RunStats stats;

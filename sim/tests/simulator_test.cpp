@@ -463,5 +463,66 @@ TEST(LiveSettings, EmbeddingsAreReadBackAndSwitchingThemIsEachEnginesAnswer) {
     }
 }
 
+// ABI 11, backend samplers per sequence: a greedy chain, replaced by a
+// seeded top-k, changed in place back to greedy, then cleared (twice: the
+// second finds none). Every sampled token is one the chain can give for
+// the reference's logits, and equal to the twin's (which builds every
+// plan). The chain is step data for kvweld (one build in the run) and part
+// of llama.cpp's graph: each set and each clear of a held chain reserves,
+// so the next graph builds (clause 11), and every other same-shape graph
+// must be reused. llama.cpp 0.3.36 keeps the graph across a change in
+// place, a known finding (sampler-changed-in-place): with a new chain in
+// its place the run passes, as it must.
+std::vector<Op> sampler_ops(bool in_place) {
+    const Op step{ops::Step{.wants = {1}}};
+    return {Op{ops::Admit{.prompt = {4, 8, 15}, .max_new = 16}}, Op{ops::Step{.wants = {3}}}, step,
+            Op{ops::SetSampler{.seq = 0, .top_k = 0}}, step, step,
+            Op{ops::SetSampler{.seq = 0, .top_k = 4, .seed = 7}}, step, step,
+            Op{ops::SetSampler{.seq = 0, .top_k = 0, .in_place = in_place}}, step, step,
+            Op{ops::SetSampler{.seq = 0, .top_k = -1}}, step, step,
+            Op{ops::SetSampler{.seq = 0, .top_k = -1}}, step};
+}
+
+TEST(Samplers, SampledTokensAreJudgedAndChangingAChainIsEachEnginesAnswer) {
+    for (const std::string engine : {"inproc", "kvweld", "llamacpp"}) {
+        if (engine == "llamacpp") try {
+                engine_plugin_path("llamacpp");
+            } catch (const Error& e) {
+                KVWELD_WITHOUT_LLAMA(e.what());
+            }
+        SimConfig c = draw_config(3, EngineChoice{engine, engine == "llamacpp" ? "kv_unified=0,graph_reuse=1" : "", ""},
+                                  "tiny", engine_capabilities(engine));
+        c.seqs = 1;
+        c.n_ctx = 64;
+        c.engine.twin = true;
+        const std::vector<Op> ops = sampler_ops(engine != "llamacpp");
+        const RunResult r = run_ops(c, ops, int(ops.size()));
+        ASSERT_EQ(r.verdict, Verdict::pass) << engine << "\n" << text_report(r);
+        EXPECT_EQ(r.stats.sampled_rows, 6u) << engine;      // the six decodes with a chain
+        EXPECT_EQ(r.stats.sampled_compared, 6u) << engine;  // each equal to the twin's
+        EXPECT_EQ(r.stats.reused, r.stats.must_reuse) << engine << "\n" << text_report(r);
+        // kvweld: 13 tokens, one plan each, one build. llama.cpp: 11 graphs,
+        // built for the prefill, the first one-token shape, and after each
+        // of the three chains set and the clear of a held one.
+        EXPECT_EQ(r.stats.must_reuse, engine == "llamacpp" ? 5u : 12u) << engine << "\n" << text_report(r);
+        if (engine == "llamacpp") {
+            const std::vector<Op> in_place = sampler_ops(true);
+            const RunResult known = run_ops(c, in_place, int(in_place.size()));
+            ASSERT_EQ(known.verdict, Verdict::stale_decode) << text_report(known);
+            EXPECT_EQ(known.failure->clause, "sampler-changed-in-place") << text_report(known);
+            EXPECT_EQ(known.failure->op_index, 10u) << text_report(known);  // the first decode after the change
+        }
+        auto e = open_engine(engine, "", c.setup(), Model::random(c.model, c.weights_seed));
+        e->open(0);
+        const SamplerSpec wide{kMaxTopK + 1, 1}, greedy{};
+        EXPECT_THROW(e->set_sampler(0, &wide, false), Error) << engine << ": top_k past 64";
+        EXPECT_THROW(e->set_sampler(0, &greedy, true), Error) << engine << ": nothing held to change in place";
+        EXPECT_THROW(e->set_sampler(c.seqs, &greedy, false), Error) << engine << ": a sequence id out of range";
+        e->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{3});
+        EXPECT_EQ(e->sampled(0), -1) << engine << ": no chain";
+        EXPECT_THROW(e->sampled(1), Error) << engine << ": one row in the last call";
+    }
+}
+
 }  // namespace
 }  // namespace kvweld::sim

@@ -120,11 +120,14 @@ std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::
     std::vector<float> logits;
     logits.reserve(seqs.size() * v);
     embedded_.clear();
+    sampled_.clear();
     for (std::size_t i = 0; i < seqs.size(); ++i) {
         Slot& s = slot(seqs[i]);
+        const std::uint64_t builds = s.session.counters().builds;
         const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i], adapters_);
         if (!outputs.empty() && !outputs[i]) continue;
         logits.insert(logits.end(), row.begin(), row.end());
+        sampled_.push_back(sample_row(seqs[i], s, builds, row));
         if (!embeddings_) continue;
         const std::span<const float> hidden = s.session.plan()->hidden();
         embedded_.insert(embedded_.end(), hidden.begin(), hidden.end());
@@ -140,6 +143,34 @@ std::vector<float> DenseEngine::embeddings(int row, int n_embd) const {
     require(row >= 0 && row < rows, "embeddings: row ", row, " out of range: the last call returned ", rows,
             " rows with embeddings");
     return {embedded_.begin() + long(std::size_t(row) * dim), embedded_.begin() + long(std::size_t(row + 1) * dim)};
+}
+
+// The row's token from its sequence's chain (-1: none). A plan that bakes
+// the chain in (the fault) takes it at its build and samples with that copy.
+int DenseEngine::sample_row(int seq, Slot& s, std::uint64_t builds_before, std::span<const float> row) {
+    const auto it = samplers_.find(seq);
+    if (!fault_on(Fault::sampler_baked)) return it == samplers_.end() ? -1 : it->second.sample(row);
+    if (s.session.counters().builds != builds_before)
+        s.baked = it == samplers_.end() ? std::nullopt : std::optional<Sampler>(it->second);
+    return s.baked ? s.baked->sample(row) : -1;
+}
+
+void DenseEngine::set_sampler(int seq, const SamplerSpec* spec, bool in_place) {
+    require(seq >= 0 && seq < setup_.seqs, "set_sampler: sequence ", seq, " out of range 0..", setup_.seqs - 1);
+    if (!spec) {
+        samplers_.erase(seq);
+        return;
+    }
+    require_sampler(*spec, vocab());
+    require(!in_place || samplers_.count(seq), "set_sampler: sequence ", seq,
+            " holds no chain to change in place");
+    samplers_.insert_or_assign(seq, Sampler(*spec));
+}
+
+int DenseEngine::sampled(int row) const {
+    require(row >= 0 && std::size_t(row) < sampled_.size(), "sampled: row ", row,
+            " out of range: the last call returned ", sampled_.size(), " rows");
+    return sampled_[std::size_t(row)];
 }
 
 void DenseEngine::truncate(int seq, int n) {
@@ -173,6 +204,7 @@ void DenseEngine::clear_all() {
     const ScopedFaults scoped(faults_);
     for (auto& [id, s] : slots_)
         if (s.open) s.cache->clear();
+    for (auto& [seq, sampler] : samplers_) sampler = Sampler(sampler.spec());  // draws restarted (engine_abi.h)
 }
 
 // dst gets storage of its own holding src's rows, at src's capacity (new storage, new id).

@@ -39,7 +39,7 @@ inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                                                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
                                                     KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE |
-                                                    KVWELD_CAP_EMBEDDINGS;
+                                                    KVWELD_CAP_EMBEDDINGS | KVWELD_CAP_SAMPLERS;
 // The setting that makes it build a plan for every token (the twin's).
 inline constexpr const char* kDenseNoReuse = "reuse=0";
 
@@ -101,6 +101,10 @@ public:
     std::string live_settings() const override;
     void set_live(const std::string& key, const std::string& value) override;
     std::vector<float> embeddings(int row, int n_embd) const override;
+    // ABI 11: a sequence's chain is step data: each output row is sampled
+    // with the chain its sequence has at that call, whatever plan is held.
+    void set_sampler(int seq, const SamplerSpec* spec, bool in_place) override;
+    int sampled(int row) const override;
 
 private:
     struct Slot {
@@ -108,7 +112,11 @@ private:
         std::optional<KvCache> cache;  // kept after close, for a recycling open
         DecodeSession session;         // the slot's held plan, across requests
         bool open = false;
+        // Under the sampler_baked fault: the chain its sequence had when
+        // the held plan was built, which the plan then samples with.
+        std::optional<Sampler> baked;
     };
+    int sample_row(int seq, Slot& s, std::uint64_t builds_before, std::span<const float> row);
     Slot& slot(int seq);  // an open one, else Error
     const Slot& slot(int seq) const;
     KvCache fresh_cache(int capacity) const;
@@ -125,6 +133,8 @@ private:
     Adapters adapters_;          // every slot decodes with them; a reload keeps them
     bool embeddings_ = false;    // the live setting
     std::vector<float> embedded_;  // with it on, the last call's output rows' hidden states
+    std::map<int, Sampler> samplers_;  // per sequence id, open or not (ABI 11)
+    std::vector<int> sampled_;         // the last call's output rows' sampled tokens (-1: none)
 };
 
 }  // namespace kvweld::targets

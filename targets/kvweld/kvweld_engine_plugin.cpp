@@ -185,6 +185,20 @@ int read_embeddings(const kvweld_engine* e, int32_t row, float* out, int32_t n_e
     });
 }
 
+int set_sampler(kvweld_engine* e, int32_t seq, const kvweld_sampler* s, int32_t in_place, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const kvweld::SamplerSpec spec{s ? s->top_k : 0, s ? s->seed : 0};
+        e->engine->set_sampler(seq, s ? &spec : nullptr, in_place != 0);
+    });
+}
+
+int sampled(const kvweld_engine* e, int32_t row, int32_t* token, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(token != nullptr, "sampled: no output");
+        *token = e->engine->sampled(row);
+    });
+}
+
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld", "gguf",
     kvweld::targets::kDenseCapabilities,
@@ -199,6 +213,7 @@ const kvweld_engine_api kApi = {
     KVWELD_BUILD,
     kvweld::abi::kThreadsAndEmbeddings, set_live,
     read_embeddings,
+    set_sampler, sampled,
 };
 
 }  // namespace

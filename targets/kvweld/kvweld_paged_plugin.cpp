@@ -258,6 +258,7 @@ const kvweld_engine_api kApi = {
     KVWELD_BUILD,
     kvweld::abi::kThreadsSetting, set_live,
     nullptr,  // no embeddings read-back (the dense design has it)
+    nullptr, nullptr,  // no backend samplers (the dense design has them)
 };
 
 }  // namespace

@@ -10,6 +10,8 @@
 //   llama_set_adapter_cvec (the same arguments) from 0.3.20.
 // - Flash attention: a bool `flash_attn` up to 0.3.16, an enum
 //   `flash_attn_type` from 0.3.20.
+// - Backend samplers per sequence (llama_set_sampler,
+//   llama_get_sampled_token_ith): not in 0.3.16, in 0.3.36.
 //
 // A function is detected by overload resolution: fallbacks with the same
 // name, declared here as templates returning Missing, lose to a real
@@ -32,6 +34,8 @@ template <class... A> Missing llama_set_adapter_lora(A...);
 template <class... A> Missing llama_clear_adapter_lora(A...);
 template <class... A> Missing llama_set_adapter_cvec(A...);
 template <class... A> Missing llama_apply_adapter_cvec(A...);
+template <class... A> Missing llama_set_sampler(A...);
+template <class... A> Missing llama_get_sampled_token_ith(A...);
 }  // namespace kvweld_llama_fallback
 
 namespace kvweld::llama_compat {
@@ -45,6 +49,8 @@ template <class C> using set_cvec = decltype(llama_set_adapter_cvec((C*)nullptr,
                                                                     int32_t{}, int32_t{}, int32_t{}));
 template <class C> using apply_cvec = decltype(llama_apply_adapter_cvec((C*)nullptr, (const float*)nullptr,
                                                                         std::size_t{}, int32_t{}, int32_t{}, int32_t{}));
+template <class C> using set_sampler = decltype(llama_set_sampler((C*)nullptr, llama_seq_id{}, (llama_sampler*)nullptr));
+template <class C> using sampled_token = decltype(llama_get_sampled_token_ith((C*)nullptr, int32_t{}));
 template <class T> inline constexpr bool found = !std::is_same_v<T, ::kvweld_llama_fallback::Missing>;
 }  // namespace probe
 
@@ -52,6 +58,29 @@ inline constexpr bool kHasSetAdapters = probe::found<probe::set_adapters<llama_c
 inline constexpr bool kHasLora = kHasSetAdapters || probe::found<probe::set_adapter<llama_context>>;
 inline constexpr bool kHasSetCvec = probe::found<probe::set_cvec<llama_context>>;
 inline constexpr bool kHasCvec = kHasSetCvec || probe::found<probe::apply_cvec<llama_context>>;
+inline constexpr bool kHasBackendSampling =
+    probe::found<probe::set_sampler<llama_context>> && probe::found<probe::sampled_token<llama_context>>;
+
+// A sequence's backend sampler chain (nullptr: none); llama.cpp's answer
+// (false: it cannot offload the chain). False where llama.h has no such call.
+template <class C = llama_context>
+bool set_sampler(C* ctx, llama_seq_id seq, llama_sampler* chain) {
+    using namespace ::kvweld_llama_fallback;
+    if constexpr (probe::found<probe::set_sampler<C>>)
+        return llama_set_sampler(ctx, seq, chain);
+    else
+        return false;
+}
+
+// The token the backend sampled for batch index i (LLAMA_TOKEN_NULL: none).
+template <class C = llama_context>
+llama_token sampled_token(C* ctx, int32_t i) {
+    using namespace ::kvweld_llama_fallback;
+    if constexpr (probe::found<probe::sampled_token<C>>)
+        return llama_get_sampled_token_ith(ctx, i);
+    else
+        return -1;
+}
 
 // The adapters every later decode runs with (n may be 0: none). Returns
 // llama.cpp's status (0: applied).
@@ -89,6 +118,15 @@ void set_flash_attn(P& params, bool on) {
         params.flash_attn_type = decltype(params.flash_attn_type)(on ? 1 : 0);  // ENABLED = 1, DISABLED = 0
     else
         params.flash_attn = on;
+}
+
+// Backend sampling's outputs per sequence and decode: every output row
+// (0: n_outputs_max; llama.cpp's default is 1, which refuses a call with
+// two sampled rows of one sequence: a prefill asking for every row, or
+// drafts). Nothing where the release has no backend sampling.
+template <class P>
+void sample_every_output(P& params) {
+    if constexpr (requires { params.n_outputs_max_per_seq; }) params.n_outputs_max_per_seq = 0;
 }
 
 }  // namespace kvweld::llama_compat

@@ -123,6 +123,15 @@ struct kvweld_engine {
     int n_threads = 0;  // the live setting given (ABI 9; 0: the option's)
     bool embeddings = false;            // the live setting (ABI 10)
     std::vector<int32_t> output_rows;   // the last call's output pairs, as batch indices
+    // ABI 11: each sequence's backend sampler chain (owned here; the
+    // context holds the pointer, so the chains go after it), and the
+    // tokens sampled for the last call's output rows (-1: no chain).
+    struct Chain {
+        llama_sampler* chain;
+        kvweld_sampler spec;  // what it was made or last changed to (a reload makes it anew)
+    };
+    std::map<int32_t, Chain> chains;
+    std::vector<int32_t> sampled;
     std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
     ~kvweld_engine();
 };
@@ -141,6 +150,7 @@ static void free_loras(std::map<std::string, llama_adapter_lora*>& loras) {
 
 kvweld_engine::~kvweld_engine() {
     if (ctx) llama_free(ctx);
+    for (auto& [seq, c] : chains) llama_sampler_free(c.chain);
     free_loras(loras);
     if (model) llama_model_free(model);
 }
@@ -285,6 +295,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         cp.n_threads = cp.n_threads_batch = std::max(1, o->threads);
         cp.type_k = cp.type_v = kv_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
         kvweld::llama_compat::set_flash_attn(cp, kvweld::abi::flag_param(params, "flash_attn", false));
+        kvweld::llama_compat::sample_every_output(cp);
         cp.no_perf = false;
         cp.kv_unified = kvweld::abi::flag_param(params, "kv_unified", false);
         if (params.count("rope_scale")) {
@@ -335,6 +346,22 @@ int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     });
 }
 
+// Batch index i's logits into `out`, and its sampled token, accepted by
+// its chain (every draw is kept: the ABI's contract). llama.cpp copies no
+// logits back for a ubatch whose every output row is sampled
+// (llama_context::decode, needs_raw_logits): such a row may then hold
+// another call's logits, which the ABI allows.
+void copy_row(kvweld_engine* e, int32_t seq, int32_t i, float* out) {
+    const auto chain = e->chains.find(seq);
+    const float* row = llama_get_logits_ith(e->ctx, i);
+    require(row != nullptr || chain != e->chains.end(), "llama_get_logits_ith returned NULL for batch index ", i);
+    if (row) std::memcpy(out, row, std::size_t(e->vocab) * sizeof(float));
+    if (chain == e->chains.end()) return e->sampled.push_back(-1);
+    const llama_token token = kvweld::llama_compat::sampled_token(e->ctx, i);
+    e->sampled.push_back(token);
+    if (token >= 0) llama_sampler_accept(chain->second.chain, token);
+}
+
 // outputs: NULL for every row (decode), else the pairs whose logits are
 // wanted (decode_outputs): llama.cpp computes only those (batch.logits).
 int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
@@ -364,17 +391,22 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
         }
         batch.n_tokens = n;
         const int32_t reused_before = llama_perf_context(e->ctx).n_reused;
+        std::string why;  // llama.cpp logs why it refuses a batch
+        error_log = &why;
         const int32_t rc = llama_decode(e->ctx, batch);
-        require(rc == 0, "llama_decode returned ", rc);
+        error_log = nullptr;
+        while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        require(rc == 0, "llama_decode returned ", rc, why.empty() ? "" : ": ", why);
         ++e->calls;
         e->calls_reusing += llama_perf_context(e->ctx).n_reused > reused_before ? 1 : 0;
         e->len = next;
         const auto v = std::size_t(e->vocab);
         std::size_t rows = 0;
         e->output_rows.clear();
+        e->sampled.clear();
         for (int32_t i = 0; i < n; ++i)
             if (batch.logits[i]) {
-                std::memcpy(logits + v * rows++, llama_get_logits_ith(e->ctx, i), v * sizeof(float));
+                copy_row(e, batch.seq_id[i][0], i, logits + v * rows++);
                 e->output_rows.push_back(i);
             }
         if ((e->faults & stale_logits) && rows > 0) {
@@ -627,7 +659,10 @@ double twin_tolerance(const kvweld_engine* e, const char** why) {
 // A new model and a new context (llama.cpp's KV lives in the context, so
 // every sequence is emptied); the new model is loaded and checked first, so
 // a bad file loses nothing. The adapters are loaded for the new model and
-// set on the new context, with the control vector.
+// set on the new context, with the control vector, and each sequence's
+// sampler chain is made anew there (its draw restarted from its seed).
+llama_sampler* new_chain(llama_context* ctx, int32_t seq, const kvweld_sampler& s);
+
 int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(path != nullptr, "reload: no model path");
@@ -643,6 +678,7 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
         const bool reuse = e->graph_reuse && !(e->faults & reload_drops_reuse);
         llama_context* ctx = same ? create_context(model, e->cparams, reuse) : nullptr;
         std::map<std::string, llama_adapter_lora*> loras;
+        std::map<int32_t, kvweld_engine::Chain> chains;  // new ones: a context takes a chain once
         try {
             require(same, "reload: ", path, " holds a model of another shape");
             require(ctx != nullptr, "llama.cpp: no context for the reloaded model");
@@ -653,8 +689,10 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
                 ~Back() { std::swap(e->model, other); }
             } back{e, model};
             apply_adapters(e, ctx, load_loras(e->model, loras, e->lora_paths));
+            for (const auto& [seq, c] : e->chains) chains[seq] = {new_chain(ctx, seq, c.spec), c.spec};
         } catch (...) {
             if (ctx) llama_free(ctx);
+            for (auto& [seq, c] : chains) llama_sampler_free(c.chain);
             free_loras(loras);
             llama_model_free(model);
             throw;
@@ -662,6 +700,8 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
         e->reused_before += std::uint64_t(std::max(0, llama_perf_context(e->ctx).n_reused));
         if (e->faults & reload_resets_counters) e->reused_before = e->calls = e->calls_reusing = 0;
         llama_free(e->ctx);
+        for (auto& [seq, c] : e->chains) llama_sampler_free(c.chain);
+        e->chains = std::move(chains);
         free_loras(e->loras);
         llama_model_free(e->model);
         e->ctx = ctx;
@@ -725,12 +765,78 @@ int counters(const kvweld_engine* e, kvweld_engine_counters* out, char* err, siz
     });
 }
 
+// ABI 11: a chain of greedy, or top_k then dist (llama.h's backend
+// sampling, which runs the chain in the decode's graph). A new chain is a
+// new object given to llama_set_sampler, which reserves (sched_reserve
+// drops every held graph) when it sets a chain or clears one (0.3.36
+// src/llama-context.cpp:1282-1335). A change in place empties the chain
+// the sequence holds and adds the new samplers: the context keeps the same
+// object, and it is not given again (a chain given twice aborts:
+// llama_sampler_chain_backend_init, src/llama-sampler.cpp:739).
+llama_sampler* fill_chain(llama_sampler* chain, const kvweld_sampler& s) {
+    if (s.top_k == 0) {
+        llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    } else {
+        llama_sampler_chain_add(chain, llama_sampler_init_top_k(s.top_k));
+        llama_sampler_chain_add(chain, llama_sampler_init_dist(s.seed));
+    }
+    return chain;
+}
+
+// A new chain set on `ctx` for `seq` (freed again if llama.cpp refuses it).
+llama_sampler* new_chain(llama_context* ctx, int32_t seq, const kvweld_sampler& s) {
+    llama_sampler* chain = fill_chain(llama_sampler_chain_init(llama_sampler_chain_default_params()), s);
+    if (!kvweld::llama_compat::set_sampler(ctx, seq, chain)) {
+        llama_sampler_free(chain);
+        require(false, "llama.cpp cannot offload a ", s.top_k == 0 ? "greedy" : "top-k", " chain for sequence ", seq);
+    }
+    return chain;
+}
+
+int set_sampler(kvweld_engine* e, int32_t seq, const kvweld_sampler* s, int32_t in_place, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(seq >= 0 && seq < e->n_seq_max, "set_sampler: sequence ", seq, " out of range 0..", e->n_seq_max - 1);
+        const auto held = e->chains.find(seq);
+        if (!s) {
+            if (held == e->chains.end()) return;
+            kvweld::llama_compat::set_sampler(e->ctx, seq, nullptr);
+            llama_sampler_free(held->second.chain);
+            e->chains.erase(held);
+            return;
+        }
+        const int widest = std::min(64, e->vocab);
+        require(s->top_k >= 0 && s->top_k <= widest, "set_sampler: top_k ", s->top_k, " out of range 0..", widest,
+                " (0: greedy)");
+        require(!in_place || held != e->chains.end(), "set_sampler: sequence ", seq, " holds no chain to change in place");
+        if (in_place) {
+            llama_sampler* chain = held->second.chain;
+            while (llama_sampler_chain_n(chain) > 0) llama_sampler_free(llama_sampler_chain_remove(chain, 0));
+            fill_chain(chain, *s);
+            held->second.spec = *s;
+            return;
+        }
+        llama_sampler* chain = new_chain(e->ctx, seq, *s);
+        if (held != e->chains.end()) llama_sampler_free(held->second.chain);
+        e->chains[seq] = {chain, *s};
+    });
+}
+
+int sampled(const kvweld_engine* e, int32_t row, int32_t* token, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(token != nullptr, "sampled: no output");
+        require(row >= 0 && std::size_t(row) < e->sampled.size(), "sampled: row ", row,
+                " out of range: the last call returned ", e->sampled.size(), " rows");
+        *token = e->sampled[std::size_t(row)];
+    });
+}
+
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
         KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE | KVWELD_CAP_EMBEDDINGS |
         // What this release's llama.h lacks is not declared (llama_compat.hpp).
-        (kvweld::llama_compat::kHasLora ? KVWELD_CAP_LORA : 0u) | (kvweld::llama_compat::kHasCvec ? KVWELD_CAP_CVEC : 0u),
+        (kvweld::llama_compat::kHasLora ? KVWELD_CAP_LORA : 0u) | (kvweld::llama_compat::kHasCvec ? KVWELD_CAP_CVEC : 0u) |
+        (kvweld::llama_compat::kHasBackendSampling ? KVWELD_CAP_SAMPLERS : 0u),
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
@@ -743,6 +849,7 @@ const kvweld_engine_api kApi = {
     KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
     kvweld::abi::kThreadsAndEmbeddings, set_live,
     read_embeddings,
+    set_sampler, sampled,
 };
 
 }  // namespace

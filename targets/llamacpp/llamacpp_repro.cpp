@@ -70,6 +70,7 @@ public:
                            require(c.key == "n_threads", "repro: the live setting ", c.key, " has no llama.h call here");
                            each(cat("llama_set_n_threads(s->ctx, ", c.value, ", ", c.value, ");"));
                        },
+                       [&](const calls::SetSampler& c) { set_sampler(c); },
                        [&](const auto&) {
                            throw Error(cat("repro: trace line ", line_, ": this call (a reload, or a white-box call) is "
                                            "not written as llama.h calls yet; shrink the trace without it"));
@@ -89,8 +90,9 @@ public:
     std::string finish() override;
 
 private:
-    void each(const std::string& statement) {
-        ops_ += cat("    for (Side* s : live(", skipped_ ? "engine_only" : "both", ")) ", statement, "\n");
+    void each(const std::string& statement) { on(skipped_ ? "engine_only" : "both", statement); }
+    void on(const char* sides, const std::string& statement) {
+        ops_ += cat("    for (Side* s : live(", sides, ")) ", statement, "\n");
         ++call_lines_;
     }
     void rm_all(int seq) { each(cat("llama_memory_seq_rm(s->mem(), ", seq, ", -1, -1);")); }
@@ -102,6 +104,7 @@ private:
                  c.p0 - c.p1, "); }"));
     }
     void set_loras(const calls::SetLoras& c);
+    void set_sampler(const calls::SetSampler& c);
     void set_cvec(const calls::SetCvec& c);
     std::string settings_text(const std::string& params) const;
 
@@ -125,6 +128,18 @@ void LlamacppRepro::set_loras(const calls::SetLoras& c) {
     }
     each(cat("expect(*s, set_adapters_lora(s->ctx, {", adapters, "}, {", scales,
              "}) == 0, \"the LoRA adapters\");"));
+}
+
+// As the plugin's set_sampler: a new chain, one changed in place (the same
+// object refilled, not given again), or none. With the truth new-chains,
+// the ground truth sets a new chain where the engine changes one in place.
+void LlamacppRepro::set_sampler(const calls::SetSampler& c) {
+    if (!c.spec) return each(cat("clear_chain(*s, ", c.seq, ");"));
+    const std::string args = cat(c.seq, ", ", c.spec->top_k, ", ", c.spec->seed, "u");
+    if (!c.in_place) return each(cat("set_chain(*s, ", args, ");"));
+    if (!setup_.truth.new_chains || skipped_) return each(cat("change_chain(*s, ", args, ");"));
+    on("engine_only", cat("change_chain(*s, ", args, ");"));
+    on("truth_only", cat("set_chain(*s, ", args, ");  // the ground truth: a new chain in its place"));
 }
 
 // llama.cpp's layout: one row per layer from 1 (layer 0's is never added).
@@ -182,7 +197,9 @@ std::string LlamacppRepro::finish() {
         "). It uses llama.h and libllama alone:\n//   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"
         "// The engine: one llama.cpp context, as a server drives it (", setup_.params.empty() ? "defaults" : setup_.params,
         ").\n// The ground truth: a second context of the same model (", truth_params, ")",
-        setup_.truth.skip.empty() ? "" : ", which skips the ops marked so", ",\n// given the same calls",
+        setup_.truth.skip.empty() ? "" : ", which skips the ops marked so",
+        setup_.truth.new_chains ? ", which sets a new sampler chain where the engine changes one in place" : "",
+        ",\n// given the same calls",
         setup_.truth.count_reuse ? "; the engine must reuse its graph as often as the ground truth" : "",
         ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n\n",
         "// ---- kvweld's llama_compat.hpp: what llama.h renamed between releases ----\n", kLlamaCompatText, "\n",
@@ -201,9 +218,9 @@ std::string LlamacppRepro::finish() {
         "    engine.ctx = open_context(model, ", settings_text(setup_.params), ");\n",
         "    truth.ctx = open_context(model, ", settings_text(truth_params), ");\n",
         "    if (!engine.ctx || !truth.ctx) return 2;\n",
-        "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine};\n", ops_,
+        "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};\n", ops_,
         "\n    const int verdict = report(engine, truth, ", setup_.truth.count_reuse ? "true" : "false", ", 1e-3);\n",
-        "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
+        "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n    free_chains(engine);\n    free_chains(truth);\n", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
         "    llama_model_free(model);\n", cleanup, "    rmdir(dir.c_str());\n    return verdict;\n}\n");
     return out;
 }

@@ -13,6 +13,7 @@ namespace kvweld::targets {
 const char* const kLlamacppReproPrelude = R"PRELUDE(#include <llama.h>
 
 #include <cmath>
+#include <map>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -183,6 +184,8 @@ struct Side {
     std::vector<std::vector<float>> rows;  // per decode call: its output rows, back to back
     std::vector<int> row_lines;            // the trace line of each
     std::vector<std::vector<uint8_t>> states;
+    std::map<int, llama_sampler*> chains;     // backend sampler chains per sequence (llama_set_sampler)
+    std::vector<std::vector<int>> sampled;    // per decode call: each output row's sampled token (-1: no chain)
     std::string refused;  // the first call it refused, and where; it makes no call after it
     llama_memory_t mem() const { return llama_get_memory(ctx); }
 };
@@ -210,6 +213,7 @@ inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t 
     cp.rope_freq_scale = rope_scale;
     cp.no_perf = false;
     kvweld::llama_compat::set_flash_attn(cp, false);
+    kvweld::llama_compat::sample_every_output(cp);  // backend sampling of every output row, as the engine was run
     setenv("LLAMA_GRAPH_REUSE_DISABLE", graph_reuse ? "0" : "1", 1);  // read when a context is made
     llama_context* ctx = llama_init_from_model(model, cp);
     unsetenv("LLAMA_GRAPH_REUSE_DISABLE");
@@ -234,14 +238,61 @@ inline void decode(Side& s, const std::vector<Tok>& toks) {
     expect(s, rc == 0, "llama_decode returned " + std::to_string(rc));
     if (rc == 0) {
         s.rows.emplace_back();
+        s.sampled.emplace_back();
         s.row_lines.push_back(line);
         for (size_t i = 0; i < toks.size(); ++i)
             if (toks[i].out) {
-                const float* row = llama_get_logits_ith(s.ctx, int32_t(i));
-                s.rows.back().insert(s.rows.back().end(), row, row + n_vocab);
+                const auto chain = s.chains.find(toks[i].seq);
+                if (chain == s.chains.end()) {
+                    const float* row = llama_get_logits_ith(s.ctx, int32_t(i));
+                    s.rows.back().insert(s.rows.back().end(), row, row + n_vocab);
+                    s.sampled.back().push_back(-1);
+                    continue;
+                }
+                // A sampled row: judged by its token (llama.cpp need not copy its logits back).
+                s.rows.back().insert(s.rows.back().end(), size_t(n_vocab), 0.0f);
+                const llama_token token = kvweld::llama_compat::sampled_token(s.ctx, int32_t(i));
+                expect(s, token >= 0, "llama_get_sampled_token_ith: no token for batch index " + std::to_string(i) +
+                                          " of sequence " + std::to_string(toks[i].seq) + ", which has a sampler chain");
+                if (token >= 0) llama_sampler_accept(chain->second, token);
+                s.sampled.back().push_back(token);
             }
     }
     llama_batch_free(b);
+}
+
+// Backend sampler chains: greedy, or top_k then dist; set anew
+// (llama_set_sampler), changed in place (the same object emptied and
+// refilled, not given again: a context takes a chain once), or cleared.
+inline llama_sampler* fill_chain(llama_sampler* chain, int top_k, uint32_t seed) {
+    if (top_k == 0) {
+        llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    } else {
+        llama_sampler_chain_add(chain, llama_sampler_init_top_k(top_k));
+        llama_sampler_chain_add(chain, llama_sampler_init_dist(seed));
+    }
+    return chain;
+}
+inline void set_chain(Side& s, int seq, int top_k, uint32_t seed) {
+    llama_sampler* chain = fill_chain(llama_sampler_chain_init(llama_sampler_chain_default_params()), top_k, seed);
+    expect(s, kvweld::llama_compat::set_sampler(s.ctx, seq, chain), "llama_set_sampler");
+    if (s.chains.count(seq)) llama_sampler_free(s.chains[seq]);  // the context holds the new one now
+    s.chains[seq] = chain;
+}
+inline void change_chain(Side& s, int seq, int top_k, uint32_t seed) {
+    llama_sampler* chain = s.chains.at(seq);
+    while (llama_sampler_chain_n(chain) > 0) llama_sampler_free(llama_sampler_chain_remove(chain, 0));
+    fill_chain(chain, top_k, seed);
+}
+inline void clear_chain(Side& s, int seq) {
+    if (!s.chains.count(seq)) return;
+    kvweld::llama_compat::set_sampler(s.ctx, seq, nullptr);
+    llama_sampler_free(s.chains[seq]);
+    s.chains.erase(seq);
+}
+inline void free_chains(Side& s) {  // after its context
+    for (auto& [seq, chain] : s.chains) llama_sampler_free(chain);
+    s.chains.clear();
 }
 
 inline void save(Side& s, int seq, size_t id) {
@@ -280,6 +331,18 @@ inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance)
                     worst_at / size_t(n_vocab), worst_at % size_t(n_vocab), got, want);
         shown = shown || !(worst <= tolerance);
     }
+    size_t sampled = 0, differ = 0;
+    for (size_t k = 0; k < engine.sampled.size() && k < truth.sampled.size(); ++k)
+        for (size_t i = 0; i < engine.sampled[k].size() && i < truth.sampled[k].size(); ++i) {
+            if (engine.sampled[k][i] < 0 && truth.sampled[k][i] < 0) continue;
+            ++sampled;
+            if (engine.sampled[k][i] == truth.sampled[k][i]) continue;
+            if (differ++ == 0)
+                std::printf("sampled tokens differ first in decode call %zu (trace line %d), row %zu: engine %d, "
+                            "expected %d\n", k + 1, engine.row_lines[k], i, engine.sampled[k][i], truth.sampled[k][i]);
+        }
+    if (sampled > 0) std::printf("sampled tokens compared: %zu, %zu of them differ\n", sampled, differ);
+    shown = shown || differ > 0;
     const int reused = llama_perf_context(engine.ctx).n_reused, expected = llama_perf_context(truth.ctx).n_reused;
     std::printf("graphs reused: engine %d, ground truth %d%s\n", reused, expected,
                 count_reuse ? " (the engine must reuse as often)" : " (not compared)");

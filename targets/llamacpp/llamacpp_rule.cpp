@@ -76,6 +76,24 @@
 //   0.3.36's llama-graph.h and llama-context.cpp; the contract's half is
 //   that the rows and the embeddings are the reference's either way.
 //   n_threads, the other live setting, changes nothing a graph holds.
+// Clause 11 (backend samplers, ABI 11): the graph holds each sequence's
+//   sampler chain (llm_graph_params::allow_reuse compares the chains by
+//   address, llama-graph.h:854-856); setting a chain, anew or the same
+//   object changed in place, or clearing one that was set, makes llama.cpp
+//   reserve (llama_set_sampler, llama-context.cpp:1282-1335; sched_reserve
+//   resets every held graph, 634-636), so the next graph builds
+//   ("sampler-set"). Clearing an id that holds none returns at once
+//   (1283-1285) and changes nothing. A chain changed in place (the same
+//   object emptied and refilled: llama.cpp takes a chain once) changes what
+//   a graph sampling that sequence samples with, so the next ubatch with
+//   an output of it must build: the contract ("sampler-changed-in-place",
+//   named on every call decoding the sequence until its chain is set anew
+//   or cleared; 0.3.36 compares the chain by address and reserves nothing,
+//   a known finding). A ubatch sampling other sequences only may reuse. With any chain set, a
+//   same-shape ubatch also needs the same output flag and sequence id at
+//   every token (llama-graph.h:858-868): a design fact, compared in the
+//   ubatch's own order (split_simple: the batch's; split_equal: each
+//   sequence's tokens in turn, llama-batch.cpp:603-634).
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "targets/llamacpp/llamacpp_entry.hpp"
@@ -146,7 +164,13 @@ struct UbatchShape {
     bool equal_seqs = false;
     int n_tokens = 0, n_seq_tokens = 0, n_seqs = 0, n_seqs_unq = 0, n_outputs = 0;
     std::vector<int> seq_ids;  // compared only for the per-stream split
-    bool operator==(const UbatchShape&) const = default;
+    // Clause 11: each token's sequence, negative (-1 - seq) where it is
+    // no output, in the ubatch's order; compared only with chains set.
+    std::vector<int> layout = {};
+    bool operator==(const UbatchShape& o) const {
+        return equal_seqs == o.equal_seqs && n_tokens == o.n_tokens && n_seq_tokens == o.n_seq_tokens &&
+               n_seqs == o.n_seqs && n_seqs_unq == o.n_seqs_unq && n_outputs == o.n_outputs && seq_ids == o.seq_ids;
+    }
 };
 
 bool wanted(std::span<const std::uint8_t> outputs, std::size_t i) { return outputs.empty() || outputs[i]; }
@@ -158,8 +182,12 @@ std::vector<UbatchShape> split_simple(std::span<const int> seqs, std::span<const
         const std::size_t n = std::min<std::size_t>(std::size_t(n_ubatch), seqs.size() - at);
         const std::set<int> distinct(seqs.begin() + long(at), seqs.begin() + long(at + n));
         int n_outputs = 0;
-        for (std::size_t i = at; i < at + n; ++i) n_outputs += wanted(outputs, i);
-        out.push_back({false, int(n), 1, int(n), int(distinct.size()), n_outputs, {}});
+        std::vector<int> layout;
+        for (std::size_t i = at; i < at + n; ++i) {
+            n_outputs += wanted(outputs, i);
+            layout.push_back(wanted(outputs, i) ? seqs[i] : -1 - seqs[i]);
+        }
+        out.push_back({false, int(n), 1, int(n), int(distinct.size()), n_outputs, {}, layout});
     }
     return out;
 }
@@ -185,21 +213,24 @@ std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const 
             if (!used[i]) unused[seqs[i]].push_back(i);
         int rounds = 0, n_outputs = 0;
         const int n_seqs = int(set.size());
+        std::vector<std::vector<int>> taken(set.size());  // per sequence of the set, its tokens' layout entries
         for (bool more = true; more;) {
             for (int s : set) more = more && unused[s].size() > std::size_t(rounds);
             if (!more) break;
-            for (int s : set) {
-                const std::size_t i = unused[s][std::size_t(rounds)];
+            for (std::size_t k = 0; k < set.size(); ++k) {
+                const std::size_t i = unused[set[k]][std::size_t(rounds)];
                 used[i] = true;
                 n_outputs += wanted(outputs, i);
+                taken[k].push_back(wanted(outputs, i) ? set[k] : -1 - set[k]);
             }
             n_used += std::size_t(n_seqs);
             ++rounds;
             more = (rounds + 1) * n_seqs <= n_ubatch;
         }
-        std::vector<int> ids = set;
+        std::vector<int> ids = set, layout;
         std::sort(ids.begin(), ids.end());
-        out.push_back({true, rounds * n_seqs, rounds, n_seqs, n_seqs, n_outputs, ids});
+        for (const std::vector<int>& t : taken) layout.insert(layout.end(), t.begin(), t.end());
+        out.push_back({true, rounds * n_seqs, rounds, n_seqs, n_seqs, n_outputs, ids, layout});
     }
     return out;
 }
@@ -235,25 +266,32 @@ public:
             const bool same_window = window_known && previous_window_known_;
             const bool warmup_switched = warmup_ != graph_warmup_;
             const bool embeddings_switched = embeddings_ != graph_embeddings_;
+            const bool chain_changed = samples_changed_chain(u);
+            const bool same_shape = previous_ && *previous_ == u && (chains_.empty() || previous_->layout == u.layout);
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : warmup_switched        ? "8 (warmup switched)"
                                  : embeddings_switched    ? "10 (embeddings switched)"
+                                 : sampler_reserve_       ? "11 (a sampler chain set or cleared)"
+                                 : chain_changed          ? "11 (a chain this ubatch samples with changed in place)"
                                  : adapters_changed_      ? "7 (the adapters changed)"
                                  : copy_queued_ || kshift_queued_ ? "4 (a stream copy or a K-shift discarded the graph)"
                                  : !previous_             ? "2/6 (no previous graph)"
-                                 : !(*previous_ == u)     ? "2 (another shape)"
+                                 : !same_shape            ? (chains_.empty() || !(*previous_ == u)
+                                                                 ? "2 (another shape)"
+                                                                 : "2+11 (another output or sequence at some token, chains set)")
                                  : same_window && adapters_set_again_
                                      ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
             if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched &&
-                !embeddings_switched && previous_ && *previous_ == u) {
+                !embeddings_switched && !sampler_reserve_ && !chain_changed && same_shape) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
             if (reuse_ && warmup_switched) e.clause = "warmup-switched";
             if (reuse_ && embeddings_switched && !warmup_switched) e.clause = "embeddings-switched";
+            if (reuse_ && sampler_reserve_ && !warmup_switched && !embeddings_switched) e.clause = "sampler-set";
             graph_warmup_ = warmup_;
             graph_embeddings_ = embeddings_;
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
@@ -261,7 +299,10 @@ public:
             previous_window_known_ = window_known;
             copy_queued_ = kshift_queued_ = false;
             adapters_changed_ = adapters_set_again_ = loras_changed_ = cvec_changed_ = false;
+            sampler_reserve_ = false;
+            for (int s : u.layout) unsampled_change_.erase(s);  // this graph samples with the chain as it is
         }
+        if (const char* in_place = changed_in_place(seqs)) e.clause = in_place;
         if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
         wrong_rows_.decoded();
         return e;
@@ -274,7 +315,10 @@ public:
                        "): clause ", d.clause);
         return out;
     }
-    const char* standing_clause(std::span<const int> seqs) const override { return wrong_rows_.clause(seqs); }
+    const char* standing_clause(std::span<const int> seqs) const override {
+        const char* wrong = wrong_rows_.clause(seqs);
+        return wrong ? wrong : changed_in_place(seqs);
+    }
     const char* state_clause(int id) const override { return wrong_rows_.state_clause(id); }
     void on_copy(int src, int dst) override {
         copy_queued_ = copy_queued_ || !unified_;
@@ -301,6 +345,8 @@ public:
     void on_reload() override {
         previous_.reset();
         wrong_rows_.all_emptied(true);
+        changed_in_place_.clear();  // the plugin makes every chain anew on the new context
+        unsampled_change_.clear();
         copy_queued_ = kshift_queued_ = false;  // the new context has nothing queued
         placed_ = 0;             // nor any used cell
     }
@@ -311,6 +357,18 @@ public:
     }
     void on_live(const std::string& key, const std::string& value) override {  // clause 10
         if (key == abi::kEmbeddingsKey) embeddings_ = value == "1";
+    }
+    void on_sampler(int seq, bool set, bool in_place) override {  // clause 11
+        if (in_place) {  // no llama_set_sampler call: the graphs sampling this id must follow
+            changed_in_place_.insert(seq);
+            unsampled_change_.insert(seq);
+            return;
+        }
+        sampler_reserve_ = sampler_reserve_ || set || chains_.count(seq) > 0;
+        if (set) chains_.insert(seq);
+        else chains_.erase(seq);
+        changed_in_place_.erase(seq);
+        unsampled_change_.erase(seq);
     }
     void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
         const bool loras = effective_loras(before) != effective_loras(after), cvec = !same_cvec(before, after);
@@ -328,8 +386,9 @@ private:
     // llm_graph_params::allow_reuse: n_tokens, n_seq_tokens, n_seqs,
     // n_seqs_unq, n_outputs, the sequence ids with one stream per sequence;
     // the adapters and control vector), warmup (0.3.36 compares none: the
-    // rule's clause 8 is the contract's) and the memory update that resets
-    // held graphs (clause 4).
+    // rule's clause 8 is the contract's), the memory update that resets
+    // held graphs (clause 4), embeddings (clause 10), and the samplers with
+    // their per-token outputs (clause 11).
     std::vector<ReuseTerm> terms() const override {
         return {{"n_tokens", true},
                 {"n_seq_tokens", true},
@@ -342,11 +401,12 @@ private:
                 {"warmup"},
                 {"memory_update"},
                 {"embeddings"},
+                {"samplers"},
+                {"sampler_outputs", true},
                 {"equal_seqs", false, "the split follows the KV layout, fixed for a context's life"},
                 {"n_kv", false, "past 256 cells of a unified cache the window follows occupancy: the rule bounds it "
                                 "but cannot tell when it changed"},
                 {"graph_reuse", false, "LLAMA_GRAPH_REUSE_DISABLE is read once, when a context is made"},
-                {"samplers", false, "per-sequence backend samplers (llama_set_sampler) are no op of kvweld's ABI yet"},
                 {"causal_attn", false, "llama_set_causal_attn is no op of kvweld's ABI yet"},
                 {"gtype_cross", false, "a decoder-only model's decode graph: always LLM_GRAPH_TYPE_DECODER, no "
                                        "cross-attention"}};
@@ -358,7 +418,8 @@ private:
                              u.n_outputs != p.n_outputs,   !unified_ && u.seq_ids != p.seq_ids,
                              loras_changed_,               cvec_changed_,
                              warmup_ != graph_warmup_,     copy_queued_ || kshift_queued_,
-                             embeddings_ != graph_embeddings_};
+                             embeddings_ != graph_embeddings_,
+                             sampler_reserve_ || samples_changed_chain(u), !chains_.empty() && u.layout != p.layout};
         std::uint32_t out = 0;
         for (std::size_t i = 0; i < std::size(bits); ++i) out |= bits[i] ? 1u << i : 0u;
         return out;
@@ -381,6 +442,25 @@ private:
     // (switched and back again, a graph still fits: llama.cpp reserves nothing).
     bool warmup_ = false, graph_warmup_ = false;
     bool embeddings_ = false, graph_embeddings_ = false;  // clause 10, likewise
+    std::set<int> chains_;          // clause 11: the sequence ids holding a chain
+    bool sampler_reserve_ = false;  // a chain set or cleared since the last graph
+    // The ids whose chain was changed in place since it was last set anew,
+    // cleared or remade by a reload: every call decoding one carries the
+    // clause "sampler-changed-in-place" (the contract's: the chain changed,
+    // the graph must follow; 0.3.36 keeps the graph, then samples nothing
+    // from a rebuilt one, a known finding).
+    std::set<int> changed_in_place_;
+    // Of them, those no graph has sampled since: the next ubatch with an
+    // output of one must build (the contract's half of clause 11).
+    std::set<int> unsampled_change_;
+    bool samples_changed_chain(const UbatchShape& u) const {
+        return std::any_of(u.layout.begin(), u.layout.end(), [&](int s) { return unsampled_change_.count(s) > 0; });
+    }
+    const char* changed_in_place(std::span<const int> seqs) const {
+        for (int s : seqs)
+            if (changed_in_place_.count(s)) return "sampler-changed-in-place";
+        return nullptr;
+    }
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens, n_outputs;
         const char* clause;

@@ -23,6 +23,7 @@ int trunc(kvweld_engine*, int32_t, int32_t, char*, size_t) { return 0; }
 int all(kvweld_engine*, char*, size_t) { return 0; }
 [[maybe_unused]] int set_live(kvweld_engine*, const char*, const char*, char*, size_t) { return 0; }
 [[maybe_unused]] int read_embeddings(const kvweld_engine*, int32_t, float*, int32_t, char*, size_t) { return 0; }
+[[maybe_unused]] int set_sampler(kvweld_engine*, int32_t, const kvweld_sampler*, int32_t, char*, size_t) { return 0; }
 
 constexpr kvweld_engine_api kApi = {
 #if BROKEN_KIND == 1
@@ -37,6 +38,8 @@ constexpr kvweld_engine_api kApi = {
     KVWELD_CAP_PLAN_SERIAL,
 #elif BROKEN_KIND == 8
     KVWELD_CAP_EMBEDDINGS,
+#elif BROKEN_KIND == 9
+    KVWELD_CAP_SAMPLERS,
 #else
     0,
 #endif
@@ -68,6 +71,11 @@ constexpr kvweld_engine_api kApi = {
     read_embeddings,            // version 10: embeddings read back, never turned on
 #else
     nullptr,                    // version 10: no embeddings
+#endif
+#if BROKEN_KIND == 9
+    set_sampler, nullptr,       // version 11: samplers declared, sampled empty
+#else
+    nullptr, nullptr,           // version 11: no samplers
 #endif
 };
 
