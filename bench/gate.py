@@ -7,11 +7,18 @@ Only ratios gate, and each in one of two ways (GATES below):
     value holds on any machine of this kind. It regresses when it falls
     below baseline * (1 - threshold).
       checked/unchecked  simulator throughput (decodes/s), oracles on / off
-      kvweld/llamacpp    kvweld's held plan over llama.cpp's decode on the
-                         same weights, stories15M dims, 1 and 2 threads
-                         (only where decode_bench has llama.cpp)
   against a floor: a ratio that moves with the machine, gated only where it
     says the feature is gone, whatever the host's speed.
+      kvweld/llamacpp  kvweld's held plan over llama.cpp's decode on the
+                   same weights, stories15M dims, 1 and 2 threads (only
+                   where decode_bench has llama.cpp). Not a peer that moves
+                   alike: 1.53 and 1.55 on the baseline machine, 1.38 to
+                   2.27 across one day's runs there, 0.79 and 0.87 on an
+                   AVX2-only 2-core EPYC (a clean clone's scripts/test,
+                   2026-12-02), where kvweld's held plan ran 2.3 times
+                   slower than on the baseline machine and llama.cpp's own
+                   kernels did not. The floor, 0.5, fails kvweld's decode at
+                   half llama.cpp's speed.
       held/replan  decode speedup of a held plan over a replan every token
                    (tiny and stories15M dims, CPU). It moves with the cost
                    of a plan build against a decode (allocation, page
@@ -36,7 +43,7 @@ import sys
 
 # name -> the floor it must stay above, or None: gated against the baseline.
 GATES = {"held/replan tiny": 1.5, "held/replan stories15m": 2.0, "checked/unchecked sim": None,
-         "kvweld/llamacpp stories15m t1": None, "kvweld/llamacpp stories15m t2": None}
+         "kvweld/llamacpp stories15m t1": 0.5, "kvweld/llamacpp stories15m t2": 0.5}
 GATED = tuple(GATES)
 
 
