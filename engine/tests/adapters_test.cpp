@@ -17,10 +17,7 @@ namespace {
 
 using testing::expect_error;
 using testing::kCpuTolerance;
-
-// A change that must show in the logits moves them by far more than the
-// tolerance (a stale plan is plain, not marginal).
-constexpr double kMargin = 100 * kCpuTolerance;
+using testing::kMargin;
 
 class AdapterContract : public ::testing::Test, public testing::AdaptedDecode {
 protected:

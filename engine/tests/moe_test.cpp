@@ -18,8 +18,7 @@ namespace {
 
 using testing::expect_error;
 using testing::kCpuTolerance;
-
-constexpr double kMargin = 100 * kCpuTolerance;
+using testing::kMargin;
 
 TEST(MoeConfig, ImpossibleExpertCountsAreRefusedNamingTheField) {
     ModelConfig c = config_by_name("tiny-moe");

@@ -22,6 +22,9 @@ namespace kvweld::testing {
 // On logit_error() (engine/reference.hpp), the data oracle's one metric:
 // for logits of order 1 an absolute 1e-4.
 inline constexpr double kCpuTolerance = 1e-4;
+// A change that must show in the logits moves them by far more than the
+// tolerance (a stale plan is plain, not marginal).
+inline constexpr double kMargin = 100 * kCpuTolerance;
 
 // The oracle for one request: the reference forward over a shadow KV built
 // from the request's own token history.

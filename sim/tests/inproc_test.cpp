@@ -8,6 +8,7 @@
 #include "targets/registry.hpp"
 #include "sim/json_report.hpp"
 #include "sim/run.hpp"
+#include "sim/tests/default_config.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,10 +19,7 @@
 namespace kvweld::sim {
 namespace {
 
-SimConfig config(std::uint64_t seed, const std::string& faults = "", const std::string& model = "") {
-    return draw_config(seed, EngineChoice{std::string(targets::kDefaultEngine), "", faults}, model,
-                       targets::engine_capabilities(std::string(targets::kDefaultEngine)));
-}
+using testing::default_config;
 
 RunResult replay(const RunResult& original) {
     const Trace t = parse_trace(trace_text(original));
@@ -30,14 +28,14 @@ RunResult replay(const RunResult& original) {
 
 TEST(Determinism, SameSeedSameTraceAndReport) {
     for (std::uint64_t seed : {1ull, 17ull, 123456789ull}) {
-        const RunResult a = run_generated(config(seed), 200);
-        const RunResult b = run_generated(config(seed), 200);
+        const RunResult a = run_generated(default_config(seed), 200);
+        const RunResult b = run_generated(default_config(seed), 200);
         EXPECT_EQ(trace_text(a), trace_text(b)) << seed;
         EXPECT_EQ(text_report(a), text_report(b)) << seed;
         EXPECT_EQ(json_report(a).dump(), json_report(b).dump()) << seed;
         EXPECT_GT(a.stats.rows, 0u);
     }
-    EXPECT_NE(trace_text(run_generated(config(1), 100)), trace_text(run_generated(config(2), 100)));
+    EXPECT_NE(trace_text(run_generated(default_config(1), 100)), trace_text(run_generated(default_config(2), 100)));
 }
 
 std::string per_seed(const SwarmResult& r) {
@@ -60,12 +58,12 @@ TEST(Determinism, SwarmResultsDoNotDependOnJobs) {
 }
 
 TEST(Determinism, NamingTheDrawnModelGivesTheSameConfig) {
-    const SimConfig drawn = config(5);
-    EXPECT_EQ(nlohmann::json(drawn).dump(), nlohmann::json(config(5, "", drawn.model_name)).dump());
+    const SimConfig drawn = default_config(5);
+    EXPECT_EQ(nlohmann::json(drawn).dump(), nlohmann::json(default_config(5, "", drawn.model_name)).dump());
 }
 
 TEST(Replay, ReproducesAPassingReportByteForByte) {
-    const RunResult original = run_generated(config(31), 250);
+    const RunResult original = run_generated(default_config(31), 250);
     ASSERT_EQ(original.verdict, Verdict::pass);
     const RunResult again = replay(original);
     EXPECT_EQ(text_report(again), text_report(original));
@@ -75,7 +73,7 @@ TEST(Replay, ReproducesAPassingReportByteForByte) {
 // First seed in [0, 200) whose run fails under the fault.
 RunResult first_failure(const std::string& fault, int steps) {
     for (std::uint64_t seed = 0; seed < 200; ++seed) {
-        RunResult r = run_generated(config(seed, fault), steps);
+        RunResult r = run_generated(default_config(seed, fault), steps);
         if (r.verdict != Verdict::pass) return r;
     }
     ADD_FAILURE() << "no seed fails under " << fault;
@@ -107,7 +105,7 @@ TEST(Shrink, YieldsAShorterTraceThatFailsTheSameWay) {
 }
 
 TEST(Shrink, RefusesAPassingTrace) {
-    const RunResult ok = run_generated(config(3), 50);
+    const RunResult ok = run_generated(default_config(3), 50);
     EXPECT_THROW(shrink(ok.config, ok.ops, ok.steps, Verdict::stale_decode), Error);
 }
 
@@ -115,7 +113,7 @@ TEST(Shrink, RefusesAPassingTrace) {
 // storage of the same capacity rebinds its held plan; one whose request
 // gets another capacity must build (the capacity sizes the plan's buffers).
 TEST(WhiteBox, ASameCapacityRebindsAndAnotherCapacityBuilds) {
-    SimConfig c = config(4, "", "tiny");
+    SimConfig c = default_config(4, "", "tiny");
     c.seqs = 1;
     c.n_ctx = 64;
     c.capacities = {64, 32};
@@ -136,7 +134,7 @@ TEST(WhiteBox, ASameCapacityRebindsAndAnotherCapacityBuilds) {
 // new LoRA set builds once per slot; new scales and a control vector set or
 // cleared keep the plan; each fault that breaks a half is caught by its class.
 TEST(WhiteBox, ANewAdapterSetBuildsAndScalesAndControlVectorsKeepThePlan) {
-    SimConfig c = config(4, "", "tiny");
+    SimConfig c = default_config(4, "", "tiny");
     c.seqs = 1;
     c.n_ctx = 64;
     c.capacities = {64};
@@ -176,7 +174,7 @@ TEST(WhiteBox, ANewAdapterSetBuildsAndScalesAndControlVectorsKeepThePlan) {
 // reference; the output count is no part of the plan (it decodes a token
 // per run), so every decode after the first keeps it.
 TEST(WhiteBox, AnOutputSubsetReturnsThoseRowsAndKeepsThePlan) {
-    SimConfig c = config(4, "", "tiny");
+    SimConfig c = default_config(4, "", "tiny");
     c.seqs = 1;
     c.capacities = {c.n_ctx};
     c.engine.params = "policy=rebind";
@@ -265,7 +263,7 @@ TEST(Swarm, DrawsEveryKindOfModelCapacityAndPolicy) {
     std::set<std::string> params;
     std::set<int> layers;
     for (std::uint64_t seed = 0; seed < 100; ++seed) {
-        const SimConfig c = config(seed);
+        const SimConfig c = default_config(seed);
         llama |= c.model.family == Family::llama;
         qwen3 |= c.model.family == Family::qwen3;
         gqa |= c.model.n_kv_heads < c.model.n_heads;

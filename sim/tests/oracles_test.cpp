@@ -9,6 +9,7 @@
 #include "util/rng.hpp"
 #include "targets/registry.hpp"
 #include "sim/run.hpp"
+#include "sim/tests/default_config.hpp"
 
 #include <gtest/gtest.h>
 
@@ -55,10 +56,7 @@ TEST(DataOracleMargin, OneStaleKvRowIsFarAboveTheTolerance) {
     EXPECT_GT(smallest, 10.0) << where;
 }
 
-SimConfig config(std::uint64_t seed, const std::string& faults = "") {
-    const std::string engine(targets::kDefaultEngine);
-    return draw_config(seed, EngineChoice{engine, "", faults}, "", targets::engine_capabilities(engine));
-}
+using testing::default_config;
 
 // A plan that keeps its old buffer after clear() writes and reads that
 // buffer consistently: its logits are right while the storage the sequence
@@ -68,7 +66,7 @@ TEST(StorageOracles, CatchAStalePlanWhoseLogitsAreRight) {
     if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
     int by_data = 0, by_storage = 0;
     for (std::uint64_t seed = 0; seed < 40; ++seed) {
-        const RunResult r = run_generated(config(seed, "no_remint_on_clear"), 300);
+        const RunResult r = run_generated(default_config(seed, "no_remint_on_clear"), 300);
         if (r.verdict == Verdict::pass) continue;
         by_data += r.failure->oracle == Oracle::data;
         by_storage += r.failure->oracle == Oracle::weld || r.failure->oracle == Oracle::kv;
@@ -82,7 +80,7 @@ TEST(StorageOracles, CatchAStalePlanWhoseLogitsAreRight) {
 // that counts a rebuild as a kept plan is an engine error, not a pass.
 TEST(PlanIdentity, ACounterThatLiesIsCaught) {
     if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
-    const RunResult r = run_generated(config(2, "build_counted_as_kept"), 300);
+    const RunResult r = run_generated(default_config(2, "build_counted_as_kept"), 300);
     EXPECT_EQ(r.verdict, Verdict::engine_error);
     ASSERT_TRUE(r.failure.has_value());
     EXPECT_NE(r.failure->detail.find("plan serials never seen before"), std::string::npos) << r.failure->detail;
@@ -91,7 +89,7 @@ TEST(PlanIdentity, ACounterThatLiesIsCaught) {
 // A trace may ask for a run no machine here could hold: a clear error
 // naming the sizes, before anything is allocated.
 TEST(Simulator, RefusesAnOversizedRun) {
-    SimConfig c = config(1);
+    SimConfig c = default_config(1);
     c.model.dim = 2048;
     c.model.n_heads = 16;
     c.model.n_kv_heads = 16;
