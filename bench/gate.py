@@ -16,9 +16,9 @@ Only ratios gate, and each in one of two ways (GATES below):
                    2.27 across one day's runs there, 0.79 and 0.87 on an
                    AVX2-only 2-core EPYC (a clean clone's scripts/test,
                    2026-12-02), where kvweld's held plan ran 2.3 times
-                   slower than on the baseline machine and llama.cpp's own
-                   kernels did not. The floor, 0.5, fails kvweld's decode at
-                   half llama.cpp's speed.
+                   slower than on the baseline machine (llama.cpp's own
+                   speed there was not recorded). The floor, 0.5, fails
+                   kvweld's decode at half llama.cpp's speed.
       held/replan  decode speedup of a held plan over a replan every token
                    (tiny and stories15M dims, CPU). It moves with the cost
                    of a plan build against a decode (allocation, page

@@ -36,6 +36,7 @@
 // so the kill matrix shows the oracles catch a harness-side mistake on a
 // real engine; see kFaults.
 #include "targets/abi_guard.hpp"
+#include "engine/sampling.hpp"
 #include "targets/abi_lists.hpp"
 #include "targets/llamacpp/llama_compat.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
@@ -804,7 +805,7 @@ int set_sampler(kvweld_engine* e, int32_t seq, const kvweld_sampler* s, int32_t 
             e->chains.erase(held);
             return;
         }
-        const int widest = std::min(64, e->vocab);
+        const int widest = std::min(kvweld::kMaxTopK, e->vocab);
         require(s->top_k >= 0 && s->top_k <= widest, "set_sampler: top_k ", s->top_k, " out of range 0..", widest,
                 " (0: greedy)");
         require(!in_place || held != e->chains.end(), "set_sampler: sequence ", seq, " holds no chain to change in place");
