@@ -19,7 +19,7 @@ cmake -S . -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release \
   -DKVWELD_FUZZ=ON -DKVWELD_FUZZ_ENGINE="$LIB_FUZZING_ENGINE" \
   -DKVWELD_TESTS=OFF -DKVWELD_BENCH=OFF -DKVWELD_CUDA=OFF -DKVWELD_NATIVE=OFF \
-  -DKVWELD_FAULTS=ON
+  -DKVWELD_FAULTS=ON -DCMAKE_UNITY_BUILD=ON
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
 for t in "${targets[@]}"; do
