@@ -43,6 +43,12 @@ struct TwinTolerance {
     const char* why = nullptr;
 };
 
+// ABI 12: a decode the abort callback stopped part way (KVWELD_ABORTED):
+// what it kept is read back with Engine::seq_length.
+struct Aborted : Error {
+    using Error::Error;
+};
+
 struct EngineSetup {
     std::string params;
     int seqs = 1;
@@ -129,6 +135,16 @@ public:
     }
     virtual int sampled(int row) const {
         throw Error(cat("engine ", name(), " samples no tokens (row ", row, ")"));
+    }
+    // KVWELD_CAP_ABORT (ABI 12): the abort callback for the next decode call
+    // only, answering yes from its `after`-th question on (< 0: disarmed);
+    // a call it stops throws Aborted. seq_length: the positions sequence
+    // `seq` holds, read back from the engine's memory.
+    virtual void set_abort(int after) {
+        throw Error(cat("engine ", name(), " has no abort callback (after ", after, ")"));
+    }
+    virtual int seq_length(int seq) const {
+        throw Error(cat("engine ", name(), " reports no sequence length (sequence ", seq, ")"));
     }
     // The twin tolerance in the engine's present state (ABI 6 twin_tolerance).
     virtual TwinTolerance twin_tolerance() const { return {}; }

@@ -70,6 +70,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 10 capability in an older table";
     else if (api->abi_version < 11 && (api->capabilities & KVWELD_CAP_SAMPLERS))
         problem = "declares a version 11 capability in an older table";
+    else if (api->abi_version < 12 && (api->capabilities & KVWELD_CAP_ABORT))
+        problem = "declares a version 12 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -89,7 +91,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_SHIFT) && !api->shift) ||
              ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)) ||
              ((api->capabilities & KVWELD_CAP_EMBEDDINGS) && !api->read_embeddings) ||
-             ((api->capabilities & KVWELD_CAP_SAMPLERS) && (!api->set_sampler || !api->sampled)))
+             ((api->capabilities & KVWELD_CAP_SAMPLERS) && (!api->set_sampler || !api->sampled)) ||
+             ((api->capabilities & KVWELD_CAP_ABORT) && (!api->set_abort || !api->seq_length)))
         problem = "declares a capability whose function is empty";
     else if (api->abi_version >= 9 && api->live_settings && *api->live_settings && !api->set_live)
         problem = cat("lists live settings (", api->live_settings, ") but leaves set_live empty");
@@ -118,10 +121,16 @@ PluginLibrary::~PluginLibrary() { dlclose(handle_); }
 template <class Fn>
 void PluginEngine::call(const char* what, Fn&& fn) const {
     std::array<char, kErrLen> err{};
-    if (fn(err.data(), err.size()) == 0) return;
+    const int rc = fn(err.data(), err.size());
+    if (rc == 0) return;
     err.back() = '\0';  // whatever the plugin wrote, the message ends here
-    throw Error(cat("engine ", library_->api().name, ": ", what, " failed: ",
-                    err[0] ? err.data() : "(no message)"));
+    const std::string message = cat("engine ", library_->api().name, ": ", what,
+                                    rc == KVWELD_ABORTED && (capabilities() & KVWELD_CAP_ABORT) ? " aborted: " : " failed: ",
+                                    err[0] ? err.data() : "(no message)");
+    // Only a decode returns KVWELD_ABORTED, and only with the capability.
+    if (rc == KVWELD_ABORTED && (capabilities() & KVWELD_CAP_ABORT) && std::string_view(what).starts_with("decode"))
+        throw Aborted(message);
+    throw Error(message);
 }
 
 // Every plugin's create and reload, one at a time across the process: an
@@ -319,6 +328,18 @@ void PluginEngine::set_sampler(int seq, const SamplerSpec* spec, bool in_place) 
     call("set_sampler", [&](char* e, std::size_t n) {
         return library_->api().set_sampler(engine_, seq, spec ? &s : nullptr, in_place ? 1 : 0, e, n);
     });
+}
+
+void PluginEngine::set_abort(int after) {
+    require(capabilities() & KVWELD_CAP_ABORT, "engine ", name(), " has no abort callback (no KVWELD_CAP_ABORT)");
+    call("set_abort", [&](char* e, std::size_t n) { return library_->api().set_abort(engine_, after, e, n); });
+}
+
+int PluginEngine::seq_length(int seq) const {
+    require(capabilities() & KVWELD_CAP_ABORT, "engine ", name(), " reports no sequence length (no KVWELD_CAP_ABORT)");
+    std::int32_t len = -1;
+    call("seq_length", [&](char* e, std::size_t n) { return library_->api().seq_length(engine_, seq, &len, e, n); });
+    return len;
 }
 
 int PluginEngine::sampled(int row) const {

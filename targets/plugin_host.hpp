@@ -99,6 +99,8 @@ public:
     TwinTolerance twin_tolerance() const override;
     void set_sampler(int seq, const SamplerSpec* spec, bool in_place) override;
     int sampled(int row) const override;
+    void set_abort(int after) override;
+    int seq_length(int seq) const override;
     std::vector<float> embeddings(int row, int n_embd) const override;
 
 private:

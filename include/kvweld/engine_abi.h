@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 11 (plugins of versions 2 to 10 still load).
+/* kvweld's engine plugin ABI, version 12 (plugins of versions 2 to 11 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -48,8 +48,10 @@ extern "C" {
  * 10: embeddings: the live setting "embeddings" (0|1) and, with the
  *    embeddings capability, read_embeddings (a new field at the end).
  * 11: backend samplers per sequence: the samplers capability, set_sampler
- *    and sampled (new fields at the end). */
-#define KVWELD_ENGINE_ABI_VERSION 11u
+ *    and sampled (new fields at the end).
+ * 12: an abort callback: the abort capability, set_abort and seq_length
+ *    (new fields at the end), and decode's KVWELD_ABORTED. */
+#define KVWELD_ENGINE_ABI_VERSION 12u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -70,6 +72,10 @@ extern "C" {
 #define KVWELD_CAP_STATE 0x8000u      /* version 7: state_save and state_load are implemented */
 #define KVWELD_CAP_EMBEDDINGS 0x10000u /* version 10: live setting embeddings:0|1 and read_embeddings */
 #define KVWELD_CAP_SAMPLERS 0x20000u   /* version 11: set_sampler and sampled (backend samplers per sequence) */
+#define KVWELD_CAP_ABORT 0x40000u      /* version 12: set_abort and seq_length (an abort callback) */
+/* Version 12: what decode and decode_outputs return when the abort callback
+ * (set_abort) stopped the call part way (llama.cpp's llama_decode returns 2). */
+#define KVWELD_ABORTED 2
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
@@ -293,6 +299,21 @@ typedef struct kvweld_engine_api {
     int (*set_sampler)(kvweld_engine* engine, int32_t seq, const kvweld_sampler* s, int32_t in_place, char* err,
                        size_t err_len);
     int (*sampled)(const kvweld_engine* engine, int32_t row, int32_t* token, char* err, size_t err_len);
+    /* Version 12, KVWELD_CAP_ABORT: an abort callback (llama.cpp's
+     * llama_set_abort_callback) armed for the next decode call only: the
+     * engine asks it whether to stop at points of its own choosing (llama.cpp:
+     * after each graph node; kvweld: before each token), and it answers yes
+     * from its `after`-th question of that call on (counted from 0); after <
+     * 0 disarms it. A call it stops returns KVWELD_ABORTED (an error message
+     * written): as llama.h documents for llama_decode, the pairs of the
+     * ubatches finished before it stay in the memory, each sequence keeping a
+     * prefix of its pairs in the call, the rest are not written, and no row
+     * is returned. A call it never stops is an ordinary call. seq_length:
+     * the positions sequence `seq` holds, read from the engine's memory
+     * (llama.cpp: llama_memory_seq_pos_max + 1), so a caller learns what an
+     * aborted call kept. */
+    int (*set_abort)(kvweld_engine* engine, int32_t after, char* err, size_t err_len);
+    int (*seq_length)(const kvweld_engine* engine, int32_t seq, int32_t* n, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

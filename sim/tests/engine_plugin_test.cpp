@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include <filesystem>
+#include <iostream>
 #include <optional>
 
 namespace kvweld::targets {
@@ -320,6 +321,99 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
                  {"block=3", "power of two"});
 }
 
+// ABI 12, the abort callback. Two sequences, twelve tokens each, in one
+// call, armed to stop at several points: a call it stops throws Aborted,
+// each sequence keeps a prefix of its tokens (read back with seq_length),
+// and decoding goes on from there, every row the reference's; one armed
+// past the call's questions is an ordinary call. The tokens a stopped
+// call did not keep are fed again in the same order (as a server retries
+// the step: llama.cpp may then reuse the graph of the ubatch it stopped
+// in). llama.cpp is asked after
+// each graph node, with ubatches of 4 tokens here; kvweld before each token.
+// `lie`: positions added to what the engine reports, as an engine that
+// counts a token it never wrote would (the check must then fail).
+std::string abort_failure(PluginEngine& engine, const Model& model, int* partial, int* none_kept, std::string* log,
+                          int lie = 0) {
+    const std::vector<int> afters = {0, 1, 3, 7, 40, 150, 600, 1 << 30};
+    for (int after : afters) {
+        engine.open(0);
+        engine.open(1);
+        Shadow a(model), b(model);
+        std::vector<Shadow*> shadows = {&a, &b};
+        const std::string where = cat("after ", after, ": ");
+        if (double e = checked_step(engine, model, {0, 1}, {5, 6}, shadows); e > kDataTolerance)
+            return where + cat("the first decode is off by ", e);
+        std::vector<int> seqs, tokens;
+        for (int i = 0; i < 12; ++i)
+            for (int s : {0, 1}) {
+                seqs.push_back(s);
+                tokens.push_back((7 * i + 3 * s) % 64);
+            }
+        engine.set_abort(after);
+        bool aborted = false;
+        try {
+            engine.decode(seqs, tokens);
+        } catch (const Aborted&) {
+            aborted = true;
+        }
+        int kept_total = 0;
+        std::vector<int> rest_seqs, rest_tokens;  // what the call did not keep, as a server retries it
+        std::vector<Shadow*> rest_shadows;
+        for (int s : {0, 1}) {
+            Shadow& sh = *shadows[std::size_t(s)];
+            const int kept = engine.seq_length(s) + lie - sh.len;
+            if (kept < 0 || kept > 12 || (!aborted && kept != 12))
+                return where + cat("sequence ", s, " kept ", kept, " of its 12 tokens (", aborted ? "" : "not ", "aborted)");
+            for (int i = 0; i < kept; ++i) reference_forward(model, sh.kv, tokens[std::size_t(2 * i + s)], sh.len++);
+            kept_total += kept;
+        }
+        for (int i = 0; i < 12; ++i)
+            for (int s : {0, 1})
+                if (i >= shadows[std::size_t(s)]->len - 1) {
+                    rest_seqs.push_back(s);
+                    rest_tokens.push_back(tokens[std::size_t(2 * i + s)]);
+                    rest_shadows.push_back(shadows[std::size_t(s)]);
+                }
+        if (!rest_seqs.empty())
+            if (double e = checked_step(engine, model, rest_seqs, rest_tokens, rest_shadows); e > kDataTolerance)
+                return where + cat("the call's ", rest_seqs.size(), " tokens it did not keep, fed again, are off by ", e);
+        *log += cat(" after ", after, ": ", aborted ? cat("aborted, kept ", kept_total) : std::string("ran"), ";");
+        *partial += aborted && kept_total > 0 && kept_total < 24;
+        *none_kept += aborted && kept_total == 0;
+        if (after == (1 << 30) && aborted) return where + "aborted a call it should not have stopped";
+        for (int i = 0; i < 6; ++i)
+            if (double e = checked_step(engine, model, {1, 0}, {i, 2 * i + 1}, {&b, &a}); e > kDataTolerance)
+                return where + cat("decode ", i, " after the call is off by ", e);
+        engine.close(0);
+        engine.close(1);
+    }
+    return "";
+}
+
+TEST_P(Plugin, AnAbortedDecodeKeepsAPrefixAndTheNextDecodesAreRight) {
+    if (!(engine_->capabilities() & KVWELD_CAP_ABORT)) GTEST_SKIP() << GetParam().name << " has no abort callback";
+    // llama.cpp: ubatches of 4, per-stream and unified KV.
+    const std::vector<std::string> settings =
+        engine_->name() == "llamacpp" ? std::vector<std::string>{"n_ubatch=4,kv_unified=0", "n_ubatch=4,kv_unified=1"}
+                                      : std::vector<std::string>{""};
+    int partial = 0, none_kept = 0;
+    for (const std::string& params : settings) {
+        PluginEngine engine(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, params.c_str()});
+        std::string log;
+        EXPECT_EQ(abort_failure(engine, model_, &partial, &none_kept, &log), "") << params;
+        std::cout << GetParam().name << " " << params << ":" << log << "\n";
+    }
+    EXPECT_GE(partial, 1) << "no call was stopped part way";
+    EXPECT_GE(none_kept, 1) << "no call was stopped before its first ubatch";
+    // The other half: the same check, told one position more than the
+    // engine kept after each stop, fails.
+    PluginEngine told_more(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, settings[0].c_str()});
+    std::string log;
+    const std::string caught = abort_failure(told_more, model_, &partial, &none_kept, &log, 1);
+    std::cout << "told one more: " << caught << "\n";
+    EXPECT_NE(caught, "") << "a length one past what was kept went unseen";
+}
+
 TEST_P(Plugin, RandomOpsAgreeWithTheReference) {
     EXPECT_EQ(random_ops_failure(*engine_, model_, 50), "");
 }
@@ -403,6 +497,7 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_8); },
                  {"declares KVWELD_CAP_EMBEDDINGS but lists no live setting 'embeddings'"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_9); }, {"declares a capability whose function is empty"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_10); }, {"declares a capability whose function is empty"});
     const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
     expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr}); },
                  {"engine broken: create failed: no model here"});

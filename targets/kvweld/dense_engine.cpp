@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace kvweld::targets {
 
@@ -121,8 +122,12 @@ std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::
     logits.reserve(seqs.size() * v);
     embedded_.clear();
     sampled_.clear();
+    const int abort_after = std::exchange(abort_after_, -1);  // armed for this call only
     for (std::size_t i = 0; i < seqs.size(); ++i) {
         Slot& s = slot(seqs[i]);
+        if (abort_after >= 0 && int(i) >= abort_after)
+            throw Aborted(cat("decode: aborted by the abort callback before pair ", i, " of ", seqs.size(), " (", i,
+                              " decoded and kept)"));
         const std::uint64_t builds = s.session.counters().builds;
         const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i], adapters_);
         if (!outputs.empty() && !outputs[i]) continue;
@@ -166,6 +171,10 @@ void DenseEngine::set_sampler(int seq, const SamplerSpec* spec, bool in_place) {
             " holds no chain to change in place");
     samplers_.insert_or_assign(seq, Sampler(*spec));
 }
+
+void DenseEngine::set_abort(int after) { abort_after_ = after < 0 ? -1 : after; }
+
+int DenseEngine::seq_length(int seq) const { return slot(seq).cache->cached_len(); }
 
 int DenseEngine::sampled(int row) const {
     require(row >= 0 && std::size_t(row) < sampled_.size(), "sampled: row ", row,

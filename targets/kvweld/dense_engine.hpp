@@ -39,7 +39,8 @@ inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD
                                                     KVWELD_CAP_SWAP_LAYER | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                                                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
                                                     KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE |
-                                                    KVWELD_CAP_EMBEDDINGS | KVWELD_CAP_SAMPLERS;
+                                                    KVWELD_CAP_EMBEDDINGS | KVWELD_CAP_SAMPLERS |
+                                                    KVWELD_CAP_ABORT;
 // The setting that makes it build a plan for every token (the twin's).
 inline constexpr const char* kDenseNoReuse = "reuse=0";
 
@@ -105,6 +106,10 @@ public:
     // with the chain its sequence has at that call, whatever plan is held.
     void set_sampler(int seq, const SamplerSpec* spec, bool in_place) override;
     int sampled(int row) const override;
+    // ABI 12: the abort callback is asked before each token (each token is
+    // its own ubatch): the tokens before the stop stay, as llama.h has it.
+    void set_abort(int after) override;
+    int seq_length(int seq) const override;
 
 private:
     struct Slot {
@@ -135,6 +140,7 @@ private:
     std::vector<float> embedded_;  // with it on, the last call's output rows' hidden states
     std::map<int, Sampler> samplers_;  // per sequence id, open or not (ABI 11)
     std::vector<int> sampled_;         // the last call's output rows' sampled tokens (-1: none)
+    int abort_after_ = -1;             // ABI 12: armed for the next decode call (-1: not)
 };
 
 }  // namespace kvweld::targets

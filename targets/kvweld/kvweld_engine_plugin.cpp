@@ -64,9 +64,25 @@ int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(err, err_len, [&] { e->engine->close(seq); });
 }
 
+// A decode's body: as guarded, but a call the abort callback stopped
+// returns KVWELD_ABORTED (ABI 12).
+template <class Fn>
+int guarded_decode(char* err, size_t err_len, Fn&& fn) {
+    bool aborted = false;
+    const int rc = guarded(err, err_len, [&] {
+        try {
+            fn();
+        } catch (const kvweld::targets::Aborted&) {
+            aborted = true;
+            throw;
+        }
+    });
+    return rc != 0 && aborted ? KVWELD_ABORTED : rc;
+}
+
 int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
            size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded_decode(err, err_len, [&] {
         require(n >= 0, "decode of ", n, " pairs");
         const std::vector<float> rows =
             e->engine->decode({seqs, std::size_t(n)}, {tokens, std::size_t(n)});
@@ -76,7 +92,7 @@ int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t
 
 int decode_outputs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
                    float* logits, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] {
+    return guarded_decode(err, err_len, [&] {
         require(n >= 0 && outputs, "decode_outputs of ", n, " pairs", outputs ? "" : " without output flags");
         const std::vector<float> rows = e->engine->decode({seqs, std::size_t(n)}, {tokens, std::size_t(n)},
                                                           {outputs, std::size_t(n)});
@@ -199,6 +215,17 @@ int sampled(const kvweld_engine* e, int32_t row, int32_t* token, char* err, size
     });
 }
 
+int set_abort(kvweld_engine* e, int32_t after, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->set_abort(after); });
+}
+
+int seq_length(const kvweld_engine* e, int32_t seq, int32_t* n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n != nullptr, "seq_length: no output");
+        *n = e->engine->seq_length(seq);
+    });
+}
+
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "kvweld", "gguf",
     kvweld::targets::kDenseCapabilities,
@@ -214,6 +241,7 @@ const kvweld_engine_api kApi = {
     kvweld::abi::kThreadsAndEmbeddings, set_live,
     read_embeddings,
     set_sampler, sampled,
+    set_abort, seq_length,
 };
 
 }  // namespace

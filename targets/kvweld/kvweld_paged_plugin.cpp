@@ -259,6 +259,7 @@ const kvweld_engine_api kApi = {
     kvweld::abi::kThreadsSetting, set_live,
     nullptr,  // no embeddings read-back (the dense design has it)
     nullptr, nullptr,  // no backend samplers (the dense design has them)
+    nullptr, nullptr,  // no abort callback (the dense design has it)
 };
 
 }  // namespace

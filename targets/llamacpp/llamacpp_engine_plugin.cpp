@@ -52,6 +52,7 @@
 #include <memory>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -133,6 +134,11 @@ struct kvweld_engine {
     };
     std::map<int32_t, Chain> chains;
     std::vector<int32_t> sampled;
+    // ABI 12: the abort callback (llama_set_abort_callback, asked by the CPU
+    // backend after each graph node): armed for one call, yes from the
+    // `abort_after`-th question on.
+    int32_t abort_after = -1;
+    int32_t abort_asked = 0;
     std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
     ~kvweld_engine();
 };
@@ -246,6 +252,11 @@ void own_reuse_env() {
     (void)done;
 }
 
+bool abort_check(void* data) {
+    auto* e = static_cast<kvweld_engine*>(data);
+    return e->abort_after >= 0 && e->abort_asked++ >= e->abort_after;
+}
+
 llama_context* create_context(llama_model* model, const llama_context_params& cp, bool graph_reuse) {
     const std::lock_guard<std::mutex> lock(create_lock);
     char* value = reuse_env_value();
@@ -319,6 +330,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
         e->ctx = create_context(e->model, cp, e->graph_reuse);
         require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx));
+        llama_set_abort_callback(e->ctx, abort_check, e.get());
         e->n_ctx = o->n_ctx;
         e->n_seq_max = o->n_seq_max;
         e->vocab = llama_vocab_n_tokens(llama_model_get_vocab(e->model));
@@ -367,7 +379,8 @@ void copy_row(kvweld_engine* e, int32_t seq, int32_t i, float* out) {
 // wanted (decode_outputs): llama.cpp computes only those (batch.logits).
 int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
                 float* logits, char* err, size_t err_len) {
-    return guarded(err, err_len, [&] {
+    bool aborted = false;
+    const int rc = guarded(err, err_len, [&] {
         require(n >= 1 && n <= 512, "a batch of ", n, " pairs: must be 1..512");
         std::vector<int> next(e->len);
         llama_batch batch = llama_batch_init(n, 0, 1);
@@ -394,9 +407,22 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
         const int32_t reused_before = llama_perf_context(e->ctx).n_reused;
         std::string why;  // llama.cpp logs why it refuses a batch
         error_log = &why;
+        const bool armed = e->abort_after >= 0;
         const int32_t rc = llama_decode(e->ctx, batch);
+        const int32_t asked = std::exchange(e->abort_asked, 0);
+        e->abort_after = -1;  // armed for this call only
         error_log = nullptr;
         while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        if (armed && rc == 2) {  // aborted: what llama.cpp kept is read back (llama.h)
+            ++e->calls;
+            e->output_rows.clear();
+            e->sampled.clear();
+            for (int32_t i = 0; i < n; ++i)
+                e->len[std::size_t(seqs[i])] = int(llama_memory_seq_pos_max(memory(e), seqs[i])) + 1;
+            aborted = true;
+            throw std::runtime_error("llama_decode returned 2 (aborted by the abort callback at its question " +
+                                     std::to_string(asked) + ")");
+        }
         require(rc == 0, "llama_decode returned ", rc, why.empty() ? "" : ": ", why);
         ++e->calls;
         e->calls_reusing += llama_perf_context(e->ctx).n_reused > reused_before ? 1 : 0;
@@ -418,6 +444,7 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
             e->last_row.assign(last, last + v);
         }
     });
+    return aborted ? KVWELD_ABORTED : rc;
 }
 
 int decode(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, int32_t n, float* logits, char* err,
@@ -683,6 +710,7 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
         try {
             require(same, "reload: ", path, " holds a model of another shape");
             require(ctx != nullptr, "llama.cpp: no context for the reloaded model");
+            llama_set_abort_callback(ctx, abort_check, e);
             std::swap(e->model, model);  // apply_adapters reads the model's width
             struct Back {
                 kvweld_engine* e;
@@ -831,13 +859,28 @@ int sampled(const kvweld_engine* e, int32_t row, int32_t* token, char* err, size
     });
 }
 
+int set_abort(kvweld_engine* e, int32_t after, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        e->abort_after = after < 0 ? -1 : after;
+        e->abort_asked = 0;
+    });
+}
+
+int seq_length(const kvweld_engine* e, int32_t seq, int32_t* n, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(n != nullptr, "seq_length: no output");
+        require(seq >= 0 && seq < e->n_seq_max, "seq_length: sequence ", seq, " out of range 0..", e->n_seq_max - 1);
+        *n = int32_t(llama_memory_seq_pos_max(llama_get_memory(e->ctx), seq)) + 1;
+    });
+}
+
 const kvweld_engine_api kApi = {
     KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
     KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
         KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE | KVWELD_CAP_EMBEDDINGS |
         // What this release's llama.h lacks is not declared (llama_compat.hpp).
         (kvweld::llama_compat::kHasLora ? KVWELD_CAP_LORA : 0u) | (kvweld::llama_compat::kHasCvec ? KVWELD_CAP_CVEC : 0u) |
-        (kvweld::llama_compat::kHasBackendSampling ? KVWELD_CAP_SAMPLERS : 0u),
+        (kvweld::llama_compat::kHasBackendSampling ? KVWELD_CAP_SAMPLERS : 0u) | KVWELD_CAP_ABORT,
     fault_names(),
     create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
     nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
@@ -851,6 +894,7 @@ const kvweld_engine_api kApi = {
     kvweld::abi::kThreadsAndEmbeddings, set_live,
     read_embeddings,
     set_sampler, sampled,
+    set_abort, seq_length,
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ int all(kvweld_engine*, char*, size_t) { return 0; }
 [[maybe_unused]] int set_live(kvweld_engine*, const char*, const char*, char*, size_t) { return 0; }
 [[maybe_unused]] int read_embeddings(const kvweld_engine*, int32_t, float*, int32_t, char*, size_t) { return 0; }
 [[maybe_unused]] int set_sampler(kvweld_engine*, int32_t, const kvweld_sampler*, int32_t, char*, size_t) { return 0; }
+[[maybe_unused]] int set_abort(kvweld_engine*, int32_t, char*, size_t) { return 0; }
 
 constexpr kvweld_engine_api kApi = {
 #if BROKEN_KIND == 1
@@ -40,6 +41,8 @@ constexpr kvweld_engine_api kApi = {
     KVWELD_CAP_EMBEDDINGS,
 #elif BROKEN_KIND == 9
     KVWELD_CAP_SAMPLERS,
+#elif BROKEN_KIND == 10
+    KVWELD_CAP_ABORT,
 #else
     0,
 #endif
@@ -76,6 +79,11 @@ constexpr kvweld_engine_api kApi = {
     set_sampler, nullptr,       // version 11: samplers declared, sampled empty
 #else
     nullptr, nullptr,           // version 11: no samplers
+#endif
+#if BROKEN_KIND == 10
+    set_abort, nullptr,         // version 12: an abort callback declared, seq_length empty
+#else
+    nullptr, nullptr,           // version 12: no abort callback
 #endif
 };
 
