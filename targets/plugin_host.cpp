@@ -119,17 +119,16 @@ PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine
 PluginLibrary::~PluginLibrary() { dlclose(handle_); }
 
 template <class Fn>
-void PluginEngine::call(const char* what, Fn&& fn) const {
+void PluginEngine::call(const char* what, Fn&& fn, bool decode) const {
     std::array<char, kErrLen> err{};
     const int rc = fn(err.data(), err.size());
     if (rc == 0) return;
     err.back() = '\0';  // whatever the plugin wrote, the message ends here
-    const std::string message = cat("engine ", library_->api().name, ": ", what,
-                                    rc == KVWELD_ABORTED && (capabilities() & KVWELD_CAP_ABORT) ? " aborted: " : " failed: ",
-                                    err[0] ? err.data() : "(no message)");
     // Only a decode returns KVWELD_ABORTED, and only with the capability.
-    if (rc == KVWELD_ABORTED && (capabilities() & KVWELD_CAP_ABORT) && std::string_view(what).starts_with("decode"))
-        throw Aborted(message);
+    const bool aborted = decode && rc == KVWELD_ABORTED && (capabilities() & KVWELD_CAP_ABORT);
+    const std::string message = cat("engine ", library_->api().name, ": ", what, aborted ? " aborted: " : " failed: ",
+                                    err[0] ? err.data() : "(no message)");
+    if (aborted) throw Aborted(message);
     throw Error(message);
 }
 
@@ -175,7 +174,7 @@ std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std:
         call("decode", [&](char* e, std::size_t n) {
             return library_->api().decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
                                           logits.data(), e, n);
-        });
+        }, true);
         return logits;
     }
     require(capabilities() & KVWELD_CAP_OUTPUTS, "engine ", name(),
@@ -186,7 +185,7 @@ std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std:
     call("decode_outputs", [&](char* e, std::size_t n) {
         return library_->api().decode_outputs(engine_, seqs.data(), tokens.data(), outputs.data(),
                                               static_cast<std::int32_t>(seqs.size()), logits.data(), e, n);
-    });
+    }, true);
     return logits;
 }
 

@@ -105,7 +105,8 @@ public:
 
 private:
     template <class Fn>
-    void call(const char* what, Fn&& fn) const;
+    // `decode`: a decode call, whose KVWELD_ABORTED (ABI 12) throws Aborted.
+    void call(const char* what, Fn&& fn, bool decode = false) const;
 
     std::shared_ptr<const PluginLibrary> library_;
     kvweld_engine* engine_ = nullptr;
