@@ -103,6 +103,11 @@ constexpr std::array kFaults = {
               "the plan samples with the chain its sequence had when it was built (a sampler set, changed or "
               "cleared later is not seen until the next build)",
               FaultDesign::dense, false, true},
+    // The length read back after the abort says one more than was written:
+    // the K/V read back at that position, or the next decode over it, is wrong.
+    FaultInfo{Fault::abort_keeps_stopped, "abort_keeps_stopped", {D::stale_decode},
+              "a decode the abort callback stopped counts the token it stopped at as held, its K/V never written",
+              FaultDesign::dense, false, true},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

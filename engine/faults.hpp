@@ -58,6 +58,8 @@ enum class Fault : std::uint8_t {
     embeddings_baked,  // the plan hands back the embeddings of the first step they were read for
     // Backend samplers: a sequence's chain is step data.
     sampler_baked,  // the plan samples with the chain its sequence had when it was built
+    // The abort callback: a stopped call keeps the tokens it finished.
+    abort_keeps_stopped,  // the token the call stopped at is counted as held, its K/V never written
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports
@@ -99,7 +101,8 @@ struct FaultInfo {
     // speculative rewind): kvweld's plugins leave it out.
     bool in_process_only = false;
     // Acts on the decode settings (adapters, warmup: engine/adapters.hpp;
-    // the thread count), not on KV or model.
+    // the thread count, samplers) or the abort callback, not on KV or
+    // model: calls the contract properties' model has not got.
     bool adapters = false;
 };
 

@@ -54,6 +54,12 @@ void Blindness::on_decode(Decoded& d) {
     pending_.clear();
 }
 
+// Measured against the kept tokens alone (before_decode saw the whole call).
+void Blindness::on_aborted(const Batch&, Decoded& kept) {
+    before_decode(kept.batch);
+    on_decode(kept);
+}
+
 Blindness::Measure Blindness::measure(int seq, int pos) const {
     Measure b;
     const PlanPins& plan = plans_[std::size_t(seq)];

@@ -73,14 +73,42 @@ void Lockstep::on_engine_refused(const Batch& b, const Error& mine) {
     }
 }
 
+std::vector<float> Lockstep::decode_second(const Batch& b) {
+    if (b.abort_after >= 0) on_second([&] { second_->set_abort(b.abort_after); });
+    return on_second([&] { return second_->decode(b.seqs, b.tokens, b.outputs); });
+}
+
 void Lockstep::on_decode(Decoded& d) {
-    const std::vector<float> theirs = on_second([&] { return second_->decode(d.batch.seqs, d.batch.tokens, d.batch.outputs); });
+    std::vector<float> theirs;
+    try {
+        theirs = decode_second(d.batch);
+    } catch (const Aborted& e) {
+        judge_.fail_in_call(Verdict::stale_decode, Oracle::twin,
+                            cat(name(), "'s abort callback (armed as the engine's: after ", d.batch.abort_after,
+                                ") stopped a call the engine ran to its end: ", e.what()));
+    }
     require(theirs.size() == d.got.size(), name(), " returned ", theirs.size(), " floats of logits where the engine returned ",
             d.got.size());
     compare_sampled(d);
     if (role_ == Role::peer) return compare_peer(d, theirs);
     compare_twin(d, theirs);
     d.twin_rows = theirs;
+}
+
+void Lockstep::on_aborted(const Batch& called, Decoded& kept) {
+    try {
+        decode_second(called);
+    } catch (const Aborted&) {
+        for (const auto& [seq, n] : kept_lengths(called, kept.batch))
+            if (const int theirs = on_second([&] { return second_->seq_length(seq); }); theirs != n)
+                judge_.fail(Verdict::stale_decode, role_ == Role::peer ? Oracle::peer : Oracle::twin,
+                            cat("after the call the abort callback stopped (after ", called.abort_after, "), sequence ",
+                                seq, " holds ", n, " positions in the engine and ", theirs, " in ", name()));
+        return;
+    }
+    judge_.fail(Verdict::stale_decode, role_ == Role::peer ? Oracle::peer : Oracle::twin,
+                cat(name(), " ran to its end the call the engine's abort callback stopped (both armed: after ",
+                    called.abort_after, ")"));
 }
 
 // ABI 11: the same calls with the same seeds sample the same tokens, row

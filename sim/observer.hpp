@@ -53,8 +53,12 @@ struct Batch {
     std::vector<Pair> pairs;
     std::vector<std::int32_t> seqs, tokens;
     std::vector<std::uint8_t> outputs;  // empty: every pair's row
+    int abort_after = -1;  // ABI 12: the abort callback armed for this call (-1: none)
     explicit Batch(std::vector<Pair> p);
 };
+// ABI 12: per sequence of an aborted call, the positions it holds after it
+// (`kept`: the pairs the engine kept of `called`).
+std::map<int, int> kept_lengths(const Batch& called, const Batch& kept);
 
 // What the engine returned for a batch, and what observers add for later
 // ones: the twin's rows (the lockstep), the reference's (the data shadow),
@@ -139,6 +143,14 @@ public:
     virtual void on_engine_refused(const Batch&, const Error&) {}
     virtual void on_decode(Decoded&) {}
     virtual void after_decode(const Decoded&) {}
+    // ABI 12: the abort callback stopped the call `called` part way (in
+    // place of on_decode and after_decode). `kept` is what the engine kept
+    // of it, read back from its memory: each sequence's first tokens, as a
+    // decode with no rows. By default it is taken as that decode (the
+    // reference computes the kept rows, a twin decodes them, the K/V is
+    // read back); an observer whose expectation covers the whole call says
+    // otherwise.
+    virtual void on_aborted(const Batch& /*called*/, Decoded& kept) { on_decode(kept); }
     virtual void after_op(OpKind) {}  // every op that ran
     virtual void at_end() {}          // the run is over
 };

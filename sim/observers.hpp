@@ -69,13 +69,21 @@ public:
     void before_decode(const Batch& b) override;
     void on_decode(Decoded& d) override;
     void after_decode(const Decoded& d) override;
+    void on_aborted(const Batch& called, Decoded& kept) override;
     void after_op(OpKind kind) override;
 
 private:
     // The engine's counters (nullopt without), checked against the last
     // read: they never go down, across every op, reloads included.
     std::optional<kvweld_engine_counters> read_counters();
+    // A call's counts since before_decode, added to the run's and its shape's.
+    struct Counted {
+        std::int64_t reused, builds, rebound;
+        ShapeStats& shape;
+    };
+    Counted count_call(const Batch& b);
     void check_plan_identity(const Batch& b, std::int64_t builds);
+    void note_plan_serials(const Batch& b);  // a call not judged: its serials are no longer new
 
     const World& world_;
     Judge& judge_;
@@ -88,6 +96,7 @@ private:
     std::optional<targets::ReuseExpectation> expectation_;  // the rule's, for the call being judged
     std::set<std::uint64_t> plan_serials_;                  // every plan serial seen this run
     std::map<std::string, ShapeStats> shapes_;
+    bool after_abort_ = false;  // the next call follows an aborted one: counted, not judged
 };
 
 // kvweld diff: a call where the engine and its peer prepared their plans
@@ -127,6 +136,10 @@ public:
     void before_decode(const Batch& b) override;
     void on_engine_refused(const Batch& b, const Error& e) override;
     void on_decode(Decoded& d) override;
+    // ABI 12: the second engine's callback is armed as the engine's was;
+    // both must stop in the same call and keep the same positions (the
+    // callback is asked as often whatever plan either reused).
+    void on_aborted(const Batch& called, Decoded& kept) override;
     void after_op(OpKind kind) override;
     void at_end() override;
 
@@ -150,6 +163,7 @@ private:
             throw PeerError(cat("engine B (", world_.config.engine.peer->engine, "): ", e.what()));
         }
     }
+    std::vector<float> decode_second(const Batch& b);  // armed as the engine was; throws Aborted
     void compare_twin(Decoded& d, const std::vector<float>& theirs);
     void compare_sampled(const Decoded& d);
     bool chained(const Pair& pair) const;
@@ -257,6 +271,7 @@ public:
     Blindness(const World& world, RunStats& stats, const DataShadow& shadow, const StorageLedger& ledger);
     void before_decode(const Batch& b) override;
     void on_decode(Decoded& d) override;
+    void on_aborted(const Batch& called, Decoded& kept) override;
 
 private:
     // What the held plan of a slot was last prepared against (a migrated

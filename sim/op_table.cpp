@@ -482,6 +482,28 @@ struct Row<ops::SetSampler> {
     }
 };
 
+// Half the stops come early (in kvweld's engine, within the first tokens;
+// in llama.cpp, within the first ubatch's graph), half anywhere up to a
+// few thousand questions (a late one lets the call run to its end). Not
+// with a peer: its engine asks its own questions.
+template <>
+struct Row<ops::Abort> {
+    static constexpr std::uint32_t kMaxAfter = 1u << 16;
+    static std::vector<int> eligible(const Simulator& s) {
+        return when(can(s, KVWELD_CAP_ABORT) && !s.config().engine.peer);
+    }
+    static ops::Abort draw(const Simulator&, Entropy& e, std::uint32_t) {
+        const std::uint64_t width = e.chance(0.5) ? 8 : std::uint64_t(1) << e.range(3, 12);
+        return {std::uint32_t(e.below(width))};
+    }
+    static void write(json& j, const ops::Abort& a) { j["after"] = a.after; }
+    static ops::Abort read(const json& j) {
+        ops::Abort a{json_field<std::uint32_t>(j, "after")};
+        require(a.after <= kMaxAfter, "field 'after' = ", a.after, ": must be at most ", kMaxAfter);
+        return a;
+    }
+};
+
 // The table's generic face: kind k's row is the k-th alternative's.
 template <std::size_t... I>
 constexpr auto make_names(std::index_sequence<I...>) {

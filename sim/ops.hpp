@@ -21,7 +21,7 @@ namespace kvweld::sim {
 
 enum class OpKind : std::uint8_t {
     admit, step, truncate, preempt, fork, retire, clear_all, reload, swap_layer, compact, grow, reset, invalid,
-    migrate, lora, cvec, warmup, shift, save, load, steady, live, sampler,
+    migrate, lora, cvec, warmup, shift, save, load, steady, live, sampler, abort,
 };
 
 // The most saved states a run keeps (the oldest goes first), and the
@@ -215,13 +215,24 @@ struct SetSampler {
     bool in_place = false;
 };
 
+// The abort callback (ABI 12: llama.cpp's llama_set_abort_callback) armed
+// for the next decode call: it says yes from its `after`-th question on
+// (kvweld's engine asks before each token, llama.cpp's CPU backend after
+// each graph node). A call it stops keeps a prefix of each sequence's
+// tokens; the server feeds the rest again.
+struct Abort {
+    static constexpr OpKind kind = OpKind::abort;
+    static constexpr std::string_view name = "abort";
+    std::uint32_t after = 0;
+};
+
 }  // namespace ops
 
 // One alternative per kind, in OpKind's order (checked below).
 using OpArgs = std::variant<ops::Admit, ops::Step, ops::Truncate, ops::Preempt, ops::Fork, ops::Retire, ops::ClearAll,
                             ops::Reload, ops::SwapLayer, ops::Compact, ops::Grow, ops::Reset, ops::Invalid,
                             ops::Migrate, ops::Lora, ops::Cvec, ops::Warmup, ops::Shift, ops::Save, ops::Load,
-                            ops::Steady, ops::Live, ops::SetSampler>;
+                            ops::Steady, ops::Live, ops::SetSampler, ops::Abort>;
 inline constexpr int kOpKinds = int(std::variant_size_v<OpArgs>);
 
 namespace detail {

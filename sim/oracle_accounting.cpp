@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 
 namespace kvweld::sim {
 
@@ -122,23 +123,50 @@ void Accounting::on_decode(Decoded& d) {
     if (expectation_->clause) judge_.call_clause = expectation_->clause;
 }
 
+// What the engine counted, with or without a rule (a release the rule
+// does not state the facts of still shows its reuse).
+Accounting::Counted Accounting::count_call(const Batch& b) {
+    const auto after = read_counters();
+    require(after.has_value(), "engine ", world_.engine.name(), " stopped reporting its counters");
+    const Counted n{delta(after->reused, before_->reused), delta(after->builds, before_->builds),
+                    delta(after->rebound, before_->rebound),
+                    shapes_[batch_shape(std::vector<int>(b.seqs.begin(), b.seqs.end()))]};
+    stats_.reused += counted(n.reused);
+    stats_.builds += counted(n.builds);
+    stats_.rebinds += counted(n.rebound);
+    ++n.shape.calls;
+    n.shape.reused += counted(n.reused);
+    n.shape.built += counted(n.builds);
+    return n;
+}
+
+// An aborted call: the rule is told the tokens the engine kept, as a call
+// of their own (what the memory holds is what ran; kvweld's engine stops
+// before a token, so these are the tokens it decoded). Where a call stops
+// inside an ubatch (llama.cpp), that ubatch's graph was built or reused
+// before it stopped, which no rule models: neither this call nor the next
+// is judged; their counts are added up.
+void Accounting::on_aborted(const Batch& called, Decoded& kept) {
+    expectation_.reset();
+    judge_.call_clause.clear();
+    if (before_) count_call(called);
+    if (!rule_) return;
+    if (!kept.batch.pairs.empty())
+        rule_->on_decode(std::vector<int>(kept.batch.seqs.begin(), kept.batch.seqs.end()), kept.batch.outputs);
+    after_abort_ = true;
+    if (plan_identity_) note_plan_serials(kept.batch);
+}
+
 // Last, once every other oracle has judged the call's rows and storage.
 void Accounting::after_decode(const Decoded& d) {
     if (!before_) return;  // no counters read: an unchecked run, or an engine without them
-    const auto after = read_counters();
-    require(after.has_value(), "engine ", world_.engine.name(), " stopped reporting its counters");
-    const std::int64_t reused = delta(after->reused, before_->reused), builds = delta(after->builds, before_->builds),
-                       rebound = delta(after->rebound, before_->rebound);
-    // What the engine counted, with or without a rule (a release the rule
-    // does not state the facts of still shows its reuse).
-    stats_.reused += counted(reused);
-    stats_.builds += counted(builds);
-    stats_.rebinds += counted(rebound);
-    ShapeStats& shape = shapes_[batch_shape(std::vector<int>(d.batch.seqs.begin(), d.batch.seqs.end()))];
-    ++shape.calls;
-    shape.reused += counted(reused);
-    shape.built += counted(builds);
+    auto [reused, builds, rebound, shape] = count_call(d.batch);
     if (!rule_) return;
+    if (std::exchange(after_abort_, false)) {
+        ++stats_.unjudged_after_abort;
+        if (plan_identity_) note_plan_serials(d.batch);
+        return;
+    }
     const ReuseExpectation& e = *expectation_;
     if (plan_identity_) check_plan_identity(d.batch, builds);
     stats_.plans += std::uint64_t(e.plans);
@@ -185,6 +213,11 @@ std::optional<kvweld_engine_counters> Accounting::read_counters() {
                         " -> ", now->reused, ", rebound ", was->rebound, " -> ", now->rebound,
                         " (a counter that restarts hides the work it counted)"));
     return now;
+}
+
+void Accounting::note_plan_serials(const Batch& b) {
+    for (const Pair& p : b.pairs)
+        if (const std::uint64_t serial = world_.engine.plan_serial(p.seq)) plan_serials_.insert(serial);
 }
 
 // After a call, each plan serial first seen on one of its sequences needs

@@ -19,6 +19,7 @@ public:
     explicit ReproRecorder(targets::ReproWriter& writer) : writer_(writer) {}
     void before_op(std::size_t index, const Op& op) override {
         writer_.op(int(index) + 2, nlohmann::json(op).dump());  // trace line: the header is line 1
+        if (op.kind() == OpKind::abort) writer_.abort(int(op.as<ops::Abort>().after));
     }
     void before_call(const targets::MemoryCall& call) override {
         if (!std::holds_alternative<targets::calls::Save>(call)) writer_.call(call);
@@ -26,13 +27,15 @@ public:
     void on_call(const targets::MemoryCall& call) override {
         if (std::holds_alternative<targets::calls::Save>(call)) writer_.call(call);
     }
-    void before_decode(const Batch& batch) override {
-        std::vector<targets::ReproPair> pairs;
-        for (const Pair& p : batch.pairs) pairs.push_back({p.seq, p.token, p.pos, p.output});
-        writer_.decode(pairs);
-    }
+    void before_decode(const Batch& batch) override { writer_.decode(pairs_of(batch)); }
+    void on_aborted(const Batch& called, Decoded& kept) override { writer_.aborted(kept_lengths(called, kept.batch)); }
 
 private:
+    static std::vector<targets::ReproPair> pairs_of(const Batch& batch) {
+        std::vector<targets::ReproPair> pairs;
+        for (const Pair& p : batch.pairs) pairs.push_back({p.seq, p.token, p.pos, p.output});
+        return pairs;
+    }
     targets::ReproWriter& writer_;
 };
 

@@ -16,6 +16,10 @@ void RunStats::add(const RunStats& o) {
     max_kv_error = std::max(max_kv_error, o.max_kv_error);
     embedding_rows += o.embedding_rows;
     sampled_rows += o.sampled_rows;
+    aborted_calls += o.aborted_calls;
+    aborted_fed += o.aborted_fed;
+    aborted_kept += o.aborted_kept;
+    unjudged_after_abort += o.unjudged_after_abort;
     sampled_compared += o.sampled_compared;
     max_embedding_error = std::max(max_embedding_error, o.max_embedding_error);
     ops_run += o.ops_run;

@@ -83,6 +83,7 @@ std::string draw_peer_settings(const SimConfig& c, const Rng& settings_rng) {
 constexpr std::uint64_t kStateStream = 0x73746174652d6f70ULL;
 constexpr std::uint64_t kLiveStream = 0x6c6976652d6f7073ULL;
 constexpr std::uint64_t kSamplerStream = 0x73616d706c65722dULL;
+constexpr std::uint64_t kAbortStream = 0x61626f72742d6f70ULL;
 
 // Context shifts, state save and load, and steady phases, where the engine
 // does them: on a stream of their own too (seeds drew the same ops as
@@ -119,6 +120,16 @@ void draw_sampler_ops(SimConfig& c, std::uint32_t capabilities) {
     const int w = int(rng.range(1, 10));
     const bool on = rng.chance(0.5);
     c.weights[int(OpKind::sampler)] = (capabilities & KVWELD_CAP_SAMPLERS) && on ? w : 0;
+}
+
+// The abort callback (ABI 12), where the engine has one and no peer runs
+// beside it: on a stream of its own, on about a third of the seeds, rare
+// where on (a server aborts a call seldom).
+void draw_abort_ops(SimConfig& c, std::uint32_t capabilities) {
+    Rng rng(c.seed ^ kAbortStream);
+    const int w = int(rng.range(1, 6));
+    const bool on = rng.chance(0.35);
+    c.weights[int(OpKind::abort)] = (capabilities & KVWELD_CAP_ABORT) && !c.engine.peer && on ? w : 0;
 }
 
 }  // namespace
@@ -182,6 +193,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     draw_state_ops(c, capabilities);
     draw_live_ops(c);
     draw_sampler_ops(c, capabilities);
+    draw_abort_ops(c, capabilities);
     return c;
 }
 

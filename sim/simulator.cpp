@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 namespace kvweld::sim {
 
@@ -61,6 +62,13 @@ Batch::Batch(std::vector<Pair> p) : pairs(std::move(p)) {
     }
     if (std::all_of(pairs.begin(), pairs.end(), [](const Pair& pair) { return pair.output; })) return;
     for (const Pair& pair : pairs) outputs.push_back(pair.output ? 1 : 0);
+}
+
+std::map<int, int> kept_lengths(const Batch& called, const Batch& kept) {
+    std::map<int, int> lengths;
+    for (const Pair& p : called.pairs) lengths.try_emplace(p.seq, p.pos);
+    for (const Pair& p : kept.pairs) lengths[p.seq] = p.pos + 1;
+    return lengths;
 }
 
 void Judge::record(Verdict v, Oracle o, std::string detail, std::string clause) {
@@ -248,13 +256,20 @@ void Simulator::publish(const MemoryCall& call) {
     for (const auto& o : observers_) o->on_call(call);
 }
 
-std::vector<std::vector<float>> Simulator::decode(std::vector<Pair> pairs) {
-    const Batch batch(std::move(pairs));
+Simulator::Decoding Simulator::decode(std::vector<Pair> pairs) {
+    Batch batch(std::move(pairs));
+    const std::optional<std::uint32_t> armed = std::exchange(abort_armed_, std::nullopt);
+    if (armed) batch.abort_after = int(*armed);
     for (const auto& o : observers_) o->before_decode(batch);
+    if (armed) engine_->set_abort(batch.abort_after);
     const auto start = std::chrono::steady_clock::now();
     std::vector<float> got;
     try {
         got = engine_->decode(batch.seqs, batch.tokens, batch.outputs);
+    } catch (const targets::Aborted&) {
+        if (!armed) throw Error("the engine reports a decode stopped by its abort callback, but none was armed");
+        judge_.standing = nullptr;
+        return {{}, aborted(batch)};
     } catch (const Error& e) {
         for (const auto& o : observers_) o->on_engine_refused(batch, e);
         throw;
@@ -274,7 +289,44 @@ std::vector<std::vector<float>> Simulator::decode(std::vector<Pair> pairs) {
             decoded.sampled.push_back(engine_->sampled(row));
     for (const auto& o : observers_) o->on_decode(decoded);
     for (const auto& o : observers_) o->after_decode(decoded);
-    return std::move(decoded.want);
+    return {std::move(decoded.want), std::nullopt};
+}
+
+// What the engine kept of an aborted call goes to every observer as a
+// decode without rows (the reference and a twin take the same tokens).
+std::map<int, int> Simulator::aborted(const Batch& called) {
+    const std::map<int, int> kept = kept_after_abort(called);
+    std::vector<Pair> pairs;
+    for (const Pair& p : called.pairs)
+        if (p.pos < kept.at(p.seq)) pairs.push_back({p.seq, p.token, p.pos, false});
+    ++stats_.calls;
+    ++stats_.aborted_calls;
+    stats_.aborted_fed += called.pairs.size();
+    stats_.aborted_kept += pairs.size();
+    last_batch_.clear();
+    const Batch batch(std::move(pairs));
+    const std::vector<float> none;
+    Decoded decoded{batch, none, {}, {}, {}};
+    for (const auto& o : observers_) o->on_aborted(called, decoded);
+    return kept;
+}
+
+std::map<int, int> Simulator::kept_after_abort(const Batch& called) {
+    std::map<int, int> fed, kept;
+    for (const Pair& p : called.pairs) ++fed[p.seq];
+    for (int seq = 0; seq < config_.seqs; ++seq) {
+        if (!requests_[std::size_t(seq)]) continue;
+        const int held = int(requests_[std::size_t(seq)]->history.size()), more = fed.count(seq) ? fed[seq] : 0;
+        const int now = engine_->seq_length(seq);
+        if (now < held || now > held + more)
+            judge_.fail(Verdict::engine_error, Oracle::engine,
+                        cat("after a decode its abort callback stopped, sequence ", seq, " holds ", now,
+                            " positions: it held ", held, " and the call fed it ", more,
+                            " (llama.h: an aborted decode keeps a prefix of what it was given, the ubatches it "
+                            "finished, and loses nothing held before)"));
+        if (more) kept[seq] = now;
+    }
+    return kept;
 }
 
 void Simulator::run(const ops::Admit& op, int seq) {
@@ -455,6 +507,24 @@ void Simulator::run(const ops::Live& op, int) {
     publish(call);
 }
 
+void Simulator::run(const ops::Abort& op, int) { abort_armed_ = op.after; }
+
+// After an aborted call, as a server goes on: a prefill keeps the prompt
+// tokens the engine kept but the queue's last (whose row chooses the next
+// token, and an aborted call returns none); a decoding sequence feeds its
+// token and drafts again. Whatever the engine kept beyond that is cut back.
+void Simulator::adopt_kept(int seq, bool prefill, int length, const std::vector<Pair>& pairs, std::size_t first) {
+    Request& r = *requests_[std::size_t(seq)];
+    const std::size_t held = r.history.size(), kept = std::size_t(length) - held;
+    const std::size_t adopt = prefill ? std::min(kept, r.queue.size() - 1) : 0;
+    for (std::size_t i = 0; i < adopt; ++i) r.history.push_back(pairs[first + i].token);
+    r.queue.erase(r.queue.begin(), r.queue.begin() + long(adopt));
+    if (kept == adopt) return;
+    const calls::Truncate call{seq, int(held + adopt)};
+    make(call);
+    publish(call);
+}
+
 // In place only where the id holds a chain (the simulator's own account).
 void Simulator::run(const ops::SetSampler& op, int) {
     const int seq = int(op.seq % std::uint32_t(config_.seqs));
@@ -514,7 +584,12 @@ bool Simulator::run(const ops::Step& op, int) {
         parts.push_back(part);
     }
     if (pairs.empty()) return false;
-    const std::vector<std::vector<float>> want = decode(pairs);
+    const Decoding decoded = decode(pairs);
+    if (decoded.kept) {  // stopped by the abort callback
+        for (const Part& part : parts) adopt_kept(part.seq, part.accepted < 0, decoded.kept->at(part.seq), pairs, part.first);
+        return true;
+    }
+    const std::vector<std::vector<float>>& want = decoded.want;
     for (const Part& part : parts) {
         Request& r = *requests_[std::size_t(part.seq)];
         const std::size_t kept = part.accepted < 0 ? part.count : std::size_t(1 + part.accepted);

@@ -132,6 +132,7 @@ private:
     bool run(const ops::Steady& op, int seq);
     void run(const ops::Live& op, int seq);
     void run(const ops::SetSampler& op, int seq);
+    void run(const ops::Abort& op, int seq);  // armed for the next decode call
     int fork_destination(const ops::Fork& op, int src) const;
     void shift_once(int seq, int p0, int p1);
 
@@ -140,9 +141,23 @@ private:
     // simulator's own account follows it, published to every observer.
     void make(const targets::MemoryCall& call);
     void publish(const targets::MemoryCall& call);
-    // One engine call over `pairs`, every row checked; returns the
-    // reference's logits per pair (what the next tokens are chosen from).
-    std::vector<std::vector<float>> decode(std::vector<Pair> pairs);
+    // One engine call over `pairs`, every row checked: the reference's
+    // logits per pair (what the next tokens are chosen from); or, where the
+    // armed abort callback stopped it, each called sequence's length as the
+    // engine kept it.
+    struct Decoding {
+        std::vector<std::vector<float>> want;
+        std::optional<std::map<int, int>> kept;
+    };
+    Decoding decode(std::vector<Pair> pairs);
+    // ABI 12: after an aborted call, every open sequence's length read back
+    // and held to llama.h's contract (each kept a prefix of what it was
+    // fed, nothing held before is lost): the called sequences' lengths.
+    std::map<int, int> kept_after_abort(const Batch& called);
+    std::map<int, int> aborted(const Batch& called);
+    // A sequence's share of an aborted call (its `first` pair in `pairs`):
+    // the tokens the simulator takes as fed, the rest cut back.
+    void adopt_kept(int seq, bool prefill, int length, const std::vector<Pair>& pairs, std::size_t first);
 
     void requeue_from(Request& r, std::size_t n);  // history[n:] goes back to the queue
     void requeue_all();                            // every open sequence re-prefills
@@ -166,6 +181,7 @@ private:
     std::vector<std::optional<Request>> requests_;  // per sequence id
     std::vector<abi::LiveSetting> live_;
     std::map<int, SamplerSpec> samplers_;  // ABI 11: each sequence id's chain, as given
+    std::optional<std::uint32_t> abort_armed_;  // ABI 12: the abort callback's `after` for the next decode call
     std::vector<int> kept_capacity_;  // white box, per slot: the storage it kept when its request left (0: none)
     std::vector<SavedState> saved_;   // the states saved (at most kSavedStates, oldest first)
     int states_saved_ = 0;

@@ -11,6 +11,7 @@
 #include "targets/memory_call.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,6 +54,11 @@ public:
     // A memory call or a decode the engine is given (before it answers).
     virtual void call(const MemoryCall& call) = 0;
     virtual void decode(std::span<const ReproPair> pairs) = 0;
+    // ABI 12: the abort callback armed for the next decode (yes from its
+    // `after`-th question on), and after a call it stopped, the positions
+    // each of its sequences kept (its first tokens).
+    virtual void abort(int after) = 0;
+    virtual void aborted(const std::map<int, int>& lengths) = 0;
     // The program's source.
     virtual std::string finish() = 0;
     // Lines of API calls in its ops (the rest is the model and the checks).

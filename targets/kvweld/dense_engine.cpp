@@ -125,9 +125,11 @@ std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::
     const int abort_after = std::exchange(abort_after_, -1);  // armed for this call only
     for (std::size_t i = 0; i < seqs.size(); ++i) {
         Slot& s = slot(seqs[i]);
-        if (abort_after >= 0 && int(i) >= abort_after)
+        if (abort_after >= 0 && int(i) >= abort_after) {
+            if (fault_on(Fault::abort_keeps_stopped)) s.cache->advance();
             throw Aborted(cat("decode: aborted by the abort callback before pair ", i, " of ", seqs.size(), " (", i,
                               " decoded and kept)"));
+        }
         const std::uint64_t builds = s.session.counters().builds;
         const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i], adapters_);
         if (!outputs.empty() && !outputs[i]) continue;

@@ -69,6 +69,7 @@ enum Fault : unsigned {
     overcount_reused = 1u << 5,       // counters report one more reused graph per decode call
     reload_resets_counters = 1u << 6, // reload starts the counters from zero with the new context
     scales_kept_with_reuse = 1u << 7, // with graph reuse on, new scales for the same adapters are not passed on
+    abort_counts_fed = 1u << 8,       // after an aborted decode, every token fed is counted as held (none read back)
 };
 // Each with the classes its failures may show as (ABI 4). The two that
 // put a token at a position the harness did not ask for are stale decodes,
@@ -97,7 +98,13 @@ constexpr struct {
                // As an engine whose reused graph kept the scales it baked:
                // only where graph reuse is on, so the twin (reuse off) has
                // the new scales and its rows differ, whatever the KV type.
-               {"scales_kept_with_reuse", scales_kept_with_reuse, "stale_decode"}};
+               {"scales_kept_with_reuse", scales_kept_with_reuse, "stale_decode"},
+               // The next call feeds a sequence past what llama.cpp's
+               // memory holds: refused where the memory holds some of it
+               // (positions must follow its last: llama_batch_allocr::init,
+               // 0.3.36), taken where it holds none (no last position to
+               // follow), the rows then at the wrong positions.
+               {"abort_counts_fed", abort_counts_fed, "stale_decode|engine_error"}};
 
 }  // namespace
 
@@ -419,6 +426,7 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
             e->sampled.clear();
             for (int32_t i = 0; i < n; ++i)
                 e->len[std::size_t(seqs[i])] = int(llama_memory_seq_pos_max(memory(e), seqs[i])) + 1;
+            if (e->faults & abort_counts_fed) e->len = next;
             aborted = true;
             throw std::runtime_error("llama_decode returned 2 (aborted by the abort callback at its question " +
                                      std::to_string(asked) + ")");

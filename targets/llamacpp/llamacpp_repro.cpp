@@ -79,17 +79,27 @@ public:
                    call);
     }
 
-    void decode(std::span<const ReproPair> pairs) override {
-        std::string toks;
-        for (const ReproPair& p : pairs)
-            toks += cat(toks.empty() ? "" : ", ", "{", p.seq, ", ", p.token, ", ", p.pos, ", ", p.output ? 1 : 0, "}");
-        each(cat("decode(*s, {", toks, "});"));
+    void decode(std::span<const ReproPair> pairs) override { each(cat("decode(*s, {", tokens(pairs), "});")); }
+
+    // Both contexts' callbacks, as kvweld arms its twin's: each must stop
+    // in the same call and keep what kvweld's run read back.
+    void abort(int after) override { each(cat("s->abort_after = ", after, ";")); }
+    void aborted(const std::map<int, int>& lengths) override {
+        std::string held;
+        for (const auto& [seq, n] : lengths) held += cat(held.empty() ? "" : ", ", "{", seq, ", ", n, "}");
+        each(cat("expect_kept(*s, {", held, "});"));
     }
 
     int call_lines() const override { return call_lines_; }
     std::string finish() override;
 
 private:
+    static std::string tokens(std::span<const ReproPair> pairs) {  // a decode's {seq, token, pos, out} list
+        std::string out;
+        for (const ReproPair& p : pairs)
+            out += cat(out.empty() ? "" : ", ", "{", p.seq, ", ", p.token, ", ", p.pos, ", ", p.output ? 1 : 0, "}");
+        return out;
+    }
     void each(const std::string& statement) { on(skipped_ ? "engine_only" : "both", statement); }
     void on(const char* sides, const std::string& statement) {
         ops_ += cat("    for (Side* s : live(", sides, ")) ", statement, "\n");
@@ -161,8 +171,9 @@ std::string LlamacppRepro::settings_text(const std::string& params) const {
         require(!p.count(unmodelled), "repro: the setting ", unmodelled, " is not written into reproducers (F32 KV, "
                                       "flash attention off)");
     const float scale = p.count("rope_scale") ? std::stof(p.at("rope_scale")) : 1.0f;
+    const std::string n_ubatch = p.count("n_ubatch") ? p.at("n_ubatch") : "512";  // as the plugin reads it
     return cat(setup_.n_ctx, ", ", setup_.seqs, ", ", abi::flag_param(p, "kv_unified", false) ? "true" : "false", ", ",
-               abi::flag_param(p, "graph_reuse", true) ? "true" : "false", ", ", float_literal(scale));
+               abi::flag_param(p, "graph_reuse", true) ? "true" : "false", ", ", float_literal(scale), ", ", n_ubatch);
 }
 
 std::string LlamacppRepro::finish() {
@@ -218,6 +229,7 @@ std::string LlamacppRepro::finish() {
         "    engine.ctx = open_context(model, ", settings_text(setup_.params), ");\n",
         "    truth.ctx = open_context(model, ", settings_text(truth_params), ");\n",
         "    if (!engine.ctx || !truth.ctx) return 2;\n",
+        "    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);\n",
         "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};\n", ops_,
         "\n    const int verdict = report(engine, truth, ", setup_.truth.count_reuse ? "true" : "false", ", 1e-3);\n",
         "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n    free_chains(engine);\n    free_chains(truth);\n", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",

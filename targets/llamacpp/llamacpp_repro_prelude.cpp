@@ -186,6 +186,7 @@ struct Side {
     std::vector<std::vector<uint8_t>> states;
     std::map<int, llama_sampler*> chains;     // backend sampler chains per sequence (llama_set_sampler)
     std::vector<std::vector<int>> sampled;    // per decode call: each output row's sampled token (-1: no chain)
+    int abort_after = -1, abort_asked = 0;   // the abort callback, armed for the next llama_decode (-1: not)
     std::string refused;  // the first call it refused, and where; it makes no call after it
     llama_memory_t mem() const { return llama_get_memory(ctx); }
 };
@@ -202,11 +203,12 @@ inline void expect(Side& s, bool ok, const std::string& what) {
 }
 
 inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t seqs, bool unified, bool graph_reuse,
-                                   float rope_scale) {
+                                   float rope_scale, uint32_t n_ubatch) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_ctx * seqs;  // each sequence n_ctx positions, as the engine was given
     cp.n_seq_max = seqs;
-    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_batch = 512;
+    cp.n_ubatch = n_ubatch;  // a call in several ubatches where it is below the call
     cp.n_threads = cp.n_threads_batch = 1;
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.kv_unified = unified;
@@ -234,8 +236,16 @@ inline void decode(Side& s, const std::vector<Tok>& toks) {
         b.logits[i] = int8_t(toks[i].out);
     }
     b.n_tokens = int32_t(toks.size());
+    const bool armed = s.abort_after >= 0;
+    s.abort_asked = 0;
     const int32_t rc = llama_decode(s.ctx, b);
-    expect(s, rc == 0, "llama_decode returned " + std::to_string(rc));
+    s.abort_after = -1;
+    expect(s, rc == 0 || (armed && rc == 2), "llama_decode returned " + std::to_string(rc));
+    if (armed && rc == 2) {  // stopped by the callback: a call with no rows
+        s.rows.emplace_back();
+        s.sampled.emplace_back();
+        s.row_lines.push_back(line);
+    }
     if (rc == 0) {
         s.rows.emplace_back();
         s.sampled.emplace_back();
@@ -259,6 +269,23 @@ inline void decode(Side& s, const std::vector<Tok>& toks) {
             }
     }
     llama_batch_free(b);
+}
+
+// The abort callback: yes from its abort_after-th question on (the CPU
+// backend asks after each graph node), as the plugin answers.
+inline bool abort_check(void* data) {
+    Side* s = static_cast<Side*>(data);
+    return s->abort_after >= 0 && s->abort_asked++ >= s->abort_after;
+}
+
+// After an aborted call, each sequence holds a prefix of what it was
+// given (llama.h); kvweld's run read these lengths back from its engine.
+inline void expect_kept(Side& s, const std::vector<std::pair<int, int>>& lengths) {
+    for (const auto& [seq, n] : lengths) {
+        const int held = int(llama_memory_seq_pos_max(s.mem(), seq)) + 1;
+        expect(s, held == n, "after the aborted llama_decode, sequence " + std::to_string(seq) + " holds " +
+                                 std::to_string(held) + " positions where kvweld's run kept " + std::to_string(n));
+    }
 }
 
 // Backend sampler chains: greedy, or top_k then dist; set anew
