@@ -524,5 +524,56 @@ TEST(Samplers, SampledTokensAreJudgedAndChangingAChainIsEachEnginesAnswer) {
     }
 }
 
+// ABI 12, the abort callback as an op: two requests prefilled in one call
+// of 10 tokens (sequence 0's 6, then sequence 1's 4), the callback armed
+// for it. kvweld's engine asks before each token: stopped after 3, sequence
+// 0 keeps 3 and sequence 1 none. llama.cpp (n_ubatch 4, one unified cache:
+// ubatches of 4 in call order) asks after each graph node: stopped after 60
+// it finished the first ubatch, so sequence 0 keeps 4. The run feeds the
+// rest and decodes on, every row the reference's and the twin's (armed the
+// same: it stops in the same place). Later an abort at the first question
+// keeps nothing of a decode step. The other half: an engine that counts
+// the stopped token as held (kvweld), or an adapter that counts every token
+// fed as held (llama.cpp), is caught.
+std::vector<Op> abort_ops(std::uint32_t after) {
+    const Op decode{ops::Step{.wants = {1, 1}}};
+    return {Op{ops::Admit{.prompt = {3, 1, 4, 1, 5, 9}, .max_new = 8}}, Op{ops::Admit{.prompt = {2, 7, 1, 8}, .max_new = 8}},
+            Op{ops::Abort{after}}, Op{ops::Step{.wants = {6, 4}}}, Op{ops::Step{.wants = {6, 4}}}, decode, decode,
+            Op{ops::Abort{0}}, decode, decode};
+}
+
+TEST(Abort, AnAbortedCallKeepsAPrefixAndTheRunGoesOnRight) {
+    for (const std::string engine : {"inproc", "kvweld", "llamacpp"}) {
+        if (engine == "llamacpp") try {
+                engine_plugin_path("llamacpp");
+            } catch (const Error& e) {
+                KVWELD_WITHOUT_LLAMA(e.what());
+            }
+        const bool llama = engine == "llamacpp";
+        SimConfig c = draw_config(3, EngineChoice{engine, llama ? "kv_unified=1,graph_reuse=1,n_ubatch=4" : "", ""}, "tiny",
+                                  engine_capabilities(engine));
+        c.seqs = 2;
+        c.n_ctx = 32;
+        c.max_chunk = 8;
+        c.engine.twin = true;
+        const std::vector<Op> ops = abort_ops(llama ? 60 : 3);
+        const RunResult r = run_ops(c, ops, int(ops.size()));
+        ASSERT_EQ(r.verdict, Verdict::pass) << engine << "\n" << text_report(r);
+        EXPECT_EQ(r.stats.aborted_calls, 2u) << engine;
+        EXPECT_EQ(r.stats.aborted_fed, 12u) << engine;  // 10, then 2
+        EXPECT_EQ(r.stats.aborted_kept, llama ? 4u : 3u) << engine;
+        EXPECT_EQ(r.stats.unjudged_after_abort, 2u) << engine;
+        EXPECT_GT(r.stats.reference_rows, 0u) << engine;
+        c.engine.twin = false;
+        c.engine.faults = llama ? "abort_counts_fed" : "abort_keeps_stopped";
+        const RunResult broken = run_ops(c, ops, int(ops.size()));
+        // kvweld's K/V read back at the stopped position is wrong; llama.cpp
+        // refuses sequence 0's next tokens, fed past the 4 its memory holds.
+        EXPECT_EQ(broken.verdict, llama ? Verdict::engine_error : Verdict::stale_decode) << engine << "\n"
+                                                                                        << text_report(broken);
+        EXPECT_EQ(broken.failure->op_index, llama ? 4u : 3u) << engine << "\n" << text_report(broken);
+    }
+}
+
 }  // namespace
 }  // namespace kvweld::sim

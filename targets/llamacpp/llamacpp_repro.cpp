@@ -229,8 +229,8 @@ std::string LlamacppRepro::finish() {
         "    engine.ctx = open_context(model, ", settings_text(setup_.params), ");\n",
         "    truth.ctx = open_context(model, ", settings_text(truth_params), ");\n",
         "    if (!engine.ctx || !truth.ctx) return 2;\n",
-        "    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);\n",
-        "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};\n", ops_,
+        "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};\n",
+        "    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);\n", ops_,
         "\n    const int verdict = report(engine, truth, ", setup_.truth.count_reuse ? "true" : "false", ", 1e-3);\n",
         "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n    free_chains(engine);\n    free_chains(truth);\n", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
         "    llama_model_free(model);\n", cleanup, "    rmdir(dir.c_str());\n    return verdict;\n}\n");

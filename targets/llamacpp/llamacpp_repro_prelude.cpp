@@ -341,7 +341,7 @@ inline void load(Side& s, int seq, size_t id, int positions) {
 }
 
 inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance) {
-    double worst = 0;
+    double worst = -1;  // none compared yet (a call the abort callback stopped has no rows)
     size_t worst_call = 0, worst_at = 0, calls = 0;
     for (size_t k = 0; k < engine.rows.size() && k < truth.rows.size(); ++k, ++calls)
         for (size_t i = 0; i < engine.rows[k].size() && i < truth.rows[k].size(); ++i) {
@@ -351,7 +351,7 @@ inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance)
     std::printf("decode calls compared: %zu (the engine made %zu, the ground truth %zu)\n", calls, engine.rows.size(),
                 truth.rows.size());
     bool shown = false;
-    if (calls > 0) {
+    if (worst != -1) {
         const float got = engine.rows[worst_call][worst_at], want = truth.rows[worst_call][worst_at];
         std::printf("max |logit - expected| = %.6g (tolerance %g): decode call %zu (trace line %d), row %zu, token %zu: "
                     "engine %.6f, expected %.6f\n", worst, tolerance, worst_call + 1, engine.row_lines[worst_call],
