@@ -12,7 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <unistd.h>
 
@@ -43,13 +44,24 @@ struct VersionsArgs {
 // "0.3.15,0.3.20" as given; "0.3.15..0.3.36" every 0.3.N between, both
 // included; a source snapshot's build in the cache is git-<commit>, listed
 // (it sorts after every release: it is taken as the newest).
+// 1 to `max_digits` decimal digits and nothing else (nullopt otherwise).
+std::optional<int> whole_number(std::string_view text, std::size_t max_digits) {
+    if (text.empty() || text.size() > max_digits || text.find_first_not_of("0123456789") != std::string_view::npos)
+        return std::nullopt;
+    int n = 0;
+    for (const char c : text) n = n * 10 + (c - '0');
+    return n;
+}
+
 std::vector<std::string> parse_releases(const std::string& text) {
-    static const std::regex release(R"(0\.3\.(\d{1,3}))"), snapshot(R"(git-[0-9a-f]{7,40})");
-    std::smatch m;
     const auto number = [&](const std::string& r) {
-        if (std::regex_match(r, snapshot)) return 1000;
-        require(std::regex_match(r, m, release), "--versions: '", r, "' is neither a release 0.3.N nor a source snapshot git-<commit>");
-        return std::stoi(m[1]);
+        const std::string_view commit = std::string_view(r).substr(std::min<std::size_t>(r.size(), 4));
+        if (r.starts_with("git-") && commit.size() >= 7 && commit.size() <= 40 &&
+            commit.find_first_not_of("0123456789abcdef") == std::string_view::npos)
+            return 1000;
+        const std::optional<int> n = r.starts_with("0.3.") ? whole_number(std::string_view(r).substr(4), 3) : std::nullopt;
+        require(n.has_value(), "--versions: '", r, "' is neither a release 0.3.N nor a source snapshot git-<commit>");
+        return *n;
     };
     std::vector<std::string> out;
     if (const auto dots = text.find(".."); dots != std::string::npos) {
@@ -141,12 +153,13 @@ nlohmann::json versions_json(const std::vector<ReleaseRow>& rows) {
 
 // "8x4,64x16": slots x speculative k per point.
 std::vector<std::pair<int, int>> parse_grid(const std::string& text) {
-    static const std::regex point(R"((\d{1,3})x(\d{1,2}))");
     std::vector<std::pair<int, int>> out;
-    std::smatch m;
     for (const std::string& item : abi::split_list(text.c_str())) {
-        require(std::regex_match(item, m, point), "--grid: '", item, "' is not SLOTSxK (e.g. 64x16)");
-        const int slots = std::stoi(m[1]), k = std::stoi(m[2]);
+        const std::size_t x = item.find('x');
+        const std::optional<int> slots_n = x == std::string::npos ? std::nullopt : whole_number(std::string_view(item).substr(0, x), 3);
+        const std::optional<int> k_n = x == std::string::npos ? std::nullopt : whole_number(std::string_view(item).substr(x + 1), 2);
+        require(slots_n && k_n, "--grid: '", item, "' is not SLOTSxK (e.g. 64x16)");
+        const int slots = *slots_n, k = *k_n;
         require(slots >= 1 && slots <= 256 && k >= 1 && k <= 16, "--grid: ", item, ": slots must be 1..256 and k 1..16");
         out.emplace_back(slots, k);
     }

@@ -42,22 +42,25 @@ void Blindness::before_decode(const Batch& b) {
 
 // Once the reference computed the right rows; then the plans stand on the
 // storage the ledger pinned.
-void Blindness::on_decode(Decoded& d) {
-    for (const auto& [i, m] : pending_) count(m, d.batch.pairs[i].seq, d.batch.pairs[i].pos);
+void Blindness::on_decode(Decoded& d) { settle(d.batch); }
+
+void Blindness::settle(const Batch& b) {
+    for (const auto& [i, m] : pending_) count(m, b.pairs[i].seq, b.pairs[i].pos);
     for (const auto& [i, m] : pending_) {
-        PlanPins& plan = plans_[std::size_t(d.batch.pairs[i].seq)];
+        PlanPins& plan = plans_[std::size_t(b.pairs[i].seq)];
         plan.exists = true;
         plan.model_generation = world_.model_generation;
         plan.weights_generation = world_.weights_generation;
-        plan.storage = ledger_.pinned(d.batch.pairs[i].seq);
+        plan.storage = ledger_.pinned(b.pairs[i].seq);
     }
     pending_.clear();
 }
 
-// Measured against the kept tokens alone (before_decode saw the whole call).
-void Blindness::on_aborted(const Batch&, Decoded& kept) {
-    before_decode(kept.batch);
-    on_decode(kept);
+// Measured before the call: what it kept is counted, the rest dropped.
+void Blindness::on_aborted(const Batch& called, Decoded& kept) {
+    const std::map<int, int> lengths = kept_lengths(called, kept.batch);
+    std::erase_if(pending_, [&](const auto& m) { return called.pairs[m.first].pos >= lengths.at(called.pairs[m.first].seq); });
+    settle(called);
 }
 
 Blindness::Measure Blindness::measure(int seq, int pos) const {

@@ -82,6 +82,7 @@ private:
         ShapeStats& shape;
     };
     Counted count_call(const Batch& b);
+    void judge_counts(const Batch& b, const Counted& n);  // against expectation_
     void check_plan_identity(const Batch& b, std::int64_t builds);
     void note_plan_serials(const Batch& b);  // a call not judged: its serials are no longer new
 
@@ -96,7 +97,6 @@ private:
     std::optional<targets::ReuseExpectation> expectation_;  // the rule's, for the call being judged
     std::set<std::uint64_t> plan_serials_;                  // every plan serial seen this run
     std::map<std::string, ShapeStats> shapes_;
-    bool after_abort_ = false;  // the next call follows an aborted one: counted, not judged
 };
 
 // kvweld diff: a call where the engine and its peer prepared their plans
@@ -294,6 +294,7 @@ private:
     };
     Measure measure(int seq, int pos) const;
     void count(const Measure& m, int seq, int pos);
+    void settle(const Batch& b);  // the pending measures counted, the plans' pins moved on
 
     const World& world_;
     RunStats& stats_;

@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <utility>
 
 namespace kvweld::sim {
 
@@ -140,35 +139,39 @@ Accounting::Counted Accounting::count_call(const Batch& b) {
     return n;
 }
 
-// An aborted call: the rule is told the tokens the engine kept, as a call
-// of their own (what the memory holds is what ran; kvweld's engine stops
-// before a token, so these are the tokens it decoded). Where a call stops
-// inside an ubatch (llama.cpp), that ubatch's graph was built or reused
-// before it stopped, which no rule models: neither this call nor the next
-// is judged; their counts are added up.
+// An aborted call: the rule says what ran of it (by default the kept
+// tokens, as a call of their own, judged so); where it cannot know the
+// counts of a stopped call, they are added up and not judged.
 void Accounting::on_aborted(const Batch& called, Decoded& kept) {
     expectation_.reset();
     judge_.call_clause.clear();
-    if (before_) count_call(called);
+    if (rule_)
+        expectation_ = rule_->on_aborted(std::vector<int>(called.seqs.begin(), called.seqs.end()), called.outputs,
+                                         std::vector<int>(kept.batch.seqs.begin(), kept.batch.seqs.end()));
+    if (!before_) return;
+    const Counted n = count_call(called);
     if (!rule_) return;
-    if (!kept.batch.pairs.empty())
-        rule_->on_decode(std::vector<int>(kept.batch.seqs.begin(), kept.batch.seqs.end()), kept.batch.outputs);
-    after_abort_ = true;
-    if (plan_identity_) note_plan_serials(kept.batch);
+    if (!expectation_) {
+        ++stats_.unjudged_aborted;
+        if (plan_identity_) note_plan_serials(kept.batch);
+        return;
+    }
+    if (expectation_->clause) judge_.call_clause = expectation_->clause;
+    judge_counts(kept.batch, n);
 }
 
 // Last, once every other oracle has judged the call's rows and storage.
 void Accounting::after_decode(const Decoded& d) {
     if (!before_) return;  // no counters read: an unchecked run, or an engine without them
-    auto [reused, builds, rebound, shape] = count_call(d.batch);
-    if (!rule_) return;
-    if (std::exchange(after_abort_, false)) {
-        ++stats_.unjudged_after_abort;
-        if (plan_identity_) note_plan_serials(d.batch);
-        return;
-    }
+    const Counted n = count_call(d.batch);
+    if (rule_) judge_counts(d.batch, n);
+}
+
+// A call's counts against the rule's expectation.
+void Accounting::judge_counts(const Batch& b, const Counted& n) {
+    const auto& [reused, builds, rebound, shape] = n;
     const ReuseExpectation& e = *expectation_;
-    if (plan_identity_) check_plan_identity(d.batch, builds);
+    if (plan_identity_) check_plan_identity(b, builds);
     stats_.plans += std::uint64_t(e.plans);
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
@@ -179,7 +182,7 @@ void Accounting::after_decode(const Decoded& d) {
     shape.may_reuse += std::uint64_t(e.may_reuse);
     const auto message = [&] {  // built only on a failure
         return cat("the engine counted ", reused, " reused, ", builds, " built, ", rebound, " rebound in a call of ",
-                   d.batch.pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
+                   b.pairs.size(), " tokens; the rule: ", e.plans, " plans, reuse ", e.must_reuse,
                    e.may_reuse ? cat("..", e.must_reuse + e.may_reuse) : "", e.builds ? cat(", builds ", *e.builds) : "",
                    e.rebinds ? cat(", rebinds ", *e.rebinds) : "", " (", rule_->why_last(), ")");
     };

@@ -339,8 +339,8 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
                          cat(s.sampled_rows, " / ", s.sampled_compared));
     out += table_row("drafts (rejected)", cat(s.drafts, " (", s.rejected, ")"));
     if (s.aborted_calls)
-        out += table_row("calls aborted (tokens kept of those fed; calls after one not judged)",
-                         cat(s.aborted_calls, " (", s.aborted_kept, " of ", s.aborted_fed, "; ", s.unjudged_after_abort, ")"));
+        out += table_row("calls aborted (tokens kept of those fed; not judged)",
+                         cat(s.aborted_calls, " (", s.aborted_kept, " of ", s.aborted_fed, "; ", s.unjudged_aborted, ")"));
     out += table_row("invalid calls refused", cat(s.refused));
     if (oracles.twin)
         out += table_row("rows equal to the twin's", cat(s.twin_rows, s.twin_within_tolerance ? cat(" (", s.twin_within_tolerance,

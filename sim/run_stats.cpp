@@ -19,7 +19,7 @@ void RunStats::add(const RunStats& o) {
     aborted_calls += o.aborted_calls;
     aborted_fed += o.aborted_fed;
     aborted_kept += o.aborted_kept;
-    unjudged_after_abort += o.unjudged_after_abort;
+    unjudged_aborted += o.unjudged_aborted;
     sampled_compared += o.sampled_compared;
     max_embedding_error = std::max(max_embedding_error, o.max_embedding_error);
     ops_run += o.ops_run;

@@ -30,8 +30,9 @@ struct RunStats {
     std::uint64_t same_shape_calls = 0;  // calls whose batch is the last call's (same sequences, order and outputs)
     std::uint64_t drafts = 0, rejected = 0;
     // ABI 12: calls the abort callback stopped (of `calls`), the tokens they
-    // were given and those the engine kept; calls after one the rule did not judge.
-    std::uint64_t aborted_calls = 0, aborted_fed = 0, aborted_kept = 0, unjudged_after_abort = 0;
+    // were given and those the engine kept, and those of them the rule did
+    // not judge (an engine that stops inside a plan it prepared).
+    std::uint64_t aborted_calls = 0, aborted_fed = 0, aborted_kept = 0, unjudged_aborted = 0;
     std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
     std::uint64_t twin_rows = 0;    // rows compared with the twin's
     std::uint64_t twin_within_tolerance = 0;  // of them, not bitwise equal but within the engine's declared tolerance

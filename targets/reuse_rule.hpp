@@ -125,6 +125,17 @@ public:
     // place) or cleared (`set` false). By default the chain is step data:
     // every held plan is kept.
     virtual void on_sampler(int /*seq*/, bool /*set*/, bool /*in_place*/) {}
+    // ABI 12: a call the abort callback stopped (`seqs`, `outputs`: the
+    // whole call; `kept`: the sequence of each token the engine kept, in
+    // call order). By default the engine ran the kept tokens and nothing
+    // more (kvweld's engine asks before each token): the expectation of a
+    // call of those, judged like any. A rule whose engine stops inside a
+    // plan it prepared follows what ran and returns nullopt: not judged.
+    virtual std::optional<ReuseExpectation> on_aborted(std::span<const int> /*seqs*/,
+                                                       std::span<const std::uint8_t> /*outputs*/,
+                                                       std::span<const int> kept) {
+        return kept.empty() ? ReuseExpectation{} : on_decode(kept, {});
+    }
 };
 
 }  // namespace kvweld::targets

@@ -211,10 +211,16 @@ TEST(Twin, EqualRowsOnTheCleanEngineAndAStalePlanDiffers) {
     if (!kFaultsCompiled) GTEST_SKIP() << "the fault half needs a KVWELD_FAULTS build";
     o.engine.faults = "offset_not_rebound";
     const SwarmResult faulty = run_swarm(o);
-    std::size_t by_twin = 0;
-    for (const RunResult& r : faulty.seeds)
-        by_twin += r.failure && r.failure->oracle == Oracle::twin && r.verdict == Verdict::stale_decode;
-    EXPECT_EQ(by_twin, faulty.seeds.size()) << swarm_table(faulty, o);
+    // A call the abort callback stopped returns no rows: there the K/V
+    // read back of what it kept is the first to see the offset.
+    std::size_t by_twin = 0, in_aborted_call = 0;
+    for (const RunResult& r : faulty.seeds) {
+        if (!r.failure || r.verdict != Verdict::stale_decode) continue;
+        by_twin += r.failure->oracle == Oracle::twin;
+        in_aborted_call += r.failure->oracle == Oracle::kv && r.stats.aborted_calls > 0;
+    }
+    EXPECT_EQ(by_twin + in_aborted_call, faulty.seeds.size()) << swarm_table(faulty, o);
+    EXPECT_GT(by_twin, faulty.seeds.size() / 2) << swarm_table(faulty, o);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

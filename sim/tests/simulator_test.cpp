@@ -562,7 +562,7 @@ TEST(Abort, AnAbortedCallKeepsAPrefixAndTheRunGoesOnRight) {
         EXPECT_EQ(r.stats.aborted_calls, 2u) << engine;
         EXPECT_EQ(r.stats.aborted_fed, 12u) << engine;  // 10, then 2
         EXPECT_EQ(r.stats.aborted_kept, llama ? 4u : 3u) << engine;
-        EXPECT_EQ(r.stats.unjudged_after_abort, 2u) << engine;
+        EXPECT_EQ(r.stats.unjudged_aborted, llama ? 2u : 0u) << engine;  // llama.cpp stops inside a graph
         EXPECT_GT(r.stats.reference_rows, 0u) << engine;
         c.engine.twin = false;
         c.engine.faults = llama ? "abort_counts_fed" : "abort_keeps_stopped";

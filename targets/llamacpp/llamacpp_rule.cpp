@@ -40,6 +40,13 @@
 //   held graph result; a design choice of 0.3.36, marked there as a TODO:
 //   the contract needs no rebuild, the rotation is data). A shift that
 //   drops the tail moves no cell and queues nothing.
+// Clause 12 (abort, ABI 12): llama_context::decode builds or reuses each
+//   ubatch's graph before computing it, so a call the abort callback stops
+//   leaves the graph of the ubatch it stopped in held (its positions
+//   removed from memory): the rule goes through the ubatches up to that
+//   one. The counters of the stopped call are not judged; the next call's are.
+//   A stop inside the K-shift a shift queued is a known finding of 0.3.36
+//   (kshift-aborted, llamacpp_wrong_rows.hpp).
 // Clause 5: with graph_reuse=0 (LLAMA_GRAPH_REUSE_DISABLE) nothing is reused.
 // Clause 6: a reload makes a new context, which holds no graph.
 // Clause 7 (adapters): the graph holds the LoRA adapters with a non-zero
@@ -254,9 +261,32 @@ public:
         : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), n_ubatch_(n_ubatch) {}
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
-        ReuseExpectation e;
+        return decide(seqs, split(seqs, outputs));
+    }
+    // A call the abort callback stopped: llama_context::decode (0.3.36)
+    // builds or reuses each ubatch's graph before computing it, and the
+    // callback stops the compute of the first ubatch the kept tokens do
+    // not cover (its positions then removed): the rule goes through the
+    // ubatches up to that one and holds its graph. The counters of a
+    // stopped call are not judged (the adapter counts it as one that built).
+    std::optional<ReuseExpectation> on_aborted(std::span<const int> seqs, std::span<const std::uint8_t> outputs,
+                                               std::span<const int> kept) override {
+        std::vector<UbatchShape> ran = split(seqs, outputs);
+        int before = 0;
+        const auto stopped = std::find_if(ran.begin(), ran.end(), [&](const UbatchShape& u) {
+            return (before += u.n_tokens) > int(kept.size());
+        });
+        if (stopped != ran.end()) ran.erase(stopped + 1, ran.end());
+        wrong_rows_.aborted();
+        decide(seqs, ran);
+        return std::nullopt;
+    }
+    std::vector<UbatchShape> split(std::span<const int> seqs, std::span<const std::uint8_t> outputs) const {
         if (embeddings_) outputs = {};  // clause 10: every token an output
-        const std::vector<UbatchShape> ubatches = unified_ ? split_simple(seqs, outputs, n_ubatch_) : split_equal(seqs, outputs, n_ubatch_);
+        return unified_ ? split_simple(seqs, outputs, n_ubatch_) : split_equal(seqs, outputs, n_ubatch_);
+    }
+    ReuseExpectation decide(std::span<const int> seqs, const std::vector<UbatchShape>& ubatches) {
+        ReuseExpectation e;
         e.plans = int(ubatches.size());
         last_.clear();
         for (const UbatchShape& u : ubatches) {

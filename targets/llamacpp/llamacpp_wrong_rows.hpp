@@ -23,6 +23,13 @@
 //   the rows of every sequence it shares them with. Sharing is tracked
 //   loosely (from a copy until the sequence is emptied or loaded), so the
 //   clause may name a sequence that no longer shares a moved cell.
+// "kshift-aborted": the K-shift runs as a graph at the start of the next
+//   decode (llama_kv_cache::update, lines 864-891), and the abort callback
+//   is asked after each of its nodes too: a stop there returns before
+//   reset_shift with the layers already rotated in place, and the next
+//   decode rotates every layer again. The rule cannot tell where the
+//   callback stopped, so the clause names every sequence with a rotation
+//   owed at an aborted call.
 #pragma once
 
 #include <map>
@@ -44,6 +51,9 @@ public:
     const char* state_clause(int id) const {
         const auto it = states_.find(id);
         return it == states_.end() ? nullptr : it->second;
+    }
+    void aborted() {  // a decode the abort callback stopped, maybe inside the K-shift
+        for (int seq : shifted_) wrong_[seq] = "kshift-aborted";
     }
     void decoded() {  // the memory update ran: copies and rotations done
         queued_.clear();
