@@ -35,7 +35,7 @@ std::vector<std::uint8_t> export_kv_state(const KvCache& cache, std::uint64_t mo
     const std::size_t row = std::size_t(g.kv_dim()) * sizeof(float);
     std::vector<std::uint8_t> out;
     out.reserve(kKvStateHeaderBytes + 2 * std::size_t(g.n_layers) * std::size_t(len) * row);
-    out.insert(out.end(), kMagic, kMagic + 4);
+    for (const char c : kMagic) out.push_back(std::uint8_t(c));  // (gcc 12 misreads a ranged insert of it in a unity build)
     put(out, kVersion);
     put(out, model_digest);
     put(out, std::uint32_t(g.n_layers));
