@@ -104,9 +104,10 @@ constexpr std::array kFaults = {
               "cleared later is not seen until the next build)",
               FaultDesign::dense, false, true},
     // The length read back after the abort says one more than was written:
-    // the K/V read back at that position, or the next decode over it, is
-    // wrong; or first the accounting, told the kept tokens ran, counts one
-    // plan use more than the engine made (a reuse missing: spurious).
+    // the K/V read back at that position is wrong (judged before the
+    // accounting). Behind the plugin no dead row is poisoned: where the
+    // row a rewind left there is the right one, only the accounting sees
+    // it, the claimed token's plan use missing (spurious).
     FaultInfo{Fault::abort_keeps_stopped, "abort_keeps_stopped", {D::stale_decode, D::spurious_invalidation},
               "a decode the abort callback stopped counts the token it stopped at as held, its K/V never written",
               FaultDesign::dense, false, true},

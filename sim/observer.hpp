@@ -144,7 +144,7 @@ public:
     virtual void on_decode(Decoded&) {}
     virtual void after_decode(const Decoded&) {}
     // ABI 12: the abort callback stopped the call `called` part way (in
-    // place of on_decode and after_decode). `kept` is what the engine kept
+    // place of on_decode; after_decode follows with `kept`). `kept` is what the engine kept
     // of it, read back from its memory: each sequence's first tokens, as a
     // decode with no rows. By default it is taken as that decode (the
     // reference computes the kept rows, a twin decodes them, the K/V is

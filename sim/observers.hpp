@@ -97,6 +97,7 @@ private:
     std::optional<targets::ReuseExpectation> expectation_;  // the rule's, for the call being judged
     std::set<std::uint64_t> plan_serials_;                  // every plan serial seen this run
     std::map<std::string, ShapeStats> shapes_;
+    const Batch* aborted_ = nullptr;  // the call as made, between on_aborted and after_decode
 };
 
 // kvweld diff: a call where the engine and its peer prepared their plans

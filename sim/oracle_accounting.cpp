@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 
 namespace kvweld::sim {
 
@@ -140,31 +141,32 @@ Accounting::Counted Accounting::count_call(const Batch& b) {
 }
 
 // An aborted call: the rule says what ran of it (by default the kept
-// tokens, as a call of their own, judged so); where it cannot know the
-// counts of a stopped call, they are added up and not judged.
+// tokens, as a call of their own); after_decode then judges it like any,
+// once the other oracles have judged what it kept; where the rule cannot
+// know the counts of a stopped call, they are added up and not judged.
 void Accounting::on_aborted(const Batch& called, Decoded& kept) {
     expectation_.reset();
     judge_.call_clause.clear();
-    if (rule_)
-        expectation_ = rule_->on_aborted(std::vector<int>(called.seqs.begin(), called.seqs.end()), called.outputs,
-                                         std::vector<int>(kept.batch.seqs.begin(), kept.batch.seqs.end()));
-    if (!before_) return;
-    const Counted n = count_call(called);
+    aborted_ = &called;
     if (!rule_) return;
-    if (!expectation_) {
-        ++stats_.unjudged_aborted;
-        if (plan_identity_) note_plan_serials(kept.batch);
-        return;
-    }
-    if (expectation_->clause) judge_.call_clause = expectation_->clause;
-    judge_counts(kept.batch, n);
+    expectation_ = rule_->on_aborted(std::vector<int>(called.seqs.begin(), called.seqs.end()), called.outputs,
+                                     std::vector<int>(kept.batch.seqs.begin(), kept.batch.seqs.end()));
+    if (expectation_ && expectation_->clause) judge_.call_clause = expectation_->clause;
 }
 
-// Last, once every other oracle has judged the call's rows and storage.
+// Last, once every other oracle has judged the call's rows and storage
+// (an aborted call's shape is the call as made).
 void Accounting::after_decode(const Decoded& d) {
+    const Batch* called = std::exchange(aborted_, nullptr);
     if (!before_) return;  // no counters read: an unchecked run, or an engine without them
-    const Counted n = count_call(d.batch);
-    if (rule_) judge_counts(d.batch, n);
+    const Counted n = count_call(called ? *called : d.batch);
+    if (!rule_) return;
+    if (!expectation_) {  // a stopped call the rule does not judge
+        ++stats_.unjudged_aborted;
+        if (plan_identity_) note_plan_serials(d.batch);
+        return;
+    }
+    judge_counts(d.batch, n);
 }
 
 // A call's counts against the rule's expectation.

@@ -308,6 +308,7 @@ std::map<int, int> Simulator::aborted(const Batch& called) {
     const std::vector<float> none;
     Decoded decoded{batch, none, {}, {}, {}};
     for (const auto& o : observers_) o->on_aborted(called, decoded);
+    for (const auto& o : observers_) o->after_decode(decoded);
     return kept;
 }
 
