@@ -99,8 +99,8 @@ void Lockstep::on_aborted(const Batch& called, Decoded& kept) {
     try {
         decode_second(called);
     } catch (const Aborted&) {
-        for (const auto& [seq, n] : kept_lengths(called, kept.batch))
-            if (const int theirs = on_second([&] { return second_->seq_length(seq); }); theirs != n)
+        for (const auto& [id, n] : kept_lengths(called, kept.batch))
+            if (const int seq = id, theirs = on_second([&] { return second_->seq_length(seq); }); theirs != n)
                 judge_.fail(Verdict::stale_decode, role_ == Role::peer ? Oracle::peer : Oracle::twin,
                             cat("after the call the abort callback stopped (after ", called.abort_after, "), sequence ",
                                 seq, " holds ", n, " positions in the engine and ", theirs, " in ", name()));

@@ -171,7 +171,8 @@ void Accounting::after_decode(const Decoded& d) {
 
 // A call's counts against the rule's expectation.
 void Accounting::judge_counts(const Batch& b, const Counted& n) {
-    const auto& [reused, builds, rebound, shape] = n;
+    const std::int64_t reused = n.reused, builds = n.builds, rebound = n.rebound;  // (clang: no lambda captures a binding)
+    ShapeStats& shape = n.shape;
     const ReuseExpectation& e = *expectation_;
     if (plan_identity_) check_plan_identity(b, builds);
     stats_.plans += std::uint64_t(e.plans);
