@@ -154,10 +154,50 @@ std::vector<StorageSerial> CpuPlan::bound_serials() const {
 
 std::span<const float> CpuPlan::run(const StepParams& step) {
     require(!paged_ || !step.blocks.empty(), "paged plan: the step brings no block table");
+    if (!causal_at_first_run_) causal_at_first_run_ = true;
     const std::span<const int> table = paged_ ? table_of(step) : std::span<const int>{};
     for (const Op& op : ops_) exec(op, step, table);
     written_ = std::max(written_, step.pos + 1);
     return logits_;
+}
+
+// Not causal: the op list in segments, each starting at a layer's
+// attention (the first at the embedding); every step runs a segment before
+// any runs the next, so a layer's K/V rows of the whole span are written
+// before any step attends in it. A step's state across a segment's end is
+// its residual stream x_ and its query (in qkv_).
+void CpuPlan::run_span(std::span<const StepParams> steps, bool causal, const StepRows& each) {
+    if (fault_on(Fault::causal_baked)) {
+        if (!causal_at_first_run_) causal_at_first_run_ = causal;
+        causal = *causal_at_first_run_;
+    }
+    if (causal || steps.size() <= 1) return Plan::run_span(steps, true, each);
+    causal_at_first_run_ = causal_at_first_run_.value_or(false);
+    for (const StepParams& s : steps) require(!paged_ || !s.blocks.empty(), "paged plan: a step brings no block table");
+    const std::size_t n = steps.size();
+    std::vector<std::vector<float>> x(n), qkv(n);
+    for (std::size_t at = 0; at < ops_.size();) {
+        std::size_t end = at + 1;
+        while (end < ops_.size() && ops_[end].kind != OpKind::attention) ++end;
+        for (std::size_t i = 0; i < n; ++i) {
+            StepParams step = steps[i];
+            step.mask_len = steps.back().mask_len;  // the whole span
+            const std::span<const int> table = paged_ ? table_of(step) : std::span<const int>{};
+            if (at > 0) {
+                x_ = x[i];
+                qkv_ = qkv[i];
+            }
+            for (std::size_t k = at; k < end; ++k) exec(ops_[k], step, table);
+            if (end < ops_.size()) {
+                x[i] = x_;
+                qkv[i] = qkv_;
+                continue;
+            }
+            written_ = std::max(written_, step.pos + 1);
+            each(i, logits_);
+        }
+        at = end;
+    }
 }
 
 void CpuPlan::attention(int layer, int mask_len, std::span<const int> table) {

@@ -32,6 +32,7 @@ public:
     void rebind(std::span<const KvLayer> layers) override;
     void rebind_pool(const KvPool& pool) override;
     std::span<const float> run(const StepParams& step) override;
+    void run_span(std::span<const StepParams> steps, bool causal, const StepRows& each) override;
     std::vector<StorageSerial> bound_serials() const override;
     void set_threads(int threads) override;
 
@@ -112,6 +113,7 @@ private:
     std::vector<LoraUse> loras_;        // the adapter set, as built (scales: read only under lora_scale_baked)
     std::optional<ControlVector> cvec_at_build_;  // read only under the cvec_baked fault
     bool warmup_at_build_ = false;                // read only under the warmup_baked fault
+    std::optional<bool> causal_at_first_run_;     // read only under the causal_baked fault
     std::vector<float> lora_rank_, lora_out_;     // LoRA scratch: A x, then B (A x)
     // scratch
     std::vector<float> x_, xb_, qkv_, att_, proj_, h13_, scores_, logits_;

@@ -140,6 +140,23 @@ std::span<const float> DecodeSession::decode(const Model& model, KvCache& cache,
     return logits;
 }
 
+void DecodeSession::decode_span(const Model& model, KvCache& cache, std::span<const int> tokens,
+                                const Adapters& adapters, bool causal, const Plan::StepRows& each) {
+    require(!tokens.empty(), "decode_span: no tokens");
+    for (int token : tokens) validate_input(model, cache, token);
+    const int pos = cache.cached_len(), n = int(tokens.size());
+    require(pos + n <= cache.geometry().max_seq_len, "decode_span: ", n, " tokens at position ", pos,
+            " overflow the cache's capacity ", cache.geometry().max_seq_len);
+    require_backend_adapters(adapters);
+    cache.settle(model.config().rope_theta);
+    prepare(model, key_of(model, cache, adapters), Target{&cache, nullptr, pos, &adapters});
+    counters_.kept += std::uint64_t(n - 1);  // the same plan runs the span's other tokens
+    std::vector<StepParams> steps;
+    for (int i = 0; i < n; ++i) steps.push_back(StepParams{tokens[std::size_t(i)], pos + i, pos + i + 1, {}, &adapters});
+    plan_->run_span(steps, causal, each);
+    for (int i = 0; i < n; ++i) cache.advance();
+}
+
 std::span<const float> DecodeSession::decode(const Model& model, KvPool& pool, PagedSequence& seq, int token,
                                              const Adapters& adapters) {
     const ModelConfig& c = model.config();

@@ -63,6 +63,15 @@ public:
     std::span<const float> decode(const Model& model, KvCache& cache, int token,
                                   const Adapters& adapters = Adapters::none());
 
+    // One sequence's tokens of a call, at positions cache.cached_len().. in
+    // order, through one plan: prepared once (counted as decode() counts),
+    // its other tokens counted as kept. each(i, logits) gets token i's
+    // logits (with plan()->hidden() its hidden state) during the call.
+    // causal = false: every token attends to the whole span (Plan::run_span).
+    // Bad input throws Error and changes nothing.
+    void decode_span(const Model& model, KvCache& cache, std::span<const int> tokens, const Adapters& adapters,
+                     bool causal, const Plan::StepRows& each);
+
     // Paged KV: decodes `token` for `seq` at position seq.length(), its row
     // appended to the sequence in `pool` (a new block, or a private copy of
     // a shared one). One session serves every sequence of a pool: the block

@@ -111,6 +111,10 @@ constexpr std::array kFaults = {
     FaultInfo{Fault::abort_keeps_stopped, "abort_keeps_stopped", {D::stale_decode, D::spurious_invalidation},
               "a decode the abort callback stopped counts the token it stopped at as held, its K/V never written",
               FaultDesign::dense, false, true},
+    FaultInfo{Fault::causal_baked, "causal_baked", {D::stale_decode},
+              "the plan keeps the attention mode of its first run (live setting causal_attn): after a switch, a "
+              "held plan attends as before until the next build",
+              FaultDesign::dense, false, true},
 };
 
 // The verdict names (sim/verdict.cpp) of the same classes.

@@ -60,6 +60,8 @@ enum class Fault : std::uint8_t {
     sampler_baked,  // the plan samples with the chain its sequence had when it was built
     // The abort callback: a stopped call keeps the tokens it finished.
     abort_keeps_stopped,  // the token the call stopped at is counted as held, its K/V never written
+    // Causal attention on or off: the mask is step data.
+    causal_baked,  // the plan keeps the attention mode (causal or not) of its first run
 };
 
 // How the harness may notice a fault. engine_error: the engine's reports

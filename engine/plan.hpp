@@ -11,6 +11,7 @@
 #include "engine/kv_pool.hpp"
 #include "engine/plan_key.hpp"
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -56,6 +57,14 @@ public:
     virtual void rebind_pool(const KvPool& pool);
     // Runs one decode step; the logits stay valid until the next call.
     virtual std::span<const float> run(const StepParams& step) = 0;
+    // Runs one sequence's steps of a call, positions in order. each(i,
+    // logits) is called once step i's logits (and hidden()) are final,
+    // valid during the call. causal: step by step, as run(). Not causal
+    // (llama.h's llama_set_causal_attn(ctx, false)): layer by layer, every
+    // step attending to the positions up to the last step's; a backend
+    // without that path (CUDA) throws Error for more than one step.
+    using StepRows = std::function<void(std::size_t, std::span<const float>)>;
+    virtual void run_span(std::span<const StepParams> steps, bool causal, const StepRows& each);
     // The storage serials of the KV buffers the plan is bound to.
     virtual std::vector<StorageSerial> bound_serials() const = 0;
     // Runs later steps on `threads` threads (1..256, the caller's included).

@@ -59,6 +59,12 @@ std::span<const float> Plan::hidden() const {
     return hidden_at_build_;
 }
 
+void Plan::run_span(std::span<const StepParams> steps, bool causal, const StepRows& each) {
+    require(causal || steps.size() <= 1, "non-causal attention over ", steps.size(),
+            " tokens of a sequence: this backend's plan attends causally only");
+    for (std::size_t i = 0; i < steps.size(); ++i) each(i, run(steps[i]));
+}
+
 void Plan::rebind_pool(const KvPool&) { throw Error("rebind_pool: this plan reads a dense cache, not a KV pool"); }
 
 float step_lora_factor(std::span<const LoraUse> baked, std::size_t i, const StepParams& step) {

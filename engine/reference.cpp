@@ -147,81 +147,124 @@ void moe_ffn(float* out, const float* x, const LayerWeights& w, const ModelConfi
 
 }  // namespace
 
-std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
-                                     const Adapters& adapters, std::vector<float>* hidden) {
-    const ModelConfig& c = model.config();
-    require(token >= 0 && token < c.vocab,
-            "reference: token ", token, " out of range: vocab_size is ", c.vocab);
-    require(pos >= 0 && pos < c.max_seq_len,
-            "reference: position ", pos, " out of range: max_seq_len is ", c.max_seq_len);
-    const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+namespace {
 
-    std::vector<float> x(model.embedding().begin() + token * dim,
-                         model.embedding().begin() + (token + 1) * dim);
-    std::vector<float> xb(std::max(dim, q_dim)), q(q_dim), att(pos + 1), out(dim);
-
-    for (int l = 0; l < c.n_layers; l++) {
-        const LayerWeights w = model.layer(l);
-        float* k = kv.key[l].data() + pos * kv_dim;
-        float* v = kv.value[l].data() + pos * kv_dim;
-
-        // attention
-        rmsnorm(xb.data(), x.data(), w.att_norm.data(), dim, c.norm_eps);
-        matmul(q.data(), xb.data(), w.wq, q_dim, dim);
-        matmul(k, xb.data(), w.wk, kv_dim, dim);
-        matmul(v, xb.data(), w.wv, kv_dim, dim);
-        add_loras(q.data(), xb.data(), adapters, l, LoraTarget::wq, c);
-        add_loras(v, xb.data(), adapters, l, LoraTarget::wv, c);
-        if (c.family == Family::qwen3) {
-            for (int h = 0; h < c.n_heads; h++)
-                rmsnorm(&q[h * hd], &q[h * hd], w.q_norm.data(), hd, c.norm_eps);
-            for (int h = 0; h < c.n_kv_heads; h++)
-                rmsnorm(&k[h * hd], &k[h * hd], w.k_norm.data(), hd, c.norm_eps);
-        }
-        std::copy_n(k, kv_dim, kv.raw_key[l].data() + pos * kv_dim);
-        rope(q.data(), c.n_heads, hd, pos, c.rope_theta);
-        rope(k, c.n_kv_heads, hd, pos, c.rope_theta);
-
-        for (int h = 0; h < c.n_heads; h++) {
-            const int kvh = h / c.kv_group();
-            for (int t = 0; t <= pos; t++) {
-                const float* kt = kv.key[l].data() + t * kv_dim + kvh * hd;
-                double score = 0.0;
+// One head's attention for q over positions [0, span) of layer l's rows.
+void attend(float* out, const float* q, const ReferenceKv& kv, int l, int kvh, int span, const ModelConfig& c) {
+    const int hd = c.head_dim, kv_dim = c.kv_dim();
+    std::vector<float> att(span);
+    for (int t = 0; t < span; t++) {
+        const float* kt = kv.key[l].data() + t * kv_dim + kvh * hd;
+        double score = 0.0;
 #pragma omp simd reduction(+ : score)
-                for (int i = 0; i < hd; i++) score += static_cast<double>(q[h * hd + i]) * kt[i];
-                att[t] = static_cast<float>(score / std::sqrt(double(hd)));
-            }
-            softmax(att.data(), pos + 1);
-            for (int i = 0; i < hd; i++) {
-                double sum = 0.0;
-                for (int t = 0; t <= pos; t++)
-                    sum += static_cast<double>(att[t]) * kv.value[l][t * kv_dim + kvh * hd + i];
-                xb[h * hd + i] = static_cast<float>(sum);
-            }
-        }
-        matmul(out.data(), xb.data(), w.wo, dim, q_dim);
-        for (int i = 0; i < dim; i++) x[i] += out[i];
+        for (int i = 0; i < hd; i++) score += static_cast<double>(q[i]) * kt[i];
+        att[t] = static_cast<float>(score / std::sqrt(double(hd)));
+    }
+    softmax(att.data(), span);
+    for (int i = 0; i < hd; i++) {
+        double sum = 0.0;
+        for (int t = 0; t < span; t++) sum += static_cast<double>(att[t]) * kv.value[l][t * kv_dim + kvh * hd + i];
+        out[i] = static_cast<float>(sum);
+    }
+}
 
-        // feed-forward
-        rmsnorm(xb.data(), x.data(), w.ffn_norm.data(), dim, c.norm_eps);
-        if (c.moe()) {
-            moe_ffn(out.data(), xb.data(), w, c, adapters.warmup());
-        } else {
-            const std::vector<float> hidden = expert_ffn(out.data(), xb.data(), w, 0, c);
-            add_loras(out.data(), hidden.data(), adapters, l, LoraTarget::w2, c);
-        }
-        for (int i = 0; i < dim; i++) x[i] += out[i];
+// Token x's layer-l query, with its K and V written at `pos` (raw and rotated).
+std::vector<float> query_and_kv(const std::vector<float>& x, ReferenceKv& kv, int l, int pos, const Model& model,
+                                const Adapters& adapters) {
+    const ModelConfig& c = model.config();
+    const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+    const LayerWeights w = model.layer(l);
+    float* k = kv.key[l].data() + pos * kv_dim;
+    float* v = kv.value[l].data() + pos * kv_dim;
+    std::vector<float> xb(dim), q(q_dim);
+    rmsnorm(xb.data(), x.data(), w.att_norm.data(), dim, c.norm_eps);
+    matmul(q.data(), xb.data(), w.wq, q_dim, dim);
+    matmul(k, xb.data(), w.wk, kv_dim, dim);
+    matmul(v, xb.data(), w.wv, kv_dim, dim);
+    add_loras(q.data(), xb.data(), adapters, l, LoraTarget::wq, c);
+    add_loras(v, xb.data(), adapters, l, LoraTarget::wv, c);
+    if (c.family == Family::qwen3) {
+        for (int h = 0; h < c.n_heads; h++) rmsnorm(&q[h * hd], &q[h * hd], w.q_norm.data(), hd, c.norm_eps);
+        for (int h = 0; h < c.n_kv_heads; h++) rmsnorm(&k[h * hd], &k[h * hd], w.k_norm.data(), hd, c.norm_eps);
+    }
+    std::copy_n(k, kv_dim, kv.raw_key[l].data() + pos * kv_dim);
+    rope(q.data(), c.n_heads, hd, pos, c.rope_theta);
+    rope(k, c.n_kv_heads, hd, pos, c.rope_theta);
+    return q;
+}
 
-        // control vector: added to the residual stream after the layer
-        if (const ControlVector* cv = adapters.cvec(); cv && cv->applies(l))
-            for (int i = 0; i < dim; i++) x[i] += cv->row(l, dim)[i];
+// The rest of layer l for one token: attention over [0, span), the output
+// projection, the feed-forward and the control vector, into x.
+void finish_layer(std::vector<float>& x, const std::vector<float>& q, const ReferenceKv& kv, int l, int span,
+                  const Model& model, const Adapters& adapters) {
+    const ModelConfig& c = model.config();
+    const int dim = c.dim, q_dim = c.q_dim(), hd = c.head_dim;
+    const LayerWeights w = model.layer(l);
+    std::vector<float> xb(std::max(dim, q_dim)), out(dim);
+    for (int h = 0; h < c.n_heads; h++) attend(&xb[h * hd], &q[h * hd], kv, l, h / c.kv_group(), span, c);
+    matmul(out.data(), xb.data(), w.wo, dim, q_dim);
+    for (int i = 0; i < dim; i++) x[i] += out[i];
+
+    rmsnorm(xb.data(), x.data(), w.ffn_norm.data(), dim, c.norm_eps);
+    if (c.moe()) {
+        moe_ffn(out.data(), xb.data(), w, c, adapters.warmup());
+    } else {
+        const std::vector<float> hidden = expert_ffn(out.data(), xb.data(), w, 0, c);
+        add_loras(out.data(), hidden.data(), adapters, l, LoraTarget::w2, c);
+    }
+    for (int i = 0; i < dim; i++) x[i] += out[i];
+
+    // control vector: added to the residual stream after the layer
+    if (const ControlVector* cv = adapters.cvec(); cv && cv->applies(l))
+        for (int i = 0; i < dim; i++) x[i] += cv->row(l, dim)[i];
+}
+
+}  // namespace
+
+// Layer by layer: every token's K and V of a layer are written before any
+// token's attention in it, so a token without the causal mask sees the
+// whole span. With it, each token sees only up to its own position: the
+// same numbers as one token at a time.
+std::vector<std::vector<float>> reference_forward_span(const Model& model, ReferenceKv& kv,
+                                                       std::span<const int> tokens, int first_pos,
+                                                       const Adapters& adapters, bool causal,
+                                                       std::vector<std::vector<float>>* hidden) {
+    const ModelConfig& c = model.config();
+    const int n = int(tokens.size()), dim = c.dim;
+    require(n >= 1, "reference: an empty span of tokens");
+    for (int token : tokens)
+        require(token >= 0 && token < c.vocab, "reference: token ", token, " out of range: vocab_size is ", c.vocab);
+    require(first_pos >= 0 && first_pos + n <= c.max_seq_len, "reference: positions ", first_pos, "..",
+            first_pos + n - 1, " out of range: max_seq_len is ", c.max_seq_len);
+
+    std::vector<std::vector<float>> x, q(n);
+    for (int token : tokens)
+        x.emplace_back(model.embedding().begin() + token * dim, model.embedding().begin() + (token + 1) * dim);
+    for (int l = 0; l < c.n_layers; l++) {
+        for (int t = 0; t < n; t++) q[t] = query_and_kv(x[t], kv, l, first_pos + t, model, adapters);
+        for (int t = 0; t < n; t++)
+            finish_layer(x[t], q[t], kv, l, first_pos + (causal ? t : n - 1) + 1, model, adapters);
     }
 
-    rmsnorm(x.data(), x.data(), model.final_norm().data(), dim, c.norm_eps);
-    if (hidden) *hidden = x;
-    std::vector<float> logits(c.vocab);
-    matmul(logits.data(), x.data(), model.classifier(), c.vocab, dim);
+    std::vector<std::vector<float>> logits;
+    if (hidden) hidden->clear();
+    for (int t = 0; t < n; t++) {
+        rmsnorm(x[t].data(), x[t].data(), model.final_norm().data(), dim, c.norm_eps);
+        if (hidden) hidden->push_back(x[t]);
+        logits.emplace_back(c.vocab);
+        matmul(logits.back().data(), x[t].data(), model.classifier(), c.vocab, dim);
+    }
     return logits;
+}
+
+std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
+                                     const Adapters& adapters, std::vector<float>* hidden) {
+    std::vector<std::vector<float>> hiddens;
+    std::vector<std::vector<float>> logits =
+        reference_forward_span(model, kv, std::span<const int>(&token, 1), pos, adapters, true,
+                               hidden ? &hiddens : nullptr);
+    if (hidden) *hidden = std::move(hiddens[0]);
+    return std::move(logits[0]);
 }
 
 }  // namespace kvweld

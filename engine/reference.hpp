@@ -35,6 +35,17 @@ struct ReferenceKv {
 std::vector<float> reference_forward(const Model& model, ReferenceKv& kv, int token, int pos,
                                      const Adapters& adapters = Adapters::none(), std::vector<float>* hidden = nullptr);
 
+// One sequence's tokens of one call, at positions first_pos.. in order:
+// their logits (and hidden states, where given), each position's K and V
+// written into kv. causal: each token attends to the positions up to its
+// own (the same as reference_forward token by token). Not causal (llama.h's
+// llama_set_causal_attn(ctx, false)): each attends to every position of
+// the sequence up to the span's last, its later tokens in the call too.
+std::vector<std::vector<float>> reference_forward_span(const Model& model, ReferenceKv& kv,
+                                                       std::span<const int> tokens, int first_pos,
+                                                       const Adapters& adapters, bool causal,
+                                                       std::vector<std::vector<float>>* hidden = nullptr);
+
 // The data oracle's metric: max |got - want| / max(1, max |want|). For
 // logits of order 1 it is an absolute difference; for larger ones, relative.
 double logit_error(std::span<const float> got, std::span<const float> want);

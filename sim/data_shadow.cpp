@@ -44,6 +44,7 @@ void DataShadow::on_call(const MemoryCall& call) {
                    [&](const calls::Shift& c) { shadows_.at(c.seq)->shift(world_.config.model, c.p0, c.p1, c.len); },
                    [&](const calls::SetLive& c) {
                        if (c.key == abi::kEmbeddingsKey) embeddings_ = c.value == "1";
+                       if (c.key == abi::kCausalKey) causal_ = c.value == "1";
                    },
                    [&](const calls::Save& c) {
                        saved_.emplace_back(c.id, *shadows_.at(c.seq));
@@ -79,19 +80,18 @@ void DataShadow::on_decode(Decoded& d) {
     }
     const std::vector<Pair>& pairs = d.batch.pairs;
     const bool embeddings = embeddings_ && (world_.engine.capabilities() & KVWELD_CAP_EMBEDDINGS);
-    std::vector<float> hidden;
+    std::vector<std::vector<float>> hidden;
+    reference_rows(pairs, embeddings, d.want, hidden);
     for (std::size_t i = 0; i < pairs.size(); ++i) {
-        d.want.push_back(reference_forward(world_.model, *shadows_.at(pairs[i].seq), pairs[i].token, pairs[i].pos,
-                                           world_.adapters, embeddings ? &hidden : nullptr));
         if (!pairs[i].output) continue;  // its row is not returned; its KV is in the shadow
-        if (embeddings) judge_embeddings(pairs[i], i, pairs.size(), row, hidden);
+        if (embeddings) judge_embeddings(pairs[i], i, pairs.size(), row, hidden[i]);
         if (!d.sampled.empty()) judge_sampled(d, pairs[i], i, row);
         if (world_.samplers.count(pairs[i].seq)) {  // judged by its token: its logits may be left unfilled
             ++row;
             ++stats_.rows;
             continue;
         }
-        const double err = logit_error(std::span<const float>(got).subspan(row++ * v, v), d.want.back());
+        const double err = logit_error(std::span<const float>(got).subspan(row++ * v, v), d.want[i]);
         ++stats_.rows;
         ++stats_.reference_rows;
         stats_.max_logit_error = std::max(stats_.max_logit_error, std::isfinite(err) ? err : 1e300);
@@ -100,6 +100,32 @@ void DataShadow::on_decode(Decoded& d) {
                                 cat("sequence ", pairs[i].seq, " position ", pairs[i].pos, " (row ", i, " of ",
                                     pairs.size(), " in the call): logit error ", err, " > ", kDataTolerance,
                                     " against the reference"));
+    }
+}
+
+// Each sequence's pairs of the call are consecutive positions: one span,
+// causal or not as the live setting is (with it on, the same numbers as
+// one pair at a time).
+void DataShadow::reference_rows(const std::vector<Pair>& pairs, bool hidden, std::vector<std::vector<float>>& rows,
+                                std::vector<std::vector<float>>& hiddens) {
+    std::map<int, std::vector<std::size_t>> spans;
+    for (std::size_t i = 0; i < pairs.size(); ++i) spans[pairs[i].seq].push_back(i);
+    rows.assign(pairs.size(), {});
+    hiddens.assign(pairs.size(), {});
+    for (const auto& [seq, at] : spans) {
+        std::vector<int> tokens;
+        for (std::size_t i : at) tokens.push_back(pairs[i].token);
+        if (!causal_ && at.size() > 1) {
+            ++stats_.non_causal_spans;
+            stats_.non_causal_tokens += at.size();
+        }
+        std::vector<std::vector<float>> h;
+        std::vector<std::vector<float>> logits = reference_forward_span(
+            world_.model, *shadows_.at(seq), tokens, pairs[at[0]].pos, world_.adapters, causal_, hidden ? &h : nullptr);
+        for (std::size_t k = 0; k < at.size(); ++k) {
+            rows[at[k]] = std::move(logits[k]);
+            if (hidden) hiddens[at[k]] = std::move(h[k]);
+        }
     }
 }
 
@@ -135,7 +161,7 @@ void DataShadow::judge_sampled(const Decoded& d, const Pair& pair, std::size_t i
         return;
     }
     ++stats_.sampled_rows;
-    if (!may_sample(chain->second, d.want.back(), token, kDataTolerance))
+    if (!may_sample(chain->second, d.want[i], token, kDataTolerance))
         judge_.fail_in_call(Verdict::stale_decode, Oracle::data,
                             cat(where(), "sampled token ", token, ", which its chain (", describe(chain->second),
                                 ") cannot give for the reference's logits"));

@@ -213,6 +213,11 @@ private:
     RunStats& stats_;
     bool judging_;
     bool embeddings_ = false;  // the live setting embeddings=1 is on (ABI 10): each output row's are read back
+    bool causal_ = true;       // the live setting causal_attn: off, a sequence's tokens of a call attend whole
+    // The reference's rows (and hidden states) of a call's pairs, each
+    // sequence's pairs as one span (reference_forward_span).
+    void reference_rows(const std::vector<Pair>& pairs, bool hidden, std::vector<std::vector<float>>& rows,
+                        std::vector<std::vector<float>>& hiddens);
     std::map<int, std::unique_ptr<ReferenceKv>> shadows_;  // per open sequence
     std::deque<std::pair<int, ReferenceKv>> saved_;        // per saved state id, as the simulator keeps them
 };

@@ -15,6 +15,8 @@ void RunStats::add(const RunStats& o) {
     terms_unreachable.insert(o.terms_unreachable.begin(), o.terms_unreachable.end());
     max_kv_error = std::max(max_kv_error, o.max_kv_error);
     embedding_rows += o.embedding_rows;
+    non_causal_spans += o.non_causal_spans;
+    non_causal_tokens += o.non_causal_tokens;
     sampled_rows += o.sampled_rows;
     aborted_calls += o.aborted_calls;
     aborted_fed += o.aborted_fed;

@@ -68,6 +68,9 @@ struct RunStats {
     // With the live setting embeddings on (ABI 10): output rows whose
     // embeddings were read back and judged against the reference.
     std::uint64_t embedding_rows = 0;
+    // With causal attention off (the live setting causal_attn=0): a
+    // sequence's tokens of one call, two or more, judged as one span.
+    std::uint64_t non_causal_spans = 0, non_causal_tokens = 0;
     std::uint64_t sampled_rows = 0;      // ABI 11: rows judged by their sampled token
     std::uint64_t sampled_compared = 0;  // rows whose sampled token the twin or peer gave too
     double max_embedding_error = 0.0;

@@ -103,11 +103,11 @@ void draw_state_ops(SimConfig& c, std::uint32_t capabilities) {
 }
 
 // Live settings (ABI 9), where the engine (and a peer) lists some: on a
-// stream of their own, on about half the seeds.
+// stream of their own, on about two seeds in three (three settings share them).
 void draw_live_ops(SimConfig& c) {
     Rng rng(c.seed ^ kLiveStream);
-    const int w = int(rng.range(1, 8));
-    const bool on = rng.chance(0.5);
+    const int w = int(rng.range(2, 12));
+    const bool on = rng.chance(0.67);
     const bool listed = !engine_live_settings(c.engine.engine).empty() &&
                         (!c.engine.peer || !engine_live_settings(c.engine.peer->engine).empty());
     c.weights[int(OpKind::live)] = listed && on ? w : 0;

@@ -72,11 +72,18 @@ inline constexpr const char* kThreadsSetting = KVWELD_THREADS_SETTING;
 // its value checked (0 or 1, else it throws naming it).
 inline constexpr const char* kEmbeddingsKey = "embeddings";
 inline constexpr const char* kThreadsAndEmbeddings = KVWELD_THREADS_SETTING ",embeddings:0|1";
-inline bool embeddings_value(const char* value) {
+// A 0|1 live setting's value (else it throws naming the key and value).
+inline bool flag_value(const char* key, const char* value) {
     const std::string v = value ? value : "";
-    if (v != "0" && v != "1") throw std::runtime_error("set_live: embeddings = '" + v + "': must be 0 or 1");
+    if (v != "0" && v != "1") throw std::runtime_error(std::string("set_live: ") + key + " = '" + v + "': must be 0 or 1");
     return v == "1";
 }
+inline bool embeddings_value(const char* value) { return flag_value(kEmbeddingsKey, value); }
+// Causal attention on (1, every engine's start) or off: llama.h's
+// llama_set_causal_attn. Off, each sequence's tokens of a call attend to
+// one another whole (engine/reference.hpp's reference_forward_span).
+inline constexpr const char* kCausalKey = "causal_attn";
+inline constexpr const char* kThreadsEmbeddingsCausal = KVWELD_THREADS_SETTING ",embeddings:0|1,causal_attn:0|1";
 // `listed`: the engine's whole list, for the error naming a key not in it.
 inline int threads_value(const char* key, const char* value, const char* listed = kThreadsSetting) {
     if (!key || std::string_view(key) != "n_threads")

@@ -12,6 +12,7 @@
 #include "engine/kv_cache.hpp"
 
 #include <dlfcn.h>
+#include <algorithm>
 #include <unistd.h>
 
 #include <atomic>
@@ -299,9 +300,21 @@ void PluginEngine::set_warmup(bool on) {
     call("set_warmup", [&](char* e, std::size_t n) { return library_->api().set_warmup(engine_, on ? 1 : 0, e, n); });
 }
 
+// ABI 13: the engine's own list, which must be a part of the plugin's.
 std::string PluginEngine::live_settings() const {
     const kvweld_engine_api& api = library_->api();
-    return api.abi_version >= 9 && api.live_settings ? api.live_settings : "";
+    const std::string all = api.abi_version >= 9 && api.live_settings ? api.live_settings : "";
+    const char* mine = api.abi_version >= 13 && api.live_settings_of ? api.live_settings_of(engine_) : nullptr;
+    if (!mine) return all;
+    const std::vector<abi::LiveSetting> listed = abi::split_live_list(all.c_str());
+    for (const abi::LiveSetting& s : abi::split_live_list(mine)) {
+        const auto it = std::find_if(listed.begin(), listed.end(), [&](const abi::LiveSetting& l) { return l.key == s.key; });
+        for (const std::string& v : s.values)
+            require(it != listed.end() && std::find(it->values.begin(), it->values.end(), v) != it->values.end(),
+                    "engine ", name(), "'s live_settings_of lists ", s.key, ":", v, ", which its plugin's list (", all,
+                    ") does not");
+    }
+    return mine;
 }
 
 void PluginEngine::set_live(const std::string& key, const std::string& value) {

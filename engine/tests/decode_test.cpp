@@ -161,5 +161,43 @@ TEST(Decode, AThreadCountChangeKeepsThePlanAndItsRows) {
     EXPECT_EQ(changing.counters().builds, 2u) << "threads_in_key must rebuild after a thread-count change";
 }
 
+// Causal attention off (llama_set_causal_attn(ctx, false)): a span of one
+// sequence's tokens through a held plan attends to itself whole, as the
+// reference's span does; its first row is not the causal one, and the
+// reference's causal span is, bit for bit, the same as one token at a time.
+// The plan is kept across the switch (the mask is step data).
+TEST(Decode, ANonCausalSpanAttendsToItselfWholeAndMatchesTheReference) {
+    const Model model = Model::random(tiny_config(), 21);
+    const std::vector<int> tokens = testing::random_tokens(9, model.config().vocab, 5);
+    const std::span<const int> head(tokens.data(), 4), span(tokens.data() + 4, 5);
+    KvCache cache = KvCache::with_capacity(model.config());
+    DecodeSession session;
+    ReferenceKv kv(model.config());
+    for (int i = 0; i < 4; ++i) {
+        const std::vector<float> want = reference_forward(model, kv, head[std::size_t(i)], i);
+        EXPECT_LE(logit_error(session.decode(model, cache, head[std::size_t(i)]), want), kCpuTolerance);
+    }
+    ReferenceKv causal_kv = kv, one_kv = kv;
+    const auto want = reference_forward_span(model, kv, span, 4, Adapters::none(), false);
+    const auto causal = reference_forward_span(model, causal_kv, span, 4, Adapters::none(), true);
+    for (std::size_t i = 0; i < span.size(); ++i)
+        EXPECT_EQ(causal[i], reference_forward(model, one_kv, span[i], 4 + int(i))) << "position " << 4 + i;
+    EXPECT_GT(logit_error(causal[0], want[0]), 1e-3) << "the first token must see the later ones";
+    std::size_t rows = 0;
+    session.decode_span(model, cache, span, Adapters::none(), false, [&](std::size_t i, std::span<const float> got) {
+        EXPECT_LE(logit_error(got, want[i]), kCpuTolerance) << "span token " << i;
+        ++rows;
+    });
+    EXPECT_EQ(rows, span.size());
+    EXPECT_EQ(cache.cached_len(), 9);
+    EXPECT_EQ(session.counters().builds, 1u);
+    EXPECT_EQ(session.counters().kept, 8u);
+    // A span past the capacity is refused whole.
+    const std::vector<int> too_many(std::size_t(model.config().max_seq_len), 1);
+    EXPECT_THROW(session.decode_span(model, cache, too_many, Adapters::none(), false, [](std::size_t, auto) {}),
+                 Error);
+    EXPECT_EQ(cache.cached_len(), 9);
+}
+
 }  // namespace
 }  // namespace kvweld

@@ -50,8 +50,10 @@ extern "C" {
  * 11: backend samplers per sequence: the samplers capability, set_sampler
  *    and sampled (new fields at the end).
  * 12: an abort callback: the abort capability, set_abort and seq_length
- *    (new fields at the end), and decode's KVWELD_ABORTED. */
-#define KVWELD_ENGINE_ABI_VERSION 12u
+ *    (new fields at the end), and decode's KVWELD_ABORTED.
+ * 13: live_settings_of: the live settings one engine takes as it was made
+ *    (a new field at the end). */
+#define KVWELD_ENGINE_ABI_VERSION 13u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -314,6 +316,13 @@ typedef struct kvweld_engine_api {
      * aborted call kept. */
     int (*set_abort)(kvweld_engine* engine, int32_t after, char* err, size_t err_len);
     int (*seq_length)(const kvweld_engine* engine, int32_t seq, int32_t* n, char* err, size_t err_len);
+    /* Version 13: the live settings this engine takes as it was made, in
+     * live_settings' format and a part of that list (its settings may rule
+     * one out: llama.cpp asserts that a call with causal attention off fits
+     * one ubatch, so a context whose n_ubatch is below its n_batch cannot
+     * take causal_attn:0). NULL, or a NULL result: all of live_settings.
+     * The string stays valid while the engine lives. */
+    const char* (*live_settings_of)(const kvweld_engine* engine);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -501,6 +501,10 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
     const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
     expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr}); },
                  {"engine broken: create failed: no model here"});
+    // ABI 13: an engine's own live settings must be a part of its plugin's list.
+    const PluginEngine beyond(PluginLibrary::open(BROKEN_PLUGIN_11), kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr});
+    expect_error([&] { beyond.live_settings(); },
+                 {"live_settings_of lists n_threads:8, which its plugin's list (n_threads:1|2) does not"});
 }
 
 }  // namespace

@@ -408,9 +408,9 @@ TEST(LiveSettings, AThreadCountChangeKeepsTheGraphAndTheRows) {
     EXPECT_GE(r.stats.must_reuse, 4u) << text_report(r);  // every decode after the first, across both changes
     EXPECT_EQ(r.stats.reused, r.stats.must_reuse) << text_report(r);
     auto engine = open_engine("llamacpp", "", c.setup(), Model::random(c.model, c.weights_seed));
-    EXPECT_EQ(engine->live_settings(), "n_threads:1|2,embeddings:0|1");
+    EXPECT_EQ(engine->live_settings(), "n_threads:1|2,embeddings:0|1,causal_attn:0|1");
     for (const auto& [key, value, named] : {std::tuple{"n_threads", "0", "'0'"}, std::tuple{"embeddings", "2", "'2'"},
-                                            std::tuple{"causal_attn", "1", "'causal_attn'"}}) {
+                                            std::tuple{"causal_attn", "2", "'2'"}, std::tuple{"flash", "1", "'flash'"}}) {
         try {
             engine->set_live(key, value);
             ADD_FAILURE() << key << "=" << value << " was accepted";
@@ -460,6 +460,65 @@ TEST(LiveSettings, EmbeddingsAreReadBackAndSwitchingThemIsEachEnginesAnswer) {
         EXPECT_EQ(e->embeddings(0, c.model.dim).size(), std::size_t(c.model.dim)) << engine;
         EXPECT_THROW(e->embeddings(1, c.model.dim), Error) << engine << ": one row in the last call";
         EXPECT_THROW(e->embeddings(0, c.model.dim + 1), Error) << engine << ": another n_embd";
+    }
+}
+
+// Causal attention off (the live setting causal_attn=0), both halves, on
+// kvweld's dense engine (in process and as a plugin) and on llama.cpp: a
+// prompt's last three tokens fed in one call attend to one another whole,
+// and every row is the reference's over that span. The mask is step data
+// for kvweld (every decode after the first reuses; causal_baked, a plan
+// that keeps its first mode, is caught), and llama.cpp, whose allow_reuse
+// compares cparams.causal_attn, must build once after each switch and
+// reuse otherwise (its rule's clause 13). A llama.cpp context whose
+// n_ubatch is below its n_batch does not list the setting and refuses it:
+// llama.cpp asserts that a non-causal call fits one ubatch.
+TEST(LiveSettings, CausalAttentionOffAttendsToTheWholeSpanAndIsEachEnginesAnswer) {
+    const Op step{ops::Step{.wants = {1}}};
+    const std::vector<Op> ops = {Op{ops::Admit{.prompt = {4, 8, 15, 16, 23}, .max_new = 12}},
+                                 Op{ops::Step{.wants = {2}}}, Op{ops::Live{"causal_attn", "0"}},
+                                 Op{ops::Step{.wants = {3}}}, step, step, Op{ops::Live{"causal_attn", "1"}}, step, step};
+    for (const std::string engine : {"inproc", "kvweld", "llamacpp"}) {
+        if (engine == "llamacpp") try {
+                engine_plugin_path("llamacpp");
+            } catch (const Error& e) {
+                KVWELD_WITHOUT_LLAMA(e.what());
+            }
+        const bool llama = engine == "llamacpp";
+        SimConfig c = draw_config(3, EngineChoice{engine, llama ? "kv_unified=0,graph_reuse=1" : "", ""}, "tiny",
+                                  engine_capabilities(engine));
+        c.seqs = 1;
+        c.n_ctx = 64;
+        c.engine.twin = true;
+        const RunResult r = run_ops(c, ops, int(ops.size()));
+        ASSERT_EQ(r.verdict, Verdict::pass) << engine << "\n" << text_report(r);
+        EXPECT_EQ(r.stats.reference_rows, 9u) << engine;  // every row judged (outputs: all)
+        EXPECT_EQ(r.stats.reused, r.stats.must_reuse) << engine << "\n" << text_report(r);
+        // kvweld: 9 tokens, one build. llama.cpp: graphs for the prefill, the
+        // three-token call, the first one-token call and the one after the
+        // switch back; two one-token calls reuse.
+        EXPECT_EQ(r.stats.must_reuse, llama ? 2u : 8u) << engine << "\n" << text_report(r);
+        if (!kFaultsCompiled || llama) continue;  // the other half needs fault switches
+        c.engine.twin = false;
+        c.engine.faults = "causal_baked";
+        const RunResult broken = run_ops(c, ops, int(ops.size()));
+        EXPECT_EQ(broken.verdict, Verdict::stale_decode) << engine << "\n" << text_report(broken);
+        EXPECT_EQ(broken.failure->op_index, 3u) << engine << "\n" << text_report(broken);
+    }
+    try {
+        engine_plugin_path("llamacpp");
+    } catch (const Error& e) {
+        KVWELD_WITHOUT_LLAMA(e.what());
+    }
+    SimConfig c = draw_config(3, EngineChoice{"llamacpp", "kv_unified=1,n_ubatch=4", ""}, "tiny",
+                              engine_capabilities("llamacpp"));
+    auto split = open_engine("llamacpp", "", c.setup(), Model::random(c.model, c.weights_seed));
+    EXPECT_EQ(split->live_settings(), "n_threads:1|2,embeddings:0|1");
+    try {
+        split->set_live("causal_attn", "0");
+        ADD_FAILURE() << "causal_attn=0 was accepted at n_ubatch 4";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("n_ubatch 4 is below its n_batch 512"), std::string::npos) << e.what();
     }
 }
 

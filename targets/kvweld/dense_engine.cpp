@@ -109,8 +109,27 @@ void DenseEngine::require_batch(std::span<const std::int32_t> seqs, std::span<co
     }
 }
 
+namespace {
+
+// The pairs of a call in the order they run: each its own unit with causal
+// attention; without it, each sequence's pairs one unit (a span attending
+// to itself whole), the sequences in order of first appearance.
+std::vector<std::vector<std::size_t>> units_of(std::span<const std::int32_t> seqs, bool causal) {
+    std::vector<std::vector<std::size_t>> units;
+    std::map<int, std::size_t> unit_of;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+        const auto [it, fresh] = unit_of.try_emplace(seqs[i], units.size());
+        if (causal || fresh) units.emplace_back();
+        units[causal ? units.size() - 1 : it->second].push_back(i);
+    }
+    return units;
+}
+
+}  // namespace
+
 // The plan decodes one token per run whatever rows are wanted: the output
 // count is no part of its key (llama.cpp's graph has it in its shape).
+// Causal attention off, a sequence's tokens in the call run as one span.
 std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
                                        std::span<const std::uint8_t> outputs) {
     const ScopedFaults scoped(faults_);
@@ -118,26 +137,50 @@ std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::
     require(outputs.empty() || outputs.size() == seqs.size(), "decode: ", outputs.size(), " output flags for ",
             seqs.size(), " pairs");
     const auto v = static_cast<std::size_t>(vocab());
+    const auto dim = static_cast<std::size_t>(model_->config().dim);
+    struct Row {
+        std::vector<float> logits, hidden;
+        bool built = false;  // its plan was built for the unit it ran in
+    };
+    std::vector<Row> rows(seqs.size());
+    const int abort_after = std::exchange(abort_after_, -1);  // armed for this call only
+    std::size_t done = 0;
+    const std::vector<std::vector<std::size_t>> units = units_of(seqs, causal_);
+    for (std::size_t u = 0; u < units.size(); ++u) {
+        Slot& s = slot(seqs[units[u][0]]);
+        if (abort_after >= 0 && int(u) >= abort_after) {
+            if (fault_on(Fault::abort_keeps_stopped)) s.cache->advance();
+            throw Aborted(cat("decode: aborted by the abort callback before ", causal_ ? "pair " : "the span of pair ",
+                              units[u][0], " of ", seqs.size(), " (", done, " decoded and kept)"));
+        }
+        const std::uint64_t builds = s.session.counters().builds;
+        const auto keep = [&](std::size_t k, std::span<const float> row) {
+            Row& r = rows[units[u][k]];
+            r.logits.assign(row.begin(), row.end());
+            if (embeddings_) {
+                const std::span<const float> hidden = s.session.plan()->hidden();
+                r.hidden.assign(hidden.begin(), hidden.begin() + long(dim));
+            }
+            r.built = k == 0 && s.session.counters().builds != builds;
+        };
+        if (units[u].size() == 1 && causal_) {
+            keep(0, s.session.decode(*model_, *s.cache, tokens[units[u][0]], adapters_));
+        } else {
+            std::vector<int> span;
+            for (std::size_t i : units[u]) span.push_back(tokens[i]);
+            s.session.decode_span(*model_, *s.cache, span, adapters_, causal_, keep);
+        }
+        done += units[u].size();
+    }
     std::vector<float> logits;
     logits.reserve(seqs.size() * v);
     embedded_.clear();
     sampled_.clear();
-    const int abort_after = std::exchange(abort_after_, -1);  // armed for this call only
     for (std::size_t i = 0; i < seqs.size(); ++i) {
-        Slot& s = slot(seqs[i]);
-        if (abort_after >= 0 && int(i) >= abort_after) {
-            if (fault_on(Fault::abort_keeps_stopped)) s.cache->advance();
-            throw Aborted(cat("decode: aborted by the abort callback before pair ", i, " of ", seqs.size(), " (", i,
-                              " decoded and kept)"));
-        }
-        const std::uint64_t builds = s.session.counters().builds;
-        const std::span<const float> row = s.session.decode(*model_, *s.cache, tokens[i], adapters_);
         if (!outputs.empty() && !outputs[i]) continue;
-        logits.insert(logits.end(), row.begin(), row.end());
-        sampled_.push_back(sample_row(seqs[i], s, builds, row));
-        if (!embeddings_) continue;
-        const std::span<const float> hidden = s.session.plan()->hidden();
-        embedded_.insert(embedded_.end(), hidden.begin(), hidden.end());
+        logits.insert(logits.end(), rows[i].logits.begin(), rows[i].logits.end());
+        sampled_.push_back(sample_row(seqs[i], slot(seqs[i]), rows[i].built, rows[i].logits));
+        embedded_.insert(embedded_.end(), rows[i].hidden.begin(), rows[i].hidden.end());
     }
     return logits;
 }
@@ -154,10 +197,10 @@ std::vector<float> DenseEngine::embeddings(int row, int n_embd) const {
 
 // The row's token from its sequence's chain (-1: none). A plan that bakes
 // the chain in (the fault) takes it at its build and samples with that copy.
-int DenseEngine::sample_row(int seq, Slot& s, std::uint64_t builds_before, std::span<const float> row) {
+int DenseEngine::sample_row(int seq, Slot& s, bool built, std::span<const float> row) {
     const auto it = samplers_.find(seq);
     if (!fault_on(Fault::sampler_baked)) return it == samplers_.end() ? -1 : it->second.sample(row);
-    if (s.session.counters().builds != builds_before)
+    if (built)
         s.baked = it == samplers_.end() ? std::nullopt : std::optional<Sampler>(it->second);
     return s.baked ? s.baked->sample(row) : -1;
 }
@@ -314,7 +357,10 @@ void DenseEngine::set_loras(std::span<const LoraUse> uses) {
 
 void DenseEngine::set_warmup(bool on) { adapters_.set_warmup(on); }
 
-std::string DenseEngine::live_settings() const { return abi::kThreadsAndEmbeddings; }
+// The CUDA plan attends causally only (Plan::run_span): there it lists no causal_attn.
+std::string DenseEngine::live_settings() const {
+    return session_options_.backend == Backend::cpu ? abi::kThreadsEmbeddingsCausal : abi::kThreadsAndEmbeddings;
+}
 
 void DenseEngine::set_live(const std::string& key, const std::string& value) {
     int threads = 0;
@@ -324,7 +370,11 @@ void DenseEngine::set_live(const std::string& key, const std::string& value) {
             embedded_.clear();
             return;
         }
-        threads = abi::threads_value(key.c_str(), value.c_str(), abi::kThreadsAndEmbeddings);
+        if (key == abi::kCausalKey && session_options_.backend == Backend::cpu) {
+            causal_ = abi::flag_value(key.c_str(), value.c_str());
+            return;
+        }
+        threads = abi::threads_value(key.c_str(), value.c_str(), live_settings().c_str());
     } catch (const std::runtime_error& e) {
         throw Error(e.what());
     }

@@ -98,7 +98,9 @@ public:
     void set_warmup(bool on) override;
     // ABI 9: n_threads, every slot's CPU plan threads (step data: each held
     // plan is kept); ABI 10: embeddings, each output row's hidden state kept
-    // for embeddings() (step data too: every plan computes it anyway).
+    // for embeddings() (step data too: every plan computes it anyway);
+    // causal_attn (CPU only): 0 runs each sequence's tokens of a call as one
+    // span attending to itself whole (the mask is step data: plans are kept).
     std::string live_settings() const override;
     void set_live(const std::string& key, const std::string& value) override;
     std::vector<float> embeddings(int row, int n_embd) const override;
@@ -121,7 +123,7 @@ private:
         // the held plan was built, which the plan then samples with.
         std::optional<Sampler> baked;
     };
-    int sample_row(int seq, Slot& s, std::uint64_t builds_before, std::span<const float> row);
+    int sample_row(int seq, Slot& s, bool built, std::span<const float> row);
     Slot& slot(int seq);  // an open one, else Error
     const Slot& slot(int seq) const;
     KvCache fresh_cache(int capacity) const;
@@ -137,6 +139,7 @@ private:
     std::map<int, Slot> slots_;  // every slot ever opened
     Adapters adapters_;          // every slot decodes with them; a reload keeps them
     bool embeddings_ = false;    // the live setting
+    bool causal_ = true;         // the live setting causal_attn (the CPU plan only)
     std::vector<float> embedded_;  // with it on, the last call's output rows' hidden states
     std::map<int, Sampler> samplers_;  // per sequence id, open or not (ABI 11)
     std::vector<int> sampled_;         // the last call's output rows' sampled tokens (-1: none)

@@ -57,7 +57,7 @@ const EngineEntry kInprocEntry{
     .in_process = open_dense_engine,
     .in_process_capabilities = kDenseCapabilities,
     .in_process_faults = dense_fault_list,
-    .in_process_live = abi::kThreadsAndEmbeddings,
+    .in_process_live = abi::kThreadsEmbeddingsCausal,
     .in_process_no_reuse = kDenseNoReuse,
     .rule = kvweld_reuse_rule,
     .draw_settings = kvweld_dense_settings,

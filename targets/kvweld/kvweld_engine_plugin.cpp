@@ -15,6 +15,7 @@
 struct kvweld_engine {
     std::unique_ptr<kvweld::targets::DenseEngine> engine;
     kvweld::abi::LoraFiles adapters;
+    mutable std::string live;  // live_settings_of's answer, kept while the engine lives
 };
 
 namespace {
@@ -48,7 +49,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         }
         const kvweld::Model model = kvweld::load_gguf(o->model_path);
         const kvweld::targets::EngineSetup setup{o->params ? o->params : "", o->n_seq_max, o->n_ctx, o->threads};
-        *out = new kvweld_engine{std::make_unique<kvweld::targets::DenseEngine>(model, setup, faults), {}};
+        *out = new kvweld_engine{std::make_unique<kvweld::targets::DenseEngine>(model, setup, faults), {}, {}};
     });
 }
 
@@ -219,6 +220,12 @@ int set_abort(kvweld_engine* e, int32_t after, char* err, size_t err_len) {
     return guarded(err, err_len, [&] { e->engine->set_abort(after); });
 }
 
+// The CUDA backend attends causally only: its engine lists no causal_attn.
+const char* live_settings_of(const kvweld_engine* e) {
+    e->live = e->engine->live_settings();
+    return e->live.c_str();
+}
+
 int seq_length(const kvweld_engine* e, int32_t seq, int32_t* n, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(n != nullptr, "seq_length: no output");
@@ -238,10 +245,11 @@ const kvweld_engine_api kApi = {
     nullptr,  // bit for bit with its twin in every state
     shift, state_save, state_load,
     KVWELD_BUILD,
-    kvweld::abi::kThreadsAndEmbeddings, set_live,
+    kvweld::abi::kThreadsEmbeddingsCausal, set_live,
     read_embeddings,
     set_sampler, sampled,
     set_abort, seq_length,
+    live_settings_of,
 };
 
 }  // namespace

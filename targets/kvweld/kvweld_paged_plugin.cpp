@@ -260,6 +260,7 @@ const kvweld_engine_api kApi = {
     nullptr,  // no embeddings read-back (the dense design has it)
     nullptr, nullptr,  // no backend samplers (the dense design has them)
     nullptr, nullptr,  // no abort callback (the dense design has it)
+    nullptr,           // its live settings are the plugin's
 };
 
 }  // namespace

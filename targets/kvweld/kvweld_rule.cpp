@@ -16,6 +16,10 @@
 //   each slot's next decode builds (the set is in the key: the plan's op
 //   list holds its LoRA ops).
 // Clause 0: with reuse=0 (the measuring twin) every decode builds.
+// Clause 5: with causal attention off (the live setting causal_attn=0) a
+//   sequence's tokens of one call run as one span through one plan
+//   (DecodeSession::decode_span): its first token is decided as clauses 0-4
+//   say, the others keep that plan, reuse=0 included.
 // Clause 4: every other decode reuses the plan as kept; truncate and a
 //   recycling open (truncate_to(0) on the same storage) keep the storage,
 //   so they keep the plan too; so do new LoRA scales and a control vector
@@ -29,7 +33,10 @@
 #include "util/cat.hpp"
 #include "targets/kvweld/dense_engine.hpp"
 
+#include "targets/abi_lists.hpp"
+
 #include <map>
+#include <set>
 
 namespace kvweld::targets {
 
@@ -53,10 +60,12 @@ public:
     }
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t>) override {
         int builds = 0, rebinds = 0;
+        std::set<int> spanned;  // clause 5: the sequences whose span this call has begun
         for (int s : seqs) {
             Slot& slot = slots_[s];
             const bool moved = slot.storage != slot.plan_storage;
-            const bool build = !reuse_ || slot.plan_capacity == 0 || slot.reloaded || slot.adapters_changed ||
+            const bool in_span = !causal_ && !spanned.insert(s).second;
+            const bool build = (!reuse_ && !in_span) || slot.plan_capacity == 0 || slot.reloaded || slot.adapters_changed ||
                                (moved && (policy_ == RebindPolicy::rebuild || slot.plan_capacity != slot.capacity));
             builds += build ? 1 : 0;
             rebinds += !build && moved ? 1 : 0;
@@ -70,7 +79,7 @@ public:
         return exact_expectation(int(seqs.size()), builds, rebinds);
     }
     std::string why_last() const override {
-        if (!reuse_) return cat("clause 0: reuse=0, all ", last_builds_, " decodes build");
+        if (!reuse_) return cat("clause 0: reuse=0, all ", last_builds_, " decodes build", causal_ ? "" : " (clause 5: each span's first)");
         return cat("clauses 1-3: ", last_builds_, " first decodes (ever, since a reload or a new adapter set, or on other storage the plan "
                    "cannot rebind to: policy=", to_string(policy_), ", capacity) build; clause 3: ", last_rebinds_,
                    " on other storage rebind; clause 4: the rest keep");
@@ -109,6 +118,9 @@ public:
         if (before.set_id() != after.set_id())
             for (auto& [id, s] : slots_) s.adapters_changed = true;
     }
+    void on_live(const std::string& key, const std::string& value) override {
+        if (key == abi::kCausalKey) causal_ = value == "1";
+    }
     void on_reload() override {  // a new model for every plan; the open slots' storage is emptied
         for (auto& [id, s] : slots_) {
             s.reloaded = true;
@@ -129,6 +141,7 @@ private:
     };
     RebindPolicy policy_;
     bool reuse_;
+    bool causal_ = true;  // clause 5
     int n_ctx_;
     std::map<int, Slot> slots_;
     std::uint64_t minted_ = 0;

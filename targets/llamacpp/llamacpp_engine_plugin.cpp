@@ -131,6 +131,7 @@ struct kvweld_engine {
     bool warmup = false;
     int n_threads = 0;  // the live setting given (ABI 9; 0: the option's)
     bool embeddings = false;            // the live setting (ABI 10)
+    bool causal = true;                 // the live setting causal_attn
     std::vector<int32_t> output_rows;   // the last call's output pairs, as batch indices
     // ABI 11: each sequence's backend sampler chain (owned here; the
     // context holds the pointer, so the chains go after it), and the
@@ -620,6 +621,7 @@ void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adap
     set_llama_warmup(ctx, e->warmup);
     if (e->n_threads > 0) llama_set_n_threads(ctx, e->n_threads, e->n_threads);
     llama_set_embeddings(ctx, e->embeddings);
+    llama_set_causal_attn(ctx, e->causal);
     require(kvweld::llama_compat::set_adapters(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
                                                loras.empty() ? nullptr : e->lora_scales.data()) == 0,
             "llama.cpp refused the LoRA adapters");
@@ -751,6 +753,13 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     });
 }
 
+bool takes_non_causal(const kvweld_engine* e) { return e->cparams.n_ubatch >= e->cparams.n_batch; }
+
+// ABI 13: causal_attn only where a call cannot span ubatches (see set_live).
+const char* live_settings_of(const kvweld_engine* e) {
+    return takes_non_causal(e) ? kvweld::abi::kThreadsEmbeddingsCausal : kvweld::abi::kThreadsAndEmbeddings;
+}
+
 // ABI 9, live settings. n_threads (1 or 2: with 4, llama.cpp's spinning
 // workers on CI's 2 cores slowed its twin swarms from about 3 s to 80 s when
 // ctest ran them side by side) goes to llama_set_n_threads, which sets
@@ -761,6 +770,12 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
 // allow_reuse: the next graph builds) and makes every token an output
 // (llama_context::decode: output_all). Both are given again to the context
 // a reload makes.
+// causal_attn goes to llama_set_causal_attn, which sets cparams.causal_attn
+// (compared by allow_reuse; no reserve) and nothing else: the mask it
+// shapes is set on every ubatch from cparams. llama_context::decode asserts
+// that a call with it off fits one ubatch (0.3.36 src/llama-context.cpp:1787,
+// GGML_ASSERT: the process dies), so only a context whose n_ubatch is its
+// n_batch lists it (live_settings_of), and set_live refuses it elsewhere.
 int set_live(kvweld_engine* e, const char* key, const char* value, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         if (key && std::string_view(key) == kvweld::abi::kEmbeddingsKey) {
@@ -769,7 +784,16 @@ int set_live(kvweld_engine* e, const char* key, const char* value, char* err, si
             e->output_rows.clear();
             return;
         }
-        const int n = kvweld::abi::threads_value(key, value, kvweld::abi::kThreadsAndEmbeddings);
+        if (key && std::string_view(key) == kvweld::abi::kCausalKey) {
+            const bool causal = kvweld::abi::flag_value(key, value);
+            require(causal || takes_non_causal(e), "set_live: causal_attn = 0 needs every call in one ubatch "
+                    "(llama.cpp asserts it): this context's n_ubatch ", e->cparams.n_ubatch, " is below its n_batch ",
+                    e->cparams.n_batch);
+            e->causal = causal;
+            llama_set_causal_attn(e->ctx, e->causal);
+            return;
+        }
+        const int n = kvweld::abi::threads_value(key, value, live_settings_of(e));
         llama_set_n_threads(e->ctx, int32_t(n), int32_t(n));
         e->n_threads = n;
     });
@@ -899,10 +923,11 @@ const kvweld_engine_api kApi = {
     twin_tolerance,
     shift, state_save, state_load,
     KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
-    kvweld::abi::kThreadsAndEmbeddings, set_live,
+    kvweld::abi::kThreadsEmbeddingsCausal, set_live,
     read_embeddings,
     set_sampler, sampled,
     set_abort, seq_length,
+    live_settings_of,
 };
 
 }  // namespace

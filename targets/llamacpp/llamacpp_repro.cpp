@@ -67,6 +67,8 @@ public:
                        [&](const calls::SetLive& c) {  // as the plugin's set_live
                            if (c.key == abi::kEmbeddingsKey)
                                return each(cat("llama_set_embeddings(s->ctx, ", c.value == "1" ? "true" : "false", ");"));
+                           if (c.key == abi::kCausalKey)
+                               return each(cat("llama_set_causal_attn(s->ctx, ", c.value == "1" ? "true" : "false", ");"));
                            require(c.key == "n_threads", "repro: the live setting ", c.key, " has no llama.h call here");
                            each(cat("llama_set_n_threads(s->ctx, ", c.value, ", ", c.value, ");"));
                        },

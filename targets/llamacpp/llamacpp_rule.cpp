@@ -101,6 +101,19 @@
 //   every token (llama-graph.h:858-868): a design fact, compared in the
 //   ubatch's own order (split_simple: the batch's; split_equal: each
 //   sequence's tokens in turn, llama-batch.cpp:603-634).
+// Clause 13 (causal attention, the live setting causal_attn): allow_reuse
+//   compares cparams.causal_attn (llama-graph.h:881) and
+//   llama_set_causal_attn reserves nothing (llama-context.cpp:1252-1262),
+//   so a graph built under the other setting builds anew
+//   ("causal-switched"; switched and back again, the held graph fits, as
+//   for warmup). The mask itself is set from cparams on every ubatch. With
+//   it off, each sequence's tokens of a call attend to one another whole:
+//   the contract, and llama.cpp's intent (llama_context::decode asserts a
+//   non-causal call fits one ubatch). With one stream per sequence,
+//   split_equal still splits a call whose sequences feed unequal counts
+//   (llama-batch.cpp:542-640: a round takes one token of each), so a
+//   sequence's earlier tokens never see its later ones: their rows and
+//   K/V are wrong ("non-causal-split", clause 9's, a 0.3.36 finding).
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "targets/llamacpp/llamacpp_entry.hpp"
@@ -258,7 +271,8 @@ bool same_cvec(const Adapters& a, const Adapters& b) {
 class LlamacppRule final : public ReuseRule {
 public:
     LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch)
-        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), n_ubatch_(n_ubatch) {}
+        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), n_ubatch_(n_ubatch),
+          lists_causal_(n_ubatch >= kUbatch) {}
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
         return decide(seqs, split(seqs, outputs));
@@ -296,11 +310,13 @@ public:
             const bool same_window = window_known && previous_window_known_;
             const bool warmup_switched = warmup_ != graph_warmup_;
             const bool embeddings_switched = embeddings_ != graph_embeddings_;
+            const bool causal_switched = causal_ != graph_causal_;
             const bool chain_changed = samples_changed_chain(u);
             const bool same_shape = previous_ && *previous_ == u && (chains_.empty() || previous_->layout == u.layout);
             const char* clause = !reuse_                  ? "5 (reuse disabled)"
                                  : warmup_switched        ? "8 (warmup switched)"
                                  : embeddings_switched    ? "10 (embeddings switched)"
+                                 : causal_switched        ? "13 (causal attention switched)"
                                  : sampler_reserve_       ? "11 (a sampler chain set or cleared)"
                                  : chain_changed          ? "11 (a chain this ubatch samples with changed in place)"
                                  : adapters_changed_      ? "7 (the adapters changed)"
@@ -314,16 +330,19 @@ public:
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
             if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched &&
-                !embeddings_switched && !sampler_reserve_ && !chain_changed && same_shape) {
+                !embeddings_switched && !causal_switched && !sampler_reserve_ && !chain_changed && same_shape) {
                 ++(same_window ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
             if (reuse_ && warmup_switched) e.clause = "warmup-switched";
             if (reuse_ && embeddings_switched && !warmup_switched) e.clause = "embeddings-switched";
-            if (reuse_ && sampler_reserve_ && !warmup_switched && !embeddings_switched) e.clause = "sampler-set";
+            if (reuse_ && causal_switched && !warmup_switched && !embeddings_switched) e.clause = "causal-switched";
+            if (reuse_ && sampler_reserve_ && !warmup_switched && !embeddings_switched && !causal_switched)
+                e.clause = "sampler-set";
             graph_warmup_ = warmup_;
             graph_embeddings_ = embeddings_;
+            graph_causal_ = causal_;
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
@@ -331,6 +350,13 @@ public:
             adapters_changed_ = adapters_set_again_ = loras_changed_ = cvec_changed_ = false;
             sampler_reserve_ = false;
             for (int s : u.layout) unsampled_change_.erase(s);  // this graph samples with the chain as it is
+        }
+        if (!causal_ && !unified_) {  // clause 13: a sequence in two ubatches of the call
+            std::map<int, int> ubatches_of;
+            for (const UbatchShape& u : ubatches)
+                for (int s : u.seq_ids) ++ubatches_of[s];
+            for (const auto& [s, n] : ubatches_of)
+                if (n > 1) wrong_rows_.split(s);
         }
         if (const char* in_place = changed_in_place(seqs)) e.clause = in_place;
         if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
@@ -387,6 +413,7 @@ public:
     }
     void on_live(const std::string& key, const std::string& value) override {  // clause 10
         if (key == abi::kEmbeddingsKey) embeddings_ = value == "1";
+        if (key == abi::kCausalKey) causal_ = value == "1";  // clause 13
     }
     void on_sampler(int seq, bool set, bool in_place) override {  // clause 11
         if (in_place) {  // no llama_set_sampler call: the graphs sampling this id must follow
@@ -418,7 +445,7 @@ private:
     // the adapters and control vector), warmup (0.3.36 compares none: the
     // rule's clause 8 is the contract's), the memory update that resets
     // held graphs (clause 4), embeddings (clause 10), and the samplers with
-    // their per-token outputs (clause 11).
+    // their per-token outputs (clause 11), and causal attention (clause 13).
     std::vector<ReuseTerm> terms() const override {
         return {{"n_tokens", true},
                 {"n_seq_tokens", true},
@@ -433,11 +460,11 @@ private:
                 {"embeddings"},
                 {"samplers"},
                 {"sampler_outputs", true},
+                {"causal_attn", false, lists_causal_ ? nullptr : "not a live setting of this context: its n_ubatch is below its n_batch"},
                 {"equal_seqs", false, "the split follows the KV layout, fixed for a context's life"},
                 {"n_kv", false, "past 256 cells of a unified cache the window follows occupancy: the rule bounds it "
                                 "but cannot tell when it changed"},
                 {"graph_reuse", false, "LLAMA_GRAPH_REUSE_DISABLE is read once, when a context is made"},
-                {"causal_attn", false, "llama_set_causal_attn is no op of kvweld's ABI yet"},
                 {"gtype_cross", false, "a decoder-only model's decode graph: always LLM_GRAPH_TYPE_DECODER, no "
                                        "cross-attention"}};
     }
@@ -449,7 +476,8 @@ private:
                              loras_changed_,               cvec_changed_,
                              warmup_ != graph_warmup_,     copy_queued_ || kshift_queued_,
                              embeddings_ != graph_embeddings_,
-                             sampler_reserve_ || samples_changed_chain(u), !chains_.empty() && u.layout != p.layout};
+                             sampler_reserve_ || samples_changed_chain(u), !chains_.empty() && u.layout != p.layout,
+                             causal_ != graph_causal_};
         std::uint32_t out = 0;
         for (std::size_t i = 0; i < std::size(bits); ++i) out |= bits[i] ? 1u << i : 0u;
         return out;
@@ -472,6 +500,8 @@ private:
     // (switched and back again, a graph still fits: llama.cpp reserves nothing).
     bool warmup_ = false, graph_warmup_ = false;
     bool embeddings_ = false, graph_embeddings_ = false;  // clause 10, likewise
+    bool causal_ = true, graph_causal_ = true;            // clause 13, likewise
+    bool lists_causal_;  // the plugin lists causal_attn for this context (n_ubatch of n_batch)
     std::set<int> chains_;          // clause 11: the sequence ids holding a chain
     bool sampler_reserve_ = false;  // a chain set or cleared since the last graph
     // The ids whose chain was changed in place since it was last set anew,

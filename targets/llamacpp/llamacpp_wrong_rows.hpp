@@ -1,6 +1,6 @@
 // The llama.cpp rule's account of sequences whose K/V rows an earlier op
 // left wrong in llama.cpp 0.3.36 (targets/llamacpp/known_findings): not
-// contract clauses but the conditions three known findings need, so that
+// contract clauses but the conditions five known findings need, so that
 // every call decoding such a sequence names one and a failure there is
 // matched to its finding, never hidden among others. Each is read off the
 // source at the line the finding cites:
@@ -30,6 +30,11 @@
 //   decode rotates every layer again. The rule cannot tell where the
 //   callback stopped, so the clause names every sequence with a rotation
 //   owed at an aborted call.
+// "non-causal-split": with causal attention off and one stream per
+//   sequence, split_equal splits a call whose sequences feed unequal counts
+//   (llama-batch.cpp:542-640), and a sequence's tokens in an earlier ubatch
+//   never attend to its tokens in a later one: their rows, and their K/V
+//   past the first layer, are not what one ubatch computes.
 #pragma once
 
 #include <map>
@@ -55,6 +60,7 @@ public:
     void aborted() {  // a decode the abort callback stopped, maybe inside the K-shift
         for (int seq : shifted_) wrong_[seq] = "kshift-aborted";
     }
+    void split(int seq) { wrong_[seq] = "non-causal-split"; }  // its tokens of a non-causal call in two ubatches
     void decoded() {  // the memory update ran: copies and rotations done
         queued_.clear();
         shifted_.clear();

@@ -3,14 +3,20 @@
 // that fails, a library without the entry symbol, a fault listed with a
 // class that does not exist, a version 3 table declaring version 4's
 // plan identity, live settings listed without set_live, and embeddings
-// read back without the live setting that turns them on.
+// read back without the live setting that turns them on, and an engine
+// whose own live settings (ABI 13) go beyond its plugin's list.
 #include "kvweld/engine_abi.h"
 
 #include <cstring>
 
 namespace {
 
-int fail_create(const kvweld_engine_options*, kvweld_engine**, char* err, size_t err_len) {
+int fail_create(const kvweld_engine_options*, [[maybe_unused]] kvweld_engine** out, char* err, size_t err_len) {
+#if BROKEN_KIND == 11
+    static int engine;  // an engine that is made, to be asked its live settings
+    *out = reinterpret_cast<kvweld_engine*>(&engine);
+    return 0;
+#endif
     std::strncpy(err, "no model here: this plugin always fails", err_len - 1);
     err[err_len - 1] = '\0';
     return 7;
@@ -25,6 +31,7 @@ int all(kvweld_engine*, char*, size_t) { return 0; }
 [[maybe_unused]] int read_embeddings(const kvweld_engine*, int32_t, float*, int32_t, char*, size_t) { return 0; }
 [[maybe_unused]] int set_sampler(kvweld_engine*, int32_t, const kvweld_sampler*, int32_t, char*, size_t) { return 0; }
 [[maybe_unused]] int set_abort(kvweld_engine*, int32_t, char*, size_t) { return 0; }
+[[maybe_unused]] const char* live_settings_of(const kvweld_engine*) { return "n_threads:1|2|8"; }
 
 constexpr kvweld_engine_api kApi = {
 #if BROKEN_KIND == 1
@@ -65,7 +72,7 @@ constexpr kvweld_engine_api kApi = {
     nullptr,                    // version 8: no build named
 #if BROKEN_KIND == 7
     "n_threads:1|2", nullptr,   // version 9: live settings listed, set_live empty
-#elif BROKEN_KIND == 8
+#elif BROKEN_KIND == 8 || BROKEN_KIND == 11
     "n_threads:1|2", set_live,  // version 9: no 'embeddings' listed
 #else
     nullptr, nullptr,           // version 9: no live settings
@@ -84,6 +91,11 @@ constexpr kvweld_engine_api kApi = {
     set_abort, nullptr,         // version 12: an abort callback declared, seq_length empty
 #else
     nullptr, nullptr,           // version 12: no abort callback
+#endif
+#if BROKEN_KIND == 11
+    live_settings_of,           // version 13: an engine's list beyond its plugin's
+#else
+    nullptr,                    // version 13: the plugin's list
 #endif
 };
 
