@@ -19,7 +19,11 @@
 // - Flash attention: a bool `flash_attn` up to 0.3.16, an enum
 //   `flash_attn_type` from 0.3.20.
 // - Backend samplers per sequence (llama_set_sampler,
-//   llama_get_sampled_token_ith): not in 0.3.16, in 0.3.36.
+//   llama_get_sampled_token_ith): not in 0.3.16; from 0.3.20, but up to
+//   0.3.32 with one sampled row per sequence in a call (llama_context::decode
+//   refuses a second: src/llama-context.cpp:1723 in 0.3.32), which a call
+//   with drafts needs; llama_context_params::n_outputs_max_per_seq lifts
+//   it in 0.3.36. The plugin declares samplers only where that field is.
 //
 // A function is detected by overload resolution: fallbacks with the same
 // name, declared here as templates returning Missing, lose to a real
@@ -65,8 +69,10 @@ inline constexpr bool kHasSetAdapters = probe::found<probe::set_adapters<llama_c
 inline constexpr bool kHasLora = kHasSetAdapters || probe::found<probe::set_adapter<llama_context>>;
 inline constexpr bool kHasSetCvec = probe::found<probe::set_cvec<llama_context>>;
 inline constexpr bool kHasCvec = kHasSetCvec || probe::found<probe::apply_cvec<llama_context>>;
-inline constexpr bool kHasBackendSampling =
-    probe::found<probe::set_sampler<llama_context>> && probe::found<probe::sampled_token<llama_context>>;
+template <class P> concept outputs_per_seq = requires(P p) { p.n_outputs_max_per_seq; };
+inline constexpr bool kHasBackendSampling = probe::found<probe::set_sampler<llama_context>> &&
+                                            probe::found<probe::sampled_token<llama_context>> &&
+                                            outputs_per_seq<llama_context_params>;
 
 // A sequence's backend sampler chain (nullptr: none); llama.cpp's answer
 // (false: it cannot offload the chain). False where llama.h has no such call.

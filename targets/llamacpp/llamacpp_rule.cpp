@@ -46,7 +46,10 @@
 //   removed from memory): the rule goes through the ubatches up to that
 //   one. The counters of the stopped call are not judged; the next call's are.
 //   A stop inside the K-shift a shift queued is a known finding of 0.3.36
-//   (kshift-aborted, llamacpp_wrong_rows.hpp).
+//   (kshift-aborted, llamacpp_wrong_rows.hpp); the shift is then still
+//   owed, and the next call's memory update resets the held graphs (clause
+//   4), where a stop after it leaves none owed. The rule cannot tell which,
+//   so after a stopped call with a shift queued the next graph may build.
 // Clause 5: with graph_reuse=0 (LLAMA_GRAPH_REUSE_DISABLE) nothing is reused.
 // Clause 6: a reload makes a new context, which holds no graph.
 // Clause 7 (adapters): the graph holds the LoRA adapters with a non-zero
@@ -292,7 +295,12 @@ public:
         });
         if (stopped != ran.end()) ran.erase(stopped + 1, ran.end());
         wrong_rows_.aborted();
+        // A stop inside the K-shift leaves it owed, and the next call's
+        // memory update then resets the held graphs (clause 4); a stop after
+        // it does not. The rule cannot tell which: the next graph may build.
+        const bool shift_owed = kshift_queued_;
         decide(seqs, ran);
+        shift_maybe_owed_ = shift_owed;
         return std::nullopt;
     }
     std::vector<UbatchShape> split(std::span<const int> seqs, std::span<const std::uint8_t> outputs) const {
@@ -331,7 +339,7 @@ public:
                                                           : "3 (same shape, window past the bound)";
             if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched &&
                 !embeddings_switched && !causal_switched && !sampler_reserve_ && !chain_changed && same_shape) {
-                ++(same_window ? e.must_reuse : e.may_reuse);
+                ++(same_window && !shift_maybe_owed_ ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
@@ -346,7 +354,7 @@ public:
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
-            copy_queued_ = kshift_queued_ = false;
+            copy_queued_ = kshift_queued_ = shift_maybe_owed_ = false;
             adapters_changed_ = adapters_set_again_ = loras_changed_ = cvec_changed_ = false;
             sampler_reserve_ = false;
             for (int s : u.layout) unsampled_change_.erase(s);  // this graph samples with the chain as it is
@@ -493,6 +501,7 @@ private:
     // until then whatever happens, clear_all included: llama_kv_cache::clear
     // leaves sc_info) and K-shifts (dropped with the cells by clear_all).
     bool copy_queued_ = false, kshift_queued_ = false;
+    bool shift_maybe_owed_ = false;  // clause 12: a K-shift queued at a call the abort callback stopped
     WrongRows wrong_rows_{unified_};  // clause 9
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
