@@ -154,7 +154,7 @@ std::vector<StorageSerial> CpuPlan::bound_serials() const {
 
 std::span<const float> CpuPlan::run(const StepParams& step) {
     require(!paged_ || !step.blocks.empty(), "paged plan: the step brings no block table");
-    if (!causal_at_first_run_) causal_at_first_run_ = true;
+    if (fault_on(Fault::causal_baked) && !causal_at_first_run_) causal_at_first_run_ = true;
     const std::span<const int> table = paged_ ? table_of(step) : std::span<const int>{};
     for (const Op& op : ops_) exec(op, step, table);
     written_ = std::max(written_, step.pos + 1);
@@ -172,7 +172,6 @@ void CpuPlan::run_span(std::span<const StepParams> steps, bool causal, const Ste
         causal = *causal_at_first_run_;
     }
     if (causal || steps.size() <= 1) return Plan::run_span(steps, true, each);
-    causal_at_first_run_ = causal_at_first_run_.value_or(false);
     for (const StepParams& s : steps) require(!paged_ || !s.blocks.empty(), "paged plan: a step brings no block table");
     const std::size_t n = steps.size();
     std::vector<std::vector<float>> x(n), qkv(n);

@@ -114,7 +114,12 @@ void DataShadow::reference_rows(const std::vector<Pair>& pairs, bool hidden, std
     hiddens.assign(pairs.size(), {});
     for (const auto& [seq, at] : spans) {
         std::vector<int> tokens;
-        for (std::size_t i : at) tokens.push_back(pairs[i].token);
+        for (std::size_t i : at) {
+            require(pairs[i].pos == pairs[at[0]].pos + int(tokens.size()), "data shadow: sequence ", seq,
+                    "'s pairs in the call are not at consecutive positions (", pairs[i].pos, " after ",
+                    pairs[at[0]].pos, "+", tokens.size() - 1, ")");
+            tokens.push_back(pairs[i].token);
+        }
         if (!causal_ && at.size() > 1) {
             ++stats_.non_causal_spans;
             stats_.non_causal_tokens += at.size();

@@ -156,12 +156,13 @@ std::vector<float> DenseEngine::decode(std::span<const std::int32_t> seqs, std::
         const std::uint64_t builds = s.session.counters().builds;
         const auto keep = [&](std::size_t k, std::span<const float> row) {
             Row& r = rows[units[u][k]];
+            r.built = k == 0 && s.session.counters().builds != builds;
+            if (!outputs.empty() && !outputs[units[u][k]]) return;  // its row is not returned
             r.logits.assign(row.begin(), row.end());
             if (embeddings_) {
                 const std::span<const float> hidden = s.session.plan()->hidden();
                 r.hidden.assign(hidden.begin(), hidden.begin() + long(dim));
             }
-            r.built = k == 0 && s.session.counters().builds != builds;
         };
         if (units[u].size() == 1 && causal_) {
             keep(0, s.session.decode(*model_, *s.cache, tokens[units[u][0]], adapters_));
