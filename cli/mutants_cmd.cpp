@@ -22,6 +22,7 @@ struct MutantsArgs {
     std::vector<std::string> faults;
     std::string engine{targets::kDefaultEngine}, params;
     bool twin = false;
+    bool until_killed = false;
     std::string known_findings;
 };
 
@@ -36,7 +37,7 @@ int run_mutants_cmd(const MutantsArgs& a) {
     run.twin = a.twin;
     run.known_findings = a.known_findings;
     const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return run_mutants(run, a.seeds, jobs, a.json);
+    return run_mutants(run, a.seeds, jobs, a.json, a.until_killed);
 }
 
 }  // namespace
@@ -61,6 +62,9 @@ void add_mutants_command(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str();
     cmd->add_option("--params", args->params, "the --engine's settings, k=v,...");
     cmd->add_flag("--twin", args->twin, "run the differential twin too (the engine with plan reuse off)");
+    cmd->add_flag("--until-killed", args->until_killed,
+                  "stop each fault at its first seed with a new failure (that seed's class is judged; the later "
+                  "seeds are not run, so the outcomes count only up to it); the clean engine runs every seed");
     cmd->add_option("--known-findings", args->known_findings,
                     "the engine release's known findings file (default: the engine's own; none: no file): a seed "
                     "that fails with one counts for neither the clean engine nor a fault");

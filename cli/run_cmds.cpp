@@ -153,7 +153,7 @@ int run_shrink(const std::string& text, const std::string& path, const std::stri
     return 0;
 }
 
-int run_mutants(const RunOptions& o, std::uint64_t seeds, int jobs, const std::string& json) {
+int run_mutants(const RunOptions& o, std::uint64_t seeds, int jobs, const std::string& json, bool until_killed) {
     MutantsOptions m;
     m.seeds = seeds;
     m.steps = o.steps;
@@ -164,6 +164,7 @@ int run_mutants(const RunOptions& o, std::uint64_t seeds, int jobs, const std::s
     m.model = o.model;
     m.faults = o.faults;
     m.known_findings = o.known_findings;
+    m.until_killed = until_killed;
     const MutantsResult r =
         run_mutants(m, [](const std::string& line) { std::fprintf(stderr, "[mutants] %s\n", line.c_str()); });
     print(mutants_table(r, m));

@@ -169,6 +169,7 @@ nlohmann::json mutants_json(const MutantsResult& r, const MutantsOptions& o) {
     }
     return {{"engine", o.engine.engine}, {"params", o.engine.params}, {"seeds", o.seeds},    {"steps", o.steps},
             {"model", o.model},          {"clean_failures", r.clean.failures},               {"rows", rows},
+            {"until_killed", o.until_killed},
             {"oracles", oracles_json(r.clean.oracles)},                                     {"verdict", r.ok() ? "PASS" : "FAIL"}};
 }
 

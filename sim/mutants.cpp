@@ -37,6 +37,7 @@ SwarmResult swarm_with(const MutantsOptions& o, const std::string& faults) {
     s.engine.faults = faults;
     s.model = o.model;
     s.known_findings = o.known_findings;
+    s.stop_at_new_failure = o.until_killed && !faults.empty();
     return run_swarm(s);
 }
 
@@ -103,7 +104,9 @@ std::string caught_by(const MutantRow& row) {
 
 std::string mutants_table(const MutantsResult& r, const MutantsOptions& o) {
     std::string out = cat("kill matrix on engine ", o.engine.engine, ": seeds 0..", o.seeds - 1, ", ", o.steps,
-                          " ops each\n", r.clean.oracles.describe(), "\n");
+                          " ops each",
+                          o.until_killed ? " (--until-killed: each fault's outcomes up to its first new failure)" : "",
+                          "\n", r.clean.oracles.describe(), "\n");
     out += cat("clean engine: ", o.seeds - r.clean.failures, " of ", o.seeds, " seeds pass",
                r.clean.known ? cat(", ", r.clean.known, " fail with known findings (", r.clean.known_path, ")") : "",
                "\n");

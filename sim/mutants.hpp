@@ -3,8 +3,9 @@
 // (api.fault_names) must be caught on at least one seed of the same budget,
 // every failing seed in one of the classes the plugin declares for it
 // ("name:class|class", ABI version 4). A fault without declared classes
-// cannot be judged and fails its row. Every seed runs for every fault; the
-// table shows the outcome per class.
+// cannot be judged and fails its row. Every seed runs for every fault (or,
+// with until_killed, each fault's seeds up to its first failure); the table
+// shows the outcome per class.
 #pragma once
 
 #include "engine/faults.hpp"
@@ -24,6 +25,11 @@ struct MutantsOptions {
     std::string model;
     std::vector<std::string> faults;  // empty = every fault the plugin lists
     std::string known_findings;       // as SwarmOptions::known_findings
+    // Each fault's seeds stop at its first new failure (SwarmOptions::
+    // stop_at_new_failure): the kill and its class are judged, the later
+    // seeds' outcomes are not counted. CI's matrices; the clean engine
+    // still runs every seed.
+    bool until_killed = false;
 };
 
 struct MutantRow {

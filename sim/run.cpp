@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -447,9 +448,11 @@ SwarmResult run_swarm(const SwarmOptions& o,
     SwarmResult out;
     out.known_path = known.path;
     out.seeds.resize(n);
+    std::atomic<std::size_t> stop{n};  // the first seed (index) with a new failure, under stop_at_new_failure
     run_indexed(
         n, o.jobs,
         [&](std::size_t i) {
+            if (i > stop.load()) return false;
             const SimConfig config = draw_config(o.first + i, o.engine, o.model, capabilities);
             try {
                 out.seeds[i] = run_generated(config, o.steps);
@@ -458,9 +461,13 @@ SwarmResult run_swarm(const SwarmOptions& o,
                                            Failure{0, "create", Oracle::engine, e.what()}};
             }
             out.seeds[i].ops.clear();
-            return out.seeds[i].verdict != Verdict::pass;
+            const bool failed = out.seeds[i].verdict != Verdict::pass;
+            if (o.stop_at_new_failure && failed && !known.match(out.seeds[i]))
+                for (std::size_t first = stop.load(); i < first && !stop.compare_exchange_weak(first, i);) {}
+            return failed;
         },
         progress);
+    if (stop.load() < n) out.seeds.resize(stop.load() + 1);
     for (RunResult& s : out.seeds) {
         out.total.add(s.stats);
         out.failures += s.verdict != Verdict::pass;

@@ -86,6 +86,11 @@ struct SwarmOptions {
     // Fail when a term of the reuse condition the engine's API can reach
     // was never exercised (RunStats::terms): the swarm's ops miss a key part.
     bool require_terms = false;
+    // Seeds after the first seed with a new failure (one no known finding
+    // matches) are not run: the kill matrix's --until-killed. The seeds are
+    // handed out in order, so every seed before that one ran whatever the
+    // jobs, and the result is the same for any number of them.
+    bool stop_at_new_failure = false;
 };
 struct SwarmResult {
     std::vector<RunResult> seeds;  // in seed order, ops dropped

@@ -428,6 +428,113 @@ INSTANTIATE_TEST_SUITE_P(Engines, Plugin,
                              return name;
                          });
 
+// llama.cpp's settings that no seed draws, each checked through the ABI.
+class LlamaCppPlugin : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!*LLAMACPP_PLUGIN_PATH) KVWELD_WITHOUT_LLAMA("llama.cpp plugin not built (llama.cpp not found: scripts/setup)");
+        library_ = PluginLibrary::open(LLAMACPP_PLUGIN_PATH);
+        model_path_ = write_model(*library_, model_);
+    }
+    void TearDown() override {
+        if (!model_path_.empty()) std::filesystem::remove(model_path_);
+    }
+    // n_ctx positions per sequence, 4 sequences.
+    std::unique_ptr<PluginEngine> engine(const char* params, int n_ctx = 64) const {
+        return std::make_unique<PluginEngine>(library_,
+                                              kvweld_engine_options{model_path_.c_str(), n_ctx, 4, 1, nullptr, params});
+    }
+    const Model model_ = Model::random(config_by_name("tiny"), 21);
+    std::string model_path_;
+    std::shared_ptr<const PluginLibrary> library_;
+};
+
+// kv_cells: one cache of 256 cells all sequences share. A call that fills
+// it exactly is taken; one token more is refused, naming the cells, and
+// (llama.h) the memory is as before the call: once room is made, every
+// sequence decodes on as the reference says, the refused token in none.
+TEST_F(LlamaCppPlugin, AFullCacheRefusesTheCallAndKeepsWhatItHeld) {
+    expect_error([&] { engine("kv_cells=256"); }, {"kv_cells=256", "needs kv_unified=1"});
+    expect_error([&] { engine("kv_unified=1,kv_cells=5000", 256); }, {"kv_cells=5000", "1..1024"});
+    const auto e = engine("kv_unified=1,kv_cells=256", 256);
+    Shadow a(model_), b(model_), c(model_);
+    for (int s : {0, 1, 2}) e->open(s);
+    const auto prefill = [&](int seq, Shadow& shadow, int n) {
+        std::vector<int> seqs(std::size_t(n), seq), tokens;
+        for (int i = 0; i < n; ++i) tokens.push_back((seq * 7 + i * 5) % model_.config().vocab);
+        return checked_step(*e, model_, seqs, tokens, std::vector<Shadow*>(std::size_t(n), &shadow));
+    };
+    EXPECT_LE(prefill(0, a, 200), kDataTolerance);
+    EXPECT_LE(prefill(1, b, 56), kDataTolerance);  // 256 of 256: full, and taken
+    expect_error([&] { e->decode(std::vector<int>{2}, std::vector<int>{3}); },
+                 {"the KV cache is full", "llama_decode returned 1", "1 tokens in 256 cells, 256 held"});
+    EXPECT_EQ(e->seq_length(2), 0);
+    EXPECT_EQ(e->seq_length(0), 200);
+    e->truncate(1, 40);
+    b.len = 40;
+    EXPECT_LE(checked_step(*e, model_, {0, 2, 1}, {1, 2, 3}, {&a, &c, &b}), kDataTolerance);
+    EXPECT_LE(checked_step(*e, model_, {2, 0}, {4, 5}, {&c, &a}), kDataTolerance);
+}
+
+// pooling=mean|last: read_embeddings gives each row its sequence's tokens
+// of the call pooled, the same as pooling the per-token embeddings of a
+// context with pooling none (llama.cpp's own, read through the same ABI);
+// the two poolings differ, so neither check holds by accident.
+//
+// With one KV stream per sequence (kv_unified=0) mean pooling is wrong, a
+// finding of llama.cpp 0.3.36 (not yet in the findings files: the
+// simulator's reference does not pool): split_equal puts a call whose
+// sequences feed unequal token counts in several ubatches
+// (src/llama-kv-cache.cpp:713), and decode writes each ubatch's pooled
+// embedding over the one before (embd_seq_out[seq_id], src/
+// llama-context.cpp:1976-1987). Here sequence 0 feeds 3 tokens and 1 feeds
+// 2: the first ubatch takes 2 of each, the second sequence 0's third, so
+// sequence 0's "mean" is its last token's embedding. The test pins that:
+// when a release fixes it, it fails, and the finding is closed.
+TEST_F(LlamaCppPlugin, PooledEmbeddingsPoolTheSequencesTokensOfTheCall) {
+    expect_error([&] { engine("pooling=max"); }, {"pooling=max", "none, mean, cls or last"});
+    const std::vector<int> seqs = {0, 1, 0, 0, 1}, tokens = {3, 9, 4, 5, 11};
+    const int dim = model_.config().dim;
+    // Per engine, per call (two: the second continues both sequences), each row's embedding.
+    const auto rows = [&](const char* params) {
+        const auto e = engine(params);
+        e->open(0);
+        e->open(1);
+        e->set_live("embeddings", "1");
+        std::vector<std::vector<std::vector<float>>> out;
+        for (int call = 0; call < 2; ++call) {
+            e->decode(seqs, tokens);
+            out.emplace_back();
+            for (std::size_t r = 0; r < seqs.size(); ++r) out.back().push_back(e->embeddings(int(r), dim));
+        }
+        return out;
+    };
+    const auto none = rows("pooling=none"), mean = rows("kv_unified=1,pooling=mean"),
+               last = rows("kv_unified=1,pooling=last"), split_mean = rows("kv_unified=0,pooling=mean");
+    double mean_vs_last = 0.0, split_off = 0.0;
+    for (std::size_t call = 0; call < 2; ++call)
+        for (std::size_t r = 0; r < seqs.size(); ++r) {
+            std::vector<float> want_mean(std::size_t(dim), 0.0f), want_last;
+            int n = 0;
+            for (std::size_t q = 0; q < seqs.size(); ++q)
+                if (seqs[q] == seqs[r]) {
+                    for (int k = 0; k < dim; ++k) want_mean[std::size_t(k)] += none[call][q][std::size_t(k)];
+                    want_last = none[call][q];
+                    ++n;
+                }
+            for (float& x : want_mean) x /= float(n);
+            EXPECT_LE(logit_error(mean[call][r], want_mean), 1e-5) << "call " << call << " row " << r;
+            EXPECT_LE(logit_error(last[call][r], want_last), 1e-5) << "call " << call << " row " << r;
+            mean_vs_last = std::max(mean_vs_last, logit_error(mean[call][r], last[call][r]));
+            // The finding: sequence 1 (one ubatch) is right, sequence 0 gets its last ubatch's token.
+            EXPECT_LE(logit_error(split_mean[call][r], seqs[r] == 0 ? want_last : want_mean), 1e-5)
+                << "call " << call << " row " << r << ": kv_unified=0 mean pooling is no longer as the finding says";
+            if (seqs[r] == 0) split_off = std::max(split_off, logit_error(split_mean[call][r], want_mean));
+        }
+    EXPECT_GT(mean_vs_last, 1e-3);
+    EXPECT_GT(split_off, 1e-3);
+}
+
 // The other half, through the ABI: kvweld's plugin with a fault switch on
 // (the ABI's `faults` option) is caught by the same random traffic; a
 // plugin without fault switches refuses them.

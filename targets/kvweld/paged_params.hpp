@@ -13,24 +13,6 @@
 
 namespace kvweld::abi {
 
-// An integer setting in lo..hi; anything else throws naming the key and the value.
-inline int int_param(const std::map<std::string, std::string>& params, const std::string& key, int fallback, int lo,
-                     int hi) {
-    const auto it = params.find(key);
-    if (it == params.end()) return fallback;
-    std::size_t used = 0;
-    long v = 0;
-    try {
-        v = std::stol(it->second, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used == 0 || used != it->second.size() || v < lo || v > hi)
-        throw std::runtime_error("setting " + key + "=" + it->second + ": must be an integer in " +
-                                 std::to_string(lo) + ".." + std::to_string(hi));
-    return int(v);
-}
-
 struct PagedParams {
     int block = 16;
     int blocks = 0;

@@ -30,7 +30,14 @@
 // n_ubatch=N (1..512, default 512: the physical batch; a call of more
 // tokens runs as several ubatches, each its own graph). kvweld's reference
 // models none of kv_type, flash_attn and rope_scale: under them the twin is
-// the data oracle (targets/registry.hpp).
+// the data oracle (targets/registry.hpp). Two more are never drawn:
+// kv_cells=N (with kv_unified=1: the cells all sequences share, rounded up
+// as llama.cpp pads n_ctx, instead of n_ctx for each), so the cache can
+// fill: a call that finds no slot (llama_decode returns 1) is refused as
+// "the KV cache is full", and llama.h says the memory is then as before the
+// call; and pooling=none|mean|cls|last (llama_context_params::pooling_type,
+// default none), under which read_embeddings gives the row's sequence's
+// pooled embedding (llama_get_embeddings_seq) instead of the row's own.
 //
 // Fault switches (options.faults) make this adapter use llama.cpp wrongly,
 // so the kill matrix shows the oracles catch a harness-side mistake on a
@@ -132,7 +139,9 @@ struct kvweld_engine {
     int n_threads = 0;  // the live setting given (ABI 9; 0: the option's)
     bool embeddings = false;            // the live setting (ABI 10)
     bool causal = true;                 // the live setting causal_attn
+    bool pooled = false;                // pooling=mean|cls|last: read_embeddings gives the sequence's
     std::vector<int32_t> output_rows;   // the last call's output pairs, as batch indices
+    std::vector<int32_t> output_seqs;   // and their sequences
     // ABI 11: each sequence's backend sampler chain (owned here; the
     // context holds the pointer, so the chains go after it), and the
     // tokens sampled for the last call's output rows (-1: no chain).
@@ -334,6 +343,21 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
                     ": must be a whole number in 1..512");
             cp.n_ubatch = std::uint32_t(n);
         }
+        if (params.count("kv_cells")) {  // all sequences share these cells: the cache can fill
+            require(cp.kv_unified, "setting kv_cells=", params.at("kv_cells"),
+                    ": needs kv_unified=1 (one cache all sequences share)");
+            cp.n_ctx = std::uint32_t(kvweld::abi::int_param(params, "kv_cells", 0, 1, int(cp.n_ctx)));
+        }
+        const std::string pooling = params.count("pooling") ? params.at("pooling") : "none";
+        constexpr std::pair<const char*, enum llama_pooling_type> kPoolings[] = {{"none", LLAMA_POOLING_TYPE_NONE},
+                                                                            {"mean", LLAMA_POOLING_TYPE_MEAN},
+                                                                            {"cls", LLAMA_POOLING_TYPE_CLS},
+                                                                            {"last", LLAMA_POOLING_TYPE_LAST}};
+        const auto way = std::find_if(std::begin(kPoolings), std::end(kPoolings),
+                                      [&](const auto& p) { return pooling == p.first; });
+        require(way != std::end(kPoolings), "setting pooling=", pooling, ": must be none, mean, cls or last");
+        cp.pooling_type = way->second;
+        e->pooled = way->second != LLAMA_POOLING_TYPE_NONE;
         e->cparams = cp;
         e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
         e->ctx = create_context(e->model, cp, e->graph_reuse);
@@ -383,6 +407,14 @@ void copy_row(kvweld_engine* e, int32_t seq, int32_t i, float* out) {
     if (token >= 0) llama_sampler_accept(chain->second.chain, token);
 }
 
+// The positions the open sequences hold, counted per sequence (a cell a
+// copy shares counts for each): what a refusal for a full cache names.
+long held_cells(const kvweld_engine* e) {
+    long held = 0;
+    for (int len : e->len) held += std::max(0, len);
+    return held;
+}
+
 // outputs: NULL for every row (decode), else the pairs whose logits are
 // wanted (decode_outputs): llama.cpp computes only those (batch.logits).
 int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, const uint8_t* outputs, int32_t n,
@@ -424,6 +456,7 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
         if (armed && rc == 2) {  // aborted: what llama.cpp kept is read back (llama.h)
             ++e->calls;
             e->output_rows.clear();
+            e->output_seqs.clear();
             e->sampled.clear();
             for (int32_t i = 0; i < n; ++i)
                 e->len[std::size_t(seqs[i])] = int(llama_memory_seq_pos_max(memory(e), seqs[i])) + 1;
@@ -432,6 +465,9 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
             throw std::runtime_error("llama_decode returned 2 (aborted by the abort callback at its question " +
                                      std::to_string(asked) + ")");
         }
+        // 1: no KV slot; llama.h: the memory is as before the call.
+        require(rc != 1, "the KV cache is full: llama_decode returned 1 (no slot for the call's ", n, " tokens in ",
+                llama_n_ctx(e->ctx), " cells, ", held_cells(e), " held)");
         require(rc == 0, "llama_decode returned ", rc, why.empty() ? "" : ": ", why);
         ++e->calls;
         e->calls_reusing += llama_perf_context(e->ctx).n_reused > reused_before ? 1 : 0;
@@ -439,11 +475,13 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
         const auto v = std::size_t(e->vocab);
         std::size_t rows = 0;
         e->output_rows.clear();
+        e->output_seqs.clear();
         e->sampled.clear();
         for (int32_t i = 0; i < n; ++i)
             if (batch.logits[i]) {
                 copy_row(e, batch.seq_id[i][0], i, logits + v * rows++);
                 e->output_rows.push_back(i);
+                e->output_seqs.push_back(batch.seq_id[i][0]);
             }
         if ((e->faults & stale_logits) && rows > 0) {
             float* last = logits + (rows - 1) * v;
@@ -782,6 +820,7 @@ int set_live(kvweld_engine* e, const char* key, const char* value, char* err, si
             e->embeddings = kvweld::abi::embeddings_value(value);
             llama_set_embeddings(e->ctx, e->embeddings);
             e->output_rows.clear();
+            e->output_seqs.clear();
             return;
         }
         if (key && std::string_view(key) == kvweld::abi::kCausalKey) {
@@ -800,7 +839,9 @@ int set_live(kvweld_engine* e, const char* key, const char* value, char* err, si
 }
 
 // llama_get_embeddings_ith of the last call's output row, with pooling
-// none: the hidden state after the final norm (the graph's t_embd).
+// none: the hidden state after the final norm (the graph's t_embd). With
+// pooling=mean|cls|last, llama_get_embeddings_seq of the row's sequence:
+// its tokens of the call pooled.
 int read_embeddings(const kvweld_engine* e, int32_t row, float* out, int32_t n_embd, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(e->embeddings, "read_embeddings: embeddings are off (the live setting embeddings=1 turns them on)");
@@ -808,9 +849,11 @@ int read_embeddings(const kvweld_engine* e, int32_t row, float* out, int32_t n_e
                 " out of range: the last call returned ", e->output_rows.size(), " rows");
         const int32_t dim = llama_model_n_embd(e->model);
         require(out && n_embd == dim, "read_embeddings: n_embd ", n_embd, ", the model's is ", dim);
-        const float* got = llama_get_embeddings_ith(e->ctx, e->output_rows[std::size_t(row)]);
-        require(got != nullptr, "llama_get_embeddings_ith returned NULL for batch index ",
-                e->output_rows[std::size_t(row)]);
+        const int32_t index = e->output_rows[std::size_t(row)];
+        const float* got = e->pooled ? llama_get_embeddings_seq(e->ctx, e->output_seqs[std::size_t(row)])
+                                     : llama_get_embeddings_ith(e->ctx, index);
+        require(got != nullptr, e->pooled ? "llama_get_embeddings_seq" : "llama_get_embeddings_ith",
+                " returned NULL for batch index ", index);
         std::copy(got, got + dim, out);
     });
 }

@@ -7,7 +7,7 @@
 
 namespace kvweld::targets {
 
-inline const std::vector<std::string> kLlamacppSettings = {"kv_unified", "graph_reuse", "kv_type",
-                                                                      "flash_attn", "rope_scale", "n_ubatch"};
+inline const std::vector<std::string> kLlamacppSettings = {"kv_unified", "graph_reuse", "kv_type", "flash_attn",
+                                                           "rope_scale", "n_ubatch",   "kv_cells", "pooling"};
 
 }  // namespace kvweld::targets
