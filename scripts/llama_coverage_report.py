@@ -5,6 +5,7 @@ lines, functions and branches; the decode path of llama-context.cpp; each
 branch of llm_graph_params::allow_reuse and of every graph input's can_reuse;
 and the functions never reached. --summary puts the runs side by side."""
 import argparse
+import sys
 import collections
 import json
 import pathlib
@@ -76,7 +77,11 @@ def union(out, runs):
     lines = collections.defaultdict(dict)
     funcs = collections.defaultdict(dict)
     for run in runs:
-        raw = json.loads((out / f"{run}.raw.json").read_text())
+        path = out / f"{run}.raw.json"
+        if not path.exists():  # a run not measured (scripts/llama-coverage --runs)
+            print(f"llama_coverage_report: no {path}: '{run}' is not in the union", file=sys.stderr)
+            continue
+        raw = json.loads(path.read_text())
         for name, ls in raw["lines"].items():
             for n, (count, branches, fn) in ls.items():
                 entry = lines[name].setdefault(int(n), [0, [0] * len(branches), fn])
@@ -148,7 +153,7 @@ def report(objects, run, out, runs=None):
 
 
 def summary(out):
-    runs = [json.loads((out / f"{r}.json").read_text()) for r in ("swarm", "ubatch", "fuzz", "steady", "shapes", "before", "all") if (out / f"{r}.json").exists()]
+    runs = [json.loads((out / f"{r}.json").read_text()) for r in ("swarm", "ubatch", "fuzz", "tests", "steady", "shapes", "before", "all") if (out / f"{r}.json").exists()]
     md = ["# llama.cpp coverage by run", "", "Lines reached per file (scripts/llama-coverage); each run's report has "
           "the functions and branches.", "", "| file | " + " | ".join(r["run"] for r in runs) + " |",
           "|---|" + "---|" * len(runs)]

@@ -9,7 +9,10 @@
 // reference cannot follow), it hands on the engine's own rows, or the
 // twin's where there is one. With the live setting embeddings on (ABI 10),
 // each output row's embeddings are read back from the engine and judged
-// against the reference's hidden state after the final norm, likewise.
+// against the reference's hidden state after the final norm, likewise;
+// under an engine setting that pools them (targets/engine_entry.hpp), a
+// row's are its sequence's tokens of the call pooled: their hidden states'
+// mean, or the last one's.
 // A row of a sequence with a backend sampler chain (ABI 11) is judged by
 // its sampled token instead of its logits.
 #include "sim/observers.hpp"
@@ -18,6 +21,7 @@
 
 #include "engine/reference.hpp"
 #include "targets/abi_lists.hpp"
+#include "targets/registry.hpp"
 #include "util/cat.hpp"
 
 #include <algorithm>
@@ -28,7 +32,11 @@ namespace kvweld::sim {
 using namespace targets;
 
 DataShadow::DataShadow(const World& world, Judge& judge, RunStats& stats, bool judging)
-    : world_(world), judge_(judge), stats_(stats), judging_(judging) {}
+    : world_(world),
+      judge_(judge),
+      stats_(stats),
+      judging_(judging),
+      pooling_(embeddings_pooling(world.config.engine.engine, world.config.engine.params)) {}
 
 void DataShadow::on_call(const MemoryCall& call) {
     const auto fresh = [&] { return std::make_unique<ReferenceKv>(world_.config.model); };
@@ -82,6 +90,7 @@ void DataShadow::on_decode(Decoded& d) {
     const bool embeddings = embeddings_ && (world_.engine.capabilities() & KVWELD_CAP_EMBEDDINGS);
     std::vector<std::vector<float>> hidden;
     reference_rows(pairs, embeddings, d.want, hidden);
+    if (embeddings) pool(pairs, hidden);
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         if (!pairs[i].output) continue;  // its row is not returned; its KV is in the shadow
         if (embeddings) judge_embeddings(pairs[i], i, pairs.size(), row, hidden[i]);
@@ -134,6 +143,25 @@ void DataShadow::reference_rows(const std::vector<Pair>& pairs, bool hidden, std
     }
 }
 
+// Under a pooling setting, each pair's expected embeddings become its
+// sequence's pooled over the call: the mean of its pairs' hidden states,
+// or its last pair's (every pair, output or not: llama.h pools them all).
+void DataShadow::pool(const std::vector<Pair>& pairs, std::vector<std::vector<float>>& hidden) const {
+    if (pooling_ == abi::Pooling::none) return;
+    std::map<int, std::vector<std::size_t>> of_seq;
+    for (std::size_t i = 0; i < pairs.size(); ++i) of_seq[pairs[i].seq].push_back(i);
+    for (const auto& [seq, at] : of_seq) {
+        std::vector<float> pooled = hidden[at.back()];
+        if (pooling_ == abi::Pooling::mean) {
+            std::fill(pooled.begin(), pooled.end(), 0.0f);
+            for (std::size_t i : at)
+                for (std::size_t k = 0; k < pooled.size(); ++k) pooled[k] += hidden[i][k];
+            for (float& x : pooled) x /= float(at.size());
+        }
+        for (std::size_t i : at) hidden[i] = pooled;
+    }
+}
+
 // The engine's embeddings of output row `row` (pair i of n) against the
 // reference's hidden state, on the data oracle's metric and tolerance.
 void DataShadow::judge_embeddings(const Pair& pair, std::size_t i, std::size_t n, std::size_t row,
@@ -146,7 +174,11 @@ void DataShadow::judge_embeddings(const Pair& pair, std::size_t i, std::size_t n
         judge_.fail_in_call(Verdict::stale_decode, Oracle::data,
                             cat("sequence ", pair.seq, " position ", pair.pos, " (row ", i, " of ", n,
                                 " in the call): embeddings error ", err, " > ", kDataTolerance,
-                                " against the reference's hidden state"));
+                                " against the reference's hidden state",
+                                pooling_ == abi::Pooling::none
+                                    ? ""
+                                    : cat(" (pooling=", abi::kPoolingNames[int(pooling_)],
+                                          ": the sequence's tokens of the call pooled)")));
 }
 
 // A sequence with a chain: a token the chain may give for the reference's

@@ -23,6 +23,7 @@
 #include "engine/reference.hpp"
 #include "sim/observer.hpp"
 #include "sim/run_stats.hpp"
+#include "targets/abi_lists.hpp"
 #include "targets/block_model.hpp"
 #include "targets/reuse_rule.hpp"
 #include "targets/white_box.hpp"
@@ -213,11 +214,13 @@ private:
     RunStats& stats_;
     bool judging_;
     bool embeddings_ = false;  // the live setting embeddings=1 is on (ABI 10): each output row's are read back
+    abi::Pooling pooling_;     // how the engine makes a row's embeddings (a setting of its, EngineEntry::pooling)
     bool causal_ = true;       // the live setting causal_attn: off, a sequence's tokens of a call attend whole
     // The reference's rows (and hidden states) of a call's pairs, each
     // sequence's pairs as one span (reference_forward_span).
     void reference_rows(const std::vector<Pair>& pairs, bool hidden, std::vector<std::vector<float>>& rows,
                         std::vector<std::vector<float>>& hiddens);
+    void pool(const std::vector<Pair>& pairs, std::vector<std::vector<float>>& hidden) const;
     std::map<int, std::unique_ptr<ReferenceKv>> shadows_;  // per open sequence
     std::deque<std::pair<int, ReferenceKv>> saved_;        // per saved state id, as the simulator keeps them
 };

@@ -84,6 +84,19 @@ inline bool embeddings_value(const char* value) { return flag_value(kEmbeddingsK
 // one another whole (engine/reference.hpp's reference_forward_span).
 inline constexpr const char* kCausalKey = "causal_attn";
 inline constexpr const char* kThreadsEmbeddingsCausal = KVWELD_THREADS_SETTING ",embeddings:0|1,causal_attn:0|1";
+// How an engine's embeddings of an output row are made (a setting of the
+// engine's, fixed for its life): the row's own hidden state after the
+// final norm (none), or its sequence's tokens of the call pooled, their
+// mean or the last one's (llama.h's LLAMA_POOLING_TYPE_MEAN, _LAST; an
+// engine maps these names to its own). Index = the enum.
+enum class Pooling { none, mean, last };
+inline constexpr const char* kPoolingNames[] = {"none", "mean", "last"};
+// The pooling a setting's value names; anything else throws naming it.
+inline Pooling pooling_value(const std::string& value) {
+    for (int i = 0; i < 3; ++i)
+        if (value == kPoolingNames[i]) return Pooling(i);
+    throw std::runtime_error("setting pooling=" + value + ": must be none, mean or last");
+}
 // `listed`: the engine's whole list, for the error naming a key not in it.
 inline int threads_value(const char* key, const char* value, const char* listed = kThreadsSetting) {
     if (!key || std::string_view(key) != "n_threads")

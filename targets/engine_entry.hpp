@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/model.hpp"
+#include "targets/abi_lists.hpp"
 #include "targets/block_model.hpp"
 #include "targets/engine.hpp"
 #include "targets/repro.hpp"
@@ -59,6 +60,9 @@ struct EngineEntry {
     // Why the reference cannot follow the engine under these settings
     // (nullptr: it can): then the twin is the data oracle.
     const char* (*reference_blind)(const std::string& params) = nullptr;
+    // How its embeddings of a row are made under these settings (nullptr:
+    // each row's own hidden state, Pooling::none).
+    abi::Pooling (*pooling)(const std::string& params) = nullptr;
     // Its known findings file for the release this build makes (sim/known_findings.hpp).
     const char* known_findings = nullptr;
     // The settings the reuse study compares, `params` given or not (none:

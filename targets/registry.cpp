@@ -157,6 +157,16 @@ std::string reference_blind(std::string_view engine, const std::string& params) 
     }
 }
 
+abi::Pooling embeddings_pooling(std::string_view engine, const std::string& params) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->pooling) return abi::Pooling::none;
+    try {
+        return e->pooling(params);
+    } catch (const std::runtime_error& error) {
+        throw Error(cat("engine ", engine, ": ", error.what()));
+    }
+}
+
 std::vector<StudySetting> study_settings_for(const std::string& engine, const std::string& params,
                                              const StudyTraffic& traffic) {
     const EngineEntry* e = engine_entry(engine);

@@ -22,6 +22,8 @@ namespace kvweld::targets {
 
 // Why kvweld's reference cannot follow `engine` under `params` ("": it can).
 std::string reference_blind(std::string_view engine, const std::string& params);
+// How `engine` makes a row's embeddings under `params` (EngineEntry::pooling).
+abi::Pooling embeddings_pooling(std::string_view engine, const std::string& params);
 
 // The entry of a built-in engine (nullptr for a plugin of the user's own).
 // "llamacpp@0.3.20" is the built-in llamacpp, its plugin built against

@@ -26,9 +26,11 @@ ReproTruth parse_repro_truth(const std::string& text) {
                 out.skip.push_back(line);
                 at = end + 1;
             }
+        } else if (part.starts_with("engine.") && part.find('=') > 7 && part.find('=') != std::string::npos) {
+            out.engine_params += cat(out.engine_params.empty() ? "" : ",", part.substr(7));
         } else {
             require(part.find('=') != std::string::npos && part.front() != '=', "--truth ", text, ": '", part,
-                    "' is neither an engine setting k=v, skip=N+M, count-reuse nor new-chains");
+                    "' is neither an engine setting k=v, engine.k=v, skip=N+M, count-reuse nor new-chains");
             out.params += cat(out.params.empty() ? "" : ",", part);
         }
     }

@@ -26,9 +26,13 @@ struct ReproTruth {
     std::vector<int> skip;      // trace lines the ground truth does not run (a round trip that must change nothing)
     bool count_reuse = false;   // lost reuse: the engine must reuse as often as the ground truth does
     bool new_chains = false;    // where the engine changes a sampler chain in place, the ground truth sets a new one
+    // engine.k=v: settings the program's engine context takes over the
+    // trace's, where kvweld's plugin refuses them (a setting it guards
+    // because the engine would abort the process: the trace runs without).
+    std::string engine_params;
     std::string text;           // as given ("graph_reuse=0,skip=7+8")
 };
-// Parses "k=v,...,skip=N+M,count-reuse,new-chains"; throws Error naming a bad part.
+// Parses "k=v,...,engine.k=v,...,skip=N+M,count-reuse,new-chains"; throws Error naming a bad part.
 ReproTruth parse_repro_truth(const std::string& text);
 
 struct ReproSetup {

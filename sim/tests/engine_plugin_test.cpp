@@ -482,8 +482,8 @@ TEST_F(LlamaCppPlugin, AFullCacheRefusesTheCallAndKeepsWhatItHeld) {
 // the two poolings differ, so neither check holds by accident.
 //
 // With one KV stream per sequence (kv_unified=0) mean pooling is wrong, a
-// finding of llama.cpp 0.3.36 (not yet in the findings files: the
-// simulator's reference does not pool): split_equal puts a call whose
+// finding of llama.cpp (pooled-split, targets/llamacpp/known_findings):
+// split_equal puts a call whose
 // sequences feed unequal token counts in several ubatches
 // (src/llama-kv-cache.cpp:713), and decode writes each ubatch's pooled
 // embedding over the one before (embd_seq_out[seq_id], src/
@@ -492,7 +492,7 @@ TEST_F(LlamaCppPlugin, AFullCacheRefusesTheCallAndKeepsWhatItHeld) {
 // sequence 0's "mean" is its last token's embedding. The test pins that:
 // when a release fixes it, it fails, and the finding is closed.
 TEST_F(LlamaCppPlugin, PooledEmbeddingsPoolTheSequencesTokensOfTheCall) {
-    expect_error([&] { engine("pooling=max"); }, {"pooling=max", "none, mean, cls or last"});
+    expect_error([&] { engine("pooling=max"); }, {"pooling=max", "none, mean or last"});
     const std::vector<int> seqs = {0, 1, 0, 0, 1}, tokens = {3, 9, 4, 5, 11};
     const int dim = model_.config().dim;
     // Per engine, per call (two: the second continues both sequences), each row's embedding.
@@ -509,6 +509,10 @@ TEST_F(LlamaCppPlugin, PooledEmbeddingsPoolTheSequencesTokensOfTheCall) {
         }
         return out;
     };
+    // Mean pooling where llama.cpp would abort in a reserve (3 sequences do
+    // not divide 512) is refused, naming the finding.
+    expect_error([&] { PluginEngine(library_, kvweld_engine_options{model_path_.c_str(), 64, 3, 1, nullptr, "pooling=mean"}); },
+                 {"pooling=mean with 3 sequences", "pooled-mean-reserve-abort"});
     const auto none = rows("pooling=none"), mean = rows("kv_unified=1,pooling=mean"),
                last = rows("kv_unified=1,pooling=last"), split_mean = rows("kv_unified=0,pooling=mean");
     double mean_vs_last = 0.0, split_off = 0.0;

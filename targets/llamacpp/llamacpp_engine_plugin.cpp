@@ -35,7 +35,7 @@
 // as llama.cpp pads n_ctx, instead of n_ctx for each), so the cache can
 // fill: a call that finds no slot (llama_decode returns 1) is refused as
 // "the KV cache is full", and llama.h says the memory is then as before the
-// call; and pooling=none|mean|cls|last (llama_context_params::pooling_type,
+// call; and pooling=none|mean|last (llama_context_params::pooling_type,
 // default none), under which read_embeddings gives the row's sequence's
 // pooled embedding (llama_get_embeddings_seq) instead of the row's own.
 //
@@ -139,7 +139,7 @@ struct kvweld_engine {
     int n_threads = 0;  // the live setting given (ABI 9; 0: the option's)
     bool embeddings = false;            // the live setting (ABI 10)
     bool causal = true;                 // the live setting causal_attn
-    bool pooled = false;                // pooling=mean|cls|last: read_embeddings gives the sequence's
+    bool pooled = false;                // pooling=mean|last: read_embeddings gives the sequence's
     std::vector<int32_t> output_rows;   // the last call's output pairs, as batch indices
     std::vector<int32_t> output_seqs;   // and their sequences
     // ABI 11: each sequence's backend sampler chain (owned here; the
@@ -284,6 +284,26 @@ llama_context* create_context(llama_model* model, const llama_context_params& cp
     return ctx;
 }
 
+// pooling=mean is refused where llama.cpp would abort in a reserve (a
+// finding, pooled-mean-reserve-abort): with embeddings on, sched_reserve's
+// worst-case graph (llama_context::sched_reserve, src/llama-context.cpp:615)
+// takes min(n_ctx, n_ubatch) tokens rounded up to a multiple of n_seq_max
+// (graph_reserve, line 2529), but as many outputs as before the rounding; a
+// llama-architecture graph keeps the output rows only (src/models/llama.cpp:
+// 174-175), and build_pooling's mean multiplies them by a matrix of the
+// rounded token count (src/llama-graph.cpp:3745): GGML_ASSERT(
+// ggml_can_mul_mat) (ggml.c:3354) and the process dies, at the first decode after an
+// adapter, control vector or sampler change, or a K-shift.
+void require_mean_pooling_reserves(kvweld_engine* e) {
+    if (e->cparams.pooling_type != LLAMA_POOLING_TYPE_MEAN) return;
+    const std::uint32_t tokens = std::min(llama_n_ctx(e->ctx), e->cparams.n_ubatch);
+    if (tokens % e->cparams.n_seq_max == 0) return;
+    llama_free(std::exchange(e->ctx, nullptr));
+    require(false, "setting pooling=mean with ", e->cparams.n_seq_max, " sequences: llama.cpp aborts in a reserve with "
+            "embeddings on unless the sequence count divides min(n_ctx, n_ubatch) = ", tokens,
+            " (GGML_ASSERT in build_pooling: the known finding pooled-mean-reserve-abort)");
+}
+
 // FNV-1a over a model file's bytes: the model a saved state belongs to.
 std::uint64_t file_digest(const char* path) {
     std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path, "rb"), std::fclose);
@@ -348,20 +368,20 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
                     ": needs kv_unified=1 (one cache all sequences share)");
             cp.n_ctx = std::uint32_t(kvweld::abi::int_param(params, "kv_cells", 0, 1, int(cp.n_ctx)));
         }
-        const std::string pooling = params.count("pooling") ? params.at("pooling") : "none";
-        constexpr std::pair<const char*, enum llama_pooling_type> kPoolings[] = {{"none", LLAMA_POOLING_TYPE_NONE},
-                                                                            {"mean", LLAMA_POOLING_TYPE_MEAN},
-                                                                            {"cls", LLAMA_POOLING_TYPE_CLS},
-                                                                            {"last", LLAMA_POOLING_TYPE_LAST}};
-        const auto way = std::find_if(std::begin(kPoolings), std::end(kPoolings),
-                                      [&](const auto& p) { return pooling == p.first; });
-        require(way != std::end(kPoolings), "setting pooling=", pooling, ": must be none, mean, cls or last");
-        cp.pooling_type = way->second;
-        e->pooled = way->second != LLAMA_POOLING_TYPE_NONE;
+        // kvweld's Pooling names, in its order (abi_lists.hpp).
+        constexpr enum llama_pooling_type kPoolings[] = {LLAMA_POOLING_TYPE_NONE, LLAMA_POOLING_TYPE_MEAN,
+                                                         LLAMA_POOLING_TYPE_LAST};
+        // Not given: llama_context_default_params' LLAMA_POOLING_TYPE_UNSPECIFIED (the model's own: none here).
+        if (params.count("pooling")) {
+            const auto pooling = kvweld::abi::pooling_value(params.at("pooling"));
+            cp.pooling_type = kPoolings[int(pooling)];
+            e->pooled = pooling != kvweld::abi::Pooling::none;
+        }
         e->cparams = cp;
         e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
         e->ctx = create_context(e->model, cp, e->graph_reuse);
         require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx));
+        require_mean_pooling_reserves(e.get());
         llama_set_abort_callback(e->ctx, abort_check, e.get());
         e->n_ctx = o->n_ctx;
         e->n_seq_max = o->n_seq_max;
@@ -840,7 +860,7 @@ int set_live(kvweld_engine* e, const char* key, const char* value, char* err, si
 
 // llama_get_embeddings_ith of the last call's output row, with pooling
 // none: the hidden state after the final norm (the graph's t_embd). With
-// pooling=mean|cls|last, llama_get_embeddings_seq of the row's sequence:
+// pooling=mean|last, llama_get_embeddings_seq of the row's sequence:
 // its tokens of the call pooled.
 int read_embeddings(const kvweld_engine* e, int32_t row, float* out, int32_t n_embd, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {

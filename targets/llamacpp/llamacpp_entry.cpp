@@ -1,9 +1,10 @@
 // llama.cpp in the registry ("llamacpp", "llamacpp@V"). The settings a
 // seed draws: either KV layout
 // (kv_unified half the time) and graph reuse mostly on (off one time in
-// five, so a reload under graph_reuse=0 is drawn too), and one seed in
+// five, so a reload under graph_reuse=0 is drawn too), one seed in
 // eight linear RoPE scaling (rope_scale=0.5), which the reference does not
-// model (the twin judges those rows); a setting given (--params) wins.
+// model (the twin judges those rows), and one in four pooled embeddings
+// (pooling=mean or last, one in eight each); a setting given (--params) wins.
 // kv_type=f16 and flash_attn=1 are never drawn: llama.cpp is not bitwise
 // reproducible across contexts there (see llamacpp_reference_blind).
 #include "util/cat.hpp"
@@ -37,6 +38,15 @@ std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
     // Drawn after the rest, so the settings above did not change for any seed.
     const bool scaled = rng.chance(0.125);
     if (!given.count("rope_scale") && scaled) out += cat(out.empty() ? "" : ",", "rope_scale=0.5");
+    // Pooled embeddings one seed in four (mean or last), from a copy of the
+    // stream: what the seed draws after its settings stays as it was. Mean
+    // only where the sequence count divides every n_ubatch drawn or given
+    // (4 or 512): elsewhere the plugin refuses it (pooled-mean-reserve-abort).
+    Rng side(Rng(rng).next() ^ 0x706f6f6c696e6721ULL);
+    const auto pooling = side.below(8);
+    const bool mean_fits = 4 % setup.seqs == 0;
+    if (!given.count("pooling") && pooling < 2)
+        out += cat(out.empty() ? "" : ",", "pooling=", pooling == 0 && mean_fits ? "mean" : "last");
     return out;
 }
 
@@ -57,6 +67,12 @@ const char* llamacpp_reference_blind(const std::string& params) {
         return "llama.cpp flash_attn=1: kvweld's reference does not model flash attention (and llama.cpp is not "
                "bitwise reproducible across contexts there: the twin may differ)";
     return nullptr;
+}
+
+// pooling=mean|last: each row's embeddings are its sequence's tokens of the call pooled.
+abi::Pooling llamacpp_pooling(const std::string& params) {
+    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    return abi::pooling_value(p.count("pooling") ? p.at("pooling") : "none");
 }
 
 // Each KV layout with graph reuse on, beside the same with it off; a
@@ -81,6 +97,7 @@ const EngineEntry kLlamacppEntry{
     .rule_gap = llamacpp_rule_gap,
     .draw_settings = llamacpp_settings,
     .reference_blind = llamacpp_reference_blind,
+    .pooling = llamacpp_pooling,
     .known_findings = LLAMACPP_KNOWN_FINDINGS,
     .study_settings = llamacpp_study,
     .repro = llamacpp_repro,

@@ -66,7 +66,7 @@ public:
                        },
                        [&](const calls::SetLive& c) {  // as the plugin's set_live
                            if (c.key == abi::kEmbeddingsKey)
-                               return each(cat("llama_set_embeddings(s->ctx, ", c.value == "1" ? "true" : "false", ");"));
+                               return each(cat("set_embeddings(*s, ", c.value == "1" ? "true" : "false", ");"));
                            if (c.key == abi::kCausalKey)
                                return each(cat("llama_set_causal_attn(s->ctx, ", c.value == "1" ? "true" : "false", ");"));
                            require(c.key == "n_threads", "repro: the live setting ", c.key, " has no llama.h call here");
@@ -174,18 +174,29 @@ std::string LlamacppRepro::settings_text(const std::string& params) const {
                                       "flash attention off)");
     const float scale = p.count("rope_scale") ? std::stof(p.at("rope_scale")) : 1.0f;
     const std::string n_ubatch = p.count("n_ubatch") ? p.at("n_ubatch") : "512";  // as the plugin reads it
+    // The plugin's pooling names, as llama.h's (unset: the context's default, as the plugin leaves it).
+    constexpr const char* kPoolings[] = {"LLAMA_POOLING_TYPE_NONE", "LLAMA_POOLING_TYPE_MEAN", "LLAMA_POOLING_TYPE_LAST"};
+    const std::string pooling =
+        p.count("pooling") ? kPoolings[int(abi::pooling_value(p.at("pooling")))] : "LLAMA_POOLING_TYPE_UNSPECIFIED";
     return cat(setup_.n_ctx, ", ", setup_.seqs, ", ", abi::flag_param(p, "kv_unified", false) ? "true" : "false", ", ",
-               abi::flag_param(p, "graph_reuse", true) ? "true" : "false", ", ", float_literal(scale), ", ", n_ubatch);
+               abi::flag_param(p, "graph_reuse", true) ? "true" : "false", ", ", float_literal(scale), ", ", n_ubatch,
+               ", ", pooling);
 }
 
 std::string LlamacppRepro::finish() {
     const ModelConfig& m = *setup_.model;
     require(m.family == Family::llama, "repro: only llama-family models are written as GGUF");
-    // The truth's settings: the engine's, with the truth's own given after them (the later wins).
-    std::map<std::string, std::string> merged = abi::parse_params(setup_.params.c_str(), kLlamacppSettings);
-    for (const auto& [key, value] : abi::parse_params(setup_.truth.params.c_str(), kLlamacppSettings)) merged[key] = value;
-    std::string truth_params;
-    for (const auto& [key, value] : merged) truth_params += cat(truth_params.empty() ? "" : ",", key, "=", value);
+    // The truth's settings: the engine's, with the truth's own given after
+    // them (the later wins); the engine's: the trace's, then engine.k=v.
+    const auto merged = [](const std::string& first, const std::string& then) {
+        std::map<std::string, std::string> all = abi::parse_params(first.c_str(), kLlamacppSettings);
+        for (const auto& [key, value] : abi::parse_params(then.c_str(), kLlamacppSettings)) all[key] = value;
+        std::string out;
+        for (const auto& [key, value] : all) out += cat(out.empty() ? "" : ",", key, "=", value);
+        return out;
+    };
+    const std::string engine_params = merged(setup_.params, setup_.truth.engine_params);
+    const std::string truth_params = merged(setup_.params, setup_.truth.params);
     std::string adapters;
     if (!lora_shapes_.empty()) {
         std::string matrices;
@@ -208,7 +219,9 @@ std::string LlamacppRepro::finish() {
     std::string out = cat(
         "// A standalone reproducer of ", setup_.title, ", written by kvweld from its\n// trace (", setup_.command,
         "). It uses llama.h and libllama alone:\n//   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"
-        "// The engine: one llama.cpp context, as a server drives it (", setup_.params.empty() ? "defaults" : setup_.params,
+        "// The engine: one llama.cpp context, as a server drives it (", engine_params.empty() ? "defaults" : engine_params,
+        setup_.truth.engine_params.empty() ? "" : cat("; kvweld ran the trace without ", setup_.truth.engine_params,
+                                                      ", which its plugin refuses"),
         ").\n// The ground truth: a second context of the same model (", truth_params, ")",
         setup_.truth.skip.empty() ? "" : ", which skips the ops marked so",
         setup_.truth.new_chains ? ", which sets a new sampler chain where the engine changes one in place" : "",
@@ -217,7 +230,7 @@ std::string LlamacppRepro::finish() {
         ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n\n",
         "// ---- kvweld's llama_compat.hpp: what llama.h renamed between releases ----\n", kLlamaCompatText, "\n",
         kLlamacppReproPrelude,
-        "\nint main() {\n    llama_backend_init();\n    llama_log_set([](ggml_log_level level, const char* text, void*) {\n"
+        "\nint main() {\n    std::signal(SIGABRT, on_abort);\n    llama_backend_init();\n    llama_log_set([](ggml_log_level level, const char* text, void*) {\n"
         "        if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);\n    }, nullptr);\n",
         "    const Dims dims{", m.dim, ", ", m.n_layers, ", ", m.n_heads, ", ", m.n_kv_heads, ", ", m.head_dim, ", ",
         m.ffn_dim, ", ", m.vocab, ", ", m.max_seq_len, ", ", m.n_experts, ", ", m.n_experts_used, ", ", float_literal(m.rope_theta),
@@ -228,7 +241,7 @@ std::string LlamacppRepro::finish() {
         "    llama_model* model = llama_model_load_from_file((dir + \"/model.gguf\").c_str(), mp);\n"
         "    if (!model) return 2;\n    n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));\n", adapters,
         "    Side engine{\"engine\"}, truth{\"ground truth\"};\n",
-        "    engine.ctx = open_context(model, ", settings_text(setup_.params), ");\n",
+        "    engine.ctx = open_context(model, ", settings_text(engine_params), ");\n",
         "    truth.ctx = open_context(model, ", settings_text(truth_params), ");\n",
         "    if (!engine.ctx || !truth.ctx) return 2;\n",
         "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};\n",

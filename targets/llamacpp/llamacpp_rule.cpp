@@ -117,6 +117,17 @@
 //   (llama-batch.cpp:542-640: a round takes one token of each), so a
 //   sequence's earlier tokens never see its later ones: their rows and
 //   K/V are wrong ("non-causal-split", clause 9's, a 0.3.36 finding).
+// Clause 14 (pooled embeddings, the setting pooling=mean): llama.cpp
+//   pools per ubatch, and each ubatch's pooled embedding of a sequence
+//   overwrites the one before (llama_context::decode, embd_seq_out[seq_id],
+//   llama-context.cpp:1976-1987). A call that puts a sequence's tokens in
+//   two ubatches (split_equal's rounds, or a call past n_ubatch) pools only
+//   the last ubatch's: that call's embeddings are wrong ("pooled-split", a
+//   0.3.36 finding). Not a graph term: the call's clause only, the rows and
+//   K/V stay right. pooling=last is right whatever the split. With either
+//   pooling and embeddings on, no graph is reused: the pooling input
+//   (llm_graph_input_mean, _cls) has no can_reuse, and the base's answers
+//   no (llama-graph.h:115-119), a design fact ("pooled-never-reused").
 // Nothing else (truncate, clear, clear_all, open, close) discards a graph:
 // llama.cpp reads KV positions and masks as per-call inputs.
 #include "targets/llamacpp/llamacpp_entry.hpp"
@@ -273,9 +284,10 @@ bool same_cvec(const Adapters& a, const Adapters& b) {
 
 class LlamacppRule final : public ReuseRule {
 public:
-    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch)
+    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling)
         : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), n_ubatch_(n_ubatch),
-          lists_causal_(n_ubatch >= kUbatch) {}
+          lists_causal_(n_ubatch >= kUbatch), mean_pooled_(pooling == abi::Pooling::mean),
+          pooled_(pooling != abi::Pooling::none) {}
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
         return decide(seqs, split(seqs, outputs));
@@ -337,12 +349,15 @@ public:
                                      ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
                                                           : "3 (same shape, window past the bound)";
+            const bool pooled_graph = pooled_ && embeddings_;  // clause 14: never reused
             if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched &&
-                !embeddings_switched && !causal_switched && !sampler_reserve_ && !chain_changed && same_shape) {
+                !embeddings_switched && !causal_switched && !sampler_reserve_ && !chain_changed && same_shape &&
+                !pooled_graph) {
                 ++(same_window && !shift_maybe_owed_ ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
+            if (reuse_ && pooled_graph) e.clause = "pooled-never-reused";
             if (reuse_ && warmup_switched) e.clause = "warmup-switched";
             if (reuse_ && embeddings_switched && !warmup_switched) e.clause = "embeddings-switched";
             if (reuse_ && causal_switched && !warmup_switched && !embeddings_switched) e.clause = "causal-switched";
@@ -359,12 +374,12 @@ public:
             sampler_reserve_ = false;
             for (int s : u.layout) unsampled_change_.erase(s);  // this graph samples with the chain as it is
         }
-        if (!causal_ && !unified_) {  // clause 13: a sequence in two ubatches of the call
-            std::map<int, int> ubatches_of;
-            for (const UbatchShape& u : ubatches)
-                for (int s : u.seq_ids) ++ubatches_of[s];
-            for (const auto& [s, n] : ubatches_of)
-                if (n > 1) wrong_rows_.split(s);
+        std::map<int, int> ubatches_of;  // clauses 13 and 14: a sequence in two ubatches of the call
+        for (const UbatchShape& u : ubatches)
+            for (int s : u.seq_ids) ++ubatches_of[s];
+        for (const auto& [s, n] : ubatches_of) {
+            if (n > 1 && !causal_ && !unified_) wrong_rows_.split(s);
+            if (n > 1 && mean_pooled_ && embeddings_) e.clause = "pooled-split";
         }
         if (const char* in_place = changed_in_place(seqs)) e.clause = in_place;
         if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
@@ -511,6 +526,8 @@ private:
     bool embeddings_ = false, graph_embeddings_ = false;  // clause 10, likewise
     bool causal_ = true, graph_causal_ = true;            // clause 13, likewise
     bool lists_causal_;  // the plugin lists causal_attn for this context (n_ubatch of n_batch)
+    bool mean_pooled_;   // clause 14: pooling=mean
+    bool pooled_;        // clause 14: pooling=mean|last
     std::set<int> chains_;          // clause 11: the sequence ids holding a chain
     bool sampler_reserve_ = false;  // a chain set or cleared since the last graph
     // The ids whose chain was changed in place since it was last set anew,
@@ -542,18 +559,20 @@ private:
 std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
     std::map<std::string, std::string> params;
     bool unified = false, reuse = true;
+    abi::Pooling pooling = abi::Pooling::none;
     int n_ubatch = kUbatch;
     try {
         params = abi::parse_params(config.params.c_str(), kLlamacppSettings);
         unified = abi::flag_param(params, "kv_unified", false);
         reuse = abi::flag_param(params, "graph_reuse", true);
         if (params.count("n_ubatch")) n_ubatch = std::stoi(params.at("n_ubatch"));
+        pooling = abi::pooling_value(params.count("pooling") ? params.at("pooling") : "none");
     } catch (const std::exception& e) {
         throw Error(cat("llama.cpp ", e.what()));
     }
     require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
     const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch);
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling);
 }
 
 const char* llamacpp_rule_gap(const std::string& build) {
