@@ -153,7 +153,7 @@ def report(objects, run, out, runs=None):
 
 
 def summary(out):
-    runs = [json.loads((out / f"{r}.json").read_text()) for r in ("swarm", "ubatch", "fuzz", "tests", "steady", "shapes", "before", "all") if (out / f"{r}.json").exists()]
+    runs = [json.loads((out / f"{r}.json").read_text()) for r in ("swarm", "ubatch", "flash", "quant", "fuzz", "tests", "steady", "shapes", "before", "all") if (out / f"{r}.json").exists()]
     md = ["# llama.cpp coverage by run", "", "Lines reached per file (scripts/llama-coverage); each run's report has "
           "the functions and branches.", "", "| file | " + " | ".join(r["run"] for r in runs) + " |",
           "|---|" + "---|" * len(runs)]

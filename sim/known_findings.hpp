@@ -13,7 +13,8 @@
 // path relative to the file), "source" (the engine source line it traces
 // to), "explanation" (one line), optionally "repro_truth" (the ground truth
 // kvweld repro writes its program with: targets/repro.hpp) and the report's
-// hand-written parts, "title", "kind", "server", "fix" (scripts/finding-reports)}]}. Each trace runs on the engine the file
+// hand-written parts, "title", "kind", "server", "fix", "newest_source"
+// (what was read or built of the newest source: scripts/finding-reports)}]}. Each trace runs on the engine the file
 // names, so a release's file may list another release's traces (the
 // releases of llama.cpp that share 0.3.36's findings: their files name
 // llamacpp@V and each source line as read in that release). A failure matches a finding when its

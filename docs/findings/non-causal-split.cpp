@@ -1,7 +1,7 @@
 // A standalone reproducer of llama.cpp finding 'non-causal-split', written by kvweld from its
 // trace (kvweld repro targets/llamacpp/known_findings/non_causal_split.jsonl). It uses llama.h and libllama alone:
 //   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro
-// The engine: one llama.cpp context, as a server drives it (kv_unified=0,graph_reuse=1).
+// The engine: one llama.cpp context, as a server drives it (graph_reuse=1,kv_unified=0).
 // The ground truth: a second context of the same model (graph_reuse=1,kv_unified=1),
 // given the same calls. Exit 1: the finding shows (the numbers are printed); 0: it does not.
 
@@ -19,7 +19,11 @@
 // - Flash attention: a bool `flash_attn` up to 0.3.16, an enum
 //   `flash_attn_type` from 0.3.20.
 // - Backend samplers per sequence (llama_set_sampler,
-//   llama_get_sampled_token_ith): not in 0.3.16, in 0.3.36.
+//   llama_get_sampled_token_ith): not in 0.3.16; from 0.3.20, but up to
+//   0.3.32 with one sampled row per sequence in a call (llama_context::decode
+//   refuses a second: src/llama-context.cpp:1723 in 0.3.32), which a call
+//   with drafts needs; llama_context_params::n_outputs_max_per_seq lifts
+//   it in 0.3.36. The plugin declares samplers only where that field is.
 //
 // A function is detected by overload resolution: fallbacks with the same
 // name, declared here as templates returning Missing, lose to a real
@@ -65,8 +69,10 @@ inline constexpr bool kHasSetAdapters = probe::found<probe::set_adapters<llama_c
 inline constexpr bool kHasLora = kHasSetAdapters || probe::found<probe::set_adapter<llama_context>>;
 inline constexpr bool kHasSetCvec = probe::found<probe::set_cvec<llama_context>>;
 inline constexpr bool kHasCvec = kHasSetCvec || probe::found<probe::apply_cvec<llama_context>>;
-inline constexpr bool kHasBackendSampling =
-    probe::found<probe::set_sampler<llama_context>> && probe::found<probe::sampled_token<llama_context>>;
+template <class P> concept outputs_per_seq = requires(P p) { p.n_outputs_max_per_seq; };
+inline constexpr bool kHasBackendSampling = probe::found<probe::set_sampler<llama_context>> &&
+                                            probe::found<probe::sampled_token<llama_context>> &&
+                                            outputs_per_seq<llama_context_params>;
 
 // A sequence's backend sampler chain (nullptr: none); llama.cpp's answer
 // (false: it cannot offload the chain). False where llama.h has no such call.
@@ -141,6 +147,7 @@ void sample_every_output(P& params) {
 #include <llama.h>
 
 #include <cmath>
+#include <csignal>
 #include <map>
 #include <cstdint>
 #include <cstdio>
@@ -314,6 +321,8 @@ struct Side {
     std::vector<std::vector<uint8_t>> states;
     std::map<int, llama_sampler*> chains;     // backend sampler chains per sequence (llama_set_sampler)
     std::vector<std::vector<int>> sampled;    // per decode call: each output row's sampled token (-1: no chain)
+    bool embeddings = false;                  // llama_set_embeddings as last set
+    std::vector<std::vector<float>> embd;     // per decode call: each output row's embeddings (none when off)
     int abort_after = -1, abort_asked = 0;   // the abort callback, armed for the next llama_decode (-1: not)
     std::string refused;  // the first call it refused, and where; it makes no call after it
     llama_memory_t mem() const { return llama_get_memory(ctx); }
@@ -331,7 +340,7 @@ inline void expect(Side& s, bool ok, const std::string& what) {
 }
 
 inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t seqs, bool unified, bool graph_reuse,
-                                   float rope_scale, uint32_t n_ubatch) {
+                                   float rope_scale, uint32_t n_ubatch, enum llama_pooling_type pooling) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_ctx * seqs;  // each sequence n_ctx positions, as the engine was given
     cp.n_seq_max = seqs;
@@ -340,6 +349,7 @@ inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t 
     cp.n_threads = cp.n_threads_batch = 1;
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.kv_unified = unified;
+    cp.pooling_type = pooling;  // pooled: each row's embeddings are its sequence's (llama_get_embeddings_seq)
     cp.rope_freq_scale = rope_scale;
     cp.no_perf = false;
     kvweld::llama_compat::set_flash_attn(cp, false);
@@ -353,6 +363,30 @@ inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t 
 struct Tok {
     int seq, token, pos, out;
 };
+
+// llama.cpp aborting the process (GGML_ASSERT, GGML_ABORT) is a finding
+// shown: its message is above; this names where and exits 1.
+inline void on_abort(int) {
+    char text[96];
+    const int n = std::snprintf(text, sizeof text, "FINDING SHOWN: llama.cpp aborted the process at trace line %d: exit 1\n", line);
+    if (n > 0) (void)!write(2, text, size_t(n));
+    _exit(1);
+}
+
+inline void set_embeddings(Side& s, bool on) {
+    llama_set_embeddings(s.ctx, on);
+    s.embeddings = on;
+}
+
+// With embeddings on, output row i's: its own, or its sequence's pooled.
+inline void read_embeddings(Side& s, const Tok& tok, size_t i) {
+    const bool pooled = llama_pooling_type(s.ctx) != LLAMA_POOLING_TYPE_NONE;
+    const float* e = pooled ? llama_get_embeddings_seq(s.ctx, tok.seq) : llama_get_embeddings_ith(s.ctx, int32_t(i));
+    const size_t n = size_t(llama_model_n_embd(llama_get_model(s.ctx)));
+    expect(s, e != nullptr, std::string(pooled ? "llama_get_embeddings_seq" : "llama_get_embeddings_ith") +
+                                " returned NULL for batch index " + std::to_string(i));
+    if (e) s.embd.back().insert(s.embd.back().end(), e, e + n);
+}
 
 inline void decode(Side& s, const std::vector<Tok>& toks) {
     llama_batch b = llama_batch_init(int32_t(toks.size()), 0, 1);
@@ -374,9 +408,11 @@ inline void decode(Side& s, const std::vector<Tok>& toks) {
     if (rc == 0) {
         s.rows.emplace_back();
         s.sampled.emplace_back();
+        s.embd.emplace_back();
         s.row_lines.push_back(line);
         for (size_t i = 0; i < toks.size(); ++i)
             if (toks[i].out) {
+                if (s.embeddings) read_embeddings(s, toks[i], i);
                 const auto chain = s.chains.find(toks[i].seq);
                 if (chain == s.chains.end()) {
                     const float* row = llama_get_logits_ith(s.ctx, int32_t(i));
@@ -483,6 +519,18 @@ inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance)
                     worst_at / size_t(n_vocab), worst_at % size_t(n_vocab), got, want);
         shown = shown || !(worst <= tolerance);
     }
+    double worst_embd = -1;
+    size_t embd_call = 0;
+    for (size_t k = 0; k < engine.embd.size() && k < truth.embd.size(); ++k)
+        for (size_t i = 0; i < engine.embd[k].size() && i < truth.embd[k].size(); ++i) {
+            const double d = std::fabs(double(engine.embd[k][i]) - double(truth.embd[k][i]));
+            if (d > worst_embd || d != d) worst_embd = d, embd_call = k;
+        }
+    if (worst_embd != -1) {
+        std::printf("max |embedding - expected| = %.6g (tolerance %g): decode call %zu (trace line %d)\n", worst_embd,
+                    tolerance, embd_call + 1, engine.row_lines[embd_call]);
+        shown = shown || !(worst_embd <= tolerance);
+    }
     size_t sampled = 0, differ = 0;
     for (size_t k = 0; k < engine.sampled.size() && k < truth.sampled.size(); ++k)
         for (size_t i = 0; i < engine.sampled[k].size() && i < truth.sampled[k].size(); ++i) {
@@ -512,6 +560,7 @@ inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance)
 }
 
 int main() {
+    std::signal(SIGABRT, on_abort);
     llama_backend_init();
     llama_log_set([](ggml_log_level level, const char* text, void*) {
         if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
@@ -526,8 +575,8 @@ int main() {
     if (!model) return 2;
     n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     Side engine{"engine"}, truth{"ground truth"};
-    engine.ctx = open_context(model, 33, 2, false, true, 1.0f, 512);
-    truth.ctx = open_context(model, 33, 2, true, true, 1.0f, 512);
+    engine.ctx = open_context(model, 33, 2, false, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
+    truth.ctx = open_context(model, 33, 2, true, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
     if (!engine.ctx || !truth.ctx) return 2;
     const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};
     for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);

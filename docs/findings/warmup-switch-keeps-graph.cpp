@@ -1,7 +1,7 @@
 // A standalone reproducer of llama.cpp finding 'warmup-switch-keeps-graph', written by kvweld from its
 // trace (kvweld repro targets/llamacpp/known_findings/warmup_switch_keeps_graph.jsonl). It uses llama.h and libllama alone:
 //   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro
-// The engine: one llama.cpp context, as a server drives it (kv_unified=0,graph_reuse=1).
+// The engine: one llama.cpp context, as a server drives it (graph_reuse=1,kv_unified=0).
 // The ground truth: a second context of the same model (graph_reuse=0,kv_unified=0),
 // given the same calls. Exit 1: the finding shows (the numbers are printed); 0: it does not.
 
@@ -18,6 +18,12 @@
 //   llama_set_adapter_cvec (the same arguments) from 0.3.20.
 // - Flash attention: a bool `flash_attn` up to 0.3.16, an enum
 //   `flash_attn_type` from 0.3.20.
+// - Backend samplers per sequence (llama_set_sampler,
+//   llama_get_sampled_token_ith): not in 0.3.16; from 0.3.20, but up to
+//   0.3.32 with one sampled row per sequence in a call (llama_context::decode
+//   refuses a second: src/llama-context.cpp:1723 in 0.3.32), which a call
+//   with drafts needs; llama_context_params::n_outputs_max_per_seq lifts
+//   it in 0.3.36. The plugin declares samplers only where that field is.
 //
 // A function is detected by overload resolution: fallbacks with the same
 // name, declared here as templates returning Missing, lose to a real
@@ -39,6 +45,8 @@ template <class... A> Missing llama_set_adapter_lora(A...);
 template <class... A> Missing llama_clear_adapter_lora(A...);
 template <class... A> Missing llama_set_adapter_cvec(A...);
 template <class... A> Missing llama_apply_adapter_cvec(A...);
+template <class... A> Missing llama_set_sampler(A...);
+template <class... A> Missing llama_get_sampled_token_ith(A...);
 }  // namespace kvweld_llama_fallback
 
 namespace kvweld::llama_compat {
@@ -52,6 +60,8 @@ template <class C> using set_cvec = decltype(llama_set_adapter_cvec((C*)nullptr,
                                                                     int32_t{}, int32_t{}, int32_t{}));
 template <class C> using apply_cvec = decltype(llama_apply_adapter_cvec((C*)nullptr, (const float*)nullptr,
                                                                         std::size_t{}, int32_t{}, int32_t{}, int32_t{}));
+template <class C> using set_sampler = decltype(llama_set_sampler((C*)nullptr, llama_seq_id{}, (llama_sampler*)nullptr));
+template <class C> using sampled_token = decltype(llama_get_sampled_token_ith((C*)nullptr, int32_t{}));
 template <class T> inline constexpr bool found = !std::is_same_v<T, ::kvweld_llama_fallback::Missing>;
 }  // namespace probe
 
@@ -59,6 +69,31 @@ inline constexpr bool kHasSetAdapters = probe::found<probe::set_adapters<llama_c
 inline constexpr bool kHasLora = kHasSetAdapters || probe::found<probe::set_adapter<llama_context>>;
 inline constexpr bool kHasSetCvec = probe::found<probe::set_cvec<llama_context>>;
 inline constexpr bool kHasCvec = kHasSetCvec || probe::found<probe::apply_cvec<llama_context>>;
+template <class P> concept outputs_per_seq = requires(P p) { p.n_outputs_max_per_seq; };
+inline constexpr bool kHasBackendSampling = probe::found<probe::set_sampler<llama_context>> &&
+                                            probe::found<probe::sampled_token<llama_context>> &&
+                                            outputs_per_seq<llama_context_params>;
+
+// A sequence's backend sampler chain (nullptr: none); llama.cpp's answer
+// (false: it cannot offload the chain). False where llama.h has no such call.
+template <class C = llama_context>
+bool set_sampler(C* ctx, llama_seq_id seq, llama_sampler* chain) {
+    using namespace ::kvweld_llama_fallback;
+    if constexpr (probe::found<probe::set_sampler<C>>)
+        return llama_set_sampler(ctx, seq, chain);
+    else
+        return false;
+}
+
+// The token the backend sampled for batch index i (LLAMA_TOKEN_NULL: none).
+template <class C = llama_context>
+llama_token sampled_token(C* ctx, int32_t i) {
+    using namespace ::kvweld_llama_fallback;
+    if constexpr (probe::found<probe::sampled_token<C>>)
+        return llama_get_sampled_token_ith(ctx, i);
+    else
+        return -1;
+}
 
 // The adapters every later decode runs with (n may be 0: none). Returns
 // llama.cpp's status (0: applied).
@@ -98,11 +133,22 @@ void set_flash_attn(P& params, bool on) {
         params.flash_attn = on;
 }
 
+// Backend sampling's outputs per sequence and decode: every output row
+// (0: n_outputs_max; llama.cpp's default is 1, which refuses a call with
+// two sampled rows of one sequence: a prefill asking for every row, or
+// drafts). Nothing where the release has no backend sampling.
+template <class P>
+void sample_every_output(P& params) {
+    if constexpr (requires { params.n_outputs_max_per_seq; }) params.n_outputs_max_per_seq = 0;
+}
+
 }  // namespace kvweld::llama_compat
 
 #include <llama.h>
 
 #include <cmath>
+#include <csignal>
+#include <map>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -273,6 +319,11 @@ struct Side {
     std::vector<std::vector<float>> rows;  // per decode call: its output rows, back to back
     std::vector<int> row_lines;            // the trace line of each
     std::vector<std::vector<uint8_t>> states;
+    std::map<int, llama_sampler*> chains;     // backend sampler chains per sequence (llama_set_sampler)
+    std::vector<std::vector<int>> sampled;    // per decode call: each output row's sampled token (-1: no chain)
+    bool embeddings = false;                  // llama_set_embeddings as last set
+    std::vector<std::vector<float>> embd;     // per decode call: each output row's embeddings (none when off)
+    int abort_after = -1, abort_asked = 0;   // the abort callback, armed for the next llama_decode (-1: not)
     std::string refused;  // the first call it refused, and where; it makes no call after it
     llama_memory_t mem() const { return llama_get_memory(ctx); }
 };
@@ -289,17 +340,20 @@ inline void expect(Side& s, bool ok, const std::string& what) {
 }
 
 inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t seqs, bool unified, bool graph_reuse,
-                                   float rope_scale) {
+                                   float rope_scale, uint32_t n_ubatch, enum llama_pooling_type pooling) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_ctx * seqs;  // each sequence n_ctx positions, as the engine was given
     cp.n_seq_max = seqs;
-    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_batch = 512;
+    cp.n_ubatch = n_ubatch;  // a call in several ubatches where it is below the call
     cp.n_threads = cp.n_threads_batch = 1;
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.kv_unified = unified;
+    cp.pooling_type = pooling;  // pooled: each row's embeddings are its sequence's (llama_get_embeddings_seq)
     cp.rope_freq_scale = rope_scale;
     cp.no_perf = false;
     kvweld::llama_compat::set_flash_attn(cp, false);
+    kvweld::llama_compat::sample_every_output(cp);  // backend sampling of every output row, as the engine was run
     setenv("LLAMA_GRAPH_REUSE_DISABLE", graph_reuse ? "0" : "1", 1);  // read when a context is made
     llama_context* ctx = llama_init_from_model(model, cp);
     unsetenv("LLAMA_GRAPH_REUSE_DISABLE");
@@ -309,6 +363,30 @@ inline llama_context* open_context(llama_model* model, uint32_t n_ctx, uint32_t 
 struct Tok {
     int seq, token, pos, out;
 };
+
+// llama.cpp aborting the process (GGML_ASSERT, GGML_ABORT) is a finding
+// shown: its message is above; this names where and exits 1.
+inline void on_abort(int) {
+    char text[96];
+    const int n = std::snprintf(text, sizeof text, "FINDING SHOWN: llama.cpp aborted the process at trace line %d: exit 1\n", line);
+    if (n > 0) (void)!write(2, text, size_t(n));
+    _exit(1);
+}
+
+inline void set_embeddings(Side& s, bool on) {
+    llama_set_embeddings(s.ctx, on);
+    s.embeddings = on;
+}
+
+// With embeddings on, output row i's: its own, or its sequence's pooled.
+inline void read_embeddings(Side& s, const Tok& tok, size_t i) {
+    const bool pooled = llama_pooling_type(s.ctx) != LLAMA_POOLING_TYPE_NONE;
+    const float* e = pooled ? llama_get_embeddings_seq(s.ctx, tok.seq) : llama_get_embeddings_ith(s.ctx, int32_t(i));
+    const size_t n = size_t(llama_model_n_embd(llama_get_model(s.ctx)));
+    expect(s, e != nullptr, std::string(pooled ? "llama_get_embeddings_seq" : "llama_get_embeddings_ith") +
+                                " returned NULL for batch index " + std::to_string(i));
+    if (e) s.embd.back().insert(s.embd.back().end(), e, e + n);
+}
 
 inline void decode(Side& s, const std::vector<Tok>& toks) {
     llama_batch b = llama_batch_init(int32_t(toks.size()), 0, 1);
@@ -320,18 +398,89 @@ inline void decode(Side& s, const std::vector<Tok>& toks) {
         b.logits[i] = int8_t(toks[i].out);
     }
     b.n_tokens = int32_t(toks.size());
+    const bool armed = s.abort_after >= 0;
+    s.abort_asked = 0;
     const int32_t rc = llama_decode(s.ctx, b);
-    expect(s, rc == 0, "llama_decode returned " + std::to_string(rc));
+    s.abort_after = -1;
+    // A call the callback stopped returns no rows (and adds no entry: a
+    // ground truth that skips it stays aligned).
+    expect(s, rc == 0 || (armed && rc == 2), "llama_decode returned " + std::to_string(rc));
     if (rc == 0) {
         s.rows.emplace_back();
+        s.sampled.emplace_back();
+        s.embd.emplace_back();
         s.row_lines.push_back(line);
         for (size_t i = 0; i < toks.size(); ++i)
             if (toks[i].out) {
-                const float* row = llama_get_logits_ith(s.ctx, int32_t(i));
-                s.rows.back().insert(s.rows.back().end(), row, row + n_vocab);
+                if (s.embeddings) read_embeddings(s, toks[i], i);
+                const auto chain = s.chains.find(toks[i].seq);
+                if (chain == s.chains.end()) {
+                    const float* row = llama_get_logits_ith(s.ctx, int32_t(i));
+                    s.rows.back().insert(s.rows.back().end(), row, row + n_vocab);
+                    s.sampled.back().push_back(-1);
+                    continue;
+                }
+                // A sampled row: judged by its token (llama.cpp need not copy its logits back).
+                s.rows.back().insert(s.rows.back().end(), size_t(n_vocab), 0.0f);
+                const llama_token token = kvweld::llama_compat::sampled_token(s.ctx, int32_t(i));
+                expect(s, token >= 0, "llama_get_sampled_token_ith: no token for batch index " + std::to_string(i) +
+                                          " of sequence " + std::to_string(toks[i].seq) + ", which has a sampler chain");
+                if (token >= 0) llama_sampler_accept(chain->second, token);
+                s.sampled.back().push_back(token);
             }
     }
     llama_batch_free(b);
+}
+
+// The abort callback: yes from its abort_after-th question on (the CPU
+// backend asks after each graph node), as the plugin answers.
+inline bool abort_check(void* data) {
+    Side* s = static_cast<Side*>(data);
+    return s->abort_after >= 0 && s->abort_asked++ >= s->abort_after;
+}
+
+// After an aborted call, each sequence holds a prefix of what it was
+// given (llama.h); kvweld's run read these lengths back from its engine.
+inline void expect_kept(Side& s, const std::vector<std::pair<int, int>>& lengths) {
+    for (const auto& [seq, n] : lengths) {
+        const int held = int(llama_memory_seq_pos_max(s.mem(), seq)) + 1;
+        expect(s, held == n, "after the aborted llama_decode, sequence " + std::to_string(seq) + " holds " +
+                                 std::to_string(held) + " positions where kvweld's run kept " + std::to_string(n));
+    }
+}
+
+// Backend sampler chains: greedy, or top_k then dist; set anew
+// (llama_set_sampler), changed in place (the same object emptied and
+// refilled, not given again: a context takes a chain once), or cleared.
+inline llama_sampler* fill_chain(llama_sampler* chain, int top_k, uint32_t seed) {
+    if (top_k == 0) {
+        llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    } else {
+        llama_sampler_chain_add(chain, llama_sampler_init_top_k(top_k));
+        llama_sampler_chain_add(chain, llama_sampler_init_dist(seed));
+    }
+    return chain;
+}
+inline void set_chain(Side& s, int seq, int top_k, uint32_t seed) {
+    llama_sampler* chain = fill_chain(llama_sampler_chain_init(llama_sampler_chain_default_params()), top_k, seed);
+    expect(s, kvweld::llama_compat::set_sampler(s.ctx, seq, chain), "llama_set_sampler");
+    if (s.chains.count(seq)) llama_sampler_free(s.chains[seq]);  // the context holds the new one now
+    s.chains[seq] = chain;
+}
+inline void change_chain(Side& s, int seq, int top_k, uint32_t seed) {
+    llama_sampler* chain = s.chains.at(seq);
+    while (llama_sampler_chain_n(chain) > 0) llama_sampler_free(llama_sampler_chain_remove(chain, 0));
+    fill_chain(chain, top_k, seed);
+}
+inline void clear_chain(Side& s, int seq) {
+    if (!s.chains.count(seq)) return;
+    kvweld::llama_compat::set_sampler(s.ctx, seq, nullptr);
+    llama_sampler_free(s.chains[seq]);
+    s.chains.erase(seq);
+}
+inline void free_chains(Side& s) {  // after its context
+    for (auto& [seq, chain] : s.chains) llama_sampler_free(chain);
+    s.chains.clear();
 }
 
 inline void save(Side& s, int seq, size_t id) {
@@ -353,7 +502,7 @@ inline void load(Side& s, int seq, size_t id, int positions) {
 }
 
 inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance) {
-    double worst = 0;
+    double worst = -1;  // none compared yet
     size_t worst_call = 0, worst_at = 0, calls = 0;
     for (size_t k = 0; k < engine.rows.size() && k < truth.rows.size(); ++k, ++calls)
         for (size_t i = 0; i < engine.rows[k].size() && i < truth.rows[k].size(); ++i) {
@@ -363,13 +512,37 @@ inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance)
     std::printf("decode calls compared: %zu (the engine made %zu, the ground truth %zu)\n", calls, engine.rows.size(),
                 truth.rows.size());
     bool shown = false;
-    if (calls > 0) {
+    if (worst != -1) {
         const float got = engine.rows[worst_call][worst_at], want = truth.rows[worst_call][worst_at];
         std::printf("max |logit - expected| = %.6g (tolerance %g): decode call %zu (trace line %d), row %zu, token %zu: "
                     "engine %.6f, expected %.6f\n", worst, tolerance, worst_call + 1, engine.row_lines[worst_call],
                     worst_at / size_t(n_vocab), worst_at % size_t(n_vocab), got, want);
         shown = shown || !(worst <= tolerance);
     }
+    double worst_embd = -1;
+    size_t embd_call = 0;
+    for (size_t k = 0; k < engine.embd.size() && k < truth.embd.size(); ++k)
+        for (size_t i = 0; i < engine.embd[k].size() && i < truth.embd[k].size(); ++i) {
+            const double d = std::fabs(double(engine.embd[k][i]) - double(truth.embd[k][i]));
+            if (d > worst_embd || d != d) worst_embd = d, embd_call = k;
+        }
+    if (worst_embd != -1) {
+        std::printf("max |embedding - expected| = %.6g (tolerance %g): decode call %zu (trace line %d)\n", worst_embd,
+                    tolerance, embd_call + 1, engine.row_lines[embd_call]);
+        shown = shown || !(worst_embd <= tolerance);
+    }
+    size_t sampled = 0, differ = 0;
+    for (size_t k = 0; k < engine.sampled.size() && k < truth.sampled.size(); ++k)
+        for (size_t i = 0; i < engine.sampled[k].size() && i < truth.sampled[k].size(); ++i) {
+            if (engine.sampled[k][i] < 0 && truth.sampled[k][i] < 0) continue;
+            ++sampled;
+            if (engine.sampled[k][i] == truth.sampled[k][i]) continue;
+            if (differ++ == 0)
+                std::printf("sampled tokens differ first in decode call %zu (trace line %d), row %zu: engine %d, "
+                            "expected %d\n", k + 1, engine.row_lines[k], i, engine.sampled[k][i], truth.sampled[k][i]);
+        }
+    if (sampled > 0) std::printf("sampled tokens compared: %zu, %zu of them differ\n", sampled, differ);
+    shown = shown || differ > 0;
     const int reused = llama_perf_context(engine.ctx).n_reused, expected = llama_perf_context(truth.ctx).n_reused;
     std::printf("graphs reused: engine %d, ground truth %d%s\n", reused, expected,
                 count_reuse ? " (the engine must reuse as often)" : " (not compared)");
@@ -387,6 +560,7 @@ inline int report(Side& engine, Side& truth, bool count_reuse, double tolerance)
 }
 
 int main() {
+    std::signal(SIGABRT, on_abort);
     llama_backend_init();
     llama_log_set([](ggml_log_level level, const char* text, void*) {
         if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
@@ -401,10 +575,11 @@ int main() {
     if (!model) return 2;
     n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     Side engine{"engine"}, truth{"ground truth"};
-    engine.ctx = open_context(model, 38, 1, false, true, 1.0f);
-    truth.ctx = open_context(model, 38, 1, false, false, 1.0f);
+    engine.ctx = open_context(model, 38, 1, false, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
+    truth.ctx = open_context(model, 38, 1, false, false, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
     if (!engine.ctx || !truth.ctx) return 2;
-    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine};
+    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};
+    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);
 
     line = 2;  // {"capacity":0,"max_new":0,"op":"admit","pick":0,"prompt":[0,0],"recycle":true}
     for (Side* s : live(both)) llama_memory_seq_rm(s->mem(), 0, -1, -1);
@@ -421,6 +596,8 @@ int main() {
     const int verdict = report(engine, truth, false, 1e-3);
     llama_free(engine.ctx);
     llama_free(truth.ctx);
+    free_chains(engine);
+    free_chains(truth);
     llama_model_free(model);
     std::remove((dir + "/model.gguf").c_str());
     rmdir(dir.c_str());

@@ -24,8 +24,8 @@
 //
 // Settings (options.params): kv_unified=0|1 (default 0: each sequence has
 // n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
-// LLAMA_GRAPH_REUSE_DISABLE for this context), kv_type=f32|f16 (the KV
-// cache's type, default f32), flash_attn=0|1 (default 0), rope_scale=S
+// LLAMA_GRAPH_REUSE_DISABLE for this context), kv_type=f32|f16|q8_0|q4_0
+// (the KV cache's type, default f32; quantized needs flash_attn=1), flash_attn=0|1 (default 0), rope_scale=S
 // (llama.cpp's rope_freq_scale: linear RoPE scaling, default 1) and
 // n_ubatch=N (1..512, default 512: the physical batch; a call of more
 // tokens runs as several ubatches, each its own graph). kvweld's reference
@@ -329,8 +329,19 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         auto e = std::make_unique<kvweld_engine>();
         e->faults = parse_faults(o->faults);
         const auto params = kvweld::abi::parse_params(o->params, kvweld::targets::kLlamacppSettings);
+        // The KV cache's type; a quantized one (a server's -ctk/-ctv q8_0)
+        // needs flash attention for its V (llama.cpp refuses it otherwise),
+        // and with a head size a multiple of 64 llama.cpp rotates it
+        // (Hadamard, llama_kv_cache's attn_rot_k/v).
+        constexpr std::pair<const char*, ggml_type> kKvTypes[] = {
+            {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}};
         const std::string kv_type = params.count("kv_type") ? params.at("kv_type") : "f32";
-        require(kv_type == "f32" || kv_type == "f16", "setting kv_type=", kv_type, ": must be f32 or f16");
+        const auto type = std::find_if(std::begin(kKvTypes), std::end(kKvTypes),
+                                       [&](const auto& t) { return kv_type == t.first; });
+        require(type != std::end(kKvTypes), "setting kv_type=", kv_type, ": must be f32, f16, q8_0 or q4_0");
+        require(!ggml_is_quantized(type->second) || kvweld::abi::flag_param(params, "flash_attn", false),
+                "setting kv_type=", kv_type, ": a quantized KV cache needs flash_attn=1 (llama.cpp quantizes V only "
+                "under flash attention)");
         llama_model_params mp = llama_model_default_params();
         mp.n_gpu_layers = 0;
         e->model = llama_model_load_from_file(o->model_path, mp);
@@ -342,7 +353,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         cp.n_seq_max = std::uint32_t(o->n_seq_max);
         cp.n_batch = cp.n_ubatch = 512;
         cp.n_threads = cp.n_threads_batch = std::max(1, o->threads);
-        cp.type_k = cp.type_v = kv_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        cp.type_k = cp.type_v = type->second;
         kvweld::llama_compat::set_flash_attn(cp, kvweld::abi::flag_param(params, "flash_attn", false));
         kvweld::llama_compat::sample_every_output(cp);
         cp.no_perf = false;
