@@ -476,6 +476,24 @@ TEST_F(LlamaCppPlugin, AFullCacheRefusesTheCallAndKeepsWhatItHeld) {
     EXPECT_LE(checked_step(*e, model_, {2, 0}, {4, 5}, {&c, &a}), kDataTolerance);
 }
 
+// allow_reuse's tokens-per-sequence term (llama-graph.h:823), which only a
+// split with the same token count can reach: with one stream per sequence
+// a call of 4 sequences x 1 token and one of 2 x 2 are both 4 tokens, and
+// the second builds; the same 2 x 2 call again reuses the graph.
+TEST_F(LlamaCppPlugin, TheSameTokenCountInAnotherSplitBuildsAndTheSameSplitReuses) {
+    const auto e = engine("kv_unified=0");
+    for (int s = 0; s < 4; ++s) e->open(s);
+    const auto reused = [&] { return e->counters()->reused; };
+    e->decode(std::vector<int>{0, 1, 2, 3}, std::vector<int>{1, 2, 3, 4});
+    e->decode(std::vector<int>{0, 1, 2, 3}, std::vector<int>{5, 6, 7, 8});
+    const auto after_same = reused();
+    EXPECT_GE(after_same, 1u) << "4 x 1 after 4 x 1 reuses";
+    e->decode(std::vector<int>{0, 0, 1, 1}, std::vector<int>{1, 2, 3, 4});
+    EXPECT_EQ(reused(), after_same) << "2 x 2 after 4 x 1: 4 tokens, another split, a new graph";
+    e->decode(std::vector<int>{0, 0, 1, 1}, std::vector<int>{5, 6, 7, 8});
+    EXPECT_EQ(reused(), after_same + 1) << "2 x 2 after 2 x 2 reuses";
+}
+
 // pooling=mean|last: read_embeddings gives each row its sequence's tokens
 // of the call pooled, the same as pooling the per-token embeddings of a
 // context with pooling none (llama.cpp's own, read through the same ABI);
