@@ -97,6 +97,11 @@ inline Pooling pooling_value(const std::string& value) {
         if (value == kPoolingNames[i]) return Pooling(i);
     throw std::runtime_error("setting pooling=" + value + ": must be none, mean or last");
 }
+// The setting pooling=none|mean|last (none where not given).
+inline Pooling pooling_param(const std::map<std::string, std::string>& params) {
+    const auto it = params.find("pooling");
+    return it == params.end() ? Pooling::none : pooling_value(it->second);
+}
 // `listed`: the engine's whole list, for the error naming a key not in it.
 inline int threads_value(const char* key, const char* value, const char* listed = kThreadsSetting) {
     if (!key || std::string_view(key) != "n_threads")

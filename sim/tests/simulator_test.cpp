@@ -302,11 +302,9 @@ TEST(InvalidCalls, EveryEngineRefusesEveryCallAndNothingChanges) {
         } catch (const Error& e) {
             KVWELD_WITHOUT_LLAMA(e.what());
         }
-        SimConfig c = config_for(engine, 4);
-        c.seqs = 3;
-        // Drawn for the seed's own sequence count: with 3 the plugin refuses mean pooling (pooled-mean-reserve-abort).
-        if (const auto at = c.engine.params.find("pooling=mean"); at != std::string::npos)
-            c.engine.params.replace(at, 12, "pooling=last");
+        // Three sequences fixed before the draw (--seqs), so the settings
+        // drawn are ones the engine takes with three.
+        const SimConfig c = draw_config(4, EngineChoice{.engine = engine, .params = "", .faults = "", .seqs = 3}, "tiny", ~0u);
         std::vector<Op> ops;
         const Op admit = admit_op({4, 8, 15, 16}, 30);
         const Op step = step_op(c, 3, 1);

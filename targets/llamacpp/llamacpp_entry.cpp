@@ -71,8 +71,7 @@ const char* llamacpp_reference_blind(const std::string& params) {
 
 // pooling=mean|last: each row's embeddings are its sequence's tokens of the call pooled.
 abi::Pooling llamacpp_pooling(const std::string& params) {
-    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
-    return abi::pooling_value(p.count("pooling") ? p.at("pooling") : "none");
+    return abi::pooling_param(abi::parse_params(params.c_str(), kLlamacppSettings));
 }
 
 // Each KV layout with graph reuse on, beside the same with it off; a

@@ -566,7 +566,7 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
         unified = abi::flag_param(params, "kv_unified", false);
         reuse = abi::flag_param(params, "graph_reuse", true);
         if (params.count("n_ubatch")) n_ubatch = std::stoi(params.at("n_ubatch"));
-        pooling = abi::pooling_value(params.count("pooling") ? params.at("pooling") : "none");
+        pooling = abi::pooling_param(params);
     } catch (const std::exception& e) {
         throw Error(cat("llama.cpp ", e.what()));
     }
