@@ -71,7 +71,7 @@ int run_swarm(const RunOptions& options, const SeedShard& seeds, int jobs, const
               bool require_terms = false);
 int run_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json);
 int run_replay(const std::string& text, const std::string& path, const std::string& json);
-int run_shrink(const std::string& text, const std::string& path, const std::string& out);
+int run_shrink(const std::string& text, const std::string& path, const std::string& out, sim::ShrinkKeep keep);
 int run_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json, bool until_killed);
 struct TrafficStudyArgs {
     std::string engine{targets::kDefaultEngine}, params, csv, plot, json;

@@ -140,14 +140,16 @@ int run_replay(const std::string& text, const std::string& path, const std::stri
     return exit_code(r.verdict);
 }
 
-int run_shrink(const std::string& text, const std::string& path, const std::string& out) {
+int run_shrink(const std::string& text, const std::string& path, const std::string& out, ShrinkKeep keep) {
     const Trace t = parse_trace(text, path);
     const RunResult original = run_ops(t.config, t.ops, t.steps);
     require(original.verdict != Verdict::pass, "shrink: ", path, " passes; there is nothing to shrink");
-    std::printf("shrink: %s fails with %s after %zu ops on engine %s; minimizing...\n", path.c_str(),
-                std::string(to_string(original.verdict)).c_str(), original.ops.size(), t.config.engine.engine.c_str());
+    const FailureIdentity id = identity_of(original.verdict, original.failure ? &*original.failure : nullptr);
+    std::printf("shrink: %s fails with %s after %zu ops on engine %s; minimizing, keeping %s...\n", path.c_str(),
+                std::string(to_string(original.verdict)).c_str(), original.ops.size(), t.config.engine.engine.c_str(),
+                keep == ShrinkKeep::identity ? cat("its identity (", to_string(id), ")").c_str() : "its verdict only");
     std::fflush(stdout);
-    const ShrinkResult s = shrink(t.config, original.ops, t.steps, original.verdict);
+    const ShrinkResult s = shrink(t.config, original.ops, t.steps, original.verdict, 2000, keep);
     write_text(out, trace_text(s.result));
     print_shrink_summary(original.ops.size(), s.ops.size(), s.runs, s.result.verdict, s.result.failure, out);
     return 0;

@@ -125,13 +125,24 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
         action = [replay] { return run_replay(read_text_file(replay->first), replay->first, replay->second); };
     });
 
-    auto shrink_args = std::make_shared<std::pair<std::string, std::string>>();
-    CLI::App* scmd = app.add_subcommand("shrink", "Minimize a failing trace, keeping its failure class");
-    scmd->add_option("TRACE", shrink_args->first, "a failing trace")->required();
-    scmd->add_option("-o,--output", shrink_args->second, "where to write the minimized trace")->required();
+    struct ShrinkArgs {
+        std::string trace, output, keep = "identity";
+    };
+    auto shrink_args = std::make_shared<ShrinkArgs>();
+    CLI::App* scmd = app.add_subcommand(
+        "shrink", "Minimize a failing trace, keeping its failure's identity: the verdict, the oracle, the contract "
+                  "clause and the kind of message (its text with the numbers left out), so the shrunk trace is the "
+                  "same bug");
+    scmd->add_option("TRACE", shrink_args->trace, "a failing trace")->required();
+    scmd->add_option("-o,--output", shrink_args->output, "where to write the minimized trace")->required();
+    scmd->add_option("--keep", shrink_args->keep,
+                     "identity (default), or verdict: keep only the verdict, which may end in another bug of the "
+                     "same class")
+        ->check(CLI::IsMember({"identity", "verdict"}));
     scmd->callback([shrink_args, &action] {
         action = [shrink_args] {
-            return run_shrink(read_text_file(shrink_args->first), shrink_args->first, shrink_args->second);
+            return run_shrink(read_text_file(shrink_args->trace), shrink_args->trace, shrink_args->output,
+                              shrink_args->keep == "verdict" ? ShrinkKeep::verdict : ShrinkKeep::identity);
         };
     });
 }

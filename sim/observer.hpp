@@ -115,6 +115,10 @@ public:
     // its clause for the decode being judged ("": none).
     const char* standing = nullptr;
     std::string call_clause;
+    // The rule's standing clause for one sequence, where a check of the
+    // whole memory finds a sequence the call did not feed changed (unset:
+    // no rule). Set by the accounting oracle, which holds the rule.
+    std::function<const char*(int seq)> standing_of;
 
 private:
     Verdict verdict_ = Verdict::pass;

@@ -46,6 +46,8 @@ Accounting::Accounting(const World& world, Judge& judge, RunStats& stats, std::u
       plan_identity_(plan_identity) {
     read_counters();  // the first report is the baseline every later one must not fall below
     if (rule_) terms_ = rule_->terms();
+    if (rule_)
+        judge_.standing_of = [this](int seq) { return rule_->standing_clause(std::span<const int>(&seq, 1)); };
     for (const targets::ReuseTerm& t : terms_) {
         if (t.why_not) stats_.terms_unreachable[t.name] = t.why_not;
         else stats_.terms[t.name].tied = t.tied;

@@ -150,10 +150,11 @@ std::vector<SimConfig> smaller_configs(const SimConfig& c) {
 
 }  // namespace
 
-ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps,
-                               Verdict target, int max_runs) {
+ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps, Verdict target, int max_runs,
+                    ShrinkKeep keep) {
     require(target != Verdict::pass, "shrink: the trace passes; there is nothing to shrink");
     ShrinkResult out;
+    std::optional<FailureIdentity> identity;
     // One candidate run (a config, ops): kept where it fails the same way.
     SimConfig current = config;
     auto try_run = [&](const SimConfig& c, const std::vector<Op>& candidate) {
@@ -161,6 +162,10 @@ ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int ste
         ++out.runs;
         RunResult r = run_ops(c, candidate, steps);
         if (r.verdict != target) return false;
+        // The same failure, not only its class: the first run names it.
+        const FailureIdentity id = identity_of(r.verdict, r.failure ? &*r.failure : nullptr);
+        if (keep == ShrinkKeep::identity && identity && id != *identity) return false;
+        if (!identity) identity = id;
         current = c;
         out.ops = r.ops;
         out.result = std::move(r);

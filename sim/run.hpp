@@ -51,8 +51,12 @@ struct ShrinkResult {
     RunResult result;
     int runs = 0;
 };
-ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps,
-                               Verdict target, int max_runs = 2000);
+// What a candidate must keep of the original failure: its identity
+// (verdict, oracle, clause, kind of message: FailureIdentity), or only its
+// verdict (which may slip to another bug of the same class on the way).
+enum class ShrinkKeep { identity, verdict };
+ShrinkResult shrink(const SimConfig& config, const std::vector<Op>& ops, int steps, Verdict target,
+                    int max_runs = 2000, ShrinkKeep keep = ShrinkKeep::identity);
 
 // A failing seed run again with its ops kept and shrunk (at most max_runs
 // runs) to the fewest ops that end the same way; the trace written to

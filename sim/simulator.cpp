@@ -319,12 +319,16 @@ std::map<int, int> Simulator::kept_after_abort(const Batch& called) {
         if (!requests_[std::size_t(seq)]) continue;
         const int held = int(requests_[std::size_t(seq)]->history.size()), more = fed.count(seq) ? fed[seq] : 0;
         const int now = engine_->seq_length(seq);
+        // A sequence an earlier op left wrong (a known finding's
+        // precondition, by the rule's account) carries that clause.
+        const char* standing = judge_.standing_of ? judge_.standing_of(seq) : nullptr;
         if (now < held || now > held + more)
             judge_.fail(Verdict::engine_error, Oracle::engine,
                         cat("after a decode its abort callback stopped, sequence ", seq, " holds ", now,
                             " positions: it held ", held, " and the call fed it ", more,
                             " (llama.h: an aborted decode keeps a prefix of what it was given, the ubatches it "
-                            "finished, and loses nothing held before)"));
+                            "finished, and loses nothing held before)"),
+                        standing ? standing : "");
         if (more) kept[seq] = now;
     }
     return kept;

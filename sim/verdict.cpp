@@ -4,6 +4,8 @@
 #include "util/enum_names.hpp"
 #include "util/error.hpp"
 
+#include <cctype>
+
 namespace kvweld::sim {
 
 namespace {
@@ -47,4 +49,40 @@ int exit_code(Verdict v) {
     return 1;
 }
 
+std::string message_kind(std::string_view detail) {
+    std::string out;
+    for (std::size_t i = 0; i < detail.size();) {
+        const char c = detail[i];
+        const bool sign = (c == '-' || c == '+') && i + 1 < detail.size() && std::isdigit(static_cast<unsigned char>(detail[i + 1])) &&
+                          (i == 0 || !std::isalnum(static_cast<unsigned char>(detail[i - 1])));
+        if (!sign && !std::isdigit(static_cast<unsigned char>(c))) {
+            out += c;
+            ++i;
+            continue;
+        }
+        // A number: sign, digits, a fraction, an exponent.
+        i += sign;
+        while (i < detail.size() && (std::isdigit(static_cast<unsigned char>(detail[i])) || detail[i] == '.' ||
+                                     ((detail[i] == 'e' || detail[i] == 'E') && i + 1 < detail.size() &&
+                                      (std::isdigit(static_cast<unsigned char>(detail[i + 1])) || detail[i + 1] == '-'))))
+            i += detail[i] == 'e' || detail[i] == 'E' ? 2 : 1;
+        out += 'N';
+    }
+    // One N for a list or range of numbers ("N, N, N", "N..N").
+    for (std::size_t at; (at = out.find("N, N")) != std::string::npos || (at = out.find("N..N")) != std::string::npos;)
+        out.erase(at + 1, 3);
+    return out;
+}
+
+FailureIdentity identity_of(Verdict v, const Failure* f) {
+    if (!f) return {v, Oracle::data, {}, {}};
+    return {v, f->oracle, f->clause, message_kind(f->detail)};
+}
+
+std::string to_string(const FailureIdentity& id) {
+    return cat(to_string(id.verdict), " by the ", to_string(id.oracle), " oracle",
+               id.clause.empty() ? "" : cat(", clause ", id.clause), ": \"", id.kind, "\"");
+}
+
 }  // namespace kvweld::sim
+

