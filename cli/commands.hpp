@@ -45,6 +45,8 @@ struct RunOptions {
     int seqs = 0, n_ctx = 0;  // --seqs, --n-ctx (0: drawn per seed)
     bool twin = false;        // --twin
     std::string known_findings;  // --known-findings ("" the engine's own file, "none", or a path)
+    std::string steer;           // sim --steer: known findings whose steer the seed's config takes
+    bool no_steer = false;       // swarm --no-steer: a seed stops at its first known finding
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 void write_json(const std::string& path, const nlohmann::json& j);

@@ -75,8 +75,10 @@ void print_known(const RunResult& r, const std::string& choice) {
 int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, const std::string& json,
                    const Checking& checking) {
     const EngineChoice engine = engine_choice(o);
-    const SimConfig config =
-        draw_config(seed, engine, o.model, choice_capabilities(engine));
+    SimConfig config = draw_config(seed, engine, o.model, choice_capabilities(engine));
+    if (!o.steer.empty())
+        for (const KnownFinding* f : steers_named(known_findings_for(engine.engine, o.known_findings), o.steer))
+            config = steered(config, *f);
     const auto start = std::chrono::steady_clock::now();
     const RunResult r = run_generated(config, o.steps, !checking.no_oracles);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -102,6 +104,7 @@ int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::
     s.model = o.model;
     s.known_findings = o.known_findings;
     s.require_terms = require_terms;
+    s.steer = !o.no_steer;
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("swarm: seeds %llu..%llu (%zu), %d steps each, %d jobs, engine %s%s%s\n", (unsigned long long)first,
                 (unsigned long long)last, total, s.steps, jobs, s.engine.engine.c_str(),

@@ -69,7 +69,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     "the engine release's known findings (failures that are bugs in the engine, each minimized with its trace): a "
                     "failure that matches one is reported as that finding, not a pass and not a new failure; each one's "
                     "trace must still fail as recorded. Default: the engine's own file (llamacpp: "
-                    "targets/llamacpp/known_findings/0.3.36.json); none: no file");
+                    "targets/llamacpp/known_findings/b11434.json); none: no file");
 }
 
 namespace {
@@ -108,6 +108,9 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
                                                   kVerdictExits));
     cmd->add_option("--seed", sim->seed, "the one seed that decides the run")->required()->check(seed_validator());
     add_run_options(cmd, sim->run);
+    cmd->add_option("--steer", sim->run.steer,
+                    "known findings (id,id) the seed is steered around, as a swarm steers a seed that met them: "
+                    "each finding's steer (its ops never drawn, its settings set) applied to the drawn config");
     cmd->add_option("--trace", sim->trace, "write the run's trace (JSON Lines) here");
     cmd->add_option("--json", sim->json, "write the report as JSON here");
     cmd->add_flag("--no-oracles", sim->no_oracles, "run unchecked (measures the harness overhead)");

@@ -86,6 +86,9 @@ void add_swarm_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_flag("--require-terms", args->require_terms,
                   "fail when a term of the reuse condition the engine's API can reach was never exercised (the report's "
                   "'reuse terms' rows: per term, the plan pairs where it changed alone, with others, and held)");
+    cmd->add_flag("--no-steer", args->run.no_steer,
+                  "a seed that meets a known finding stops there (default: it runs again steered around the "
+                  "finding's precondition, the finding's 'steer' in its file, and the rest of it is judged)");
     cmd->callback([args, &action] { action = [args] { return run_swarm_cmd(*args); }; });
 }
 

@@ -161,6 +161,11 @@ nlohmann::json versions_json(const std::vector<ReleaseRow>& rows) {
 // "8x4,64x16": slots x speculative k per point.
 std::vector<std::pair<int, int>> parse_grid(const std::string& text) {
     std::vector<std::pair<int, int>> out;
+    if (text == "full") {  // the shapes servers run: slots 1..256 by powers of two, draft k 1, 4, 8, 16
+        for (int slots = 1; slots <= 256; slots *= 2)
+            for (int k : {1, 4, 8, 16}) out.emplace_back(slots, k);
+        return out;
+    }
     for (const std::string& item : abi::split_list(text.c_str())) {
         const std::size_t x = item.find('x');
         const std::optional<int> slots_n = x == std::string::npos ? std::nullopt : whole_number(std::string_view(item).substr(0, x), 3);
@@ -221,8 +226,8 @@ void add_versions_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--steps", a->steps, "ops per run")->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--jobs", a->jobs, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
     cmd->add_option("--grid", a->grid,
-                    "the steady traffic's server shapes, SLOTSxK,...: each in both KV layouts; per release the reuse "
-                    "at each, and every batch shape one release reuses and the next never does, with the traffic "
+                    "the steady traffic's server shapes, SLOTSxK,... or full (slots 1, 2, 4, ..., 256 x draft k 1, 4, "
+                    "8, 16): each in both KV layouts; per release the reuse at each beside the rule's ideal, and every batch shape one release reuses and the next never does, with the traffic "
                     "command that shows it (the first point is the table's column)")
         ->capture_default_str();
     cmd->add_option("--ticks", a->ticks, "ticks of steady traffic per layout")->capture_default_str()->check(CLI::Range(1, 100000));

@@ -90,6 +90,7 @@ nlohmann::json json_report(const RunResult& r) {
                         {"verdict", to_string(r.verdict)}, {"oracles", oracles_json(r.oracles)}, {"stats", stats}};
     if (r.failure) j["failure"] = failure_json(*r.failure);
     if (!r.known_finding.empty()) j["known_finding"] = r.known_finding;
+    if (!r.steered_past.empty()) j["steered_past"] = r.steered_past;
     return j;
 }
 
@@ -109,6 +110,7 @@ RunResult run_result_from_json(const nlohmann::json& j) {
     r.stats.max_peer_error = json_field<double>(stats, "max_peer_error");
     if (j.contains("failure")) r.failure = failure_from_json(j.at("failure"));
     if (j.contains("known_finding")) r.known_finding = json_field<std::string>(j, "known_finding");
+    if (j.contains("steered_past")) r.steered_past = json_field<std::vector<std::string>>(j, "steered_past");
     return r;
 }
 
@@ -140,8 +142,10 @@ Merged merge_reports(const std::vector<std::pair<std::string, nlohmann::json>>& 
     for (const nlohmann::json& s : m.report.at("seeds")) {
         m.result.seeds.push_back(run_result_from_json(s));
         m.result.total.add(m.result.seeds.back().stats);
-        m.result.failures += m.result.seeds.back().verdict != Verdict::pass;
-        m.result.known += !m.result.seeds.back().known_finding.empty();
+        const RunResult& seed = m.result.seeds.back();
+        m.result.failures += seed.verdict != Verdict::pass || !seed.steered_past.empty();
+        m.result.known += !seed.known_finding.empty();
+        m.result.steered += !seed.steered_past.empty();
     }
     require(!m.result.seeds.empty(), "merge: the reports hold no seeds");
     // Every shard checked the same findings file on the same build.

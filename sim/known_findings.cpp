@@ -5,6 +5,7 @@
 #include "targets/registry.hpp"
 #include "sim/json_field.hpp"
 #include "sim/jsonl.hpp"
+#include "targets/abi_lists.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,17 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
         f.also.push_back(verdict_from_string(also));
         require(f.also.back() != Verdict::pass, "finding '", f.id, "': 'also' class pass is not a failure");
     }
+    if (j.contains("steer")) {
+        const nlohmann::json& steer = j.at("steer");
+        require(steer.is_object(), "finding '", f.id, "': 'steer' must be an object");
+        for (const std::string& op : steer.value("ops", std::vector<std::string>{})) {
+            f.steer_ops.push_back(op_kind_from_string(op));
+            require(f.steer_ops.back() != OpKind::admit && f.steer_ops.back() != OpKind::step, "finding '", f.id,
+                    "': steer ops: '", op, "' cannot be left out (nothing is decoded without it)");
+        }
+        f.steer_params = steer.value("params", "");
+        require(f.steerable(), "finding '", f.id, "': 'steer' names no ops and no params");
+    }
     return f;
 }
 
@@ -44,6 +56,37 @@ const KnownFinding* KnownFindings::match(const RunResult& r) const {
             f.clause == r.failure->clause)
             return &f;
     return nullptr;
+}
+
+SimConfig steered(SimConfig c, const KnownFinding& f) {
+    for (const OpKind k : f.steer_ops) c.weights[std::size_t(k)] = 0;
+    if (f.steer_params.empty()) return c;
+    // The steer's settings replace the drawn ones of the same name.
+    std::vector<std::string> kept;
+    const std::vector<std::string> steer = abi::split_list(f.steer_params.c_str());
+    for (const std::string& kv : abi::split_list(c.engine.params.c_str())) {
+        const std::string key = kv.substr(0, kv.find('='));
+        if (std::none_of(steer.begin(), steer.end(), [&](const std::string& s) { return s.substr(0, s.find('=')) == key; }))
+            kept.push_back(kv);
+    }
+    kept.insert(kept.end(), steer.begin(), steer.end());
+    std::string params;
+    for (const std::string& kv : kept) params += cat(params.empty() ? "" : ",", kv);
+    c.engine.params = params;
+    return c;
+}
+
+std::vector<const KnownFinding*> steers_named(const KnownFindings& known, const std::string& ids) {
+    std::vector<const KnownFinding*> out;
+    for (const std::string& id : abi::split_list(ids.c_str())) {
+        const auto it = std::find_if(known.findings.begin(), known.findings.end(),
+                                     [&](const KnownFinding& f) { return f.id == id; });
+        require(it != known.findings.end(), "--steer: no known finding '", id, "' in ",
+                known.path.empty() ? "(no known findings file)" : known.path);
+        require(it->steerable(), "--steer: known finding '", id, "' has no steer (", known.path, ")");
+        out.push_back(&*it);
+    }
+    return out;
 }
 
 KnownFindings load_known_findings(const std::string& path) {

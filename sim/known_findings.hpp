@@ -42,6 +42,12 @@ struct KnownFinding {
     // oracle that sees it first depends on the run (a row judged by its
     // sampled token, not its logits, leaves a stale graph to the accounting).
     std::vector<Verdict> also;
+    // Optional: how a swarm steers a seed around the finding's precondition
+    // once it has met it ("steer" in the file: op kinds never drawn, engine
+    // settings fixed), so the rest of the seed is still judged.
+    std::vector<OpKind> steer_ops;
+    std::string steer_params;  // k=v,... set over the drawn ones
+    bool steerable() const { return !steer_ops.empty() || !steer_params.empty(); }
 };
 
 struct KnownFindings {
@@ -51,6 +57,13 @@ struct KnownFindings {
     // The finding `r`'s failure is, or nullptr (a pass, or a new failure).
     const KnownFinding* match(const RunResult& r) const;
 };
+
+// `c` steered around `f`'s precondition: its ops never drawn, its settings
+// set (a drawn setting of the same name replaced).
+SimConfig steered(SimConfig c, const KnownFinding& f);
+// The findings named in `ids` ("a,b"), each with a steer; throws Error
+// naming an unknown id or one without a steer.
+std::vector<const KnownFinding*> steers_named(const KnownFindings& known, const std::string& ids);
 
 // Throws Error naming the file and the field when it is not one.
 KnownFindings load_known_findings(const std::string& path);

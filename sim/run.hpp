@@ -22,6 +22,10 @@ struct RunResult {
     std::string known_finding = {};  // a swarm's: the known finding the failure is (sim/known_findings.hpp)
     std::vector<ReuseDiff> reuse_diffs = {};  // kvweld diff: the calls the two engines prepared differently (the first few)
     std::string ended_early = {};             // kvweld diff: both engines refused a call there (the run stopped)
+    // A swarm's: the known findings the seed met and was steered around, in
+    // order (each a run of its own; this result is the last, its stats all
+    // of them together).
+    std::vector<std::string> steered_past = {};
 };
 
 // An engine that cannot be created (a broken plugin, a bad setting) throws Error.
@@ -95,12 +99,17 @@ struct SwarmOptions {
     // handed out in order, so every seed before that one ran whatever the
     // jobs, and the result is the same for any number of them.
     bool stop_at_new_failure = false;
+    // A seed that meets a known finding with a steer is run again steered
+    // around it (at most kMaxSteers times), so the rest of it is judged.
+    bool steer = true;
 };
+inline constexpr int kMaxSteers = 4;
 struct SwarmResult {
     std::vector<RunResult> seeds;  // in seed order, ops dropped
     RunStats total;
     std::size_t failures = 0;  // seeds that failed, known findings included
     std::size_t known = 0;     // of them, seeds whose failure is a known finding
+    std::size_t steered = 0;   // seeds steered past a known finding (SwarmOptions::steer)
     std::string known_path;    // the known findings file ("" none)
     std::vector<std::string> unreproduced;  // known findings whose trace no longer fails as recorded
     std::vector<std::string> unexercised;   // with require_terms: the reuse terms never exercised

@@ -41,6 +41,8 @@ SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, in
         out.ran = true;
         out.why_not = r.run.verdict == Verdict::pass ? "" : cat("the traffic ended ", to_string(r.run.verdict));
         out.calls = r.run.stats.calls, out.reused = r.run.stats.reused, out.shapes = r.shapes;
+        out.judged = r.run.oracles.accounting;
+        out.must_reuse = r.run.stats.must_reuse, out.may_reuse = r.run.stats.may_reuse;
     } catch (const Error& e) {
         out.why_not = e.what();
     }
@@ -158,9 +160,14 @@ std::string first_failure(const SwarmResult& s) {
     return "-";
 }
 
+// "0.413 (0.413)": reuse per call, then the rule's ideal per call where the
+// rule judged the run ("<" marks reuse below it, which the accounting
+// oracle fails as spurious invalidation); "*": the traffic failed.
 std::string steady_text(const SteadyReuse& s) {
     if (!s.ran) return "-";
-    return cat(fixed(s.per_call(), 3), s.why_not.empty() ? "" : "*");
+    const std::string ideal =
+        s.judged ? cat(" (", s.reused < s.must_reuse ? "<" : "", fixed(s.ideal_per_call(), 3), ")") : " (no rule)";
+    return cat(fixed(s.per_call(), 3), ideal, s.why_not.empty() ? "" : "*");
 }
 
 std::string diff_text(const std::optional<DiffResult>& d) {
@@ -174,7 +181,8 @@ std::string diff_text(const std::optional<DiffResult>& d) {
 // Steady reuse per call at every grid point, a column per release.
 std::string grid_text(const std::vector<ReleaseRow>& rows) {
     if (rows.empty() || rows[0].steady.size() <= 2) return "";
-    std::string out = "steady reuse per call across the server shapes (slots x speculative k; the engine's count):\n\n| shape | layout |";
+    std::string out = "steady reuse per call across the server shapes (slots x speculative k; the engine's count, "
+                      "then in parentheses the rule's ideal: the reuses it required per call):\n\n| shape | layout |";
     std::string rule = "|---|---|";
     for (const ReleaseRow& r : rows) out += cat(" ", r.release, " |"), rule += "---|";
     out += cat("\n", rule, "\n");

@@ -41,6 +41,11 @@ struct SteadyReuse {
     bool ran = false;
     std::string why_not;       // when it did not
     std::uint64_t calls = 0, reused = 0;  // decode calls, graphs reused (the engine's count)
+    // The rule's account of the same calls where it states the release's
+    // facts (judged): reuses it required, and allowed without requiring.
+    bool judged = false;
+    std::uint64_t must_reuse = 0, may_reuse = 0;
+    double ideal_per_call() const { return calls ? double(must_reuse) / double(calls) : 0.0; }
     std::map<std::string, ShapeStats> shapes;  // per batch shape, the engine's counts
     double per_call() const { return calls ? double(reused) / double(calls) : 0.0; }
 };

@@ -317,8 +317,14 @@ public:
         // memory update then resets the held graphs (clause 4); a stop after
         // it does not. The rule cannot tell which: the next graph may build.
         const bool shift_owed = kshift_queued_;
+        // A warmup switch the stopped call should have built for: the
+        // graph it holds may still be the one built under the other setting
+        // (warmup-switch-keeps-graph, a known finding), so the next call may
+        // reuse or build, and carries the finding's clause.
+        const bool warmup_owed = reuse_ && warmup_ != graph_warmup_;
         decide(seqs, ran);
         shift_maybe_owed_ = shift_owed;
+        warmup_maybe_owed_ = warmup_owed;
         return std::nullopt;
     }
     std::vector<UbatchShape> split(std::span<const int> seqs, std::span<const std::uint8_t> outputs) const {
@@ -359,12 +365,13 @@ public:
             if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched &&
                 !embeddings_switched && !causal_switched && !sampler_reserve_ && !chain_changed && same_shape &&
                 !pooled_graph) {
-                ++(same_window && !shift_maybe_owed_ ? e.must_reuse : e.may_reuse);
+                ++(same_window && !shift_maybe_owed_ && !warmup_maybe_owed_ ? e.must_reuse : e.may_reuse);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
             if (reuse_ && pooled_graph) e.clause = "pooled-never-reused";
-            if (reuse_ && warmup_switched) e.clause = "warmup-switched";
+            if (reuse_ && moved_positions_unknown_) e.clause = "shift-moves-shared-cells";
+            if (reuse_ && (warmup_switched || warmup_maybe_owed_)) e.clause = "warmup-switched";
             if (reuse_ && embeddings_switched && !warmup_switched) e.clause = "embeddings-switched";
             if (reuse_ && causal_switched && !warmup_switched && !embeddings_switched) e.clause = "causal-switched";
             if (reuse_ && sampler_reserve_ && !warmup_switched && !embeddings_switched && !causal_switched)
@@ -375,7 +382,7 @@ public:
             last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
             previous_ = u;
             previous_window_known_ = window_known;
-            copy_queued_ = kshift_queued_ = shift_maybe_owed_ = false;
+            copy_queued_ = kshift_queued_ = shift_maybe_owed_ = warmup_maybe_owed_ = moved_positions_unknown_ = false;
             adapters_changed_ = adapters_set_again_ = loras_changed_ = cvec_changed_ = false;
             sampler_reserve_ = false;
             for (int s : u.layout) unsampled_change_.erase(s);  // this graph samples with the chain as it is
@@ -411,7 +418,17 @@ public:
     }
     void on_shift(int seq, int p0, int p1, int len) override {
         const bool moved = p0 < p1 && p1 < len;  // cells past the dropped ones move: a K-shift is queued
-        kshift_queued_ = kshift_queued_ || moved;
+        // A sequence whose shared cells another's shift moved
+        // (shift-moves-shared-cells, a known finding) holds positions the
+        // rule no longer knows: whether this shift moves any cell, and so
+        // queues a K-shift, is open, and the next call carries the clause.
+        const char* wrong = wrong_rows_.clause(std::span<const int>(&seq, 1));
+        if (moved && wrong && std::string_view(wrong) == "shift-moves-shared-cells") {
+            shift_maybe_owed_ = true;
+            moved_positions_unknown_ = true;
+        } else {
+            kshift_queued_ = kshift_queued_ || moved;
+        }
         wrong_rows_.shifted(seq, moved);
     }
     void on_state_save(int seq, int id) override { wrong_rows_.saved(seq, id); }
@@ -523,6 +540,8 @@ private:
     // leaves sc_info) and K-shifts (dropped with the cells by clear_all).
     bool copy_queued_ = false, kshift_queued_ = false;
     bool shift_maybe_owed_ = false;  // clause 12: a K-shift queued at a call the abort callback stopped
+    bool warmup_maybe_owed_ = false; // clause 8: a warmup switch at a call the abort callback stopped
+    bool moved_positions_unknown_ = false;  // a shift of a sequence shift-moves-shared-cells moved
     WrongRows wrong_rows_{unified_};  // clause 9
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph

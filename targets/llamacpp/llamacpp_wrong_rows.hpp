@@ -37,9 +37,11 @@
 //   past the first layer, are not what one ubatch computes.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <span>
+#include <vector>
 
 namespace kvweld::targets {
 
@@ -67,7 +69,7 @@ public:
     }
     void copied(int src, int dst) {
         emptied(dst);
-        if (!unified_) queued_[dst] = src;
+        if (!unified_) queued_.push_back({src, dst});
         if (const auto it = wrong_.find(src); it != wrong_.end()) wrong_[dst] = it->second;
         if (!unified_) return;
         for (int other : sharing_[src]) share(other, dst);
@@ -80,15 +82,22 @@ public:
     }
     void saved(int seq, int id) {
         if (const auto it = wrong_.find(seq); it != wrong_.end()) states_[id] = it->second;
-        else if (queued_.count(seq)) states_[id] = "state-io-under-queued-copy";
+        else if (copy_queued_onto(seq)) states_[id] = "state-io-under-queued-copy";
         else if (shifted_.count(seq)) states_[id] = "state-saved-before-k-shift";
     }
     void loaded(int seq, int id) {
         emptied(seq);
         if (const auto it = states_.find(id); it != states_.end()) wrong_[seq] = it->second;
-        if (queued_.count(seq)) wrong_[seq] = "state-io-under-queued-copy";
-        for (const auto& [dst, src] : queued_)
-            if (src == seq) wrong_[dst] = "state-io-under-queued-copy";
+        if (copy_queued_onto(seq)) wrong_[seq] = "state-io-under-queued-copy";
+        // The queued copies run in their order at the next memory update, so
+        // a copy of a copy of the loaded sequence gets the loaded rows too
+        // (1 -> 3, 3 -> 0, 0 -> 3, then a load into 1: 3 and 0 are wrong).
+        std::set<int> tainted{seq};
+        for (const auto& [src, dst] : queued_)
+            if (tainted.count(src) && dst != seq) {
+                tainted.insert(dst);
+                wrong_[dst] = "state-io-under-queued-copy";
+            }
     }
     void put_back(int seq) {  // saved and loaded again at once
         constexpr int kNow = -1;  // no simulator state has this id
@@ -120,7 +129,10 @@ private:
     bool unified_;
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
     std::map<int, const char*> states_;  // saved state id -> the clause it was saved wrong under
-    std::map<int, int> queued_;          // stream copies since the last decode: destination -> source
+    bool copy_queued_onto(int seq) const {
+        return std::any_of(queued_.begin(), queued_.end(), [&](const auto& c) { return c.second == seq; });
+    }
+    std::vector<std::pair<int, int>> queued_;  // stream copies since the last decode, in order: (source, destination)
     std::set<int> shifted_;              // sequences with a K rotation owed since the last decode
     std::map<int, std::set<int>> sharing_;  // unified: sequences that may share cells
 };
