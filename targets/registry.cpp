@@ -189,6 +189,8 @@ std::string engine_plugin_path(const std::string& engine) {
         // Built beside the pinned release's plugin (targets/llamacpp/CMakeLists.txt).
         const std::filesystem::path pinned = e->plugin;
         const std::filesystem::path path = pinned.parent_path() / "releases" / release / pinned.filename();
+        // llamacpp@V where V is the pinned release: the pinned plugin.
+        if (!std::filesystem::exists(path) && build_release(engine_build(std::string(e->name))) == release) return e->plugin;
         require(std::filesystem::exists(path), "engine '", engine, "': no plugin for release ", release,
                 " in this build (", path.string(), "): run scripts/setup-llama --version ", release,
                 ", then build again (every release in the cache gets a plugin)");
