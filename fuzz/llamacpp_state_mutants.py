@@ -4,11 +4,12 @@ refusals: each is a whole state of the corpus, llamacpp_whole.bin (engine
 byte 2: one KV stream per sequence) or llamacpp_unified_whole.bin (byte 3:
 kv_unified=1), that is the fuzzer's byte, the plugin's KVLS header, then
 llama_state_seq_get_data's bytes, with one field of llama.cpp's sequence
-state set wrong. The layout, as 0.3.36 writes
-it (src/llama-context.cpp state_seq_get_data, src/llama-kv-cache.cpp
+state set wrong. The layout, as the pinned b11434 writes it (state
+version 4; src/llama-context.cpp state_seq_get_data, src/llama-kv-cache.cpp
 state_write, state_write_meta, state_write_data): u32 magic, i32 seq_id,
 u32 n_stream, then per stream u32 cell_count and, where not 0, per cell
-i32 pos, u32 n_seq_id, n_seq_id i32 seq ids; u32 v_trans, u32 n_layer; per
+i32 pos, u32 n_seq_id, n_seq_id i32 seq ids; u32 v_trans, u32 n_layer,
+u32 n_rot_k, u32 n_rot_v (version 4: 0 for an unrotated cache); per
 layer i32 k type, u64 k row size, the rows; per layer the V (transposed:
 i32 type, u32 element size, u32 n_embd_v_gqa, the columns).
 
@@ -41,9 +42,9 @@ def fields(b):
         for _ in range(cells):
             (_, n_seq_id) = struct.unpack_from("<iI", b, o)
             o += 8 + 4 * n_seq_id
-        at["v_trans"], at["n_layer"] = o, o + 4
+        at["v_trans"], at["n_layer"], at["n_rot_k"] = o, o + 4, o + 8
         (v_trans, n_layer) = struct.unpack_from("<II", b, o)
-        o += 8
+        o += 16
         at["k_type"], at["k_row"] = o, o + 4
         for _ in range(n_layer):
             (_, row) = struct.unpack_from("<iQ", b, o)
@@ -69,6 +70,7 @@ def write_mutants(corpus, base, prefix):
     put("two_seqs_in_a_cell", "<I", at["n_seq_id"], 2)  # "invalid seq_id-agnostic kv cell"
     put("layer_count", "<I", at["n_layer"], 7)  # "mismatched layer count"
     put("v_not_transposed", "<I", at["v_trans"], 0)  # "incompatible V transposition"
+    put("rotation", "<I", at["n_rot_k"], 64)  # v4: a K rotation this cache does not have
     put("key_type", "<i", at["k_type"], 8)  # "mismatched key type"
     put("key_row_size", "<Q", at["k_row"], 12345)  # "mismatched key row size"
     put("value_type", "<i", at["v_type"], 8)  # "mismatched value type"

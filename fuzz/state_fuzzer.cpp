@@ -9,10 +9,11 @@
 // engine's own magic gets the engine's model digest (bytes 8..16 in both
 // formats), so the fuzzer reaches past the identity check into the reader.
 //
-// One refusal is a known finding of llama.cpp 0.3.36, not a crash: a state
-// with a negative cell position is placed unchecked (state_read_meta,
-// src/llama-kv-cache.cpp:2371-2400) and no seq_rm can remove that cell
-// again (seq_rm clamps p0 to 0, line 391), so the sequence is not what it
+// One refusal is a known finding of llama.cpp (0.3.36 and the pinned
+// b11434), not a crash: a state with a negative cell position is placed
+// unchecked (state_read_meta, src/llama-kv-cache.cpp:2379-2408 in b11434)
+// and no seq_rm can remove that cell again (seq_rm clamps p0 to 0, line
+// 409), so the sequence is not what it
 // held. The plugin's refusal says so; the fuzzer names the finding once and
 // opens the engine afresh, and aborts on any other changed sequence.
 #include "util/error.hpp"
