@@ -13,7 +13,13 @@ namespace kvweld {
 ReferenceKv::ReferenceKv(const ModelConfig& c)
     : key(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
       value(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
-      raw_key(value) {}
+      raw_key(value),
+      routing_tie(static_cast<std::size_t>(c.max_seq_len), 0) {}
+
+bool ReferenceKv::routing_tied(int up_to) const {
+    const auto end = routing_tie.begin() + std::min<long>(long(up_to) + 1, long(routing_tie.size()));
+    return std::find(routing_tie.begin(), end, std::uint8_t{1}) != end;
+}
 
 namespace {
 
@@ -79,6 +85,7 @@ void ReferenceKv::shift(const ModelConfig& c, int p0, int p1, int len) {
             std::copy_n(raw_key[std::size_t(l)].data() + std::size_t(to) * row, row, k);
             rope(k, c.n_kv_heads, c.head_dim, to, c.rope_theta);
         }
+    for (int from = p1, to = p0; from < len; ++from, ++to) routing_tie[std::size_t(to)] = routing_tie[std::size_t(from)];
 }
 
 double logit_error(std::span<const float> got, std::span<const float> want) {
@@ -123,7 +130,8 @@ std::vector<float> expert_ffn(float* out, const float* x, const LayerWeights& w,
 // llama.cpp 0.3.36 computes (llama-graph.cpp build_moe_ffn: warmup selects
 // all n_expert, normalizes over them, and sums the first n_expert_used;
 // PR 14753), which kvweld's engine adopts so one reference judges both.
-void moe_ffn(float* out, const float* x, const LayerWeights& w, const ModelConfig& c, bool warmup) {
+// Returns whether the choice was a tie (kRoutingTieMargin).
+bool moe_ffn(float* out, const float* x, const LayerWeights& w, const ModelConfig& c, bool warmup) {
     std::vector<double> logit(c.n_experts);
     for (int e = 0; e < c.n_experts; e++) {
         double sum = 0.0;
@@ -143,6 +151,8 @@ void moe_ffn(float* out, const float* x, const LayerWeights& w, const ModelConfi
         const double weight = std::exp(logit[order[i]] - logit[order[0]]) / denom;
         for (int j = 0; j < c.dim; j++) out[j] += static_cast<float>(weight * y[j]);
     }
+    const int used = c.n_experts_used;
+    return used < c.n_experts && logit[order[used - 1]] - logit[order[used]] < kRoutingTieMargin;
 }
 
 }  // namespace
@@ -194,8 +204,9 @@ std::vector<float> query_and_kv(const std::vector<float>& x, ReferenceKv& kv, in
 }
 
 // The rest of layer l for one token: attention over [0, span), the output
-// projection, the feed-forward and the control vector, into x.
-void finish_layer(std::vector<float>& x, const std::vector<float>& q, const ReferenceKv& kv, int l, int span,
+// projection, the feed-forward and the control vector, into x. Returns
+// whether its routing was a tie.
+bool finish_layer(std::vector<float>& x, const std::vector<float>& q, const ReferenceKv& kv, int l, int span,
                   const Model& model, const Adapters& adapters) {
     const ModelConfig& c = model.config();
     const int dim = c.dim, q_dim = c.q_dim(), hd = c.head_dim;
@@ -206,8 +217,9 @@ void finish_layer(std::vector<float>& x, const std::vector<float>& q, const Refe
     for (int i = 0; i < dim; i++) x[i] += out[i];
 
     rmsnorm(xb.data(), x.data(), w.ffn_norm.data(), dim, c.norm_eps);
+    bool tie = false;
     if (c.moe()) {
-        moe_ffn(out.data(), xb.data(), w, c, adapters.warmup());
+        tie = moe_ffn(out.data(), xb.data(), w, c, adapters.warmup());
     } else {
         const std::vector<float> hidden = expert_ffn(out.data(), xb.data(), w, 0, c);
         add_loras(out.data(), hidden.data(), adapters, l, LoraTarget::w2, c);
@@ -217,6 +229,7 @@ void finish_layer(std::vector<float>& x, const std::vector<float>& q, const Refe
     // control vector: added to the residual stream after the layer
     if (const ControlVector* cv = adapters.cvec(); cv && cv->applies(l))
         for (int i = 0; i < dim; i++) x[i] += cv->row(l, dim)[i];
+    return tie;
 }
 
 }  // namespace
@@ -238,13 +251,16 @@ std::vector<std::vector<float>> reference_forward_span(const Model& model, Refer
             first_pos + n - 1, " out of range: max_seq_len is ", c.max_seq_len);
 
     std::vector<std::vector<float>> x, q(n);
+    std::vector<std::uint8_t> tie(std::size_t(n), 0);
     for (int token : tokens)
         x.emplace_back(model.embedding().begin() + token * dim, model.embedding().begin() + (token + 1) * dim);
     for (int l = 0; l < c.n_layers; l++) {
         for (int t = 0; t < n; t++) q[t] = query_and_kv(x[t], kv, l, first_pos + t, model, adapters);
         for (int t = 0; t < n; t++)
-            finish_layer(x[t], q[t], kv, l, first_pos + (causal ? t : n - 1) + 1, model, adapters);
+            tie[std::size_t(t)] |= std::uint8_t(
+                finish_layer(x[t], q[t], kv, l, first_pos + (causal ? t : n - 1) + 1, model, adapters));
     }
+    std::copy(tie.begin(), tie.end(), kv.routing_tie.begin() + first_pos);
 
     std::vector<std::vector<float>> logits;
     if (hidden) hidden->clear();

@@ -7,6 +7,7 @@
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,14 @@ struct ReferenceKv {
     std::vector<std::vector<float>> key;
     std::vector<std::vector<float>> value;
     std::vector<std::vector<float>> raw_key;
+    // Per position: 1 where an MoE layer's routing was a tie (the last
+    // expert chosen and the first left out within kRoutingTieMargin), so a
+    // float engine may rightly have chosen the other one.
+    std::vector<std::uint8_t> routing_tie;
+    // Whether any of positions 0..up_to had a routing tie: from there on
+    // the reference cannot judge this sequence's rows (the engine's K/V of
+    // the later layers may rightly differ), until a rewind refeeds them.
+    bool routing_tied(int up_to) const;
     // A context shift of a history of `len` positions: [p0, p1) removed, the
     // later rows moved down, each moved key rotated from its raw row for its
     // new position (one rotation from scratch, where an engine composes two:
@@ -55,5 +64,12 @@ double logit_error(std::span<const float> got, std::span<const float> want);
 // agree to about 1e-6 (reports show it), and one stale KV row moves the
 // logits by far more (sim/tests/oracles_test.cpp measures the margin).
 inline constexpr double kDataTolerance = 1e-4;
+
+// An MoE router's logits, in double here and in float in an engine, differ
+// by about 1e-6 (the engine's hidden state carries its own rounding): two
+// experts whose logits are closer than this may be chosen either way, and
+// the two choices give logits far apart (seed 4709 on llama.cpp b11434:
+// margin 4.5e-9, logit error 0.135). The reference cannot judge such a row.
+inline constexpr double kRoutingTieMargin = 1e-5;
 
 }  // namespace kvweld

@@ -91,8 +91,19 @@ void DataShadow::on_decode(Decoded& d) {
     std::vector<std::vector<float>> hidden;
     reference_rows(pairs, embeddings, d.want, hidden);
     if (embeddings) pool(pairs, hidden);
+    std::map<int, int> last_pos;  // per sequence, its span's last position in the call
+    for (const Pair& p : pairs) last_pos[p.seq] = std::max(last_pos[p.seq], p.pos);
     for (std::size_t i = 0; i < pairs.size(); ++i) {
         if (!pairs[i].output) continue;  // its row is not returned; its KV is in the shadow
+        // A routing tie up to what the row attends to: the reference's row
+        // is one right answer of two, so it is not judged (it still picks
+        // the next tokens; the twin, where there is one, judges the row).
+        if (shadow(pairs[i].seq).routing_tied(causal_ ? pairs[i].pos : last_pos[pairs[i].seq])) {
+            ++row;
+            ++stats_.rows;
+            ++stats_.routing_tie_rows;
+            continue;
+        }
         if (embeddings) judge_embeddings(pairs[i], i, pairs.size(), row, hidden[i]);
         if (!d.sampled.empty()) judge_sampled(d, pairs[i], i, row);
         if (world_.samplers.count(pairs[i].seq)) {  // judged by its token: its logits may be left unfilled

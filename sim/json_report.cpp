@@ -31,6 +31,7 @@ constexpr struct {
     {"peer_builds", &RunStats::peer_builds}, {"peer_rebinds", &RunStats::peer_rebinds},
     {"reuse_more", &RunStats::reuse_more}, {"reuse_fewer", &RunStats::reuse_fewer},
     {"prepared_otherwise", &RunStats::prepared_otherwise},
+    {"routing_tie_rows", &RunStats::routing_tie_rows},
 };
 
 nlohmann::json oracles_json(const OracleReport& o) {

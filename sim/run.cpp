@@ -340,6 +340,8 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
     if (s.embedding_rows)
         out += table_row("embeddings by the reference (max error)",
                          cat(s.embedding_rows, " (", sci(s.max_embedding_error), ")"));
+    if (s.routing_tie_rows)
+        out += table_row("rows left unjudged: MoE routing ties", cat(s.routing_tie_rows));
     if (s.non_causal_spans)
         out += table_row("non-causal spans by the reference (tokens)", cat(s.non_causal_spans, " (", s.non_causal_tokens, ")"));
     if (s.sampled_rows || s.sampled_compared)

@@ -17,6 +17,7 @@ void RunStats::add(const RunStats& o) {
     embedding_rows += o.embedding_rows;
     non_causal_spans += o.non_causal_spans;
     non_causal_tokens += o.non_causal_tokens;
+    routing_tie_rows += o.routing_tie_rows;
     sampled_rows += o.sampled_rows;
     aborted_calls += o.aborted_calls;
     aborted_fed += o.aborted_fed;

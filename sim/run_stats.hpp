@@ -71,6 +71,10 @@ struct RunStats {
     // With causal attention off (the live setting causal_attn=0): a
     // sequence's tokens of one call, two or more, judged as one span.
     std::uint64_t non_causal_spans = 0, non_causal_tokens = 0;
+    // MoE: output rows left unjudged by the reference (and their K/V by the
+    // kv oracle) because a routing tie lies in what they attend to
+    // (engine/reference.hpp kRoutingTieMargin).
+    std::uint64_t routing_tie_rows = 0;
     std::uint64_t sampled_rows = 0;      // ABI 11: rows judged by their sampled token
     std::uint64_t sampled_compared = 0;  // rows whose sampled token the twin or peer gave too
     double max_embedding_error = 0.0;

@@ -7,6 +7,7 @@
 #include "engine/decode_session.hpp"
 #include "engine/faults.hpp"
 #include "engine/gguf.hpp"
+#include "engine/reference.hpp"
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>
@@ -31,6 +32,35 @@ TEST(MoeConfig, ImpossibleExpertCountsAreRefusedNamingTheField) {
     ModelConfig dense = tiny_config();
     dense.n_experts_used = 2;
     expect_error([&] { dense.validate(); }, {"n_experts = 0", "n_experts_used = 2", "must then be 0"});
+}
+
+// Both halves of the reference's routing tie (kRoutingTieMargin): with
+// every expert's router row the same, every choice is a tie and every
+// position says so; with random routers none of 24 does. A context shift
+// carries a position's tie with its row.
+TEST(MoeReference, ARoutingTieIsMarkedAndOnlyThen) {
+    Model tied = Model::random(config_by_name("tiny-moe"), 41);
+    const ModelConfig& c = tied.config();
+    const auto d = std::size_t(c.dim);
+    for (int l = 0; l < c.n_layers; ++l) {
+        const auto at = std::size_t(tied.layer(l).router.data() - tied.all_weights().data());
+        float* router = tied.all_weights_mut().data() + at;
+        for (int e = 1; e < c.n_experts; ++e) std::copy_n(router, d, router + std::size_t(e) * d);
+    }
+    ReferenceKv all_tied(c);
+    for (int pos = 0; pos < 3; ++pos) reference_forward(tied, all_tied, pos + 1, pos);
+    EXPECT_TRUE(all_tied.routing_tied(0));
+    EXPECT_EQ(std::count(all_tied.routing_tie.begin(), all_tied.routing_tie.begin() + 3, 1), 3);
+
+    const Model model = Model::random(c, 41);
+    ReferenceKv kv(c);
+    const std::vector<int> tokens = testing::random_tokens(24, c.vocab, 7);
+    for (int pos = 0; pos < 24; ++pos) reference_forward(model, kv, tokens[std::size_t(pos)], pos);
+    EXPECT_FALSE(kv.routing_tied(23));
+    kv.routing_tie[10] = 1;  // as if position 10 had tied: a shift of [2, 6) carries it to 6
+    kv.shift(c, 2, 6, 24);
+    EXPECT_FALSE(kv.routing_tied(5));
+    EXPECT_TRUE(kv.routing_tied(6));
 }
 
 class MoeContract : public ::testing::Test, public testing::AdaptedDecode {

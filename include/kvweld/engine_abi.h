@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 12 (plugins of versions 2 to 11 still load).
+/* kvweld's engine plugin ABI, version 13 (plugins of versions 2 to 12 still load).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The

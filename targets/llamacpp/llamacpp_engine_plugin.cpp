@@ -1,6 +1,6 @@
 // llama.cpp behind kvweld's plugin ABI (include/kvweld/engine_abi.h).
 // Sequences are llama.cpp sequence ids in one context (F32 weights from the
-// harness's GGUF file, F32 KV, flash attention off); a decode is one
+// harness's GGUF file, by default F32 KV and flash attention off: the settings below); a decode is one
 // llama_decode of the whole batch; truncate, clear and copy are llama.cpp's
 // memory operations. The counters are llama.cpp's own graph reuse count
 // (llama_perf_context().n_reused, per graph computed) and the decode calls
@@ -208,7 +208,10 @@ void keep_errors(ggml_log_level level, const char* text, void*) {
 const char* fault_names() {
     static const std::string names = [] {
         std::string out;
-        for (const auto& f : kFaults) out += (out.empty() ? "" : ",") + std::string(f.name) + ":" + f.classes;
+        for (const auto& f : kFaults) {
+            if (!out.empty()) out += ',';
+            out.append(f.name).append(":").append(f.classes);
+        }
         return out;
     }();
     return names.c_str();
