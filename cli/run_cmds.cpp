@@ -54,7 +54,7 @@ EngineChoice engine_choice(const RunOptions& o) {
     for (const std::string& f : o.faults) {
         require(abi::lists_fault(listed.c_str(), f), "unknown fault '", f, "': engine ", e.engine, "'s faults are ",
                 listed.empty() ? "(none: a build without KVWELD_FAULTS has no fault switches)" : listed);
-        e.faults += (e.faults.empty() ? "" : ",") + f;
+        e.faults.append(e.faults.empty() ? "" : ",").append(f);
     }
     return e;
 }
@@ -80,7 +80,8 @@ int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, c
         for (const KnownFinding* f : steers_named(known_findings_for(engine.engine, o.known_findings), o.steer))
             config = steered(config, *f);
     const auto start = std::chrono::steady_clock::now();
-    const RunResult r = run_generated(config, o.steps, !checking.no_oracles);
+    RunResult r = run_generated(config, o.steps, !checking.no_oracles);
+    if (!o.steer.empty()) r.steered_past = abi::split_list(o.steer.c_str());  // its reproduce line names them
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (checking.timing)
         std::fprintf(stderr, "timing: %llu rows in %.3f s = %.0f rows/s (oracles %s)\n",

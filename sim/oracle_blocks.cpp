@@ -32,7 +32,10 @@ void BlockLedger::on_call(const MemoryCall& call) {
                        if (c.op == KVWELD_POOL_GROW) model_.grow();
                        if (c.op == KVWELD_POOL_RESET) model_.reset();
                    },
-                   [&](const auto&) {},
+                   // Block tables move only by the calls above.
+                   Ignored<calls::Open, calls::OpenSized, calls::SwapLayer, calls::Migrate, calls::SetLoras,
+                           calls::SetCvec, calls::SetWarmup, calls::Shift, calls::Save, calls::Load,
+                           calls::LoadRefused, calls::SetLive, calls::SetSampler>{},
                },
                call);
 }

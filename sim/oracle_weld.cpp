@@ -85,7 +85,9 @@ void StorageLedger::on_call(const MemoryCall& call) {
                        poison(c.seq, c.len);
                        after(SeqOp::load, c.seq);
                    },
-                   [&](const auto&) {},
+                   // No storage moves under these.
+                   Ignored<calls::Close, calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::Save,
+                           calls::LoadRefused, calls::SetLive, calls::SetSampler>{},
                },
                call);
 }

@@ -434,16 +434,6 @@ std::string reuse_diff_lines(const RunResult& r, std::size_t most) {
     return out;
 }
 
-std::string text_report(const RunResult& r) {
-    std::string out = cat("seed ", r.config.seed, ", ", r.ops.size(), " of ", r.steps, " ops\n", r.config.describe(),
-                          "\n", r.oracles.describe(), "\n");
-    out += stats_rows(r.stats, r.oracles);
-    out += reuse_diff_lines(r, 10);
-    if (!r.ended_early.empty()) out += cat("ended early: ", r.ended_early, "\n");
-    if (r.verdict == Verdict::pass) return out + "verdict: PASS\n";
-    return out + failure_line(r) + cat("\n  reproduce: ", reproduce_command(r.config, r.steps), "\n");
-}
-
 namespace {
 
 std::string join(const std::vector<std::string>& items, std::string_view sep) {
@@ -451,6 +441,21 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
     for (const std::string& item : items) out += cat(out.empty() ? "" : sep, item);
     return out;
 }
+
+}  // namespace
+
+std::string text_report(const RunResult& r) {
+    std::string out = cat("seed ", r.config.seed, ", ", r.ops.size(), " of ", r.steps, " ops\n", r.config.describe(),
+                          "\n", r.oracles.describe(), "\n");
+    out += stats_rows(r.stats, r.oracles);
+    out += reuse_diff_lines(r, 10);
+    if (!r.ended_early.empty()) out += cat("ended early: ", r.ended_early, "\n");
+    if (r.verdict == Verdict::pass) return out + "verdict: PASS\n";
+    const std::string steer = r.steered_past.empty() ? "" : cat(" --steer ", join(r.steered_past, ","));
+    return out + failure_line(r) + cat("\n  reproduce: ", reproduce_command(r.config, r.steps), steer, "\n");
+}
+
+namespace {
 
 // One seed's run; an engine that cannot be created for its config is the
 // seed's engine error.

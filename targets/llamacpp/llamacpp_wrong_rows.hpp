@@ -29,7 +29,13 @@
 //   reset_shift with the layers already rotated in place, and the next
 //   decode rotates every layer again. The rule cannot tell where the
 //   callback stopped, so the clause names every sequence with a rotation
-//   owed at an aborted call.
+//   owed at an aborted call. A copy of a sequence with a rotation owed
+//   owes it too: within a stream the cells (and their shift) are shared
+//   (seq_cp, src/llama-kv-cache.cpp:504-506 in b11434), and across
+//   streams the destination's cells get the source's pending shift
+//   (lines 536-548: pos_set of the unshifted position, then pos_add of the
+//   shift) over a buffer copied raw before the K-shift runs (update, lines
+//   845-875): seed 3596 of the 5000-seed swarm.
 // "non-causal-split": with causal attention off and one stream per
 //   sequence, split_equal splits a call whose sequences feed unequal counts
 //   (llama-batch.cpp:542-640), and a sequence's tokens in an earlier ubatch
@@ -71,6 +77,7 @@ public:
         emptied(dst);
         if (!unified_) queued_.push_back({src, dst});
         if (const auto it = wrong_.find(src); it != wrong_.end()) wrong_[dst] = it->second;
+        if (shifted_.count(src)) shifted_.insert(dst);
         if (!unified_) return;
         for (int other : sharing_[src]) share(other, dst);
         share(src, dst);
@@ -108,6 +115,7 @@ public:
     // Its cells freed (clear, close, truncate to 0, the target of a copy or load).
     void emptied(int seq) {
         wrong_.erase(seq);
+        shifted_.erase(seq);  // no cell of it is left to rotate
         for (int other : sharing_[seq]) sharing_[other].erase(seq);
         sharing_.erase(seq);
     }
