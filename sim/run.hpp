@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvweld::sim {
@@ -76,6 +77,11 @@ ShrunkTrace shrink_seed(const SimConfig& config, int steps, int max_runs, const 
 
 // What a serving run or swarm prints: the verdict last.
 std::string text_report(const RunResult& r);
+// Its pieces a swarm's table shares: the stats' rows, the verdict's line
+// ("verdict: FAIL ..."), and items joined by sep.
+std::string stats_rows(const RunStats& s, const OracleReport& oracles);
+std::string failure_line(const RunResult& r);
+std::string join_list(const std::vector<std::string>& items, std::string_view sep);
 // kvweld diff: the rows compared and what each engine prepared (A, B).
 std::string peer_rows(const RunStats& s, const OracleReport& oracles);
 // kvweld diff: one line per call of `r` the two engines prepared
