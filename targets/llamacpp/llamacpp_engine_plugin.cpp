@@ -393,8 +393,13 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         }
         e->cparams = cp;
         e->graph_reuse = kvweld::abi::flag_param(params, "graph_reuse", true);
+        std::string why;  // llama.cpp logs why it refuses a context (0.3.16: n_seq_max above its 64)
+        error_log = &why;
         e->ctx = create_context(e->model, cp, e->graph_reuse);
-        require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx));
+        error_log = nullptr;
+        while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx), " and n_seq_max ",
+                int(cp.n_seq_max), why.empty() ? "" : ": ", why);
         require_mean_pooling_reserves(e.get());
         llama_set_abort_callback(e->ctx, abort_check, e.get());
         e->n_ctx = o->n_ctx;
