@@ -205,6 +205,11 @@ void keep_errors(ggml_log_level level, const char* text, void*) {
 }
 
 
+// What keep_errors gathered, without its trailing newlines.
+void trim_log(std::string& why) {
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+}
+
 const char* fault_names() {
     static const std::string names = [] {
         std::string out;
@@ -397,7 +402,7 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         error_log = &why;
         e->ctx = create_context(e->model, cp, e->graph_reuse);
         error_log = nullptr;
-        while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        trim_log(why);
         require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx), " and n_seq_max ",
                 int(cp.n_seq_max), why.empty() ? "" : ": ", why);
         require_mean_pooling_reserves(e.get());
@@ -491,7 +496,7 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
         const int32_t asked = std::exchange(e->abort_asked, 0);
         e->abort_after = -1;  // armed for this call only
         error_log = nullptr;
-        while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        trim_log(why);
         if (armed && rc == 2) {  // aborted: what llama.cpp kept is read back (llama.h)
             ++e->calls;
             e->output_rows.clear();
@@ -664,7 +669,7 @@ llama_adapter_lora* init_lora(llama_model* model, const std::string& path, std::
     error_log = &why;
     llama_adapter_lora* out = llama_adapter_lora_init(model, path.c_str());
     error_log = nullptr;
-    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    trim_log(why);
     return out;
 }
 
