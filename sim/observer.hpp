@@ -4,8 +4,9 @@
 // with its arguments and what the engine returned, to the run's observers
 // in registration order; each oracle and model (sim/observers.hpp) keeps its
 // own state and judges through the run's Judge. Adding an oracle is a class
-// and one registration line (Simulator::Simulator); an oracle that needs to
-// see a call overrides its hook instead of the op calling it.
+// in its own file, its entry in Oracles (sim/run_stats.hpp: whether it runs,
+// and why not) and its construction in Simulator::open_observers; an oracle
+// that needs to see a call overrides its hook instead of the op calling it.
 #pragma once
 
 #include "sim/ops.hpp"
