@@ -77,36 +77,9 @@ void Accounting::before_call(const MemoryCall& call) {
 // engine reports.
 void Accounting::on_call(const MemoryCall& call) {
     if (!rule_) return;
-    ReuseRule& r = *rule_;
-    std::visit(Overloaded{
-                   [&](const calls::Open& c) { r.on_open(c.seq); },
-                   [&](const calls::OpenSized& c) { r.on_open_sized(c.seq, c.capacity, c.recycle); },
-                   [&](const calls::Close& c) { r.on_close(c.seq); },
-                   [&](const calls::Truncate& c) { r.on_truncate(c.seq, c.n); },
-                   [&](const calls::Clear& c) { r.on_clear(c.seq); },
-                   [&](const calls::Copy& c) {
-                       if (c.opened) r.on_open(c.dst);
-                       r.on_copy(c.src, c.dst);
-                   },
-                   [&](const calls::ClearAll&) { r.on_clear_all(); },
-                   [&](const calls::Reload&) { r.on_reload(); },
-                   [&](const calls::SwapLayer& c) { r.on_swap_layer(c.seq, c.layer); },
-                   [&](const calls::PoolOp& c) { r.on_pool_op(c.op); },
-                   [&](const calls::Migrate& c) { r.on_migrate(c.from, c.to); },
-                   [&](const calls::SetLoras& c) { r.on_adapters(*c.before, *c.after); },
-                   [&](const calls::SetCvec& c) { r.on_adapters(*c.before, *c.after); },
-                   // A dense model routes nothing: no plan depends on warmup there.
-                   [&](const calls::SetWarmup& c) {
-                       if (world_.config.model.moe()) r.on_adapters(*c.before, *c.after);
-                   },
-                   [&](const calls::Shift& c) { r.on_shift(c.seq, c.p0, c.p1, c.len); },
-                   [&](const calls::Save& c) { r.on_state_save(c.seq, c.id); },
-                   [&](const calls::Load& c) { r.on_state_load(c.seq, c.len, c.id); },
-                   [&](const calls::LoadRefused& c) { r.on_state_refused(c.seq); },
-                   [&](const calls::SetLive& c) { r.on_live(c.key, c.value); },
-                   [&](const calls::SetSampler& c) { r.on_sampler(c.seq, c.spec.has_value(), c.in_place); },
-               },
-               call);
+    // A dense model routes nothing: no plan depends on warmup there.
+    if (std::holds_alternative<calls::SetWarmup>(call) && !world_.config.model.moe()) return;
+    rule_->on_call(call);
 }
 
 void Accounting::before_decode(const Batch& b) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "targets/engine.hpp"
+#include "targets/memory_call.hpp"
 
 #include <memory>
 #include <optional>
@@ -92,39 +93,17 @@ public:
     // (their rows left wrong by an earlier op): a call the engine refuses
     // carries it too (nullptr: none).
     virtual const char* standing_clause(std::span<const int> /*seqs*/) const { return nullptr; }
-    // ... and for saved state `id` (on_state_save), which a load refused carries.
+    // ... and for saved state `id` (calls::Save), which a load refused carries.
     virtual const char* state_clause(int /*id*/) const { return nullptr; }
-    virtual void on_open(int /*seq*/) {}
-    // White-box ops (targets/white_box.hpp), for the engine that has them.
-    virtual void on_open_sized(int seq, int /*capacity*/, bool /*recycle*/) { on_open(seq); }
-    virtual void on_migrate(int /*from*/, int /*to*/) {}
-    virtual void on_close(int /*seq*/) {}
-    virtual void on_truncate(int /*seq*/, int /*n*/) {}
-    virtual void on_clear(int /*seq*/) {}
-    virtual void on_clear_all() {}
-    virtual void on_copy(int /*src*/, int /*dst*/) {}
-    virtual void on_reload() {}
-    virtual void on_swap_layer(int /*seq*/, int /*layer*/) {}
-    virtual void on_pool_op(int /*op*/) {}  // KVWELD_POOL_COMPACT or KVWELD_POOL_GROW
-    // A context shift of a sequence of `len` positions: [p0, p1) removed.
-    virtual void on_shift(int /*seq*/, int /*p0*/, int /*p1*/, int /*len*/) {}
-    // A sequence's state saved as state `id` (a serial of the simulator's),
-    // and a saved state of `len` positions loaded into an open sequence.
-    virtual void on_state_save(int /*seq*/, int /*id*/) {}
-    virtual void on_state_load(int /*seq*/, int /*len*/, int /*id*/) {}
-    // A state load into `seq` refused (the sequence must keep what it held).
-    virtual void on_state_refused(int /*seq*/) {}
-    // The adapters (LoRA set and scales, control vector) changed from
-    // `before` to `after`, or were set again unchanged, as the simulator's
-    // own account has them.
-    virtual void on_adapters(const Adapters& /*before*/, const Adapters& /*after*/) {}
-    // A live setting changed (ABI 9; every key the engine lists): by
-    // default no plan depends on it, so every held plan is kept.
-    virtual void on_live(const std::string& /*key*/, const std::string& /*value*/) {}
-    // ABI 11: a sequence id's sampler chain set (anew, or changed in
-    // place) or cleared (`set` false). By default the chain is step data:
-    // every held plan is kept.
-    virtual void on_sampler(int /*seq*/, bool /*set*/, bool /*in_place*/) {}
+    // Every memory call the simulator made of the engine, in order, as the
+    // one value that describes it (targets/memory_call.hpp), carrying the
+    // simulator's own account where it matters (the adapters before and
+    // after, not as the engine reports them). Each rule visits it
+    // exhaustively and names the calls it does not care about in an
+    // Ignored<...> list, so a new call kind fails to compile in every rule
+    // until each handles or names it. Warmup switched on a dense model is
+    // not told: nothing routes there.
+    virtual void on_call(const MemoryCall& call) = 0;
     // ABI 12: a call the abort callback stopped (`seqs`, `outputs`: the
     // whole call; `kept`: the sequence of each token the engine kept, in
     // call order). By default the engine ran the kept tokens and nothing

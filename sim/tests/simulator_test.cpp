@@ -52,12 +52,12 @@ TEST(LlamacppRule, SplitsPerStreamBatchesByConsecutiveSequenceIds) {
     EXPECT_EQ(e.plans, 1);
     EXPECT_EQ(e.must_reuse, 1);
     // A stream copy discards the graph (clause 4); truncate does not.
-    rule->on_truncate(2, 0);
+    rule->on_call(calls::Truncate{2, 0});
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 1);
-    rule->on_copy(2, 3);
+    rule->on_call(calls::Copy{2, 3});
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 0);
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 1);
-    rule->on_reload();  // a new context: no graph to reuse (clause 6)
+    rule->on_call(calls::Reload{});  // a new context: no graph to reuse (clause 6)
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 0);
     EXPECT_EQ(decode(*rule, {2}).must_reuse, 1);
 }
@@ -81,18 +81,18 @@ TEST(LlamacppRule, OutputCountAndAdaptersArePartOfTheGraph) {
     const auto a = LoraAdapter::random(m, 2, 2.0f, 1);
     Adapters before, after;
     after.set_loras(m, {{a, 1.0f}});
-    rule->on_adapters(before, after);
+    rule->on_call(calls::SetLoras{{}, &before, &after});
     ReuseExpectation e = rule->on_decode(chunk, {});
     EXPECT_EQ(e.must_reuse, 0);  // clause 7: the adapters changed
     EXPECT_EQ(e.clause, nullptr);
-    rule->on_adapters(after, after);  // the same again
+    rule->on_call(calls::SetLoras{{}, &after, &after});  // the same again
     e = rule->on_decode(chunk, {});
     EXPECT_EQ(e.must_reuse, 1);
     ASSERT_NE(e.clause, nullptr);
     EXPECT_STREQ(e.clause, "adapters-unchanged");
     Adapters zero = after;  // an adapter at scale 0 is no part of llama.cpp's graph
     zero.set_loras(m, {{a, 1.0f}, {LoraAdapter::random(m, 1, 1.0f, 2), 0.0f}});
-    rule->on_adapters(after, zero);
+    rule->on_call(calls::SetLoras{{}, &after, &zero});
     EXPECT_EQ(rule->on_decode(chunk, {}).must_reuse, 1);
 }
 
@@ -103,7 +103,7 @@ TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
     auto rule = llamacpp_reuse_rule(c.setup());
     EXPECT_EQ(decode(*rule, {0, 2}).plans, 1);
     EXPECT_EQ(decode(*rule, {1, 3}).must_reuse, 1);  // same shape: 2 tokens, 2 sequences
-    rule->on_copy(0, 1);                               // one stream: nothing to copy
+    rule->on_call(calls::Copy{0, 1});                               // one stream: nothing to copy
     EXPECT_EQ(decode(*rule, {1, 3}).must_reuse, 1);
     c.seqs = 8;  // 512 cells: the window follows occupancy
     auto loose = llamacpp_reuse_rule(c.setup());
@@ -115,7 +115,7 @@ TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
     decode(*loose, long_run);  // 152 placed
     EXPECT_EQ(decode(*loose, long_run).must_reuse, 0);  // 302 placed: the window may have grown
     EXPECT_EQ(decode(*loose, long_run).may_reuse, 1);
-    loose->on_clear_all();  // every cell freed, the head back at 0
+    loose->on_call(calls::ClearAll{});  // every cell freed, the head back at 0
     decode(*loose, {3});    // the previous graph's window was past the bound
     const ReuseExpectation e = decode(*loose, {3});
     EXPECT_EQ(e.must_reuse, 1);
@@ -130,21 +130,21 @@ TEST(LlamacppRule, DisabledReuseMeansNone) {
 
 TEST(KvweldRule, BuildsOnceRebindsAfterReplacedStorageKeepsOtherwise) {
     auto rule = kvweld_reuse_rule({});
-    rule->on_open(0);
-    rule->on_open(1);
+    rule->on_call(calls::Open{0});
+    rule->on_call(calls::Open{1});
     ReuseExpectation e = decode(*rule, {0, 0, 1});
     EXPECT_EQ(*e.builds, 2);
     EXPECT_EQ(e.must_reuse, 1);
-    rule->on_clear(0);
-    rule->on_truncate(1, 0);
+    rule->on_call(calls::Clear{0});
+    rule->on_call(calls::Truncate{1, 0});
     e = decode(*rule, {0, 0, 1});
     EXPECT_EQ(*e.builds, 0);
     EXPECT_EQ(*e.rebinds, 1);
     EXPECT_EQ(e.must_reuse, 2);
     // After a reload each sequence builds once, even if its storage was
     // also replaced (the build binds the new storage).
-    rule->on_reload();
-    rule->on_clear_all();
+    rule->on_call(calls::Reload{});
+    rule->on_call(calls::ClearAll{});
     e = decode(*rule, {0, 0, 1});
     EXPECT_EQ(*e.builds, 2);
     EXPECT_EQ(*e.rebinds, 0);

@@ -20,6 +20,7 @@
 #include "targets/reuse_rule.hpp"
 
 #include "util/cat.hpp"
+#include "util/overloaded.hpp"
 
 #include <optional>
 #include "kvweld/engine_abi.h"
@@ -62,25 +63,38 @@ public:
                    last_rebinds_, " rebinds after the pool's storage was replaced (", blocks_.grows(),
                    " grows so far, ", blocks_.n_blocks(), " blocks); clause 4: the rest keep");
     }
-    void on_close(int seq) override { blocks_.close(seq); }
-    void on_truncate(int seq, int n) override { blocks_.truncate(seq, n); }
-    void on_clear(int seq) override { blocks_.clear(seq); }
-    void on_clear_all() override { blocks_.clear_all(); }
-    void on_copy(int src, int dst) override { blocks_.fork(src, dst); }
-    void on_reload() override {
-        blocks_.clear_all();
-        reloaded_ = true;
-    }
-    void on_adapters(const Adapters& before, const Adapters& after) override {
-        adapters_changed_ = adapters_changed_ || before.set_id() != after.set_id();
-    }
-    void on_pool_op(int op) override {
-        if (op == KVWELD_POOL_COMPACT) return;
-        op == KVWELD_POOL_GROW ? blocks_.grow() : blocks_.reset();
-        replaced_ = true;
+    void on_call(const MemoryCall& call) override {
+        std::visit(Overloaded{
+                       [&](const calls::Close& c) { blocks_.close(c.seq); },
+                       [&](const calls::Truncate& c) { blocks_.truncate(c.seq, c.n); },
+                       [&](const calls::Clear& c) { blocks_.clear(c.seq); },
+                       [&](const calls::ClearAll&) { blocks_.clear_all(); },
+                       [&](const calls::Copy& c) { blocks_.fork(c.src, c.dst); },
+                       [&](const calls::Reload&) {
+                           blocks_.clear_all();
+                           reloaded_ = true;
+                       },
+                       [&](const calls::SetLoras& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::SetCvec& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::SetWarmup& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::PoolOp& c) {
+                           if (c.op == KVWELD_POOL_COMPACT) return;
+                           c.op == KVWELD_POOL_GROW ? blocks_.grow() : blocks_.reset();
+                           replaced_ = true;
+                       },
+                       // Clause 4: an open takes no block; the rest are
+                       // calls the paged engine does not declare, or step data.
+                       Ignored<calls::Open, calls::OpenSized, calls::SwapLayer, calls::Migrate, calls::Shift,
+                               calls::Save, calls::Load, calls::LoadRefused, calls::SetLive, calls::SetSampler>{},
+                   },
+                   call);
     }
 
 private:
+    void adapters(const Adapters& before, const Adapters& after) {
+        adapters_changed_ = adapters_changed_ || before.set_id() != after.set_id();
+    }
+
     BlockModel blocks_;
     bool built_ = false, reloaded_ = false, replaced_ = false, adapters_changed_ = false;
     std::optional<int> last_seq_;  // the sequence of the pair the plan last ran

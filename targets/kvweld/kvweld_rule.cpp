@@ -31,6 +31,7 @@
 #include "targets/reuse_rule.hpp"
 
 #include "util/cat.hpp"
+#include "util/overloaded.hpp"
 #include "targets/kvweld/dense_engine.hpp"
 
 #include "targets/abi_lists.hpp"
@@ -84,28 +85,55 @@ public:
                    "cannot rebind to: policy=", to_string(policy_), ", capacity) build; clause 3: ", last_rebinds_,
                    " on other storage rebind; clause 4: the rest keep");
     }
-    void on_open(int seq) override { on_open_sized(seq, n_ctx_, false); }
-    void on_open_sized(int seq, int capacity, bool recycle) override {
+    void on_call(const MemoryCall& call) override {
+        std::visit(Overloaded{
+                       [&](const calls::Open& c) { open(c.seq, n_ctx_, false); },
+                       [&](const calls::OpenSized& c) { open(c.seq, c.capacity, c.recycle); },
+                       [&](const calls::Close& c) { slots_[c.seq].open = false; },  // the slot keeps its plan and storage
+                       [&](const calls::Clear& c) { slots_[c.seq].storage = ++minted_; },
+                       [&](const calls::ClearAll&) {
+                           for (auto& [id, s] : slots_)
+                               if (s.open) s.storage = ++minted_;  // a closed slot's storage is kept
+                       },
+                       [&](const calls::Copy& c) {
+                           if (c.opened) open(c.dst, n_ctx_, false);
+                           slots_[c.dst].capacity = slots_[c.src].capacity;
+                           slots_[c.dst].storage = ++minted_;
+                       },
+                       [&](const calls::SwapLayer& c) { slots_[c.seq].storage = ++minted_; },
+                       [&](const calls::Migrate& c) { migrate(c.from, c.to); },
+                       [&](const calls::SetLoras& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::SetCvec& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::SetWarmup& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::SetLive& c) {
+                           if (c.key == abi::kCausalKey) causal_ = c.value == "1";
+                       },
+                       [&](const calls::Reload&) {  // a new model for every plan; the open slots' storage is emptied
+                           for (auto& [id, s] : slots_) {
+                               s.reloaded = true;
+                               if (s.open) s.storage = ++minted_;
+                           }
+                       },
+                       // Clause 4: a rewind, a shift and a load keep the
+                       // storage, and samplers are step data; a dense engine
+                       // has no pool.
+                       Ignored<calls::Truncate, calls::Shift, calls::Save, calls::Load, calls::LoadRefused,
+                               calls::SetSampler, calls::PoolOp>{},
+                   },
+                   call);
+    }
+
+private:
+    void open(int seq, int capacity, bool recycle) {
         Slot& s = slots_[seq];
         s.open = true;
         if (recycle) return;  // the slot's own storage, rewound
         s.capacity = capacity;
         s.storage = ++minted_;
     }
-    void on_close(int seq) override { slots_[seq].open = false; }  // the slot keeps its plan and storage
-    void on_clear(int seq) override { slots_[seq].storage = ++minted_; }
-    void on_clear_all() override {
-        for (auto& [id, s] : slots_)
-            if (s.open) s.storage = ++minted_;  // a closed slot's storage is kept
-    }
-    void on_copy(int src, int dst) override {
-        slots_[dst].capacity = slots_[src].capacity;
-        slots_[dst].storage = ++minted_;
-    }
-    void on_swap_layer(int seq, int) override { slots_[seq].storage = ++minted_; }
     // The storage moves with its identity: back on the slot whose plan was
     // built on it, that plan is valid again.
-    void on_migrate(int from, int to) override {
+    void migrate(int from, int to) {
         Slot& src = slots_[from];
         Slot& dst = slots_[to];
         dst.capacity = src.capacity;
@@ -114,21 +142,11 @@ public:
         src.storage = 0;
         src.open = false;
     }
-    void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 2b; the rest is step data
+    void adapters(const Adapters& before, const Adapters& after) {  // clause 2b; the rest is step data
         if (before.set_id() != after.set_id())
             for (auto& [id, s] : slots_) s.adapters_changed = true;
     }
-    void on_live(const std::string& key, const std::string& value) override {
-        if (key == abi::kCausalKey) causal_ = value == "1";
-    }
-    void on_reload() override {  // a new model for every plan; the open slots' storage is emptied
-        for (auto& [id, s] : slots_) {
-            s.reloaded = true;
-            if (s.open) s.storage = ++minted_;
-        }
-    }
 
-private:
     // Storage identities are the rule's own, minted per replacement.
     struct Slot {
         int plan_capacity = 0;            // the held plan's capacity (0: no plan yet)

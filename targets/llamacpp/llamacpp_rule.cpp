@@ -134,6 +134,7 @@
 #include "targets/abi_lists.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
+#include "util/overloaded.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
 #include "targets/llamacpp/llamacpp_wrong_rows.hpp"
 #include "targets/reuse_rule.hpp"
@@ -412,11 +413,44 @@ public:
         return wrong ? wrong : changed_in_place(seqs);
     }
     const char* state_clause(int id) const override { return wrong_rows_.state_clause(id); }
-    void on_copy(int src, int dst) override {
+    void on_call(const MemoryCall& call) override {
+        std::visit(Overloaded{
+                       [&](const calls::Copy& c) { copy(c.src, c.dst); },
+                       [&](const calls::Shift& c) { shift(c.seq, c.p0, c.p1, c.len); },
+                       [&](const calls::Save& c) { wrong_rows_.saved(c.seq, c.id); },
+                       [&](const calls::Load& c) {
+                           placed_ += c.len;
+                           wrong_rows_.loaded(c.seq, c.id);
+                       },
+                       // The plugin puts a refused load's sequence back from a
+                       // state it saves first (llama.cpp empties it): a save
+                       // and a load, as far as clause 9 goes.
+                       [&](const calls::LoadRefused& c) { wrong_rows_.put_back(c.seq); },
+                       [&](const calls::Truncate& c) {
+                           if (c.n == 0) wrong_rows_.emptied(c.seq);
+                       },
+                       [&](const calls::Clear& c) { wrong_rows_.emptied(c.seq); },
+                       [&](const calls::Close& c) { wrong_rows_.emptied(c.seq); },
+                       [&](const calls::Reload&) { reload(); },
+                       [&](const calls::ClearAll&) { clear_all(); },
+                       [&](const calls::SetLive& c) { live(c.key, c.value); },
+                       [&](const calls::SetSampler& c) { sampler(c.seq, c.spec.has_value(), c.in_place); },
+                       [&](const calls::SetLoras& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::SetCvec& c) { adapters(*c.before, *c.after); },
+                       [&](const calls::SetWarmup& c) { adapters(*c.before, *c.after); },
+                       // An open places no cell; the plugin declares no
+                       // white box, layer swap or pool.
+                       Ignored<calls::Open, calls::OpenSized, calls::SwapLayer, calls::PoolOp, calls::Migrate>{},
+                   },
+                   call);
+    }
+
+private:
+    void copy(int src, int dst) {
         copy_queued_ = copy_queued_ || !unified_;
         wrong_rows_.copied(src, dst);
     }
-    void on_shift(int seq, int p0, int p1, int len) override {
+    void shift(int seq, int p0, int p1, int len) {
         const bool moved = p0 < p1 && p1 < len;  // cells past the dropped ones move: a K-shift is queued
         // A sequence whose shared cells another's shift moved
         // (shift-moves-shared-cells, a known finding) holds positions the
@@ -431,20 +465,7 @@ public:
         }
         wrong_rows_.shifted(seq, moved);
     }
-    void on_state_save(int seq, int id) override { wrong_rows_.saved(seq, id); }
-    void on_state_load(int seq, int len, int id) override {
-        placed_ += len;
-        wrong_rows_.loaded(seq, id);
-    }
-    // The plugin puts a refused load's sequence back from a state it saves
-    // first (llama.cpp empties it): a save and a load, as far as clause 9 goes.
-    void on_state_refused(int seq) override { wrong_rows_.put_back(seq); }
-    void on_truncate(int seq, int n) override {
-        if (n == 0) wrong_rows_.emptied(seq);
-    }
-    void on_clear(int seq) override { wrong_rows_.emptied(seq); }
-    void on_close(int seq) override { wrong_rows_.emptied(seq); }
-    void on_reload() override {
+    void reload() {
         previous_.reset();
         wrong_rows_.all_emptied(true);
         changed_in_place_.clear();  // the plugin makes every chain anew on the new context
@@ -452,16 +473,16 @@ public:
         copy_queued_ = kshift_queued_ = false;  // the new context has nothing queued
         placed_ = 0;             // nor any used cell
     }
-    void on_clear_all() override {  // every cell freed, the head at 0
+    void clear_all() {  // every cell freed, the head at 0
         placed_ = 0;
         kshift_queued_ = false;
         wrong_rows_.all_emptied(false);
     }
-    void on_live(const std::string& key, const std::string& value) override {  // clause 10
+    void live(const std::string& key, const std::string& value) {  // clause 10
         if (key == abi::kEmbeddingsKey) embeddings_ = value == "1";
         if (key == abi::kCausalKey) causal_ = value == "1";  // clause 13
     }
-    void on_sampler(int seq, bool set, bool in_place) override {  // clause 11
+    void sampler(int seq, bool set, bool in_place) {  // clause 11
         if (in_place) {  // no llama_set_sampler call: the graphs sampling this id must follow
             changed_in_place_.insert(seq);
             unsampled_change_.insert(seq);
@@ -473,7 +494,7 @@ public:
         changed_in_place_.erase(seq);
         unsampled_change_.erase(seq);
     }
-    void on_adapters(const Adapters& before, const Adapters& after) override {  // clause 7
+    void adapters(const Adapters& before, const Adapters& after) {  // clause 7
         const bool loras = effective_loras(before) != effective_loras(after), cvec = !same_cvec(before, after);
         loras_changed_ = loras_changed_ || loras;
         cvec_changed_ = cvec_changed_ || cvec;
@@ -483,7 +504,6 @@ public:
         adapters_set_again_ = adapters_set_again_ || !changed;
     }
 
-private:
     // The reuse condition's terms (ReuseRule::terms), in the order of
     // changed_terms' bits: allow_reuse's ubatch comparison (llama-graph.h
     // llm_graph_params::allow_reuse: n_tokens, n_seq_tokens, n_seqs,
