@@ -3,7 +3,6 @@
 // compares each per-call count on its own; the kill matrix attributes each
 // fault to the oracle that caught it first.
 #include "engine/faults.hpp"
-#include "sim/mutants.hpp"
 #include "sim/observers.hpp"
 #include "sim/run.hpp"
 #include "sim/simulator.hpp"
@@ -98,33 +97,6 @@ TEST(Peer, TellsRebindFromRebuildWhereReuseIsEqual) {
     ASSERT_EQ(r.verdict, Verdict::reuse_differs) << (r.failure ? r.failure->detail : "");
     EXPECT_EQ(r.stats.reuse_more + r.stats.reuse_fewer, 0u);
     EXPECT_GT(r.stats.prepared_otherwise, 0u);
-}
-
-// The kill matrix says which oracle caught each fault first; these are
-// pinned: a plan on the wrong offset shows in the rows, a partial rebind in
-// the weld, a plan that always rebuilds and a lying counter in the accounting.
-TEST(KillMatrix, AttributesEachFaultToTheOracleThatCaughtItFirst) {
-    if (!kFaultsCompiled) GTEST_SKIP() << "needs a KVWELD_FAULTS build";
-    MutantsOptions o;
-    o.seeds = 6;
-    o.steps = 120;
-    o.jobs = 2;
-    o.engine = EngineChoice{"inproc", "", ""};
-    o.faults = {"offset_not_rebound", "partial_rebind", "always_stale", "build_counted_as_kept"};
-    const MutantsResult r = run_mutants(o);
-    const std::pair<const char*, Oracle> first_by[] = {{"offset_not_rebound", Oracle::data},
-                                                       {"partial_rebind", Oracle::weld},
-                                                       {"always_stale", Oracle::accounting},
-                                                       {"build_counted_as_kept", Oracle::accounting}};
-    ASSERT_EQ(r.rows.size(), std::size(first_by));
-    for (std::size_t i = 0; i < r.rows.size(); ++i) {
-        const MutantRow& row = r.rows[i];
-        EXPECT_EQ(row.fault, first_by[i].first);
-        ASSERT_TRUE(row.caught()) << row.fault;
-        EXPECT_EQ(row.failure->oracle, first_by[i].second) << row.fault << ": " << caught_by(row);
-        EXPECT_GT(row.by_oracle[std::size_t(first_by[i].second)], 0u) << row.fault << ": " << caught_by(row);
-        EXPECT_NE(caught_by(row).find(std::string(to_string(first_by[i].second))), std::string::npos);
-    }
 }
 
 }  // namespace
