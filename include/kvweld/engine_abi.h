@@ -23,36 +23,9 @@
 extern "C" {
 #endif
 
-/* 2: options.params (engine settings), api.fault_names, counters.rebound,
- *    and the reload, storage, read_kv and swap_layer capabilities.
- * 3: paged KV: the blocks and pool_ops capabilities (new fields at the end
- *    of the table; a version 2 plugin still loads, without them).
- * 4: plan_serial (a plan identity per sequence, the plan_serial
- *    capability; a new field at the end of the table), fault classes in
- *    api.fault_names ("name:class|class"), KVWELD_POOL_RESET, and the
- *    refusals spelled out below (copy_seq onto itself, a token out of
- *    range, a truncate past the length, a decode on a closed sequence): a
- *    refused call changes nothing, a whole batch included.
- * 5: adapters and output subsets: the lora, cvec and outputs
- *    capabilities (new fields at the end of the table; an older plugin
- *    still loads, without them).
- * 6: mixture of experts: the moe capability (the engine loads models
- *    with experts) and warmup (set_warmup); the differential twin:
- *    no_reuse_param and twin_tolerance (new fields at the end).
- * 7: sequence state the way servers move it: the shift and state
- *    capabilities (new fields at the end).
- * 8: build: which build of the engine this is (a new field at the end).
- * 9: live settings: the settings a server changes between decodes, named
- *    in one list and applied through one function (new fields at the end):
- *    a setting added later is a name in the list, not a new field.
- * 10: embeddings: the live setting "embeddings" (0|1) and, with the
- *    embeddings capability, read_embeddings (a new field at the end).
- * 11: backend samplers per sequence: the samplers capability, set_sampler
- *    and sampled (new fields at the end).
- * 12: an abort callback: the abort capability, set_abort and seq_length
- *    (new fields at the end), and decode's KVWELD_ABORTED.
- * 13: live_settings_of: the live settings one engine takes as it was made
- *    (a new field at the end). */
+/* What each version added, and which older plugins still load: the ABI
+ * history in docs/ENGINES.md ("ABI history"), its one place. A field
+ * below names the version that added it. */
 #define KVWELD_ENGINE_ABI_VERSION 13u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
