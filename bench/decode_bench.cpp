@@ -92,10 +92,10 @@ public:
     EngineRunner(const std::string& engine, const Model& model, int threads)
         : n_ctx_(model.config().max_seq_len),
           engine_(targets::open_engine(engine, "", {"", 1, n_ctx_, threads}, model)) {
-        engine_->open(0);
+        engine_->apply(targets::calls::Open{0});
     }
     std::vector<float> decode(int token) {
-        if (pos_ == n_ctx_) engine_->truncate(0, pos_ = 0);
+        if (pos_ == n_ctx_) engine_->apply(targets::calls::Truncate{0, pos_ = 0});
         ++pos_;
         return engine_->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{token});
     }
@@ -171,10 +171,10 @@ void abi_loop(benchmark::State& state, const ModelConfig& config, const std::str
     const targets::EngineSetup setup{"", 1, config.max_seq_len};
     const Model model = Model::random(config, 1);
     const std::unique_ptr<targets::Engine> plugin = targets::open_engine(engine, "", setup, model);
-    plugin->open(0);
+    plugin->apply(targets::calls::Open{0});
     int token = 1, len = 0;
     for (auto _ : state) {
-        if (len == setup.n_ctx) plugin->truncate(0, len = 0);
+        if (len == setup.n_ctx) plugin->apply(targets::calls::Truncate{0, len = 0});
         benchmark::DoNotOptimize(plugin->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{token}).data());
         ++len;
         token = (token * 31 + 7) % config.vocab;

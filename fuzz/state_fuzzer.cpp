@@ -63,8 +63,8 @@ std::unique_ptr<Target> open_target(const EngineChoice& choice) {
     ReferenceKv kv(t->model.config());
     for (int pos = 0; pos < kHeld; ++pos) reference_forward(t->model, kv, pos + 1, pos);
     t->next_row = reference_forward(t->model, kv, 7, kHeld);
-    t->engine->open(0);
-    t->engine->open(1);
+    t->engine->apply(targets::calls::Open{0});
+    t->engine->apply(targets::calls::Open{1});
     const std::vector<std::int32_t> seqs(kHeld, 1), tokens = {1, 2, 3};
     t->engine->decode(seqs, tokens);
     t->own_state = t->engine->state_save(1);
@@ -98,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (bytes.size() >= 16 && std::memcmp(bytes.data(), t->own_state.data(), 4) == 0)
         std::copy_n(t->own_state.begin() + 8, 8, bytes.begin() + 8);
     targets::Engine& e = *t->engine;
-    e.clear_all();  // whatever an earlier input left (a cell no seq_rm removes) goes
+    e.apply(targets::calls::ClearAll{});  // whatever an earlier input left (a cell no seq_rm removes) goes
     const std::vector<std::int32_t> seqs(kHeld, 0), tokens = {1, 2, 3};
     e.decode(seqs, tokens);
     bool accepted = true;

@@ -59,15 +59,15 @@ void Simulator::run(const ops::Invalid& op, int seq) {
     std::vector<Call> calls;
     const int past = len + 1 + int(v % 4);
     calls.push_back({cat("truncate(", seq, ", ", past, ") past its length ", len), std::to_string(past),
-                     [&](Engine& e) { e.truncate(seq, past); }});
+                     [&](Engine& e) { e.apply(calls::Truncate{seq, past}); }});
     const int token = v % 2 ? vocab + int(v % 7) : -1 - int(v % 3);
     calls.push_back({cat("a decode of token ", token, " (vocab ", vocab, ")"), std::to_string(token),
                      [&](Engine& e) { batch(e, {seq}, {token}); }});
     calls.push_back({cat("an open of sequence ", seq, ", which is open"), std::to_string(seq),
-                     [&](Engine& e) { e.open(seq); }});
+                     [&](Engine& e) { e.apply(calls::Open{seq}); }});
     const int beyond = config_.seqs + int(v % 3);
     calls.push_back({cat("an open of sequence ", beyond, " (", config_.seqs, " sequences)"), std::to_string(beyond),
-                     [&](Engine& e) { e.open(beyond); }});
+                     [&](Engine& e) { e.apply(calls::Open{beyond}); }});
     const std::vector<int> free = free_seqs();
     const int closed = free.empty() ? -1 : free[v % free.size()];
     if (closed >= 0)
@@ -75,7 +75,7 @@ void Simulator::run(const ops::Invalid& op, int seq) {
                          [&](Engine& e) { batch(e, {closed}, {0}); }});
     if (engine_->capabilities() & KVWELD_CAP_COPY_SEQ)
         calls.push_back({cat("a copy of sequence ", seq, " onto itself"), std::to_string(seq),
-                         [&](Engine& e) { e.copy(seq, seq); }});
+                         [&](Engine& e) { e.apply(calls::Copy{seq, seq}); }});
     // One position more than the sequence has room for.
     const int over = r.capacity - len + 1;
     calls.push_back({cat("a decode of ", over, " tokens on sequence ", seq, " at length ", len, " (capacity ",
@@ -86,7 +86,7 @@ void Simulator::run(const ops::Invalid& op, int seq) {
 
     if (engine_->capabilities() & KVWELD_CAP_SHIFT)
         calls.push_back({cat("a shift of positions [", std::min(len, 1), ", ", past, ") of sequence ", seq, " at length ", len),
-                         std::to_string(past), [&](Engine& e) { e.shift(seq, std::min(len, 1), past); }});
+                         std::to_string(past), [&](Engine& e) { e.apply(calls::Shift{seq, std::min(len, 1), past, len}); }});
     if ((engine_->capabilities() & KVWELD_CAP_STATE) && len > 0) {
         // The sequence's own state, cut short: corrupt bytes must not half-load.
         const std::size_t size = engine_->state_save(seq).size();
@@ -112,7 +112,7 @@ void Simulator::run(const ops::Invalid& op, int seq) {
                          moe ? cat("kv_heads=", other.n_kv_heads) : std::to_string(got),
                          [&, other](Engine& e) {
                              const LoraUse use{LoraAdapter::random(other, 1, 1.0f, v), 1.0f};
-                             e.set_loras(std::span<const LoraUse>(&use, 1));
+                             e.apply(calls::SetLoras{std::span<const LoraUse>(&use, 1), nullptr, nullptr});
                          },
                          moe ? "attn_v" : "ffn_down"});
     }
@@ -120,8 +120,7 @@ void Simulator::run(const ops::Invalid& op, int seq) {
         const int k = std::min(kMaxTopK, vocab) + 1 + int(v % 3);
         calls.push_back({cat("a sampler chain of top_k ", k, " for sequence ", seq, " (vocab ", vocab, ")"),
                          std::to_string(k), [&, k](Engine& e) {
-                             const SamplerSpec wide{k, std::uint32_t(v)};
-                             e.set_sampler(seq, &wide, false);
+                             e.apply(calls::SetSampler{seq, SamplerSpec{k, std::uint32_t(v)}});
                          }});
     }
     if (engine_->capabilities() & KVWELD_CAP_CVEC) {
@@ -130,7 +129,7 @@ void Simulator::run(const ops::Invalid& op, int seq) {
                          std::to_string(end), [&, end](Engine& e) {
                              ControlVector cv = ControlVector::random(config_.model, v, 1, 1);
                              cv.end = end;
-                             e.set_cvec(&cv);
+                             e.apply(calls::SetCvec{&cv, nullptr, nullptr});
                          }});
     }
     const Call& call = calls[op.call % calls.size()];

@@ -31,7 +31,7 @@ void Lockstep::on_call(const MemoryCall& call) {
         } else if (const auto* load = std::get_if<calls::Load>(&call)) {
             second_->state_load(load->seq, saved_.at(load->id));
         } else if (!std::holds_alternative<calls::LoadRefused>(call)) {
-            apply_call(*second_, call);
+            second_->apply(call);
         }
     });
 }

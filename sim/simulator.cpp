@@ -156,7 +156,7 @@ void Simulator::make(const MemoryCall& call) {
         const auto it = std::find_if(saved_.begin(), saved_.end(), [&](const SavedState& s) { return s.id == load->id; });
         engine_->state_load(load->seq, it->bytes);
     } else {
-        apply_call(*engine_, call);
+        engine_->apply(call);
     }
     judge_.standing = nullptr;
 }

@@ -309,7 +309,7 @@ double time_same_shape(Engine& engine, int calls, std::uint64_t* reused) {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < calls; ++i) {
         engine.decode(seqs, tokens);
-        engine.truncate(0, 0);
+        engine.apply(targets::calls::Truncate{0, 0});
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto after = engine.counters();
@@ -329,8 +329,8 @@ double measure_build_seconds(const EngineChoice& reuse, const EngineChoice& no_r
     const std::unique_ptr<Engine> kept = open_engine(c.engine.engine, "", c.setup(), weights);
     c.engine = no_reuse;
     const std::unique_ptr<Engine> built = open_engine(c.engine.engine, "", c.setup(), weights);
-    kept->open(0);
-    built->open(0);
+    kept->apply(targets::calls::Open{0});
+    built->apply(targets::calls::Open{0});
     double best_kept = 1e300, best_built = 1e300;
     for (int r = 0; r < repeat; ++r) {  // alternating, so drift hits both alike
         std::uint64_t kept_reused = 0, built_reused = 0;

@@ -18,6 +18,7 @@
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
 #include "engine/sampling.hpp"
+#include "targets/memory_call.hpp"
 #include "targets/white_box.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
@@ -65,8 +66,6 @@ public:
     virtual std::string model_format() const = 0;  // how a model is handed over: "llama2c" or "gguf"
     virtual int vocab() const = 0;
 
-    virtual void open(int seq) = 0;
-    virtual void close(int seq) = 0;
     // One row of vocab() logits per (seqs[i], tokens[i]) pair, back to back;
     // with `outputs` (KVWELD_CAP_OUTPUTS; empty: every pair), only for the
     // pairs with outputs[i] != 0. Every pair's KV is written either way.
@@ -75,50 +74,33 @@ public:
     std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens) {
         return decode(seqs, tokens, {});
     }
-    virtual void truncate(int seq, int n) = 0;
-    // KVWELD_CAP_SHIFT, a context shift: positions [p0, p1) removed, the
-    // later ones moved down by p1 - p0 (their keys re-rotated).
-    virtual void shift(int seq, int p0, int p1) = 0;
+    // Every memory call a server makes between decodes, as its one value
+    // (targets/memory_call.hpp): open, close, truncate, clear, copy, shift,
+    // reload, adapters, live settings, samplers and the rest. Each engine
+    // visits it exhaustively, so a new call kind fails to compile in every
+    // engine until it handles or refuses it. A call of a capability the
+    // engine does not declare is an Error naming it; a state save or load
+    // moves bytes the caller holds, through state_save and state_load.
+    virtual void apply(const MemoryCall& call) = 0;
     // KVWELD_CAP_STATE: a sequence's state as bytes, in the engine's own
     // format; and such bytes loaded into an open sequence, replacing what it
     // held. A state of another model or shape, or corrupt bytes, is an Error
     // and the sequence keeps what it held.
     virtual std::vector<std::uint8_t> state_save(int seq) = 0;
     virtual void state_load(int seq, std::span<const std::uint8_t> bytes) = 0;
-    virtual void clear(int seq) = 0;
-    virtual void clear_all() = 0;
     // Capabilities: each throws Error when the engine does not declare it.
-    virtual void copy(int src, int dst) = 0;                       // KVWELD_CAP_COPY_SEQ
-    // KVWELD_CAP_RELOAD: the same shape, new or the same weights, handed over
-    // as the engine takes models (a plugin: a file in its model_format()).
-    virtual void reload(const Model& model) = 0;
     // KVWELD_CAP_STORAGE; which: KVWELD_STORAGE_HELD or _PLAN
     virtual std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const = 0;
     virtual void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const = 0;  // READ_KV
-    virtual void swap_layer(int seq, int layer) = 0;               // KVWELD_CAP_SWAP_LAYER
     virtual std::optional<kvweld_engine_counters> counters() const = 0;  // nullopt without PLAN_COUNTERS
     virtual std::uint64_t plan_serial(int seq) const = 0;          // KVWELD_CAP_PLAN_SERIAL
     // Paged KV (KVWELD_CAP_BLOCKS, KVWELD_CAP_POOL_OPS).
     virtual kvweld_pool_info pool_info() const = 0;
     virtual std::vector<int> block_table(int seq) const = 0;
     virtual int block_refcount(int block) const = 0;
-    virtual void pool_op(int op) = 0;  // KVWELD_POOL_COMPACT, _GROW or _RESET
-    // KVWELD_CAP_LORA: the LoRA adapters, each at its scale, every later
-    // decode runs with (empty: none); KVWELD_CAP_CVEC: the control vector
-    // it adds (nullptr: none). Both survive a reload. A bad adapter or
-    // vector is an Error naming it, and nothing changes.
-    virtual void set_loras(std::span<const LoraUse> uses) = 0;
-    virtual void set_cvec(const ControlVector* cvec) = 0;
-    // KVWELD_CAP_WARMUP: llama.cpp's warmup routing for an MoE model
-    // (engine/adapters.hpp); survives a reload.
-    virtual void set_warmup(bool on) = 0;
-    // ABI 9, the settings a server changes between decodes, each with the
-    // values a swarm may draw ("n_threads:1|2"; "": none), and one set
-    // for every later decode (an Error naming a key or value it cannot take).
+    // ABI 9, the settings a server changes between decodes (calls::SetLive),
+    // each with the values a swarm may draw ("n_threads:1|2"; "": none).
     virtual std::string live_settings() const { return ""; }
-    virtual void set_live(const std::string& key, const std::string& /*value*/) {
-        throw Error(cat("engine ", name(), " has no live setting '", key, "'"));
-    }
     // KVWELD_CAP_EMBEDDINGS (ABI 10), with the live setting embeddings=1:
     // output row `row` of the last decode call's hidden state after the
     // final norm (n_embd floats: the model's dim). An Error names a row past
@@ -126,13 +108,9 @@ public:
     virtual std::vector<float> embeddings(int row, int /*n_embd*/) const {
         throw Error(cat("engine ", name(), " reads back no embeddings (row ", row, ")"));
     }
-    // KVWELD_CAP_SAMPLERS (ABI 11): sequence `seq`'s sampler chain for every
-    // later decode (nullptr: cleared; in_place: the chain it holds changed
-    // where it is, engine_abi.h), and the token sampled for output row `row`
-    // of the last decode call (-1: its sequence had no chain).
-    virtual void set_sampler(int seq, const SamplerSpec* /*spec*/, bool /*in_place*/) {
-        throw Error(cat("engine ", name(), " has no backend samplers (sequence ", seq, ")"));
-    }
+    // KVWELD_CAP_SAMPLERS (ABI 11; the chains are calls::SetSampler): the
+    // token sampled for output row `row` of the last decode call (-1: its
+    // sequence had no chain).
     virtual int sampled(int row) const {
         throw Error(cat("engine ", name(), " samples no tokens (row ", row, ")"));
     }

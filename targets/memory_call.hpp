@@ -1,8 +1,11 @@
 // The memory calls a server makes of an engine between decodes, one struct
-// each, as values: the simulator makes them (targets/engine.hpp's methods,
-// through apply_call) and publishes each one it made to its observers
-// (sim/observer.hpp): the reuse rule, the block model, the twin or peer
-// engine that replays it, the ledger. A call that carries what the
+// each, as values: the one description of a call. The engine takes it
+// (Engine::apply), the reuse rule hears it (ReuseRule::on_call), and the
+// simulator publishes each one it made to its observers (sim/observer.hpp):
+// the block model, the twin or peer engine that replays it, the ledger,
+// the data shadow. Every visit over a call is exhaustive (util/overloaded.hpp's
+// Ignored<...> names what a visitor leaves alone), so a new kind fails to
+// compile wherever it is not handled. A call that carries what the
 // simulator's own account says (a model, the adapters before and after)
 // carries it by pointer: it lives as long as the call is being published.
 #pragma once
@@ -10,6 +13,7 @@
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
 #include "engine/sampling.hpp"
+#include "util/error.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -18,8 +22,6 @@
 #include <variant>
 
 namespace kvweld::targets {
-
-class Engine;
 
 namespace calls {
 
@@ -50,6 +52,8 @@ struct Copy {
     bool opened = false;
 };
 struct ClearAll {};
+// KVWELD_CAP_RELOAD: the same shape, new or the same weights, handed over
+// as the engine takes models (a plugin: a file in its model_format()).
 struct Reload {
     const Model* model;
 };
@@ -63,24 +67,32 @@ struct PoolOp {
 struct Migrate {
     int from, to;
 };
-// The adapters every later decode runs with; `before` and `after` as the
-// simulator's own account has them (the rule judges by those).
+// KVWELD_CAP_LORA: the LoRA adapters, each at its scale, every later decode
+// runs with (empty: none); `before` and `after` as the simulator's own
+// account has them (the rule judges by those, the engine ignores them).
+// Adapters, the control vector and warmup survive a reload; a bad adapter
+// or vector is an Error naming it, and nothing changes.
 struct SetLoras {
     std::span<const LoraUse> uses;
     const Adapters* before;
     const Adapters* after;
 };
+// KVWELD_CAP_CVEC: the control vector every later decode adds.
 struct SetCvec {
     const ControlVector* cvec;  // nullptr: none
     const Adapters* before;
     const Adapters* after;
 };
+// KVWELD_CAP_WARMUP: llama.cpp's warmup routing for an MoE model
+// (engine/adapters.hpp).
 struct SetWarmup {
     bool on;
     const Adapters* before;
     const Adapters* after;
 };
-// A context shift of a sequence of `len` positions: [p0, p1) removed.
+// KVWELD_CAP_SHIFT, a context shift of a sequence of `len` positions: [p0,
+// p1) removed, the later ones moved down by p1 - p0 (their keys re-rotated);
+// `len` is the simulator's account, which the engine does not need.
 struct Shift {
     int seq, p0, p1, len;
 };
@@ -97,12 +109,14 @@ struct Load {
 struct LoadRefused {
     int seq;
 };
-// ABI 9: a live setting (Engine::live_settings) for every later decode.
+// ABI 9: a live setting (Engine::live_settings) for every later decode (an
+// Error naming a key or value the engine cannot take).
 struct SetLive {
     std::string key, value;
 };
-// ABI 11: sequence id `seq`'s sampler chain (nullopt: cleared); in_place:
-// the chain it holds is changed where it is.
+// ABI 11, KVWELD_CAP_SAMPLERS: sequence id `seq`'s sampler chain for every
+// later decode (nullopt: cleared); in_place: the chain it holds is changed
+// where it is (engine_abi.h).
 struct SetSampler {
     int seq;
     std::optional<SamplerSpec> spec;
@@ -116,8 +130,11 @@ using MemoryCall = std::variant<calls::Open, calls::OpenSized, calls::Close, cal
                                 calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::Shift, calls::Save,
                                 calls::Load, calls::LoadRefused, calls::SetLive, calls::SetSampler>;
 
-// The call made of `engine`. Save, Load and LoadRefused move bytes each
-// engine keeps for itself, so their owner makes them (throws Error here).
-void apply_call(Engine& engine, const MemoryCall& call);
+// An engine's answer to a call whose bytes its caller holds (Save, Load,
+// LoadRefused: made through Engine::state_save and state_load).
+[[noreturn]] inline void refuse_own_bytes(const std::string& engine, const char* call) {
+    throw Error(cat("engine ", engine, ": ", call, " moves the caller's own bytes: make it through state_save or state_load"));
+}
+
 
 }  // namespace kvweld::targets

@@ -69,41 +69,45 @@ public:
     std::vector<std::string> fault_names() const;  // the switches options.faults may name
     int vocab() const override { return vocab_; }
 
-    void open(int seq) override;
-    void close(int seq) override;
     using Engine::decode;
     std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
                               std::span<const std::uint8_t> outputs) override;
-    void truncate(int seq, int n) override;
-    void shift(int seq, int p0, int p1) override;
+    // Each memory call, to its C function (the members below); a white-box
+    // call (OpenSized, Migrate) is refused: a plugin has no white box.
+    void apply(const MemoryCall& call) override;
     std::vector<std::uint8_t> state_save(int seq) override;
     void state_load(int seq, std::span<const std::uint8_t> bytes) override;
-    void clear(int seq) override;
-    void clear_all() override;
-    void copy(int src, int dst) override;
-    void reload(const Model& model) override;  // written to a ModelFile
     std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const override;
     void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const override;
-    void swap_layer(int seq, int layer) override;
     std::optional<kvweld_engine_counters> counters() const override;
     std::uint64_t plan_serial(int seq) const override;
     kvweld_pool_info pool_info() const override;
     std::vector<int> block_table(int seq) const override;
     int block_refcount(int block) const override;
-    void pool_op(int op) override;
-    void set_loras(std::span<const LoraUse> uses) override;
-    void set_cvec(const ControlVector* cvec) override;
-    void set_warmup(bool on) override;
     std::string live_settings() const override;
-    void set_live(const std::string& key, const std::string& value) override;
     TwinTolerance twin_tolerance() const override;
-    void set_sampler(int seq, const SamplerSpec* spec, bool in_place) override;
     int sampled(int row) const override;
     void set_abort(int after) override;
     int seq_length(int seq) const override;
     std::vector<float> embeddings(int row, int n_embd) const override;
 
 private:
+    // The memory calls apply makes, one C function each.
+    void open(int seq);
+    void close(int seq);
+    void truncate(int seq, int n);
+    void shift(int seq, int p0, int p1);
+    void clear(int seq);
+    void clear_all();
+    void copy(int src, int dst);
+    void reload(const Model& model);  // written to a ModelFile
+    void swap_layer(int seq, int layer);
+    void pool_op(int op);
+    void set_loras(std::span<const LoraUse> uses);
+    void set_cvec(const ControlVector* cvec);
+    void set_warmup(bool on);
+    void set_live(const std::string& key, const std::string& value);
+    void set_sampler(int seq, const SamplerSpec* spec, bool in_place);
     template <class Fn>
     // `decode`: a decode call, whose KVWELD_ABORTED (ABI 12) throws Aborted.
     void call(const char* what, Fn&& fn, bool decode = false) const;

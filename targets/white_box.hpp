@@ -9,8 +9,10 @@
 //                   a stale plan would read
 //   capacities      a sequence opened with fewer positions than n_ctx, on
 //                   new storage or on the slot's own storage rewound
+//                   (calls::OpenSized, through Engine::apply)
 //   migrate         a request and its storage move to another slot, whose
 //                   held plan meets storage it was not built on
+//                   (calls::Migrate, through Engine::apply)
 #pragma once
 
 #include "engine/kv_cache.hpp"
@@ -25,12 +27,6 @@ public:
     virtual ~WhiteBox() = default;
     // The storage objects `seq` holds now, one per layer.
     virtual std::vector<KvLayer> held_layers(int seq) const = 0;
-    // Opens `seq` with `capacity` positions (1..n_ctx): new storage, or with
-    // `recycle` the storage the slot kept from its last request, rewound
-    // (Error when it kept none or it has another capacity).
-    virtual void open_sized(int seq, int capacity, bool recycle) = 0;
-    // Moves open `from`'s storage to closed `to`, which opens on it; `from` closes with none.
-    virtual void migrate(int from, int to) = 0;
 };
 
 }  // namespace kvweld::targets

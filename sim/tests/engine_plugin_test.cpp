@@ -74,7 +74,7 @@ std::string random_ops_failure(PluginEngine& engine, const Model& model, std::ui
             const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
             try {
                 if (!shadow[s]) {
-                    engine.open(s);
+                    engine.apply(calls::Open{s});
                     shadow[s].emplace(model);
                 } else if (r < 55) {  // a batch: open sequences with room, one token each
                     std::vector<int> seqs, tokens;
@@ -91,22 +91,22 @@ std::string random_ops_failure(PluginEngine& engine, const Model& model, std::ui
                     }
                 } else if (r < 70) {
                     const int n = int(rng.below(std::uint64_t(shadow[s]->len) + 1));
-                    engine.truncate(s, n);
+                    engine.apply(calls::Truncate{s, n});
                     shadow[s]->len = n;
                 } else if (r < 78) {
-                    engine.clear(s);
+                    engine.apply(calls::Clear{s});
                     shadow[s].emplace(model);
                 } else if (r < 88) {
                     const int d = int(rng.below(kSeqs));
                     if (d != s && shadow[d]) {
-                        engine.copy(s, d);
+                        engine.apply(calls::Copy{s, d});
                         shadow[d] = shadow[s];
                     }
                 } else if (r < 96) {
-                    engine.close(s);
+                    engine.apply(calls::Close{s});
                     shadow[s].reset();
                 } else {
-                    engine.clear_all();
+                    engine.apply(calls::ClearAll{});
                     for (auto& sh : shadow)
                         if (sh) sh.emplace(model);
                 }
@@ -115,7 +115,7 @@ std::string random_ops_failure(PluginEngine& engine, const Model& model, std::ui
             }
         }
         for (int q = 0; q < kSeqs; ++q)
-            if (shadow[q]) engine.close(q);
+            if (shadow[q]) engine.apply(calls::Close{q});
     }
     return "";
 }
@@ -170,8 +170,8 @@ protected:
 TEST_P(Plugin, InterleavedSequencesMatchTheReference) {
     EXPECT_EQ(engine_->name(), GetParam().name);
     EXPECT_EQ(engine_->vocab(), model_.config().vocab);
-    engine_->open(0);
-    engine_->open(1);
+    engine_->apply(calls::Open{0});
+    engine_->apply(calls::Open{1});
     Shadow a(model_), b(model_);
     Rng rng(5);
     double worst = 0.0;
@@ -180,9 +180,9 @@ TEST_P(Plugin, InterleavedSequencesMatchTheReference) {
         worst = std::max(worst, step({0, 1}, {ta, tb}, {&a, &b}));
     }
     // Truncate one sequence and go on; clear the other and start again.
-    engine_->truncate(0, 7);
+    engine_->apply(calls::Truncate{0, 7});
     a.len = 7;
-    engine_->clear(1);
+    engine_->apply(calls::Clear{1});
     b = Shadow(model_);
     for (int i = 0; i < 10; ++i) worst = std::max(worst, step({1, 0}, {i, 2 * i}, {&b, &a}));
     EXPECT_LE(worst, kDataTolerance);
@@ -202,10 +202,10 @@ TEST_P(Plugin, InterleavedSequencesMatchTheReference) {
 }
 
 TEST_P(Plugin, CopiedSequenceContinuesLikeItsSource) {
-    engine_->open(0);
-    engine_->open(2);
+    engine_->apply(calls::Open{0});
+    engine_->apply(calls::Open{2});
     for (int t : {3, 1, 4, 1, 5}) engine_->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{t});
-    engine_->copy(0, 2);
+    engine_->apply(calls::Copy{0, 2});
     const std::vector<float> both = engine_->decode(std::vector<std::int32_t>{0, 2}, std::vector<std::int32_t>{9, 9});
     const auto v = static_cast<std::size_t>(engine_->vocab());
     EXPECT_EQ(std::vector<float>(both.begin(), both.begin() + long(v)), std::vector<float>(both.begin() + long(v), both.end()));
@@ -214,10 +214,10 @@ TEST_P(Plugin, CopiedSequenceContinuesLikeItsSource) {
 TEST_P(Plugin, BadCallsAreErrorsThatNameTheProblem) {
     expect_error([&] { engine_->decode(std::vector<std::int32_t>{3}, std::vector<std::int32_t>{1}); },
                  {GetParam().name, "decode failed", "sequence 3 is not open"});
-    engine_->open(0);
-    expect_error([&] { engine_->open(0); }, {"already open"});
-    expect_error([&] { engine_->open(9); }, {"out of range"});
-    expect_error([&] { engine_->truncate(0, 5); }, {"truncate failed", "truncate_to(5)"});
+    engine_->apply(calls::Open{0});
+    expect_error([&] { engine_->apply(calls::Open{0}); }, {"already open"});
+    expect_error([&] { engine_->apply(calls::Open{9}); }, {"out of range"});
+    expect_error([&] { engine_->apply(calls::Truncate{0, 5}); }, {"truncate failed", "truncate_to(5)"});
     expect_error([&] { engine_->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{64}); },
                  {"token 64 out of range"});
     // The refused calls changed nothing: sequence 0 still decodes from position 0.
@@ -231,16 +231,17 @@ TEST_P(Plugin, BadCallsAreErrorsThatNameTheProblem) {
 // weights; a model of another shape is refused and loses nothing.
 TEST_P(Plugin, ReloadEmptiesSequencesAndRefusesAnotherShape) {
     ASSERT_TRUE(engine_->capabilities() & KVWELD_CAP_RELOAD);
-    engine_->open(0);
+    engine_->apply(calls::Open{0});
     Shadow a(model_);
     for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kDataTolerance);
     const Model next = Model::random(config_by_name("tiny"), 99);
-    engine_->reload(next);
+    engine_->apply(calls::Reload{&next});
     Shadow b(next);
     double worst = 0.0;
     for (int t : {5, 9, 2}) worst = std::max(worst, checked_step(*engine_, next, {0}, {t}, {&b}));
     EXPECT_LE(worst, kDataTolerance);
-    expect_error([&] { engine_->reload(Model::random(config_by_name("tiny-mha"), 1)); },
+    const Model other = Model::random(config_by_name("tiny-mha"), 1);
+    expect_error([&] { engine_->apply(calls::Reload{&other}); },
                  {"reload failed", "another shape"});
     EXPECT_LE(checked_step(*engine_, next, {0}, {7}, {&b}), kDataTolerance);  // still the reloaded model, position 3
 }
@@ -252,7 +253,7 @@ TEST_P(Plugin, StorageReportsAndKvReadsWhereDeclared) {
     const std::uint32_t want = KVWELD_CAP_STORAGE | KVWELD_CAP_READ_KV | KVWELD_CAP_SWAP_LAYER;
     if ((engine_->capabilities() & want) != want) GTEST_SKIP() << GetParam().name << " declares none of them";
     const int n = model_.config().n_layers, kv_dim = model_.config().kv_dim();
-    engine_->open(0);
+    engine_->apply(calls::Open{0});
     Shadow a(model_);
     for (int t : {3, 1, 4}) EXPECT_LE(step({0}, {t}, {&a}), kDataTolerance);
     const auto held = engine_->storage(0, KVWELD_STORAGE_HELD, n);
@@ -261,16 +262,16 @@ TEST_P(Plugin, StorageReportsAndKvReadsWhereDeclared) {
     engine_->read_kv(0, 1, 2, k, v);
     EXPECT_LE(logit_error(k, std::span<const float>(a.kv.key[1]).subspan(2 * std::size_t(kv_dim), std::size_t(kv_dim))),
               kDataTolerance);
-    engine_->swap_layer(0, 1);
+    engine_->apply(calls::SwapLayer{0, 1});
     const auto swapped = engine_->storage(0, KVWELD_STORAGE_HELD, n);
     EXPECT_EQ(swapped[0], held[0]);
     EXPECT_NE(swapped[1], held[1]);
-    engine_->truncate(0, 1);
+    engine_->apply(calls::Truncate{0, 1});
     EXPECT_EQ(engine_->storage(0, KVWELD_STORAGE_HELD, n), swapped);
     expect_error([&] { engine_->storage(0, KVWELD_STORAGE_HELD, n + 1); }, {"layers asked for"});
     expect_error([&] { engine_->read_kv(0, 0, 1, k, v); }, {"position 1 out of range 0..0"});
     expect_error([&] { engine_->read_kv(0, n, 0, k, v); }, {"layer", "out of range"});
-    expect_error([&] { engine_->swap_layer(0, -1); }, {"layer -1 out of range"});
+    expect_error([&] { engine_->apply(calls::SwapLayer{0, -1}); }, {"layer -1 out of range"});
 }
 
 // Paged KV (KVWELD_CAP_BLOCKS, KVWELD_CAP_POOL_OPS), where declared: a
@@ -287,7 +288,7 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     EXPECT_EQ(start.block_size, 4);
     EXPECT_EQ(start.n_blocks, 1);
     EXPECT_EQ(start.plan_storage, 0u);  // no plan yet
-    engine_->open(0);
+    engine_->apply(calls::Open{0});
     Shadow a(model_);
     for (int t : {3, 1, 4, 1, 5, 9}) EXPECT_LE(step({0}, {t}, {&a}), kDataTolerance);  // 6 positions: a second block
     const kvweld_pool_info grown = engine_->pool_info();
@@ -298,8 +299,8 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     EXPECT_EQ(counters->builds, 1u);
     EXPECT_EQ(counters->rebound, 1u);
     EXPECT_EQ(engine_->block_table(0).size(), 2u);
-    engine_->open(1);
-    engine_->copy(0, 1);
+    engine_->apply(calls::Open{1});
+    engine_->apply(calls::Copy{0, 1});
     EXPECT_EQ(engine_->block_table(1), engine_->block_table(0));
     EXPECT_EQ(engine_->block_refcount(engine_->block_table(0)[1]), 2);
     Shadow b = a;
@@ -307,8 +308,8 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     EXPECT_EQ(engine_->pool_info().n_blocks, 4);    // both blocks were in use: the copy needed a grow
     EXPECT_NE(engine_->block_table(1)[1], engine_->block_table(0)[1]);
     EXPECT_EQ(engine_->block_refcount(engine_->block_table(0)[1]), 1);
-    engine_->close(0);
-    engine_->pool_op(KVWELD_POOL_COMPACT);
+    engine_->apply(calls::Close{0});
+    engine_->apply(calls::PoolOp{KVWELD_POOL_COMPACT});
     EXPECT_EQ(engine_->pool_info().storage, engine_->pool_info().plan_storage);  // compaction keeps the storage
     EXPECT_LE(step({1}, {6}, {&b}), kDataTolerance);
     counters = engine_->counters();
@@ -316,7 +317,7 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     EXPECT_EQ(counters->rebound, 2u);  // one per grow; copy, close and compaction kept the plan
     expect_error([&] { engine_->block_refcount(99); }, {"block 99 out of range"});
     expect_error([&] { engine_->block_table(0); }, {"sequence 0 is not open"});
-    expect_error([&] { engine_->pool_op(7); }, {"op 7"});
+    expect_error([&] { engine_->apply(calls::PoolOp{7}); }, {"op 7"});
     expect_error([&] { PluginEngine(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, "block=3"}); },
                  {"block=3", "power of two"});
 }
@@ -336,8 +337,8 @@ std::string abort_failure(PluginEngine& engine, const Model& model, int* partial
                           int lie = 0) {
     const std::vector<int> afters = {0, 1, 3, 7, 40, 150, 600, 1 << 30};
     for (int after : afters) {
-        engine.open(0);
-        engine.open(1);
+        engine.apply(calls::Open{0});
+        engine.apply(calls::Open{1});
         Shadow a(model), b(model);
         std::vector<Shadow*> shadows = {&a, &b};
         const std::string where = cat("after ", after, ": ");
@@ -384,8 +385,8 @@ std::string abort_failure(PluginEngine& engine, const Model& model, int* partial
         for (int i = 0; i < 6; ++i)
             if (double e = checked_step(engine, model, {1, 0}, {i, 2 * i + 1}, {&b, &a}); e > kDataTolerance)
                 return where + cat("decode ", i, " after the call is off by ", e);
-        engine.close(0);
-        engine.close(1);
+        engine.apply(calls::Close{0});
+        engine.apply(calls::Close{1});
     }
     return "";
 }
@@ -458,7 +459,7 @@ TEST_F(LlamaCppPlugin, AFullCacheRefusesTheCallAndKeepsWhatItHeld) {
     expect_error([&] { engine("kv_unified=1,kv_cells=5000", 256); }, {"kv_cells=5000", "1..1024"});
     const auto e = engine("kv_unified=1,kv_cells=256", 256);
     Shadow a(model_), b(model_), c(model_);
-    for (int s : {0, 1, 2}) e->open(s);
+    for (int s : {0, 1, 2}) e->apply(calls::Open{s});
     const auto prefill = [&](int seq, Shadow& shadow, int n) {
         std::vector<int> seqs(std::size_t(n), seq), tokens;
         for (int i = 0; i < n; ++i) tokens.push_back((seq * 7 + i * 5) % model_.config().vocab);
@@ -470,7 +471,7 @@ TEST_F(LlamaCppPlugin, AFullCacheRefusesTheCallAndKeepsWhatItHeld) {
                  {"the KV cache is full", "llama_decode returned 1", "1 tokens in 256 cells, 256 held"});
     EXPECT_EQ(e->seq_length(2), 0);
     EXPECT_EQ(e->seq_length(0), 200);
-    e->truncate(1, 40);
+    e->apply(calls::Truncate{1, 40});
     b.len = 40;
     EXPECT_LE(checked_step(*e, model_, {0, 2, 1}, {1, 2, 3}, {&a, &c, &b}), kDataTolerance);
     EXPECT_LE(checked_step(*e, model_, {2, 0}, {4, 5}, {&c, &a}), kDataTolerance);
@@ -482,7 +483,7 @@ TEST_F(LlamaCppPlugin, AFullCacheRefusesTheCallAndKeepsWhatItHeld) {
 // the second builds; the same 2 x 2 call again reuses the graph.
 TEST_F(LlamaCppPlugin, TheSameTokenCountInAnotherSplitBuildsAndTheSameSplitReuses) {
     const auto e = engine("kv_unified=0");
-    for (int s = 0; s < 4; ++s) e->open(s);
+    for (int s = 0; s < 4; ++s) e->apply(calls::Open{s});
     const auto reused = [&] { return e->counters()->reused; };
     e->decode(std::vector<int>{0, 1, 2, 3}, std::vector<int>{1, 2, 3, 4});
     e->decode(std::vector<int>{0, 1, 2, 3}, std::vector<int>{5, 6, 7, 8});
@@ -516,9 +517,9 @@ TEST_F(LlamaCppPlugin, PooledEmbeddingsPoolTheSequencesTokensOfTheCall) {
     // Per engine, per call (two: the second continues both sequences), each row's embedding.
     const auto rows = [&](const char* params) {
         const auto e = engine(params);
-        e->open(0);
-        e->open(1);
-        e->set_live("embeddings", "1");
+        e->apply(calls::Open{0});
+        e->apply(calls::Open{1});
+        e->apply(calls::SetLive{"embeddings", "1"});
         std::vector<std::vector<std::vector<float>>> out;
         for (int call = 0; call < 2; ++call) {
             e->decode(seqs, tokens);

@@ -148,12 +148,12 @@ TEST(DataShadow, FollowsACopyAndJudgesEveryRow) {
     b.config.seqs = 2;
     b.requests.resize(2);
     DataShadow shadow(b.world, b.judge, b.stats, true);
-    b.engine->open(0);
+    b.engine->apply(calls::Open{0});
     shadow.on_call(targets::calls::Open{0});
     b.decode(shadow, 0, 0, {1, 2, 3});
     EXPECT_EQ(b.stats.reference_rows, 3u);
-    b.engine->open(1);
-    b.engine->copy(0, 1);
+    b.engine->apply(calls::Open{1});
+    b.engine->apply(calls::Copy{0, 1});
     shadow.on_call(targets::calls::Copy{0, 1, true});
     EXPECT_EQ(shadow.shadow(1).key, shadow.shadow(0).key);
     b.decode(shadow, 1, 3, {4});  // the copy's next row is judged against the copied shadow
@@ -175,10 +175,10 @@ TEST(StorageLedger, TakesAStorageReportOnlyAsTheRuleAllows) {
         const auto rule = targets::kvweld_reuse_rule(b.config.setup());
         std::set<std::uint64_t> seen;
         StorageLedger ledger(b.world, b.judge, rule.get(), nullptr, seen, true);
-        b.engine->open(0);
+        b.engine->apply(calls::Open{0});
         b.requests[0].emplace();
         ledger.on_call(targets::calls::Open{0});
-        if (cleared) b.engine->clear(0);
+        if (cleared) b.engine->apply(calls::Clear{0});
         try {
             ledger.on_call(call);
         } catch (const Judge::Stop&) {
@@ -201,11 +201,11 @@ TEST(BlockLedger, AGrowTheEngineNeverMadeIsNamed) {
         Bench b("kvweld-paged", "block=4,blocks=8");
         std::set<std::uint64_t> seen;
         BlockLedger blocks(b.world, b.judge, targets::BlockModel::for_kvweld_paged(b.engine_setup()), seen, true);
-        b.engine->open(0);
+        b.engine->apply(calls::Open{0});
         b.requests[0].emplace();
         b.decode(blocks, 0, 0, {1, 2, 3, 4, 5});
         ASSERT_EQ(b.judge.verdict(), Verdict::pass);
-        if (grow_made) b.engine->pool_op(KVWELD_POOL_GROW);
+        if (grow_made) b.engine->apply(calls::PoolOp{KVWELD_POOL_GROW});
         blocks.on_call(targets::calls::PoolOp{KVWELD_POOL_GROW});
         if (grow_made) {
             blocks.after_op(OpKind::grow);

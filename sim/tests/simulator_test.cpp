@@ -413,7 +413,7 @@ TEST(LiveSettings, AThreadCountChangeKeepsTheGraphAndTheRows) {
     for (const auto& [key, value, named] : {std::tuple{"n_threads", "0", "'0'"}, std::tuple{"embeddings", "2", "'2'"},
                                             std::tuple{"causal_attn", "2", "'2'"}, std::tuple{"flash", "1", "'flash'"}}) {
         try {
-            engine->set_live(key, value);
+            engine->apply(calls::SetLive{key, value});
             ADD_FAILURE() << key << "=" << value << " was accepted";
         } catch (const Error& e) {
             EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
@@ -453,10 +453,10 @@ TEST(LiveSettings, EmbeddingsAreReadBackAndSwitchingThemIsEachEnginesAnswer) {
         // built for the prefill, for the first one-token shape and after each switch.
         EXPECT_EQ(r.stats.must_reuse, engine == "llamacpp" ? 3u : 8u) << engine << "\n" << text_report(r);
         auto e = open_engine(engine, "", c.setup(), Model::random(c.model, c.weights_seed));
-        e->open(0);
+        e->apply(calls::Open{0});
         e->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{3});
         EXPECT_THROW(e->embeddings(0, c.model.dim), Error) << engine << ": embeddings off";
-        e->set_live("embeddings", "1");
+        e->apply(calls::SetLive{"embeddings", "1"});
         e->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{5});
         EXPECT_EQ(e->embeddings(0, c.model.dim).size(), std::size_t(c.model.dim)) << engine;
         EXPECT_THROW(e->embeddings(1, c.model.dim), Error) << engine << ": one row in the last call";
@@ -516,7 +516,7 @@ TEST(LiveSettings, CausalAttentionOffAttendsToTheWholeSpanAndIsEachEnginesAnswer
     auto split = open_engine("llamacpp", "", c.setup(), Model::random(c.model, c.weights_seed));
     EXPECT_EQ(split->live_settings(), "n_threads:1|2,embeddings:0|1");
     try {
-        split->set_live("causal_attn", "0");
+        split->apply(calls::SetLive{"causal_attn", "0"});
         ADD_FAILURE() << "causal_attn=0 was accepted at n_ubatch 4";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("n_ubatch 4 is below its n_batch 512"), std::string::npos) << e.what();
@@ -573,11 +573,11 @@ TEST(Samplers, SampledTokensAreJudgedAndChangingAChainIsEachEnginesAnswer) {
             EXPECT_EQ(known.failure->op_index, 10u) << text_report(known);  // the first decode after the change
         }
         auto e = open_engine(engine, "", c.setup(), Model::random(c.model, c.weights_seed));
-        e->open(0);
+        e->apply(calls::Open{0});
         const SamplerSpec wide{kMaxTopK + 1, 1}, greedy{};
-        EXPECT_THROW(e->set_sampler(0, &wide, false), Error) << engine << ": top_k past 64";
-        EXPECT_THROW(e->set_sampler(0, &greedy, true), Error) << engine << ": nothing held to change in place";
-        EXPECT_THROW(e->set_sampler(c.seqs, &greedy, false), Error) << engine << ": a sequence id out of range";
+        EXPECT_THROW(e->apply(calls::SetSampler{0, wide, false}), Error) << engine << ": top_k past 64";
+        EXPECT_THROW(e->apply(calls::SetSampler{0, greedy, true}), Error) << engine << ": nothing held to change in place";
+        EXPECT_THROW(e->apply(calls::SetSampler{c.seqs, greedy, false}), Error) << engine << ": a sequence id out of range";
         e->decode(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{3});
         EXPECT_EQ(e->sampled(0), -1) << engine << ": no chain";
         EXPECT_THROW(e->sampled(1), Error) << engine << ": one row in the last call";

@@ -66,47 +66,54 @@ public:
     const ModelConfig& config() const { return model_->config(); }
     const FaultSet& faults() const { return faults_; }
 
-    void open(int seq) override;
-    void close(int seq) override;
+    // Each memory call, to the member of that name below (the kvweld plugin
+    // calls those directly, as its C functions).
+    void apply(const MemoryCall& call) override;
+    void open(int seq);
+    void close(int seq);
     using Engine::decode;
     std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
                               std::span<const std::uint8_t> outputs) override;
-    void truncate(int seq, int n) override;
-    void shift(int seq, int p0, int p1) override;
+    void truncate(int seq, int n);
+    void shift(int seq, int p0, int p1);
     std::vector<std::uint8_t> state_save(int seq) override;
     void state_load(int seq, std::span<const std::uint8_t> bytes) override;
-    void clear(int seq) override;
-    void clear_all() override;
-    void copy(int src, int dst) override;
-    void reload(const Model& model) override;
+    void clear(int seq);
+    void clear_all();
+    void copy(int src, int dst);
+    void reload(const Model& model);
     std::vector<std::uint64_t> storage(int seq, int which, int n_layers) const override;
     void read_kv(int seq, int layer, int pos, std::span<float> k, std::span<float> v) const override;
-    void swap_layer(int seq, int layer) override;
+    void swap_layer(int seq, int layer);
     std::optional<kvweld_engine_counters> counters() const override;
     std::uint64_t plan_serial(int seq) const override;
     kvweld_pool_info pool_info() const override;
     std::vector<int> block_table(int seq) const override;
     int block_refcount(int block) const override;
-    void pool_op(int op) override;
+    void pool_op(int op);
     WhiteBox* white_box() override { return this; }
 
     std::vector<KvLayer> held_layers(int seq) const override;
-    void open_sized(int seq, int capacity, bool recycle) override;
-    void migrate(int from, int to) override;
-    void set_loras(std::span<const LoraUse> uses) override;
-    void set_cvec(const ControlVector* cvec) override;
-    void set_warmup(bool on) override;
+    // Opens `seq` with `capacity` positions (1..n_ctx): new storage, or with
+    // `recycle` the storage the slot kept from its last request, rewound
+    // (Error when it kept none or it has another capacity).
+    void open_sized(int seq, int capacity, bool recycle);
+    // Moves open `from`'s storage to closed `to`, which opens on it; `from` closes with none.
+    void migrate(int from, int to);
+    void set_loras(std::span<const LoraUse> uses);
+    void set_cvec(const ControlVector* cvec);
+    void set_warmup(bool on);
     // ABI 9: n_threads, every slot's CPU plan threads (step data: each held
     // plan is kept); ABI 10: embeddings, each output row's hidden state kept
     // for embeddings() (step data too: every plan computes it anyway);
     // causal_attn (CPU only): 0 runs each sequence's tokens of a call as one
     // span attending to itself whole (the mask is step data: plans are kept).
     std::string live_settings() const override;
-    void set_live(const std::string& key, const std::string& value) override;
+    void set_live(const std::string& key, const std::string& value);
     std::vector<float> embeddings(int row, int n_embd) const override;
     // ABI 11: a sequence's chain is step data: each output row is sampled
     // with the chain its sequence has at that call, whatever plan is held.
-    void set_sampler(int seq, const SamplerSpec* spec, bool in_place) override;
+    void set_sampler(int seq, const SamplerSpec* spec, bool in_place);
     int sampled(int row) const override;
     // ABI 12: the abort callback is asked before each token (each token is
     // its own ubatch): the tokens before the stop stay, as llama.h has it.
