@@ -81,7 +81,6 @@ struct TrafficStudyArgs {
     int repeat = 3;   // runs per setting; the decode time is the best
     bool sweep = false;
 };
-int run_traffic_study(const sim::TrafficParams& traffic, const TrafficStudyArgs& args);
 
 // --seeds A..B (inclusive), checked.
 std::pair<std::uint64_t, std::uint64_t> parse_seed_range(const std::string& s);

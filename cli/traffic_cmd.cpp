@@ -1,5 +1,12 @@
-// `kvweld traffic`: the options of the reuse study; cli/traffic_study.cpp runs it.
+// `kvweld traffic`: the options of the reuse study (sim/traffic_study.hpp),
+// and its steps in order, printing as each ends.
 #include "cli/commands.hpp"
+
+#include "sim/traffic_study.hpp"
+#include "targets/registry.hpp"
+
+#include <algorithm>
+#include <cstdio>
 
 namespace kvweld::cli {
 
@@ -13,6 +20,56 @@ struct TrafficArgs {
     std::string adapter_switch = "set";
     std::string mode = "churn";
 };
+
+int run_study(const TrafficParams& p, const TrafficStudyArgs& a) {
+    const EngineChoice base{a.engine, a.params, ""};
+    require_engine(base.engine);
+    const std::string name = engine_display_name(base.engine);
+    std::printf("traffic (%s) on engine %s: seed %llu, %d ticks, %d sequences, model %s, arrivals %.3g/tick, prompt "
+                "mean %d (chunks of %d), output mean %d, spec k=%d accept %.2f",
+                std::string(to_string(p.mode)).c_str(), name.c_str(), (unsigned long long)p.seed, p.ticks, p.slots,
+                p.model.c_str(), p.arrival_rate, p.prompt_mean, a.chunk, p.output_mean, p.spec_k, p.accept);
+    if (p.mode == TrafficMode::steady)
+        std::printf(", %d tokens per step (decodes first); lengths log-normal, outputs also ending at a stop token; "
+                    "no preemption but for memory, no offload, no reload", p.token_budget);
+    else
+        std::printf(", preempt %.3g, offload %.3g (where the engine can swap layers) and reload %.3g per tick",
+                    p.preempt_rate, p.offload_rate, p.reload_rate);
+    std::printf(". Same: the share of calls with the last call's batch shape. Decode s: wall time in the engine's "
+                "decode calls, best of %d.\n", a.repeat);
+    if (p.adapters)
+        std::printf("per-request LoRA: %d adapters and the base model, one call per adapter in use, switched by %s\n",
+                    p.adapters,
+                    p.adapter_switch == AdapterSwitch::set ? "setting the one adapter (none for the base)"
+                                                           : "the scales of one set of every adapter (1 for the call's, 0 for the rest)");
+    std::fflush(stdout);
+    const BuildCosts costs = measure_build_costs(p, base);
+    for (const auto& [setting, secs] : costs)
+        if (!std::isnan(secs))
+            std::printf("one graph build (%s), measured apart: %.1f us\n", setting.c_str(), secs * 1e6);
+    std::vector<StudyRow> rows = run_rows(p, base, a.chunk, a.repeat, "base", costs);
+    print_table(rows);
+    for (const StudyRow& r : rows)
+        if (r.with.result.pool.paged)
+            std::printf("pool (%s): %s\n", r.setting.label().c_str(), describe(r.with.result.pool).c_str());
+    print_shapes(rows.front());
+    bool ok = std::all_of(rows.begin(), rows.end(), [](const StudyRow& r) { return r.ok(); });
+    if (a.sweep) {
+        sweep_rows(p, base, a.chunk, a.repeat, costs, rows);
+        ok = ok && std::all_of(rows.begin(), rows.end(), [](const StudyRow& r) { return r.ok(); });
+        std::printf("sweep: %s per setting: %s\n", sweep_description(p.mode).c_str(),
+                    ok ? "no oracle failed" : "FAILURES, see the CSV");
+    }
+    if (!a.csv.empty()) write_csv(a.csv, rows);
+    if (!a.json.empty()) write_json(a.json, rows_json(rows, costs, ok));
+    if (!a.plot.empty()) {
+        require(a.sweep, "--plot needs --sweep (it plots the sweep)");
+        write_sweep_plot(a.plot, rows, name, p.mode);
+        std::printf("plot: %s\n", a.plot.c_str());
+    }
+    std::printf("traffic verdict: %s\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
 
 
 }  // namespace
@@ -88,7 +145,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
                 if (!output_mean->count()) a->params.output_mean = kSteadyOutputMean;
                 if (!arrival_rate->count()) a->params.arrival_rate = kSteadyArrivalRate;
             }
-            return run_traffic_study(a->params, a->engine);
+            return run_study(a->params, a->engine);
         };
     });
 }

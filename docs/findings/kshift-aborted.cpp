@@ -588,7 +588,8 @@ int main() {
     for (Side* s : live(both)) decode(*s, {{0, 3, 0, 1}, {0, 1, 1, 1}, {0, 4, 2, 1}, {0, 1, 3, 1}, {0, 5, 4, 1}, {0, 9, 5, 1}, {0, 2, 6, 1}, {0, 6, 7, 1}});
 
     line = 4;  // {"discard":2,"keep":0,"op":"shift","pick":0}
-    for (Side* s : live(both)) { expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 2), "llama_memory_seq_rm"); llama_memory_seq_add(s->mem(), 0, 2, -1, -2); }
+    for (Side* s : live(both)) expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 2), "llama_memory_seq_rm");
+    for (Side* s : live(both)) llama_memory_seq_add(s->mem(), 0, 2, -1, -2);
 
     line = 5;  // {"after":0,"op":"abort"}  (the ground truth skips it)
     for (Side* s : live(engine_only)) s->abort_after = 0;

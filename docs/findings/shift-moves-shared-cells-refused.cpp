@@ -595,8 +595,10 @@ int main() {
     for (Side* s : live(both)) llama_memory_seq_cp(s->mem(), 0, 5, -1, -1);
 
     line = 6;  // {"discard":0,"keep":0,"op":"shift","pick":0,"twice":true}
-    for (Side* s : live(both)) { expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), "llama_memory_seq_rm"); llama_memory_seq_add(s->mem(), 0, 1, -1, -1); }
-    for (Side* s : live(both)) { expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), "llama_memory_seq_rm"); llama_memory_seq_add(s->mem(), 0, 1, -1, -1); }
+    for (Side* s : live(both)) expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), "llama_memory_seq_rm");
+    for (Side* s : live(both)) llama_memory_seq_add(s->mem(), 0, 1, -1, -1);
+    for (Side* s : live(both)) expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), "llama_memory_seq_rm");
+    for (Side* s : live(both)) llama_memory_seq_add(s->mem(), 0, 1, -1, -1);
 
     line = 7;  // {"op":"step","seed":0,"wants":[0,0,0,0,0,1,1,1,0,0,0,1,1,1,1,1]}
     for (Side* s : live(both)) decode(*s, {{5, 5, 2, 1}});

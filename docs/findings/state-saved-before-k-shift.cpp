@@ -591,7 +591,8 @@ int main() {
     for (Side* s : live(both)) decode(*s, {{0, 7, 1, 1}});
 
     line = 5;  // {"discard":0,"keep":0,"op":"shift","pick":0}
-    for (Side* s : live(both)) { expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), "llama_memory_seq_rm"); llama_memory_seq_add(s->mem(), 0, 1, -1, -1); }
+    for (Side* s : live(both)) expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), "llama_memory_seq_rm");
+    for (Side* s : live(both)) llama_memory_seq_add(s->mem(), 0, 1, -1, -1);
 
     line = 6;  // {"op":"save","pick":0}  (the ground truth skips it)
     for (Side* s : live(engine_only)) save(*s, 0, 1);

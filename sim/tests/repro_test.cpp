@@ -58,7 +58,9 @@ TEST(ReproWriter, SkippedOpsRunOnTheEngineAlone) {
     EXPECT_EQ(r.truth, "skip=6+7");
     EXPECT_NE(r.source.find("live(engine_only)) save(*s, 0, 1);"), std::string::npos);
     EXPECT_NE(r.source.find("live(engine_only)) load(*s, 0, 1, 1);"), std::string::npos);
-    EXPECT_NE(r.source.find("live(both)) { expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1)"), std::string::npos);
+    EXPECT_NE(r.source.find("live(both)) expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), \"llama_memory_seq_rm\");"),
+              std::string::npos);
+    EXPECT_NE(r.source.find("live(both)) llama_memory_seq_add(s->mem(), 0, 1, -1, -1);"), std::string::npos);
     EXPECT_EQ(r.replay.verdict, Verdict::stale_decode);
     EXPECT_LE(r.call_lines, 60);
 }

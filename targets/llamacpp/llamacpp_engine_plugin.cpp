@@ -46,6 +46,7 @@
 #include "engine/sampling.hpp"
 #include "targets/abi_lists.hpp"
 #include "targets/llamacpp/llama_compat.hpp"
+#include "targets/llamacpp/llamacpp_memory_steps.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
 #include "kvweld/engine_abi.h"
 
@@ -63,6 +64,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+namespace llama_steps = kvweld::targets::llama_steps;
 
 namespace {
 
@@ -229,6 +232,22 @@ int& len_of(kvweld_engine* e, int32_t seq) {
 }
 
 llama_memory_t memory(kvweld_engine* e) { return llama_get_memory(e->ctx); }
+
+// An engine call's llama.h memory calls, from the one table the reproducer
+// writer prints too (llamacpp_memory_steps.hpp).
+void run_steps(kvweld_engine* e, const std::vector<llama_steps::Step>& steps) {
+    using llama_steps::Fn;
+    for (const llama_steps::Step& s : steps) switch (s.fn) {
+            case Fn::seq_rm: {
+                const bool removed = llama_memory_seq_rm(memory(e), s.seq, s.p0, s.p1);
+                require(removed || !s.checked, "llama_memory_seq_rm refused [", s.p0, ", ", s.p1, ")");
+                break;
+            }
+            case Fn::seq_cp: llama_memory_seq_cp(memory(e), s.seq, s.dst, s.p0, s.p1); break;
+            case Fn::seq_add: llama_memory_seq_add(memory(e), s.seq, s.p0, s.p1, s.delta); break;
+            case Fn::clear: llama_memory_clear(memory(e), true); break;
+        }
+}
 
 // decode_wrong_seq: the open sequence after `seq` (itself when it is alone).
 int32_t next_open(const kvweld_engine* e, int32_t seq) {
@@ -422,7 +441,7 @@ int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
         require(e->len[std::size_t(seq)] < 0, "sequence ", seq, " is already open");
-        llama_memory_seq_rm(memory(e), seq, -1, -1);
+        run_steps(e, llama_steps::empty(seq));
         e->len[std::size_t(seq)] = 0;
     });
 }
@@ -430,7 +449,7 @@ int open_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
 int close_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         len_of(e, seq);
-        llama_memory_seq_rm(memory(e), seq, -1, -1);
+        run_steps(e, llama_steps::empty(seq));
         e->len[std::size_t(seq)] = -1;
     });
 }
@@ -554,7 +573,7 @@ int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len
         int& len = len_of(e, seq);
         require(n >= 0 && n <= len, "truncate_to(", n, "): must be in 0..", len);
         const int keep = (e->faults & truncate_one_short) && n < len ? n + 1 : n;
-        require(llama_memory_seq_rm(memory(e), seq, keep, -1), "llama_memory_seq_rm refused");
+        run_steps(e, llama_steps::truncate(seq, keep));
         len = keep;
     });
 }
@@ -562,14 +581,14 @@ int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len
 int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         int& len = len_of(e, seq);
-        if (!(e->faults & skip_clear)) llama_memory_seq_rm(memory(e), seq, -1, -1);
+        if (!(e->faults & skip_clear)) run_steps(e, llama_steps::empty(seq));
         len = 0;
     });
 }
 
 int clear_all(kvweld_engine* e, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        llama_memory_clear(memory(e), true);
+        run_steps(e, llama_steps::clear_all());
         for (int& len : e->len)
             if (len > 0) len = 0;
     });
@@ -580,8 +599,7 @@ int copy_seq(kvweld_engine* e, int32_t src, int32_t dst, char* err, size_t err_l
         require(src != dst, "copy_seq: source and destination are both sequence ", src);
         const int n = len_of(e, src);
         int& to = len_of(e, dst);
-        llama_memory_seq_rm(memory(e), dst, -1, -1);
-        llama_memory_seq_cp(memory(e), src, dst, -1, -1);
+        run_steps(e, llama_steps::copy(src, dst));
         to = n;
     });
 }
@@ -595,9 +613,7 @@ int shift(kvweld_engine* e, int32_t seq, int32_t p0, int32_t p1, char* err, size
         require(p0 >= 0 && p0 <= p1 && p1 <= len, "shift: positions [", p0, ", ", p1, ") must lie in 0..", len,
                 " with p0 <= p1");
         require(llama_memory_can_shift(memory(e)), "llama.cpp cannot shift this context's memory (llama_memory_can_shift)");
-        if (p0 == p1) return;
-        require(llama_memory_seq_rm(memory(e), seq, p0, p1), "llama_memory_seq_rm refused [", p0, ", ", p1, ")");
-        llama_memory_seq_add(memory(e), seq, p1, -1, p0 - p1);
+        run_steps(e, llama_steps::shift(seq, p0, p1));
         len -= p1 - p0;
     });
 }

@@ -1,5 +1,6 @@
-// Each engine call as the llama.cpp plugin makes it (llamacpp_engine_plugin.cpp
-// is the mapping's source: a change there is a change here), written once
+// Each engine call as the llama.cpp plugin makes it (the memory calls from
+// the one table both use, llamacpp_memory_steps.hpp; the rest mirror
+// llamacpp_engine_plugin.cpp's functions of the same names), written once
 // for both contexts: `for (Side* s : live(both))` runs a line on the engine
 // and its ground truth, `live(engine_only)` on the engine alone (an op the
 // ground truth skips). The model and every adapter are generated in the
@@ -9,6 +10,7 @@
 
 #include "engine/adapters.hpp"
 #include "targets/abi_lists.hpp"
+#include "targets/llamacpp/llamacpp_memory_steps.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
@@ -43,19 +45,13 @@ public:
 
     void call(const MemoryCall& call) override {
         std::visit(Overloaded{
-                       [&](const calls::Open& c) { rm_all(c.seq); },
-                       [&](const calls::Close& c) { rm_all(c.seq); },
-                       [&](const calls::Clear& c) { rm_all(c.seq); },
-                       [&](const calls::Truncate& c) {
-                           each(cat("expect(*s, llama_memory_seq_rm(s->mem(), ", c.seq, ", ", c.n,
-                                    ", -1), \"llama_memory_seq_rm\");"));
-                       },
-                       [&](const calls::Copy& c) {
-                           each(cat("llama_memory_seq_rm(s->mem(), ", c.dst, ", -1, -1);"));
-                           each(cat("llama_memory_seq_cp(s->mem(), ", c.src, ", ", c.dst, ", -1, -1);"));
-                       },
-                       [&](const calls::ClearAll&) { each("llama_memory_clear(s->mem(), true);"); },
-                       [&](const calls::Shift& c) { shift(c); },
+                       [&](const calls::Open& c) { steps(llama_steps::empty(c.seq)); },
+                       [&](const calls::Close& c) { steps(llama_steps::empty(c.seq)); },
+                       [&](const calls::Clear& c) { steps(llama_steps::empty(c.seq)); },
+                       [&](const calls::Truncate& c) { steps(llama_steps::truncate(c.seq, c.n)); },
+                       [&](const calls::Copy& c) { steps(llama_steps::copy(c.src, c.dst)); },
+                       [&](const calls::ClearAll&) { steps(llama_steps::clear_all()); },
+                       [&](const calls::Shift& c) { steps(llama_steps::shift(c.seq, c.p0, c.p1)); },
                        [&](const calls::Save& c) { each(cat("save(*s, ", c.seq, ", ", c.id, ");")); },
                        [&](const calls::Load& c) { each(cat("load(*s, ", c.seq, ", ", c.id, ", ", c.len, ");")); },
                        [&](const calls::LoadRefused&) {},  // made of the plugin's own header check, not llama.cpp
@@ -113,13 +109,24 @@ private:
         ops_ += cat("    for (Side* s : live(", sides, ")) ", statement, "\n");
         ++call_lines_;
     }
-    void rm_all(int seq) { each(cat("llama_memory_seq_rm(s->mem(), ", seq, ", -1, -1);")); }
-    // A context shift as llama-server makes one (the plugin's shift()).
-    void shift(const calls::Shift& c) {
-        if (c.p0 == c.p1) return;
-        each(cat("{ expect(*s, llama_memory_seq_rm(s->mem(), ", c.seq, ", ", c.p0, ", ", c.p1,
-                 "), \"llama_memory_seq_rm\"); llama_memory_seq_add(s->mem(), ", c.seq, ", ", c.p1, ", -1, ",
-                 c.p0 - c.p1, "); }"));
+    // An engine call's llama.h memory calls, as the plugin runs them (the
+    // one table: llamacpp_memory_steps.hpp); a checked seq_rm must succeed.
+    void steps(const std::vector<llama_steps::Step>& steps) {
+        using llama_steps::Fn;
+        for (const llama_steps::Step& t : steps) switch (t.fn) {
+                case Fn::seq_rm: {
+                    const std::string rm = cat("llama_memory_seq_rm(s->mem(), ", t.seq, ", ", t.p0, ", ", t.p1, ")");
+                    each(t.checked ? cat("expect(*s, ", rm, ", \"llama_memory_seq_rm\");") : rm + ";");
+                    break;
+                }
+                case Fn::seq_cp:
+                    each(cat("llama_memory_seq_cp(s->mem(), ", t.seq, ", ", t.dst, ", ", t.p0, ", ", t.p1, ");"));
+                    break;
+                case Fn::seq_add:
+                    each(cat("llama_memory_seq_add(s->mem(), ", t.seq, ", ", t.p0, ", ", t.p1, ", ", t.delta, ");"));
+                    break;
+                case Fn::clear: each("llama_memory_clear(s->mem(), true);"); break;
+            }
     }
     void set_loras(const calls::SetLoras& c);
     void set_sampler(const calls::SetSampler& c);
