@@ -14,6 +14,7 @@
 #include "engine/model.hpp"
 #include "engine/sampling.hpp"
 #include "util/error.hpp"
+#include "util/overloaded.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -136,5 +137,40 @@ using MemoryCall = std::variant<calls::Open, calls::OpenSized, calls::Close, cal
     throw Error(cat("engine ", engine, ": ", call, " moves the caller's own bytes: make it through state_save or state_load"));
 }
 
+
+// Engine::apply for an engine whose members carry the calls' names (open,
+// close, truncate, clear, copy, clear_all, reload, swap_layer, pool_op,
+// migrate, open_sized, set_loras, set_cvec, set_warmup, shift, set_live,
+// set_sampler): each call to its member, exhaustively; the bytes a save or
+// load moves are the caller's (refuse_own_bytes).
+template <class E>
+void apply_to_members(E& e, const MemoryCall& call) {
+    std::visit(Overloaded{
+                   [&](const calls::Open& c) { e.open(c.seq); },
+                   [&](const calls::OpenSized& c) { e.open_sized(c.seq, c.capacity, c.recycle); },
+                   [&](const calls::Close& c) { e.close(c.seq); },
+                   [&](const calls::Truncate& c) { e.truncate(c.seq, c.n); },
+                   [&](const calls::Clear& c) { e.clear(c.seq); },
+                   [&](const calls::Copy& c) {
+                       if (c.opened) e.open(c.dst);
+                       e.copy(c.src, c.dst);
+                   },
+                   [&](const calls::ClearAll&) { e.clear_all(); },
+                   [&](const calls::Reload& c) { e.reload(*c.model); },
+                   [&](const calls::SwapLayer& c) { e.swap_layer(c.seq, c.layer); },
+                   [&](const calls::PoolOp& c) { e.pool_op(c.op); },
+                   [&](const calls::Migrate& c) { e.migrate(c.from, c.to); },
+                   [&](const calls::SetLoras& c) { e.set_loras(c.uses); },
+                   [&](const calls::SetCvec& c) { e.set_cvec(c.cvec); },
+                   [&](const calls::SetWarmup& c) { e.set_warmup(c.on); },
+                   [&](const calls::Shift& c) { e.shift(c.seq, c.p0, c.p1); },
+                   [&](const calls::SetLive& c) { e.set_live(c.key, c.value); },
+                   [&](const calls::SetSampler& c) { e.set_sampler(c.seq, c.spec ? &*c.spec : nullptr, c.in_place); },
+                   [&](const calls::Save&) { refuse_own_bytes(e.name(), "a state save"); },
+                   [&](const calls::Load&) { refuse_own_bytes(e.name(), "a state load"); },
+                   [&](const calls::LoadRefused&) { refuse_own_bytes(e.name(), "a refused state load"); },
+               },
+               call);
+}
 
 }  // namespace kvweld::targets

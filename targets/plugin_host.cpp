@@ -4,7 +4,6 @@
 
 #include "util/cat.hpp"
 #include "util/error.hpp"
-#include "util/overloaded.hpp"
 #include "engine/faults.hpp"
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
@@ -159,36 +158,16 @@ std::vector<std::string> PluginEngine::fault_names() const {
 
 PluginEngine::~PluginEngine() { library_->api().destroy(engine_); }
 
-void PluginEngine::apply(const MemoryCall& call) {
-    const auto no_white_box = [&](const char* what) {
-        throw Error(cat("engine ", name(), " runs behind the plugin ABI: no white box for ", what));
-    };
-    std::visit(Overloaded{
-                   [&](const calls::Open& c) { open(c.seq); },
-                   [&](const calls::Close& c) { close(c.seq); },
-                   [&](const calls::Truncate& c) { truncate(c.seq, c.n); },
-                   [&](const calls::Clear& c) { clear(c.seq); },
-                   [&](const calls::Copy& c) {
-                       if (c.opened) open(c.dst);
-                       copy(c.src, c.dst);
-                   },
-                   [&](const calls::ClearAll&) { clear_all(); },
-                   [&](const calls::Reload& c) { reload(*c.model); },
-                   [&](const calls::SwapLayer& c) { swap_layer(c.seq, c.layer); },
-                   [&](const calls::PoolOp& c) { pool_op(c.op); },
-                   [&](const calls::SetLoras& c) { set_loras(c.uses); },
-                   [&](const calls::SetCvec& c) { set_cvec(c.cvec); },
-                   [&](const calls::SetWarmup& c) { set_warmup(c.on); },
-                   [&](const calls::Shift& c) { shift(c.seq, c.p0, c.p1); },
-                   [&](const calls::SetLive& c) { set_live(c.key, c.value); },
-                   [&](const calls::SetSampler& c) { set_sampler(c.seq, c.spec ? &*c.spec : nullptr, c.in_place); },
-                   [&](const calls::OpenSized& c) { no_white_box(cat("an open of ", c.capacity, " positions").c_str()); },
-                   [&](const calls::Migrate& c) { no_white_box(cat("a migration from ", c.from, " to ", c.to).c_str()); },
-                   [&](const calls::Save&) { refuse_own_bytes(name(), "a state save"); },
-                   [&](const calls::Load&) { refuse_own_bytes(name(), "a state load"); },
-                   [&](const calls::LoadRefused&) { refuse_own_bytes(name(), "a refused state load"); },
-               },
-               call);
+void PluginEngine::apply(const MemoryCall& call) { apply_to_members(*this, call); }
+
+// The white box's calls: a plugin has none.
+void PluginEngine::open_sized(int seq, int capacity, bool) {
+    throw Error(cat("engine ", name(), " runs behind the plugin ABI: no white box for an open of sequence ", seq, " with ",
+                    capacity, " positions"));
+}
+
+void PluginEngine::migrate(int from, int to) {
+    throw Error(cat("engine ", name(), " runs behind the plugin ABI: no white box for a migration from ", from, " to ", to));
 }
 
 void PluginEngine::open(int seq) {

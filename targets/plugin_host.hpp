@@ -72,8 +72,8 @@ public:
     using Engine::decode;
     std::vector<float> decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
                               std::span<const std::uint8_t> outputs) override;
-    // Each memory call, to its C function (the members below); a white-box
-    // call (OpenSized, Migrate) is refused: a plugin has no white box.
+    // Each memory call, to its C function (the members below, through
+    // apply_to_members); a white-box call (OpenSized, Migrate) is refused.
     void apply(const MemoryCall& call) override;
     std::vector<std::uint8_t> state_save(int seq) override;
     void state_load(int seq, std::span<const std::uint8_t> bytes) override;
@@ -93,6 +93,10 @@ public:
 
 private:
     // The memory calls apply makes, one C function each.
+    template <class E>
+    friend void apply_to_members(E& e, const MemoryCall& call);
+    void open_sized(int seq, int capacity, bool recycle);
+    void migrate(int from, int to);
     void open(int seq);
     void close(int seq);
     void truncate(int seq, int n);

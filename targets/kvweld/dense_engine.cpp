@@ -2,7 +2,6 @@
 
 #include "util/cat.hpp"
 #include "util/error.hpp"
-#include "util/overloaded.hpp"
 #include "engine/kv_state.hpp"
 #include "targets/abi_lists.hpp"
 
@@ -72,34 +71,7 @@ KvCache DenseEngine::fresh_cache(int capacity) const {
     return KvCache::with_capacity(g);
 }
 
-void DenseEngine::apply(const MemoryCall& call) {
-    std::visit(Overloaded{
-                   [&](const calls::Open& c) { open(c.seq); },
-                   [&](const calls::OpenSized& c) { open_sized(c.seq, c.capacity, c.recycle); },
-                   [&](const calls::Close& c) { close(c.seq); },
-                   [&](const calls::Truncate& c) { truncate(c.seq, c.n); },
-                   [&](const calls::Clear& c) { clear(c.seq); },
-                   [&](const calls::Copy& c) {
-                       if (c.opened) open(c.dst);
-                       copy(c.src, c.dst);
-                   },
-                   [&](const calls::ClearAll&) { clear_all(); },
-                   [&](const calls::Reload& c) { reload(*c.model); },
-                   [&](const calls::SwapLayer& c) { swap_layer(c.seq, c.layer); },
-                   [&](const calls::PoolOp& c) { pool_op(c.op); },
-                   [&](const calls::Migrate& c) { migrate(c.from, c.to); },
-                   [&](const calls::SetLoras& c) { set_loras(c.uses); },
-                   [&](const calls::SetCvec& c) { set_cvec(c.cvec); },
-                   [&](const calls::SetWarmup& c) { set_warmup(c.on); },
-                   [&](const calls::Shift& c) { shift(c.seq, c.p0, c.p1); },
-                   [&](const calls::SetLive& c) { set_live(c.key, c.value); },
-                   [&](const calls::SetSampler& c) { set_sampler(c.seq, c.spec ? &*c.spec : nullptr, c.in_place); },
-                   [&](const calls::Save&) { refuse_own_bytes(name(), "a state save"); },
-                   [&](const calls::Load&) { refuse_own_bytes(name(), "a state load"); },
-                   [&](const calls::LoadRefused&) { refuse_own_bytes(name(), "a refused state load"); },
-               },
-               call);
-}
+void DenseEngine::apply(const MemoryCall& call) { apply_to_members(*this, call); }
 
 void DenseEngine::open(int seq) { open_sized(seq, setup_.n_ctx, false); }
 

@@ -66,8 +66,8 @@ public:
     const ModelConfig& config() const { return model_->config(); }
     const FaultSet& faults() const { return faults_; }
 
-    // Each memory call, to the member of that name below (the kvweld plugin
-    // calls those directly, as its C functions).
+    // Each memory call, to the member of that name below (apply_to_members;
+    // the kvweld plugin calls those directly, as its C functions).
     void apply(const MemoryCall& call) override;
     void open(int seq);
     void close(int seq);
