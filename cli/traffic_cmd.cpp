@@ -21,10 +21,8 @@ struct TrafficArgs {
     std::string mode = "churn";
 };
 
-int run_study(const TrafficParams& p, const TrafficStudyArgs& a) {
-    const EngineChoice base{a.engine, a.params, ""};
-    require_engine(base.engine);
-    const std::string name = engine_display_name(base.engine);
+// What the study runs, in one line (and the adapters', when there are any).
+void print_header(const TrafficParams& p, const TrafficStudyArgs& a, const std::string& name) {
     std::printf("traffic (%s) on engine %s: seed %llu, %d ticks, %d sequences, model %s, arrivals %.3g/tick, prompt "
                 "mean %d (chunks of %d), output mean %d, spec k=%d accept %.2f",
                 std::string(to_string(p.mode)).c_str(), name.c_str(), (unsigned long long)p.seed, p.ticks, p.slots,
@@ -42,6 +40,13 @@ int run_study(const TrafficParams& p, const TrafficStudyArgs& a) {
                     p.adapters,
                     p.adapter_switch == AdapterSwitch::set ? "setting the one adapter (none for the base)"
                                                            : "the scales of one set of every adapter (1 for the call's, 0 for the rest)");
+}
+
+int run_study(const TrafficParams& p, const TrafficStudyArgs& a) {
+    const EngineChoice base{a.engine, a.params, ""};
+    require_engine(base.engine);
+    const std::string name = engine_display_name(base.engine);
+    print_header(p, a, name);
     std::fflush(stdout);
     const BuildCosts costs = measure_build_costs(p, base);
     for (const auto& [setting, secs] : costs)
@@ -70,7 +75,6 @@ int run_study(const TrafficParams& p, const TrafficStudyArgs& a) {
     std::printf("traffic verdict: %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
-
 
 }  // namespace
 

@@ -137,7 +137,6 @@ using MemoryCall = std::variant<calls::Open, calls::OpenSized, calls::Close, cal
     throw Error(cat("engine ", engine, ": ", call, " moves the caller's own bytes: make it through state_save or state_load"));
 }
 
-
 // Engine::apply for an engine whose members carry the calls' names (open,
 // close, truncate, clear, copy, clear_all, reload, swap_layer, pool_op,
 // migrate, open_sized, set_loras, set_cvec, set_warmup, shift, set_live,

@@ -28,18 +28,23 @@ struct Step {
 };
 
 // An open, a close and a clear empty the sequence.
-inline std::vector<Step> empty(int seq) { return {{Fn::seq_rm, seq}}; }
+inline std::vector<Step> empty(int seq) { return {{.fn = Fn::seq_rm, .seq = seq}}; }
 // A rewind to `keep` positions.
-inline std::vector<Step> truncate(int seq, int keep) { return {{Fn::seq_rm, seq, -1, keep, -1, 0, true}}; }
+inline std::vector<Step> truncate(int seq, int keep) {
+    return {{.fn = Fn::seq_rm, .seq = seq, .p0 = keep, .checked = true}};
+}
 // dst emptied, then given src's positions.
-inline std::vector<Step> copy(int src, int dst) { return {{Fn::seq_rm, dst}, {Fn::seq_cp, src, dst}}; }
-inline std::vector<Step> clear_all() { return {{Fn::clear}}; }
+inline std::vector<Step> copy(int src, int dst) {
+    return {{.fn = Fn::seq_rm, .seq = dst}, {.fn = Fn::seq_cp, .seq = src, .dst = dst}};
+}
+inline std::vector<Step> clear_all() { return {{.fn = Fn::clear}}; }
 // A context shift as llama-server makes one: [p0, p1) removed, the later
 // positions moved down (llama.cpp re-rotates their keys at the next
 // decode's memory update, its K-shift). Nothing where p0 == p1.
 inline std::vector<Step> shift(int seq, int p0, int p1) {
     if (p0 == p1) return {};
-    return {{Fn::seq_rm, seq, -1, p0, p1, 0, true}, {Fn::seq_add, seq, -1, p1, -1, p0 - p1}};
+    return {{.fn = Fn::seq_rm, .seq = seq, .p0 = p0, .p1 = p1, .checked = true},
+            {.fn = Fn::seq_add, .seq = seq, .p0 = p1, .delta = p0 - p1}};
 }
 
 }  // namespace kvweld::targets::llama_steps
