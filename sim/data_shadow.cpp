@@ -63,9 +63,9 @@ void DataShadow::on_call(const MemoryCall& call) {
                        require(it != saved_.end(), "data shadow: no saved state ", c.id);
                        shadows_[c.seq] = std::make_unique<ReferenceKv>(it->second);
                    },
-                   // A rewind, a clear or a reload leaves rows the refeed
+                   // A rewind, a clear, a keep or a reload leaves rows the refeed
                    // overwrites; the rest change no sequence's history.
-                   Ignored<calls::Truncate, calls::Clear, calls::ClearAll, calls::Reload, calls::SwapLayer,
+                   Ignored<calls::Truncate, calls::Clear, calls::Keep, calls::ClearAll, calls::Reload, calls::SwapLayer,
                            calls::PoolOp, calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::LoadRefused,
                            calls::SetSampler>{},
                },

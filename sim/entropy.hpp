@@ -1,4 +1,4 @@
-// Where the op table's draws come from (sim/op_table.cpp): the swarm's
+// Where the op table's draws come from (each kind's, sim/ops/<name>.cpp): the swarm's
 // seeded PRNG, or a fuzzer's input bytes (fuzz/ops_fuzzer.cpp), so that
 // both generate ops with the one draw per kind. Every draw a seed makes
 // goes through here in the same order as before the table, so a seed's

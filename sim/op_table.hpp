@@ -1,4 +1,4 @@
-// The op table's generic face (sim/op_table.cpp holds one row per kind):
+// The op table's generic face (sim/op_table.cpp; each kind's row is in sim/ops/<name>.cpp):
 // which sequences an op of a kind may act on now, and one op drawn over an
 // entropy source. The swarm's generator, the replay and the ops fuzzer use
 // these and nothing else, so a new kind is drawn by all the moment its row

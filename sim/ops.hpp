@@ -1,9 +1,11 @@
 // The simulator's operations (sim/simulator.hpp): what a server does to an
-// engine through the engine interface. One table: each kind is one struct
-// below, holding its typed arguments, its name and its OpKind; the variant
-// OpArgs lists them in OpKind's order, and sim/op_table.cpp gives each its
-// JSON both ways, when it is eligible and its one draw over an entropy
-// source (the swarm's PRNG, or a fuzzer's input bytes: sim/entropy.hpp).
+// engine through the engine interface. Each kind is one struct below,
+// holding its typed arguments, its name and its OpKind; the variant OpArgs
+// lists them in OpKind's order. Everything else of a kind is in its own
+// file, sim/ops/<name>.cpp: when it is eligible and its one draw over an
+// entropy source (the swarm's PRNG, or a fuzzer's input bytes:
+// sim/entropy.hpp), its JSON both ways (KVWELD_OP_ROW below), and what it
+// does (Simulator::run). A kind whose file lacks one of them does not link.
 // Sequence choices are picks (an index into whatever is eligible when the
 // op runs), so a trace replays without the generator and stays meaningful
 // after shrinking.
@@ -19,9 +21,22 @@
 
 namespace kvweld::sim {
 
+class Entropy;
+class Simulator;
+
+// An op struct's row, defined in sim/ops/<name>.cpp: the sequences it may
+// act on now ({0} for an op of the engine's that needs no sequence; empty:
+// it cannot run now), its draw (`pick` chooses among the eligible), and
+// its JSON both ways (read is strict and throws Error naming the field).
+#define KVWELD_OP_ROW(T)                                         \
+    static std::vector<int> eligible(const Simulator& s);        \
+    static T draw(const Simulator& s, Entropy& e, std::uint32_t pick); \
+    static void write(nlohmann::json& j, const T& a);            \
+    static T read(const nlohmann::json& j)
+
 enum class OpKind : std::uint8_t {
     admit, step, truncate, preempt, fork, retire, clear_all, reload, swap_layer, compact, grow, reset, invalid,
-    migrate, lora, cvec, warmup, shift, save, load, steady, live, sampler, abort,
+    migrate, lora, cvec, warmup, shift, save, load, steady, live, sampler, abort, keep,
 };
 
 // The most saved states a run keeps (the oldest goes first), and the
@@ -46,6 +61,7 @@ struct Rewrite {
 struct Admit {
     static constexpr OpKind kind = OpKind::admit;
     static constexpr std::string_view name = "admit";
+    KVWELD_OP_ROW(Admit);
     std::uint32_t pick = 0;
     std::vector<int> prompt = {};
     int max_new = 0;            // output budget
@@ -56,6 +72,7 @@ struct Admit {
 struct Step {
     static constexpr OpKind kind = OpKind::step;
     static constexpr std::string_view name = "step";
+    KVWELD_OP_ROW(Step);
     // Tokens asked of each sequence id (0 = sits out). A sequence in prefill
     // feeds up to that many prompt tokens (a chunk); one decoding feeds its
     // pending token and up to wants-1 speculative drafts.
@@ -67,6 +84,7 @@ struct Step {
 struct Truncate {
     static constexpr OpKind kind = OpKind::truncate;
     static constexpr std::string_view name = "truncate";
+    KVWELD_OP_ROW(Truncate);
     std::uint32_t pick = 0;
     std::uint32_t length = 0;  // the new length, mod the length + 1
     Rewrite rewrite = {};
@@ -75,6 +93,7 @@ struct Truncate {
 struct Preempt {
     static constexpr OpKind kind = OpKind::preempt;
     static constexpr std::string_view name = "preempt";
+    KVWELD_OP_ROW(Preempt);
     std::uint32_t pick = 0;
     Rewrite rewrite = {};
 };
@@ -82,6 +101,7 @@ struct Preempt {
 struct Fork {
     static constexpr OpKind kind = OpKind::fork;
     static constexpr std::string_view name = "fork";
+    KVWELD_OP_ROW(Fork);
     std::uint32_t pick = 0;  // the source
     std::uint32_t to = 0;    // which destination
     bool onto_open = false;  // onto an open sequence (its positions replaced), where there is one
@@ -90,17 +110,20 @@ struct Fork {
 struct Retire {
     static constexpr OpKind kind = OpKind::retire;
     static constexpr std::string_view name = "retire";
+    KVWELD_OP_ROW(Retire);
     std::uint32_t pick = 0;
 };
 // Clear every sequence; each re-prefills.
 struct ClearAll {
     static constexpr OpKind kind = OpKind::clear_all;
     static constexpr std::string_view name = "clear_all";
+    KVWELD_OP_ROW(ClearAll);
 };
 // The engine reloads the model (same shape, same or new weights); every sequence re-prefills.
 struct Reload {
     static constexpr OpKind kind = OpKind::reload;
     static constexpr std::string_view name = "reload";
+    KVWELD_OP_ROW(Reload);
     bool same_weights = false;
     std::uint64_t seed = 0;  // the new weights
 };
@@ -108,6 +131,7 @@ struct Reload {
 struct SwapLayer {
     static constexpr OpKind kind = OpKind::swap_layer;
     static constexpr std::string_view name = "swap_layer";
+    KVWELD_OP_ROW(SwapLayer);
     std::uint32_t pick = 0;
     int layer = 0;  // mod the model's layers
 };
@@ -115,21 +139,25 @@ struct SwapLayer {
 struct Compact {
     static constexpr OpKind kind = OpKind::compact;
     static constexpr std::string_view name = "compact";
+    KVWELD_OP_ROW(Compact);
 };
 // Paged KV: the engine replaces its pool's storage with a larger one.
 struct Grow {
     static constexpr OpKind kind = OpKind::grow;
     static constexpr std::string_view name = "grow";
+    KVWELD_OP_ROW(Grow);
 };
 // Paged KV: every sequence emptied, the pool's storage replaced; every sequence re-prefills.
 struct Reset {
     static constexpr OpKind kind = OpKind::reset;
     static constexpr std::string_view name = "reset";
+    KVWELD_OP_ROW(Reset);
 };
 // A call the engine must refuse, naming the bad value, and that changes nothing.
 struct Invalid {
     static constexpr OpKind kind = OpKind::invalid;
     static constexpr std::string_view name = "invalid";
+    KVWELD_OP_ROW(Invalid);
     std::uint32_t pick = 0;
     std::uint32_t call = 0;  // which bad call, of those the state allows
     std::uint64_t seed = 0;  // the bad value
@@ -138,6 +166,7 @@ struct Invalid {
 struct Migrate {
     static constexpr OpKind kind = OpKind::migrate;
     static constexpr std::string_view name = "migrate";
+    KVWELD_OP_ROW(Migrate);
     std::uint32_t pick = 0;
     std::uint32_t to = 0;
 };
@@ -145,6 +174,7 @@ struct Migrate {
 struct Lora {
     static constexpr OpKind kind = OpKind::lora;
     static constexpr std::string_view name = "lora";
+    KVWELD_OP_ROW(Lora);
     std::vector<int> adapters = {};  // which of the run's adapters (0..kLoraPool-1, each once), in order
     std::vector<float> scales = {};  // each one's scale
 };
@@ -152,6 +182,7 @@ struct Lora {
 struct Cvec {
     static constexpr OpKind kind = OpKind::cvec;
     static constexpr std::string_view name = "cvec";
+    KVWELD_OP_ROW(Cvec);
     bool clear = false;      // none from now on
     std::uint64_t seed = 0;  // the vector's data
     int start = 0, end = 0;  // the range [start, end], each mod the model's layers
@@ -160,12 +191,14 @@ struct Cvec {
 struct Warmup {
     static constexpr OpKind kind = OpKind::warmup;
     static constexpr std::string_view name = "warmup";
+    KVWELD_OP_ROW(Warmup);
     bool on = false;
 };
 // A context shift: keep the first n_keep positions, drop a chunk after them, move the rest down.
 struct Shift {
     static constexpr OpKind kind = OpKind::shift;
     static constexpr std::string_view name = "shift";
+    KVWELD_OP_ROW(Shift);
     std::uint32_t pick = 0;
     std::uint32_t keep = 0;     // n_keep, mod the length
     std::uint32_t discard = 0;  // how many positions it drops (1..what follows n_keep), 16 bits a round
@@ -175,12 +208,14 @@ struct Shift {
 struct Save {
     static constexpr OpKind kind = OpKind::save;
     static constexpr std::string_view name = "save";
+    KVWELD_OP_ROW(Save);
     std::uint32_t pick = 0;
 };
 // A saved state loaded into an open or a free sequence (same or another, maybe after others left).
 struct Load {
     static constexpr OpKind kind = OpKind::load;
     static constexpr std::string_view name = "load";
+    KVWELD_OP_ROW(Load);
     std::uint32_t state = 0;  // which saved state
     std::uint32_t to = 0;     // which destination
     bool onto_open = false;
@@ -189,6 +224,7 @@ struct Load {
 struct Steady {
     static constexpr OpKind kind = OpKind::steady;
     static constexpr std::string_view name = "steady";
+    KVWELD_OP_ROW(Steady);
     std::vector<int> wants = {};
     std::uint64_t seed = 0;
     std::uint32_t steps = 0;
@@ -200,6 +236,7 @@ struct Steady {
 struct Live {
     static constexpr OpKind kind = OpKind::live;
     static constexpr std::string_view name = "live";
+    KVWELD_OP_ROW(Live);
     std::string key = {}, value = {};
 };
 
@@ -209,6 +246,7 @@ struct Live {
 struct SetSampler {
     static constexpr OpKind kind = OpKind::sampler;
     static constexpr std::string_view name = "sampler";
+    KVWELD_OP_ROW(SetSampler);
     std::uint32_t seq = 0;  // the sequence id, mod the run's sequences
     int top_k = 0;          // 0: greedy; 1..8: top-k then a seeded draw; -1: clear
     std::uint32_t seed = 0;
@@ -223,7 +261,18 @@ struct SetSampler {
 struct Abort {
     static constexpr OpKind kind = OpKind::abort;
     static constexpr std::string_view name = "abort";
+    KVWELD_OP_ROW(Abort);
     std::uint32_t after = 0;
+};
+
+// Every open sequence but one emptied (ABI 14: llama.cpp's
+// llama_memory_seq_keep, as a program keeps the winner of a parallel
+// sampling or a beam search); each emptied one re-prefills.
+struct Keep {
+    static constexpr OpKind kind = OpKind::keep;
+    static constexpr std::string_view name = "keep";
+    KVWELD_OP_ROW(Keep);
+    std::uint32_t pick = 0;  // the one kept
 };
 
 }  // namespace ops
@@ -232,7 +281,7 @@ struct Abort {
 using OpArgs = std::variant<ops::Admit, ops::Step, ops::Truncate, ops::Preempt, ops::Fork, ops::Retire, ops::ClearAll,
                             ops::Reload, ops::SwapLayer, ops::Compact, ops::Grow, ops::Reset, ops::Invalid,
                             ops::Migrate, ops::Lora, ops::Cvec, ops::Warmup, ops::Shift, ops::Save, ops::Load,
-                            ops::Steady, ops::Live, ops::SetSampler, ops::Abort>;
+                            ops::Steady, ops::Live, ops::SetSampler, ops::Abort, ops::Keep>;
 inline constexpr int kOpKinds = int(std::variant_size_v<OpArgs>);
 
 namespace detail {

@@ -24,6 +24,9 @@ void BlockLedger::on_call(const MemoryCall& call) {
     std::visit(Overloaded{
                    [&](const calls::Truncate& c) { model_.truncate(c.seq, c.n); },
                    [&](const calls::Clear& c) { model_.clear(c.seq); },
+                   [&](const calls::Keep& c) {
+                       for (int s : c.emptied) model_.clear(s);
+                   },
                    [&](const calls::Copy& c) { model_.fork(c.src, c.dst); },
                    [&](const calls::Close& c) { model_.close(c.seq); },
                    [&](const calls::ClearAll&) { model_.clear_all(); },

@@ -65,6 +65,9 @@ void StorageLedger::on_call(const MemoryCall& call) {
                        if (!c.drafts) after(SeqOp::truncate, c.seq);
                    },
                    [&](const calls::Clear& c) { after(SeqOp::clear, c.seq); },
+                   [&](const calls::Keep& c) {
+                       for (int s : c.emptied) after(SeqOp::clear, s);
+                   },
                    [&](const calls::Copy& c) { after(SeqOp::copy_into, c.dst); },
                    [&](const calls::ClearAll&) { every_open(SeqOp::clear); },
                    [&](const calls::Reload&) { every_open(SeqOp::reload); },

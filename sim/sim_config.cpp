@@ -84,6 +84,7 @@ constexpr std::uint64_t kStateStream = 0x73746174652d6f70ULL;
 constexpr std::uint64_t kLiveStream = 0x6c6976652d6f7073ULL;
 constexpr std::uint64_t kSamplerStream = 0x73616d706c65722dULL;
 constexpr std::uint64_t kAbortStream = 0x61626f72742d6f70ULL;
+constexpr std::uint64_t kKeepStream = 0x6b6565702d6f7073ULL;
 
 // Context shifts, state save and load, and steady phases, where the engine
 // does them: on a stream of their own too (seeds drew the same ops as
@@ -130,6 +131,15 @@ void draw_abort_ops(SimConfig& c, std::uint32_t capabilities) {
     const int w = int(rng.range(1, 6));
     const bool on = rng.chance(0.35);
     c.weights[int(OpKind::abort)] = (capabilities & KVWELD_CAP_ABORT) && !c.engine.peer && on ? w : 0;
+}
+
+// Keep (ABI 14), where the engine has it: on a stream of its own, on about
+// a third of the seeds, rare where on (it empties every other sequence).
+void draw_keep_ops(SimConfig& c, std::uint32_t capabilities) {
+    Rng rng(c.seed ^ kKeepStream);
+    const int w = int(rng.range(1, 4));
+    const bool on = rng.chance(0.35);
+    c.weights[int(OpKind::keep)] = (capabilities & KVWELD_CAP_KEEP) && on ? w : 0;
 }
 
 }  // namespace
@@ -194,6 +204,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     draw_live_ops(c);
     draw_sampler_ops(c, capabilities);
     draw_abort_ops(c, capabilities);
+    draw_keep_ops(c, capabilities);
     return c;
 }
 

@@ -2,7 +2,6 @@
 
 #include "util/cat.hpp"
 #include "util/error.hpp"
-#include "sim/choose.hpp"
 #include "sim/observers.hpp"
 #include "targets/registry.hpp"
 
@@ -15,8 +14,6 @@ namespace kvweld::sim {
 
 namespace {
 
-constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's batch)
-constexpr std::uint64_t kParkStream = 0x7061726b65642d74ULL;
 
 // What a run may hold at once: per sequence the engine's KV (n_ctx
 // positions) and the reference's shadow (the model's max_seq_len).
@@ -243,26 +240,6 @@ std::map<int, int> Simulator::kept_after_abort(const Batch& called) {
     return kept;
 }
 
-void Simulator::run(const ops::Admit& op, int seq) {
-    for (int t : op.prompt)
-        require(t < config_.model.vocab, "admit: prompt token ", t, " out of range: vocab is ", config_.model.vocab);
-    Request r;
-    r.capacity = config_.n_ctx;
-    MemoryCall call = calls::Open{seq};
-    if (white_box_) {  // a capacity of the seed's, or the storage the slot kept
-        const bool recycle = op.recycle && kept_capacity_[std::size_t(seq)] > 0;
-        if (recycle) r.capacity = kept_capacity_[std::size_t(seq)];
-        else if (!config_.capacities.empty()) r.capacity = config_.capacities[op.capacity % config_.capacities.size()];
-        call = calls::OpenSized{seq, r.capacity, recycle};
-    }
-    make(call);
-    r.queue.assign(op.prompt.begin(), op.prompt.begin() + long(std::min(op.prompt.size(), std::size_t(r.capacity))));
-    r.max_new = op.max_new;
-    requests_[std::size_t(seq)].emplace(std::move(r));
-    publish(call);
-    ++stats_.requests;
-}
-
 void Simulator::requeue_all() {
     for (auto& r : requests_)
         if (r) requeue_from(*r, 0);
@@ -283,145 +260,12 @@ void Simulator::rewrite_requeued(const ops::Rewrite& rewrite, Request& r, std::s
         r.queue[i] = int((std::uint64_t(r.queue[i]) + 1 + rng.below(vocab - 1)) % vocab);
 }
 
-void Simulator::run(const ops::Truncate& op, int seq) {
-    Request& r = *requests_[std::size_t(seq)];
-    const int n = int(op.length % (r.history.size() + 1));
-    const calls::Truncate call{seq, n};
-    make(call);
-    const std::size_t dropped = r.history.size() - std::size_t(n);
-    requeue_from(r, std::size_t(n));
-    rewrite_requeued(op.rewrite, r, dropped);
-    publish(call);
-}
-
-void Simulator::run(const ops::Preempt& op, int seq) {
-    const calls::Clear call{seq};
-    make(call);
-    Request& r = *requests_[std::size_t(seq)];
-    const std::size_t dropped = r.history.size();
-    requeue_from(r, 0);
-    rewrite_requeued(op.rewrite, r, dropped);
-    publish(call);
-}
-
-// A free sequence, or with onto_open (or none free) another open one,
-// whose positions the copy replaces.
-int Simulator::fork_destination(const ops::Fork& op, int src) const {
-    std::vector<int> open;
-    for (int s = 0; s < config_.seqs; ++s)
-        if (s != src && requests_[std::size_t(s)]) open.push_back(s);
-    const std::vector<int> free = free_seqs();
-    const std::vector<int>& to = (op.onto_open && !open.empty()) || free.empty() ? open : free;
-    return to[op.to % to.size()];
-}
-
-void Simulator::run(const ops::Fork& op, int src) {
-    const int dst = fork_destination(op, src);
-    const calls::Copy call{src, dst, !requests_[std::size_t(dst)]};
-    make(call);
-    requests_[std::size_t(dst)] = requests_[std::size_t(src)];
-    publish(call);
-    ++stats_.requests;
-}
-
-void Simulator::run(const ops::Retire&, int seq) {
-    const calls::Close call{seq};
-    make(call);
-    kept_capacity_[std::size_t(seq)] = requests_[std::size_t(seq)]->capacity;  // the slot keeps its storage
-    requests_[std::size_t(seq)].reset();
-    publish(call);
-}
-
-// White box: the request and its storage move to a free slot, whose held
-// plan was built on other storage (or none).
-void Simulator::run(const ops::Migrate& op, int from) {
-    const std::vector<int> free = free_seqs();
-    const int to = free[op.to % free.size()];
-    const calls::Migrate call{from, to};
-    make(call);
-    requests_[std::size_t(to)] = std::move(requests_[std::size_t(from)]);
-    requests_[std::size_t(from)].reset();
-    kept_capacity_[std::size_t(to)] = kept_capacity_[std::size_t(from)];
-    kept_capacity_[std::size_t(from)] = 0;
-    publish(call);
-}
-
-void Simulator::run(const ops::Lora& op, int) {
-    std::vector<LoraUse> uses;
-    for (std::size_t i = 0; i < op.adapters.size() && i < op.scales.size(); ++i)
-        uses.push_back({lora_pool_[std::size_t(op.adapters[i]) % lora_pool_.size()], op.scales[i]});
-    make(calls::SetLoras{uses, nullptr, nullptr});
-    const Adapters before = adapters_;
-    adapters_.set_loras(config_.model, uses);
-    publish(calls::SetLoras{uses, &before, &adapters_});
-}
-
-void Simulator::run(const ops::Cvec& op, int) {
-    std::optional<ControlVector> cvec;
-    if (!op.clear) {
-        const int layers = config_.model.n_layers, start = op.start % layers;
-        cvec = ControlVector::random(config_.model, op.seed, start, std::max(start, op.end % layers));
-    }
-    const ControlVector* given = cvec ? &*cvec : nullptr;
-    make(calls::SetCvec{given, nullptr, nullptr});
-    const Adapters before = adapters_;
-    adapters_.set_cvec(config_.model, cvec);
-    publish(calls::SetCvec{given, &before, &adapters_});
-}
-
-void Simulator::run(const ops::Warmup& op, int) {
-    make(calls::SetWarmup{op.on, nullptr, nullptr});
-    const Adapters before = adapters_;
-    adapters_.set_warmup(op.on);
-    publish(calls::SetWarmup{op.on, &before, &adapters_});
-}
-
 void Simulator::truncate_rejected(int seq, int n) {
     const int kept = spec_reject_fault_ ? n + 1 : n;  // the scheduler's fault keeps one rejected row
     const calls::Truncate call{seq, kept, true};
     make(call);
     publish(call);
 }
-
-void Simulator::run(const ops::ClearAll&, int) {
-    make(calls::ClearAll{});
-    requeue_all();
-    publish(calls::ClearAll{});
-}
-
-// The reference takes the same weights the engine is given; every sequence
-// starts over (the ABI's reload empties them).
-void Simulator::run(const ops::Reload& op, int) {
-    const std::uint64_t seed = op.same_weights ? weights_seed_ : op.seed;
-    Model next = Model::random(config_.model, seed);
-    make(calls::Reload{&next});
-    model_ = std::move(next);
-    weights_generation_ += seed != weights_seed_;
-    weights_seed_ = seed;
-    ++model_generation_;
-    requeue_all();
-    publish(calls::Reload{&model_});
-}
-
-void Simulator::run(const ops::SwapLayer& op, int seq) {
-    const calls::SwapLayer call{seq, op.layer % config_.model.n_layers};
-    make(call);
-    publish(call);
-}
-
-void Simulator::run(const ops::Reset&, int) {
-    make(calls::PoolOp{KVWELD_POOL_RESET});
-    requeue_all();
-    publish(calls::PoolOp{KVWELD_POOL_RESET});
-}
-
-void Simulator::run(const ops::Live& op, int) {
-    const calls::SetLive call{op.key, op.value};
-    make(call);
-    publish(call);
-}
-
-void Simulator::run(const ops::Abort& op, int) { abort_armed_ = op.after; }
 
 // After an aborted call, as a server goes on: a prefill keeps the prompt
 // tokens the engine kept but the queue's last (whose row chooses the next
@@ -437,93 +281,6 @@ void Simulator::adopt_kept(int seq, bool prefill, int length, const std::vector<
     const calls::Truncate call{seq, int(held + adopt)};
     make(call);
     publish(call);
-}
-
-// In place only where the id holds a chain (the simulator's own account).
-void Simulator::run(const ops::SetSampler& op, int) {
-    const int seq = int(op.seq % std::uint32_t(config_.seqs));
-    const bool held = samplers_.count(seq) > 0;
-    const calls::SetSampler call{seq, op.top_k < 0 ? std::nullopt : std::optional<SamplerSpec>({op.top_k, op.seed}),
-                                 op.in_place && held && op.top_k >= 0};
-    make(call);
-    if (call.spec) samplers_[seq] = *call.spec;
-    else samplers_.erase(seq);
-    publish(call);
-}
-
-void Simulator::run(const ops::Compact&, int) {
-    make(calls::PoolOp{KVWELD_POOL_COMPACT});
-    publish(calls::PoolOp{KVWELD_POOL_COMPACT});
-}
-
-void Simulator::run(const ops::Grow&, int) {
-    make(calls::PoolOp{KVWELD_POOL_GROW});
-    publish(calls::PoolOp{KVWELD_POOL_GROW});
-}
-
-// One batched step: each sequence asked for tokens feeds a prefill chunk
-// or its pending token and drafts; after the call, rejected drafts are
-// truncated away and each sequence whose queue ran out gets its next token.
-bool Simulator::run(const ops::Step& op, int) {
-    Rng rng(op.seed);
-    std::vector<Pair> pairs;
-    struct Part {
-        int seq;
-        std::size_t first, count;
-        int accepted;  // drafts kept (decoding) or -1 (prefill)
-    };
-    std::vector<Part> parts;
-    for (int s = 0; s < config_.seqs && s < int(op.wants.size()); ++s) {
-        auto& r = requests_[std::size_t(s)];
-        const int room = r ? r->capacity - int(r->history.size()) : 0;
-        const int budget = kMaxCallTokens - int(pairs.size());
-        int k = std::min({op.wants[std::size_t(s)], config_.max_chunk, room, budget});
-        if (!r || r->done() || k <= 0) continue;
-        Part part{s, pairs.size(), 0, -1};
-        const int pos = int(r->history.size());
-        if (r->decoding) {
-            std::vector<int> fed{r->queue.front()};
-            for (int d = 1; d < k; ++d) fed.push_back(int(rng.below(std::uint64_t(config_.model.vocab))));
-            part.accepted = 0;
-            while (part.accepted < k - 1 && rng.chance(config_.accept_mean)) ++part.accepted;
-            for (int i = 0; i < k; ++i) pairs.push_back({s, fed[std::size_t(i)], pos + i});
-            stats_.drafts += std::uint64_t(k - 1);
-            stats_.rejected += std::uint64_t(k - 1 - part.accepted);
-        } else {
-            k = std::min(k, int(r->queue.size()));
-            const bool last_only = op.last_only && (engine_->capabilities() & KVWELD_CAP_OUTPUTS);
-            for (int i = 0; i < k; ++i) pairs.push_back({s, r->queue[std::size_t(i)], pos + i, !last_only || i == k - 1});
-        }
-        part.count = std::size_t(k);
-        parts.push_back(part);
-    }
-    if (pairs.empty()) return false;
-    const Decoding decoded = decode(pairs);
-    if (decoded.kept) {  // stopped by the abort callback
-        for (const Part& part : parts) adopt_kept(part.seq, part.accepted < 0, decoded.kept->at(part.seq), pairs, part.first);
-        return true;
-    }
-    const std::vector<std::vector<float>>& want = decoded.want;
-    for (const Part& part : parts) {
-        Request& r = *requests_[std::size_t(part.seq)];
-        const std::size_t kept = part.accepted < 0 ? part.count : std::size_t(1 + part.accepted);
-        for (std::size_t i = 0; i < kept; ++i) r.history.push_back(pairs[part.first + i].token);
-        r.queue.erase(r.queue.begin(), r.queue.begin() + long(std::min(r.queue.size(), part.accepted < 0 ? part.count : 1)));
-        if (kept < part.count) truncate_rejected(part.seq, int(r.history.size()));  // rewind to what was accepted
-        r.generated += part.accepted > 0 ? part.accepted : 0;
-        if (!r.queue.empty()) continue;
-        r.decoding = false;
-        if (r.generated >= r.max_new) continue;  // done
-        if (int(r.history.size()) >= r.capacity) {  // full: its next token waits for a context shift
-            Rng park(op.seed ^ kParkStream ^ std::uint64_t(part.seq));  // not the step's stream: its draws stay as they were
-            r.parked = choose_token(want[part.first + kept - 1], config_.sampled, park);
-            continue;
-        }
-        r.queue.push_back(choose_token(want[part.first + kept - 1], config_.sampled, rng));
-        r.decoding = true;
-        ++r.generated;
-    }
-    return true;
 }
 
 }  // namespace kvweld::sim

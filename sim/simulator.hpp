@@ -102,10 +102,12 @@ public:
 private:
     void open_observers(bool checked);
 
-    // Each op kind's effect, one overload per kind (sim/ops.hpp): the
-    // engine calls and the simulator's own account. `seq` is the eligible
-    // sequence the op's pick chose (0 for an op that picks none). A step or
-    // a steady phase returns whether any sequence fed a token.
+    // Each op kind's effect, one overload per kind, each defined in its
+    // kind's file (sim/ops/<name>.cpp): the engine calls and the simulator's
+    // own account. `seq` is the eligible sequence the op's pick chose (0 for
+    // an op that picks none). A step or a steady phase returns whether any
+    // sequence fed a token. The invalid op's calls must each be refused with
+    // an error naming the bad value, and must change nothing.
     void run(const ops::Admit& op, int seq);
     bool run(const ops::Step& op, int seq);
     void run(const ops::Truncate& op, int seq);
@@ -118,14 +120,11 @@ private:
     void run(const ops::Compact& op, int seq);
     void run(const ops::Grow& op, int seq);
     void run(const ops::Reset& op, int seq);
-    // The invalid calls (one table, invalid_ops.cpp): each must be refused
-    // with an error naming the bad value, and must change nothing.
     void run(const ops::Invalid& op, int seq);
     void run(const ops::Migrate& op, int from);
     void run(const ops::Lora& op, int seq);  // the adapters the engine and the reference run with
     void run(const ops::Cvec& op, int seq);
     void run(const ops::Warmup& op, int seq);
-    // Context shifts, state save and load, steady phases (sequence_state.cpp).
     void run(const ops::Shift& op, int seq);
     void run(const ops::Save& op, int seq);
     void run(const ops::Load& op, int seq);
@@ -133,6 +132,7 @@ private:
     void run(const ops::Live& op, int seq);
     void run(const ops::SetSampler& op, int seq);
     void run(const ops::Abort& op, int seq);  // armed for the next decode call
+    void run(const ops::Keep& op, int seq);
     int fork_destination(const ops::Fork& op, int src) const;
     void shift_once(int seq, int p0, int p1);
 

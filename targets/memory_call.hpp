@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace kvweld::targets {
 
@@ -124,12 +125,21 @@ struct SetSampler {
     bool in_place = false;
 };
 
+// ABI 14, KVWELD_CAP_KEEP (llama.cpp's llama_memory_seq_keep): every
+// sequence but `seq` emptied; `emptied` is the simulator's account of the
+// other open ones that held positions (the only ones it changes), which
+// the engine does not need.
+struct Keep {
+    int seq;
+    std::vector<int> emptied;
+};
+
 }  // namespace calls
 
 using MemoryCall = std::variant<calls::Open, calls::OpenSized, calls::Close, calls::Truncate, calls::Clear, calls::Copy,
                                 calls::ClearAll, calls::Reload, calls::SwapLayer, calls::PoolOp, calls::Migrate,
                                 calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::Shift, calls::Save,
-                                calls::Load, calls::LoadRefused, calls::SetLive, calls::SetSampler>;
+                                calls::Load, calls::LoadRefused, calls::SetLive, calls::SetSampler, calls::Keep>;
 
 // An engine's answer to a call whose bytes its caller holds (Save, Load,
 // LoadRefused: made through Engine::state_save and state_load).
@@ -138,7 +148,7 @@ using MemoryCall = std::variant<calls::Open, calls::OpenSized, calls::Close, cal
 }
 
 // Engine::apply for an engine whose members carry the calls' names (open,
-// close, truncate, clear, copy, clear_all, reload, swap_layer, pool_op,
+// close, truncate, clear, copy, keep, clear_all, reload, swap_layer, pool_op,
 // migrate, open_sized, set_loras, set_cvec, set_warmup, shift, set_live,
 // set_sampler): each call to its member, exhaustively; the bytes a save or
 // load moves are the caller's (refuse_own_bytes).
@@ -155,6 +165,7 @@ void apply_to_members(E& e, const MemoryCall& call) {
                        e.copy(c.src, c.dst);
                    },
                    [&](const calls::ClearAll&) { e.clear_all(); },
+                   [&](const calls::Keep& c) { e.keep(c.seq); },
                    [&](const calls::Reload& c) { e.reload(*c.model); },
                    [&](const calls::SwapLayer& c) { e.swap_layer(c.seq, c.layer); },
                    [&](const calls::PoolOp& c) { e.pool_op(c.op); },

@@ -20,6 +20,8 @@
 
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 
 namespace kvweld::targets {
 
@@ -41,6 +43,38 @@ std::string fault_classes_problem(const kvweld_engine_api& api) {
     return "";
 }
 
+// The bytes of a table of each version before 14, up to the first field
+// the next version added; from 14 on a table says its own size.
+std::size_t table_bytes(std::uint32_t version) {
+    using A = kvweld_engine_api;
+    constexpr std::array<std::size_t, 12> ends{offsetof(A, pool_info),      offsetof(A, plan_serial),
+                                               offsetof(A, set_loras),      offsetof(A, set_warmup),
+                                               offsetof(A, shift),          offsetof(A, build),
+                                               offsetof(A, live_settings),  offsetof(A, read_embeddings),
+                                               offsetof(A, set_sampler),    offsetof(A, set_abort),
+                                               offsetof(A, live_settings_of), offsetof(A, struct_size)};
+    return ends[version - 2];
+}
+
+// Version 14 on: the table's struct_size, which must reach past itself.
+std::string size_problem(const kvweld_engine_api& api) {
+    constexpr std::size_t least = offsetof(kvweld_engine_api, struct_size) + sizeof(std::size_t);
+    if (api.struct_size < least)
+        return cat("says its table is ", api.struct_size, " bytes (struct_size): a version ", api.abi_version,
+                   " table is at least ", least);
+    return "";
+}
+
+// The table as this host reads it: the plugin's bytes, as many as its
+// version (or struct_size) says and this host knows, the rest zero.
+kvweld_engine_api copy_by_size(const kvweld_engine_api& api) {
+    kvweld_engine_api out{};
+    const std::size_t n = api.abi_version >= 14 ? std::min(api.struct_size, sizeof out) : table_bytes(api.abi_version);
+    std::memcpy(static_cast<void*>(&out), &api, n);
+    out.capabilities &= (KVWELD_CAP_KEEP << 1) - 1;  // a newer table's capabilities this host cannot use
+    return out;
+}
+
 }  // namespace
 
 std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path) {
@@ -53,10 +87,31 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
     std::string problem;
     if (!entry) problem = cat("has no symbol '", KVWELD_ENGINE_ENTRY, "': not a kvweld engine plugin");
     else if (!api) problem = cat(KVWELD_ENGINE_ENTRY, "() returned no table");
-    else if (api->abi_version < 2 || api->abi_version > KVWELD_ENGINE_ABI_VERSION)
+    else if (api->abi_version < 2)
         problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks versions 2..",
-                      KVWELD_ENGINE_ABI_VERSION);
-    else if (api->abi_version < 3 && (api->capabilities & (KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS)))
+                      KVWELD_ENGINE_ABI_VERSION, " and later ones read by their struct_size");
+    else if (api->abi_version >= 14)
+        problem = size_problem(*api);
+    if (!problem.empty()) {
+        dlclose(handle);
+        throw Error(cat("engine plugin ", path, " ", problem));
+    }
+    const kvweld_engine_api table = copy_by_size(*api);
+    problem = table_problem(table);
+    if (problem.empty() && table.fault_names) problem = fault_classes_problem(table);
+    if (!problem.empty()) {
+        dlclose(handle);
+        throw Error(cat("engine plugin ", path, " ", problem));
+    }
+    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, table));
+}
+
+// What a table (as this host reads it) gets wrong: a capability newer than
+// its version, a function or name it declares but leaves empty.
+std::string PluginLibrary::table_problem(const kvweld_engine_api& t) {
+    const kvweld_engine_api* api = &t;
+    std::string problem;
+    if (api->abi_version < 3 && (api->capabilities & (KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS)))
         problem = "declares a version 3 capability in a version 2 table";
     else if (api->abi_version < 4 && (api->capabilities & KVWELD_CAP_PLAN_SERIAL))
         problem = "declares a version 4 capability in an older table";
@@ -72,6 +127,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         problem = "declares a version 11 capability in an older table";
     else if (api->abi_version < 12 && (api->capabilities & KVWELD_CAP_ABORT))
         problem = "declares a version 12 capability in an older table";
+    else if (api->abi_version < 14 && (api->capabilities & KVWELD_CAP_KEEP))
+        problem = "declares a version 14 capability in an older table";
     else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
@@ -92,11 +149,12 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
              ((api->capabilities & KVWELD_CAP_STATE) && (!api->state_save || !api->state_load)) ||
              ((api->capabilities & KVWELD_CAP_EMBEDDINGS) && !api->read_embeddings) ||
              ((api->capabilities & KVWELD_CAP_SAMPLERS) && (!api->set_sampler || !api->sampled)) ||
-             ((api->capabilities & KVWELD_CAP_ABORT) && (!api->set_abort || !api->seq_length)))
+             ((api->capabilities & KVWELD_CAP_ABORT) && (!api->set_abort || !api->seq_length)) ||
+             ((api->capabilities & KVWELD_CAP_KEEP) && !api->keep_seq))
         problem = "declares a capability whose function is empty";
-    else if (api->abi_version >= 9 && api->live_settings && *api->live_settings && !api->set_live)
+    else if (api->live_settings && *api->live_settings && !api->set_live)
         problem = cat("lists live settings (", api->live_settings, ") but leaves set_live empty");
-    else if (api->abi_version >= 9 && api->live_settings)
+    else if (api->live_settings)
         for (const abi::LiveSetting& s : abi::split_live_list(api->live_settings))
             if (s.values.empty()) problem = cat("lists live setting '", s.key, "' with no values (\"key:v1|v2\")");
     if (problem.empty() && (api->capabilities & KVWELD_CAP_EMBEDDINGS)) {
@@ -105,15 +163,10 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
             listed = listed || s.key == abi::kEmbeddingsKey;
         if (!listed) problem = "declares KVWELD_CAP_EMBEDDINGS but lists no live setting 'embeddings'";
     }
-    if (problem.empty() && api->fault_names) problem = fault_classes_problem(*api);
-    if (!problem.empty()) {
-        dlclose(handle);
-        throw Error(cat("engine plugin ", path, " ", problem));
-    }
-    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, api));
+    return problem;
 }
 
-PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api)
+PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine_api& api)
     : path_(std::move(path)), handle_(handle), api_(api) {}
 
 PluginLibrary::~PluginLibrary() { dlclose(handle_); }
@@ -239,6 +292,11 @@ void PluginEngine::clear(int seq) {
     call("clear_seq", [&](char* e, std::size_t n) { return library_->api().clear_seq(engine_, seq, e, n); });
 }
 
+void PluginEngine::keep(int seq) {
+    require(capabilities() & KVWELD_CAP_KEEP, "engine ", name(), " cannot keep one sequence (no KVWELD_CAP_KEEP)");
+    call("keep_seq", [&](char* e, std::size_t n) { return library_->api().keep_seq(engine_, seq, e, n); });
+}
+
 void PluginEngine::clear_all() {
     call("clear_all", [&](char* e, std::size_t n) { return library_->api().clear_all(engine_, e, n); });
 }
@@ -314,8 +372,8 @@ void PluginEngine::set_warmup(bool on) {
 // ABI 13: the engine's own list, which must be a part of the plugin's.
 std::string PluginEngine::live_settings() const {
     const kvweld_engine_api& api = library_->api();
-    const std::string all = api.abi_version >= 9 && api.live_settings ? api.live_settings : "";
-    const char* mine = api.abi_version >= 13 && api.live_settings_of ? api.live_settings_of(engine_) : nullptr;
+    const std::string all = api.live_settings ? api.live_settings : "";
+    const char* mine = api.live_settings_of ? api.live_settings_of(engine_) : nullptr;
     if (!mine) return all;
     const std::vector<abi::LiveSetting> listed = abi::split_live_list(all.c_str());
     for (const abi::LiveSetting& s : abi::split_live_list(mine)) {
@@ -376,7 +434,7 @@ int PluginEngine::sampled(int row) const {
 
 TwinTolerance PluginEngine::twin_tolerance() const {
     const kvweld_engine_api& api = library_->api();
-    if (api.abi_version < 6 || !api.twin_tolerance) return {};
+    if (!api.twin_tolerance) return {};
     const char* why = nullptr;
     const double t = api.twin_tolerance(engine_, &why);
     // A tolerance is a loosened oracle: only a finite, small one, with its reason.

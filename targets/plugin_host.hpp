@@ -27,16 +27,20 @@ public:
     PluginLibrary(const PluginLibrary&) = delete;
     PluginLibrary& operator=(const PluginLibrary&) = delete;
 
-    const kvweld_engine_api& api() const { return *api_; }
+    // The plugin's table as this host reads it: copied by the plugin's
+    // size (its version's, or from version 14 on its struct_size), the
+    // fields past it NULL.
+    const kvweld_engine_api& api() const { return api_; }
     const std::string& path() const { return path_; }
     // Which build of the engine this is (ABI 8 `build`; "" when unnamed or older).
-    std::string build() const { return api_->abi_version >= 8 && api_->build ? api_->build : ""; }
+    std::string build() const { return api_.build ? api_.build : ""; }
 
 private:
-    PluginLibrary(std::string path, void* handle, const kvweld_engine_api* api);
+    static std::string table_problem(const kvweld_engine_api& table);
+    PluginLibrary(std::string path, void* handle, const kvweld_engine_api& api);
     std::string path_;
     void* handle_;
-    const kvweld_engine_api* api_;
+    kvweld_engine_api api_;
 };
 
 // `model` written to a temporary file in `format` ("gguf" or "llama2c"),
@@ -102,6 +106,7 @@ private:
     void truncate(int seq, int n);
     void shift(int seq, int p0, int p1);
     void clear(int seq);
+    void keep(int seq);
     void clear_all();
     void copy(int src, int dst);
     void reload(const Model& model);  // written to a ModelFile

@@ -82,7 +82,7 @@ std::uint32_t engine_capabilities(const std::string& engine) {
 std::string engine_live_settings(const std::string& engine) {
     if (engine_in_process(engine)) return engine_entry(engine)->in_process_live;
     const kvweld_engine_api& api = engine_library(engine)->api();
-    return api.abi_version >= 9 && api.live_settings ? api.live_settings : "";
+    return api.live_settings ? api.live_settings : "";
 }
 
 std::string engine_fault_list(const std::string& engine) {
@@ -140,7 +140,7 @@ std::optional<std::string> twin_params(std::string_view engine, const std::strin
         no_reuse = e->in_process_no_reuse;
     } else {
         const kvweld_engine_api& api = engine_library(std::string(engine))->api();
-        no_reuse = api.abi_version >= 6 ? api.no_reuse_param : nullptr;
+        no_reuse = api.no_reuse_param;
     }
     if (!no_reuse || !std::strchr(no_reuse, '=')) {
         why_not = cat("engine ", engine, " declares no setting that turns its plan reuse off (ABI 6 no_reuse_param)");

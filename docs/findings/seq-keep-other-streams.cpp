@@ -1,17 +1,10 @@
-// A standalone reproducer of llama.cpp finding 'seq-keep-other-streams'. Its
-// model writer and contexts are kvweld repro's program (llama_compat.hpp and
-// the prelude, as kvweld writes them for every finding); main() is written
-// by hand, since kvweld's plugin ABI has no seq_keep op to trace (the finding
-// came from targets/llamacpp/tests/memory_api_test.cpp). It uses llama.h and
-// libllama alone:
+// A standalone reproducer of llama.cpp finding 'seq-keep-other-streams', written by kvweld from its
+// trace (kvweld repro targets/llamacpp/known_findings/seq_keep_other_streams.jsonl). It uses llama.h and libllama alone:
 //   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro
-// Three sequences feed 6, 8 and 10 tokens; llama_memory_seq_keep(mem, 1)
-// must then leave sequence 1 alone in the memory (llama.h: "Removes all
-// tokens that do not belong to the specified sequence"). The engine: one
-// context as llama_context_default_params makes it, one KV stream per
-// sequence (kv_unified=0). The ground truth: the same with one cache
-// (kv_unified=1). Exit 1: the finding shows (the engine still holds the
-// other sequences' tokens); 0: it does not.
+// The engine: one llama.cpp context, as a server drives it (graph_reuse=1,kv_unified=0).
+// The ground truth: a second context of the same model (graph_reuse=1,kv_unified=1),
+// given the same calls. Exit 1: the finding shows (the numbers are printed); 0: it does not.
+
 // ---- kvweld's llama_compat.hpp: what llama.h renamed between releases ----
 // What the installed llama.h has, detected at build time, so the plugin
 // compiles against every llama-cpp-python release from 0.3.15 (the first
@@ -582,31 +575,34 @@ int main() {
     if (!model) return 2;
     n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     Side engine{"engine"}, truth{"ground truth"};
-    engine.ctx = open_context(model, 64, 3, false, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
-    truth.ctx = open_context(model, 64, 3, true, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
+    engine.ctx = open_context(model, 38, 5, false, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
+    truth.ctx = open_context(model, 38, 5, true, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED);
     if (!engine.ctx || !truth.ctx) return 2;
-    int left[2] = {0, 0};
-    for (Side* s : {&engine, &truth}) {
-        std::vector<Tok> toks;
-        for (int seq = 0; seq < 3; ++seq)
-            for (int pos = 0; pos < 6 + 2 * seq; ++pos) toks.push_back({seq, (seq * 11 + pos * 7) % n_vocab, pos, 1});
-        decode(*s, toks);
-        llama_memory_seq_keep(s->mem(), 1);
-        for (int seq = 0; seq < 3; ++seq) {
-            const int held = int(llama_memory_seq_pos_max(s->mem(), seq)) + 1;
-            std::printf("%s: after llama_memory_seq_keep(mem, 1), sequence %d holds %d positions\n", s->name, seq, held);
-            if (seq != 1) left[s == &truth] += held;
-        }
-    }
+    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};
+    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);
+
+    line = 2;  // {"capacity":0,"max_new":0,"op":"admit","pick":0,"prompt":[0,0,0],"recycle":false}
+    for (Side* s : live(both)) llama_memory_seq_rm(s->mem(), 0, -1, -1);
+
+    line = 3;  // {"capacity":0,"max_new":0,"op":"admit","pick":3120909382,"prompt":[0],"recycle":true}
+    for (Side* s : live(both)) llama_memory_seq_rm(s->mem(), 3, -1, -1);
+
+    line = 4;  // {"op":"step","seed":0,"wants":[0,0,1,1,1,1,1,1,0]}
+    for (Side* s : live(both)) decode(*s, {{3, 0, 0, 1}});
+
+    line = 5;  // {"op":"keep","pick":0}
+    for (Side* s : live(both)) llama_memory_seq_keep(s->mem(), 0);
+
+    line = 6;  // {"op":"step","seed":0,"wants":[0,0,0,1,1,1,1,1,1]}
+    for (Side* s : live(both)) decode(*s, {{3, 0, 0, 1}});
+
+    const int verdict = report(engine, truth, false, 1e-3);
     llama_free(engine.ctx);
     llama_free(truth.ctx);
+    free_chains(engine);
+    free_chains(truth);
     llama_model_free(model);
     std::remove((dir + "/model.gguf").c_str());
     rmdir(dir.c_str());
-    if (left[1] != 0) {
-        std::printf("INCONCLUSIVE: the ground truth kept other sequences' tokens too\n");
-        return 2;
-    }
-    std::printf("%s\n", left[0] > 0 ? "FINDING SHOWN: exit 1" : "not shown: exit 0");
-    return left[0] > 0 ? 1 : 0;
+    return verdict;
 }

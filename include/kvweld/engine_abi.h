@@ -1,4 +1,5 @@
-/* kvweld's engine plugin ABI, version 13 (plugins of versions 2 to 12 still load).
+/* kvweld's engine plugin ABI, version 14 (plugins of versions 2 to 13 still load, and
+ * from version 14 on, newer ones too: a table is read by its struct_size).
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -12,6 +13,12 @@
  * Every function that can fail returns 0 on success, non-zero on failure,
  * and then writes a NUL-terminated message of at most err_len bytes to err.
  * No function may throw across this boundary or abort the process.
+ *
+ * A refusal's message names the bad value as the number it was given, in
+ * decimal ("truncate to 12 past the length 9", not "n too large"): the
+ * harness checks each refusal it provokes by finding that number in the
+ * message, whole (not the 1 of 12 or of -1). A bad shape may be named by
+ * the tensor it is wrong in instead. A refused call changes nothing.
  */
 #ifndef KVWELD_ENGINE_ABI_H
 #define KVWELD_ENGINE_ABI_H
@@ -26,7 +33,7 @@ extern "C" {
 /* What each version added, and which older plugins still load: the ABI
  * history in docs/ENGINES.md ("ABI history"), its one place. A field
  * below names the version that added it. */
-#define KVWELD_ENGINE_ABI_VERSION 13u
+#define KVWELD_ENGINE_ABI_VERSION 14u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -48,6 +55,7 @@ extern "C" {
 #define KVWELD_CAP_EMBEDDINGS 0x10000u /* version 10: live setting embeddings:0|1 and read_embeddings */
 #define KVWELD_CAP_SAMPLERS 0x20000u   /* version 11: set_sampler and sampled (backend samplers per sequence) */
 #define KVWELD_CAP_ABORT 0x40000u      /* version 12: set_abort and seq_length (an abort callback) */
+#define KVWELD_CAP_KEEP 0x80000u       /* version 14: keep_seq (llama.cpp's llama_memory_seq_keep) */
 /* Version 12: what decode and decode_outputs return when the abort callback
  * (set_abort) stopped the call part way (llama.cpp's llama_decode returns 2). */
 #define KVWELD_ABORTED 2
@@ -296,6 +304,17 @@ typedef struct kvweld_engine_api {
      * take causal_attn:0). NULL, or a NULL result: all of live_settings.
      * The string stays valid while the engine lives. */
     const char* (*live_settings_of)(const kvweld_engine* engine);
+    /* Version 14: sizeof(kvweld_engine_api) as the plugin was built. From
+     * version 14 on a host reads a table by its size, not its version: a
+     * field past struct_size is taken as NULL (absent), and a table newer
+     * than the host loads with the fields the host knows. Every later field
+     * goes after this one. */
+    size_t struct_size;
+    /* Version 14, KVWELD_CAP_KEEP (llama.cpp's llama_memory_seq_keep): every
+     * sequence but `seq` is emptied (stays open, holds no position); `seq`
+     * keeps what it holds. A seq outside 0..n_seq_max-1 or not open fails
+     * naming it and changes nothing. */
+    int (*keep_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

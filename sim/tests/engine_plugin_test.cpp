@@ -614,11 +614,33 @@ TEST(PluginFaultClasses, EveryBuiltinPluginDeclaresThem) {
     }
 }
 
+// ABI 14: a plugin newer than the host loads, read up to the host's own
+// table; the capabilities the host does not know are dropped.
+TEST(PluginTable, NewerThanTheHostLoadsBySize) {
+    const auto newer = PluginLibrary::open(BROKEN_PLUGIN_14);
+    EXPECT_EQ(newer->api().abi_version, KVWELD_ENGINE_ABI_VERSION + 1);
+    EXPECT_EQ(newer->api().capabilities, 0u);
+    EXPECT_EQ(newer->api().struct_size, sizeof(kvweld_engine_api));
+    EXPECT_EQ(newer->api().keep_seq, nullptr);
+}
+
+// kvweld's own plugin is read whole, its version 14 field included.
+TEST(PluginTable, TheKvweldPluginIsReadWhole) {
+    const auto library = PluginLibrary::open(KVWELD_PLUGIN_PATH);
+    EXPECT_EQ(library->api().struct_size, sizeof(kvweld_engine_api));
+    EXPECT_NE(library->api().keep_seq, nullptr);
+    EXPECT_TRUE(library->api().capabilities & KVWELD_CAP_KEEP);
+}
+
 TEST(BrokenPlugins, AreRefusedWithTheReason) {
     expect_error([] { PluginLibrary::open("/nonexistent/plugin.so"); }, {"/nonexistent/plugin.so", "cannot load"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_4); }, {"has no symbol 'kvweld_engine_entry'"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_1); },
-                 {cat("ABI version ", KVWELD_ENGINE_ABI_VERSION + 98), cat("speaks versions 2..", KVWELD_ENGINE_ABI_VERSION)});
+                 {"ABI version 1,", cat("speaks versions 2..", KVWELD_ENGINE_ABI_VERSION), "read by their struct_size"});
+    // ABI 14: a table is read by its size, which must reach past struct_size.
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_12); },
+                 {"says its table is 4 bytes (struct_size)", cat("a version ", KVWELD_ENGINE_ABI_VERSION, " table is at least")});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_13); }, {"declares a capability whose function is empty"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_2); }, {"required function"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_5); },
                  {"fault 'lies' with bad classes", "'wrong_answer'", "stale_decode, spurious_invalidation"});

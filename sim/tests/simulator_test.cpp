@@ -290,7 +290,7 @@ TEST(Rewrite, ARefeedOfOtherTokensShowsASkippedKvWrite) {
     EXPECT_EQ(other.verdict, Verdict::stale_decode) << text_report(other);
 }
 
-// Every invalid call (invalid_ops.cpp) on every built-in engine: each is
+// Every invalid call (sim/ops/invalid.cpp) on every built-in engine: each is
 // refused naming the bad value, and the rows decoded after it still match
 // the reference (nothing changed). Before ABI 4 kvweld's plugins decoded a
 // batch's good pairs before refusing its bad one, and both kvweld's and the
@@ -309,7 +309,7 @@ TEST(InvalidCalls, EveryEngineRefusesEveryCallAndNothingChanges) {
         const Op admit = admit_op({4, 8, 15, 16}, 30);
         const Op step = step_op(c, 3, 1);
         ops = {admit, admit, step, step};
-        constexpr int kCalls = 7;  // every call invalid_ops.cpp has in this state, twice over
+        constexpr int kCalls = 7;  // every call sim/ops/invalid.cpp has in this state, twice over
         for (std::uint32_t call = 0; call < 2 * kCalls; ++call) {
             ops.push_back({ops::Invalid{.pick = call, .call = call, .seed = call}});
             ops.push_back(step);

@@ -257,6 +257,15 @@ void DenseEngine::clear(int seq) {
     slot(seq).cache->clear();
 }
 
+// Every other open slot that holds positions emptied (one that holds
+// none keeps its storage); `seq` must be open (slot() names it).
+void DenseEngine::keep(int seq) {
+    const ScopedFaults scoped(faults_);
+    slot(seq);
+    for (auto& [id, s] : slots_)
+        if (s.open && id != seq && s.cache->cached_len() > 0) s.cache->clear();
+}
+
 void DenseEngine::clear_all() {
     const ScopedFaults scoped(faults_);
     for (auto& [id, s] : slots_)

@@ -40,7 +40,7 @@ inline constexpr std::uint32_t kDenseCapabilities = KVWELD_CAP_COPY_SEQ | KVWELD
                                                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
                                                     KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE |
                                                     KVWELD_CAP_EMBEDDINGS | KVWELD_CAP_SAMPLERS |
-                                                    KVWELD_CAP_ABORT;
+                                                    KVWELD_CAP_ABORT | KVWELD_CAP_KEEP;
 // The setting that makes it build a plan for every token (the twin's).
 inline constexpr const char* kDenseNoReuse = "reuse=0";
 
@@ -79,6 +79,7 @@ public:
     std::vector<std::uint8_t> state_save(int seq) override;
     void state_load(int seq, std::span<const std::uint8_t> bytes) override;
     void clear(int seq);
+    void keep(int seq);
     void clear_all();
     void copy(int src, int dst);
     void reload(const Model& model);

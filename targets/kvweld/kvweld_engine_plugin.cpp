@@ -226,6 +226,10 @@ const char* live_settings_of(const kvweld_engine* e) {
     return e->live.c_str();
 }
 
+int keep_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] { e->engine->keep(seq); });
+}
+
 int seq_length(const kvweld_engine* e, int32_t seq, int32_t* n, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(n != nullptr, "seq_length: no output");
@@ -233,23 +237,54 @@ int seq_length(const kvweld_engine* e, int32_t seq, int32_t* n, char* err, size_
     });
 }
 
+// Left out: a pool (dense KV; the paged engine is kvweld_paged_plugin.cpp)
+// and twin_tolerance (bit for bit with its twin in every state).
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "kvweld", "gguf",
-    kvweld::targets::kDenseCapabilities,
-    fault_list().c_str(),
-    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
-    storage, read_kv, swap_layer,
-    nullptr, nullptr, nullptr, nullptr,  // dense KV: no pool (the paged engine is kvweld_paged_plugin.cpp)
-    plan_serial, set_loras, set_cvec, decode_outputs, set_warmup,
-    kvweld::targets::kDenseNoReuse,
-    nullptr,  // bit for bit with its twin in every state
-    shift, state_save, state_load,
-    KVWELD_BUILD,
-    kvweld::abi::kThreadsEmbeddingsCausal, set_live,
-    read_embeddings,
-    set_sampler, sampled,
-    set_abort, seq_length,
-    live_settings_of,
+    .abi_version = KVWELD_ENGINE_ABI_VERSION,
+    .name = "kvweld",
+    .model_format = "gguf",
+    .capabilities = kvweld::targets::kDenseCapabilities,
+    .fault_names = fault_list().c_str(),
+    .create = create,
+    .destroy = destroy,
+    .vocab = vocab,
+    .open_seq = open_seq,
+    .close_seq = close_seq,
+    .decode = decode,
+    .truncate = truncate,
+    .clear_seq = clear_seq,
+    .clear_all = clear_all,
+    .copy_seq = copy_seq,
+    .counters = counters,
+    .reload = reload,
+    .storage = storage,
+    .read_kv = read_kv,
+    .swap_layer = swap_layer,
+    .pool_info = nullptr,
+    .block_table = nullptr,
+    .block_refcount = nullptr,
+    .pool_op = nullptr,
+    .plan_serial = plan_serial,
+    .set_loras = set_loras,
+    .set_cvec = set_cvec,
+    .decode_outputs = decode_outputs,
+    .set_warmup = set_warmup,
+    .no_reuse_param = kvweld::targets::kDenseNoReuse,
+    .twin_tolerance = nullptr,
+    .shift = shift,
+    .state_save = state_save,
+    .state_load = state_load,
+    .build = KVWELD_BUILD,
+    .live_settings = kvweld::abi::kThreadsEmbeddingsCausal,
+    .set_live = set_live,
+    .read_embeddings = read_embeddings,
+    .set_sampler = set_sampler,
+    .sampled = sampled,
+    .set_abort = set_abort,
+    .seq_length = seq_length,
+    .live_settings_of = live_settings_of,
+    .struct_size = sizeof(kvweld_engine_api),
+    .keep_seq = keep_seq,
 };
 
 }  // namespace

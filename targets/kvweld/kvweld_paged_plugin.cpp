@@ -239,28 +239,60 @@ int plan_serial(const kvweld_engine* e, int32_t seq, uint64_t* out, char* err, s
     });
 }
 
+// Left out: per-sequence storage identity (the pool's is in pool_info), a
+// layer swap (one pool holds every layer), a twin (no setting turns its plan
+// reuse off), context shift and state (a block table's row is its
+// position: a shift would move rows across blocks), embeddings, backend
+// samplers, an abort callback and keep_seq (the dense design has each),
+// and live_settings_of (its live settings are the plugin's).
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "kvweld-paged", "gguf",
-    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_READ_KV | KVWELD_CAP_BLOCKS |
-        KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA | KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS |
-        KVWELD_CAP_MOE | KVWELD_CAP_WARMUP,
-    fault_list().c_str(),
-    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
-    nullptr,  // per-sequence storage identity: the pool's is in pool_info
-    read_kv,
-    nullptr,  // no layer swap: one pool holds every layer
-    pool_info, block_table, block_refcount, pool_op,
-    plan_serial, set_loras, set_cvec, decode_outputs, set_warmup,
-    nullptr, nullptr,  // no setting turns its plan reuse off: no twin
-    // No context shift or state: a block table's row is its position (a
-    // shift would move rows across blocks); the dense design has both.
-    nullptr, nullptr, nullptr,
-    KVWELD_BUILD,
-    kvweld::abi::kThreadsSetting, set_live,
-    nullptr,  // no embeddings read-back (the dense design has it)
-    nullptr, nullptr,  // no backend samplers (the dense design has them)
-    nullptr, nullptr,  // no abort callback (the dense design has it)
-    nullptr,           // its live settings are the plugin's
+    .abi_version = KVWELD_ENGINE_ABI_VERSION,
+    .name = "kvweld-paged",
+    .model_format = "gguf",
+    .capabilities = KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_READ_KV |
+                    KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
+                    KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP,
+    .fault_names = fault_list().c_str(),
+    .create = create,
+    .destroy = destroy,
+    .vocab = vocab,
+    .open_seq = open_seq,
+    .close_seq = close_seq,
+    .decode = decode,
+    .truncate = truncate,
+    .clear_seq = clear_seq,
+    .clear_all = clear_all,
+    .copy_seq = copy_seq,
+    .counters = counters,
+    .reload = reload,
+    .storage = nullptr,
+    .read_kv = read_kv,
+    .swap_layer = nullptr,
+    .pool_info = pool_info,
+    .block_table = block_table,
+    .block_refcount = block_refcount,
+    .pool_op = pool_op,
+    .plan_serial = plan_serial,
+    .set_loras = set_loras,
+    .set_cvec = set_cvec,
+    .decode_outputs = decode_outputs,
+    .set_warmup = set_warmup,
+    .no_reuse_param = nullptr,
+    .twin_tolerance = nullptr,
+    .shift = nullptr,
+    .state_save = nullptr,
+    .state_load = nullptr,
+    .build = KVWELD_BUILD,
+    .live_settings = kvweld::abi::kThreadsSetting,
+    .set_live = set_live,
+    .read_embeddings = nullptr,
+    .set_sampler = nullptr,
+    .sampled = nullptr,
+    .set_abort = nullptr,
+    .seq_length = nullptr,
+    .live_settings_of = nullptr,
+    .struct_size = sizeof(kvweld_engine_api),
+    .keep_seq = nullptr,
 };
 
 }  // namespace

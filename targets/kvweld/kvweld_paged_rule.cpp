@@ -85,7 +85,8 @@ public:
                        // Clause 4: an open takes no block; the rest are
                        // calls the paged engine does not declare, or step data.
                        Ignored<calls::Open, calls::OpenSized, calls::SwapLayer, calls::Migrate, calls::Shift,
-                               calls::Save, calls::Load, calls::LoadRefused, calls::SetLive, calls::SetSampler>{},
+                               calls::Save, calls::Load, calls::LoadRefused, calls::SetLive, calls::SetSampler,
+                               calls::Keep>{},
                    },
                    call);
     }

@@ -91,6 +91,9 @@ public:
                        [&](const calls::OpenSized& c) { open(c.seq, c.capacity, c.recycle); },
                        [&](const calls::Close& c) { slots_[c.seq].open = false; },  // the slot keeps its plan and storage
                        [&](const calls::Clear& c) { slots_[c.seq].storage = ++minted_; },
+                       [&](const calls::Keep& c) {
+                           for (int s : c.emptied) slots_[s].storage = ++minted_;
+                       },
                        [&](const calls::ClearAll&) {
                            for (auto& [id, s] : slots_)
                                if (s.open) s.storage = ++minted_;  // a closed slot's storage is kept

@@ -246,6 +246,7 @@ void run_steps(kvweld_engine* e, const std::vector<llama_steps::Step>& steps) {
             case Fn::seq_cp: llama_memory_seq_cp(memory(e), s.seq, s.dst, s.p0, s.p1); break;
             case Fn::seq_add: llama_memory_seq_add(memory(e), s.seq, s.p0, s.p1, s.delta); break;
             case Fn::clear: llama_memory_clear(memory(e), true); break;
+            case Fn::seq_keep: llama_memory_seq_keep(memory(e), s.seq); break;
         }
 }
 
@@ -591,6 +592,17 @@ int clear_all(kvweld_engine* e, char* err, size_t err_len) {
         run_steps(e, llama_steps::clear_all());
         for (int& len : e->len)
             if (len > 0) len = 0;
+    });
+}
+
+// Every other open sequence holds nothing now, by the plugin's account
+// (llama.h: seq_keep "removes all tokens that do not belong to" seq).
+int keep_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        len_of(e, seq);
+        run_steps(e, llama_steps::keep(seq));
+        for (int other = 0; other < e->n_seq_max; ++other)
+            if (other != seq && e->len[std::size_t(other)] > 0) e->len[std::size_t(other)] = 0;
     });
 }
 
@@ -1009,28 +1021,60 @@ int seq_length(const kvweld_engine* e, int32_t seq, int32_t* n, char* err, size_
     });
 }
 
+// Left out: storage identity, KV reads, layer swaps, a paged pool and a
+// plan identity (llama.cpp's public API exposes none of them).
 const kvweld_engine_api kApi = {
-    KVWELD_ENGINE_ABI_VERSION, "llamacpp", "gguf",
-    KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
-        KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE | KVWELD_CAP_EMBEDDINGS |
+    .abi_version = KVWELD_ENGINE_ABI_VERSION,
+    .name = "llamacpp",
+    .model_format = "gguf",
+    .capabilities =
+        KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE |
+        KVWELD_CAP_WARMUP | KVWELD_CAP_SHIFT | KVWELD_CAP_STATE | KVWELD_CAP_EMBEDDINGS | KVWELD_CAP_ABORT |
+        KVWELD_CAP_KEEP |
         // What this release's llama.h lacks is not declared (llama_compat.hpp).
         (kvweld::llama_compat::kHasLora ? KVWELD_CAP_LORA : 0u) | (kvweld::llama_compat::kHasCvec ? KVWELD_CAP_CVEC : 0u) |
-        (kvweld::llama_compat::kHasBackendSampling ? KVWELD_CAP_SAMPLERS : 0u) | KVWELD_CAP_ABORT,
-    fault_names(),
-    create, destroy, vocab, open_seq, close_seq, decode, truncate, clear_seq, clear_all, copy_seq, counters, reload,
-    nullptr, nullptr, nullptr,  // no storage identity, KV reads or layer swaps through llama.cpp's public API
-    nullptr, nullptr, nullptr, nullptr,  // no paged KV pool to report
-    nullptr,  // no plan identity: llama.cpp does not expose one for its graphs
-    set_loras, set_cvec, decode_outputs, set_warmup,
-    "graph_reuse=0",  // LLAMA_GRAPH_REUSE_DISABLE for the twin's context
-    twin_tolerance,
-    shift, state_save, state_load,
-    KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
-    kvweld::abi::kThreadsEmbeddingsCausal, set_live,
-    read_embeddings,
-    set_sampler, sampled,
-    set_abort, seq_length,
-    live_settings_of,
+        (kvweld::llama_compat::kHasBackendSampling ? KVWELD_CAP_SAMPLERS : 0u),
+    .fault_names = fault_names(),
+    .create = create,
+    .destroy = destroy,
+    .vocab = vocab,
+    .open_seq = open_seq,
+    .close_seq = close_seq,
+    .decode = decode,
+    .truncate = truncate,
+    .clear_seq = clear_seq,
+    .clear_all = clear_all,
+    .copy_seq = copy_seq,
+    .counters = counters,
+    .reload = reload,
+    .storage = nullptr,
+    .read_kv = nullptr,
+    .swap_layer = nullptr,
+    .pool_info = nullptr,
+    .block_table = nullptr,
+    .block_refcount = nullptr,
+    .pool_op = nullptr,
+    .plan_serial = nullptr,
+    .set_loras = set_loras,
+    .set_cvec = set_cvec,
+    .decode_outputs = decode_outputs,
+    .set_warmup = set_warmup,
+    .no_reuse_param = "graph_reuse=0",  // LLAMA_GRAPH_REUSE_DISABLE for the twin's context
+    .twin_tolerance = twin_tolerance,
+    .shift = shift,
+    .state_save = state_save,
+    .state_load = state_load,
+    .build = KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
+    .live_settings = kvweld::abi::kThreadsEmbeddingsCausal,
+    .set_live = set_live,
+    .read_embeddings = read_embeddings,
+    .set_sampler = set_sampler,
+    .sampled = sampled,
+    .set_abort = set_abort,
+    .seq_length = seq_length,
+    .live_settings_of = live_settings_of,
+    .struct_size = sizeof(kvweld_engine_api),
+    .keep_seq = keep_seq,
 };
 
 }  // namespace

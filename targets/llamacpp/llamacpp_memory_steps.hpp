@@ -15,6 +15,7 @@ enum class Fn : std::uint8_t {
     seq_cp,   // llama_memory_seq_cp(mem, seq, dst, p0, p1)
     seq_add,  // llama_memory_seq_add(mem, seq, p0, p1, delta)
     clear,    // llama_memory_clear(mem, true)
+    seq_keep, // llama_memory_seq_keep(mem, seq)
 };
 
 struct Step {
@@ -38,6 +39,8 @@ inline std::vector<Step> copy(int src, int dst) {
     return {{.fn = Fn::seq_rm, .seq = dst}, {.fn = Fn::seq_cp, .seq = src, .dst = dst}};
 }
 inline std::vector<Step> clear_all() { return {{.fn = Fn::clear}}; }
+// Every sequence but `seq` emptied.
+inline std::vector<Step> keep(int seq) { return {{.fn = Fn::seq_keep, .seq = seq}}; }
 // A context shift as llama-server makes one: [p0, p1) removed, the later
 // positions moved down (llama.cpp re-rotates their keys at the next
 // decode's memory update, its K-shift). Nothing where p0 == p1.

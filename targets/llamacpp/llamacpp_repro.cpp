@@ -51,6 +51,7 @@ public:
                        [&](const calls::Truncate& c) { steps(llama_steps::truncate(c.seq, c.n)); },
                        [&](const calls::Copy& c) { steps(llama_steps::copy(c.src, c.dst)); },
                        [&](const calls::ClearAll&) { steps(llama_steps::clear_all()); },
+                       [&](const calls::Keep& c) { steps(llama_steps::keep(c.seq)); },
                        [&](const calls::Shift& c) { steps(llama_steps::shift(c.seq, c.p0, c.p1)); },
                        [&](const calls::Save& c) { each(cat("save(*s, ", c.seq, ", ", c.id, ");")); },
                        [&](const calls::Load& c) { each(cat("load(*s, ", c.seq, ", ", c.id, ", ", c.len, ");")); },
@@ -126,6 +127,7 @@ private:
                     each(cat("llama_memory_seq_add(s->mem(), ", t.seq, ", ", t.p0, ", ", t.p1, ", ", t.delta, ");"));
                     break;
                 case Fn::clear: each("llama_memory_clear(s->mem(), true);"); break;
+                case Fn::seq_keep: each(cat("llama_memory_seq_keep(s->mem(), ", t.seq, ");")); break;
             }
     }
     void set_loras(const calls::SetLoras& c);

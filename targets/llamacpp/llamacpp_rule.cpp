@@ -430,6 +430,7 @@ public:
                            if (c.n == 0) wrong_rows_.emptied(c.seq);
                        },
                        [&](const calls::Clear& c) { wrong_rows_.emptied(c.seq); },
+                       [&](const calls::Keep& c) { wrong_rows_.kept(c.emptied); },
                        [&](const calls::Close& c) { wrong_rows_.emptied(c.seq); },
                        [&](const calls::Reload&) { reload(); },
                        [&](const calls::ClearAll&) { clear_all(); },

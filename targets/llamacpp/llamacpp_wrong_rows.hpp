@@ -1,6 +1,6 @@
 // The llama.cpp rule's account of sequences whose K/V rows an earlier op
 // left wrong in llama.cpp 0.3.36 (targets/llamacpp/known_findings): not
-// contract clauses but the conditions five known findings need, so that
+// contract clauses but the conditions six known findings need, so that
 // every call decoding such a sequence names one and a failure there is
 // matched to its finding, never hidden among others. Each is read off the
 // source at the line the finding cites:
@@ -41,12 +41,18 @@
 //   (llama-batch.cpp:542-640), and a sequence's tokens in an earlier ubatch
 //   never attend to its tokens in a later one: their rows, and their K/V
 //   past the first layer, are not what one ubatch computes.
+// "seq-keep-other-streams": with one stream per sequence,
+//   llama_kv_cache::seq_keep scans only the kept sequence's own stream
+//   (src/llama-kv-cache.cpp:543-567 in 0.3.36), so every other sequence
+//   keeps its cells: its next token at the position its emptied history
+//   says is refused (llama_batch_allocr::init's position check).
 #pragma once
 
 #include <algorithm>
 #include <map>
 #include <set>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace kvweld::targets {
@@ -55,8 +61,12 @@ class WrongRows {
 public:
     explicit WrongRows(bool unified) : unified_(unified) {}
 
-    // The clause a call decoding `seqs` carries (nullptr: none).
+    // The clause a call decoding `seqs` carries (nullptr: none). A
+    // sequence whose cells seq_keep left is named first: llama_decode
+    // refuses the whole call for it, before any other row is computed.
     const char* clause(std::span<const int> seqs) const {
+        for (int s : seqs)
+            if (const auto it = wrong_.find(s); it != wrong_.end() && std::string_view(it->second) == kKeepOtherStreams) return it->second;
         for (int s : seqs)
             if (const auto it = wrong_.find(s); it != wrong_.end()) return it->second;
         return nullptr;
@@ -119,6 +129,14 @@ public:
         for (int other : sharing_[seq]) sharing_[other].erase(seq);
         sharing_.erase(seq);
     }
+    // Every sequence but one emptied by seq_keep: with one stream per
+    // sequence, the others' cells stay (seq-keep-other-streams).
+    void kept(std::span<const int> others) {
+        for (int s : others) {
+            emptied(s);
+            if (!unified_) wrong_[s] = kKeepOtherStreams;
+        }
+    }
     // clear_all (the queued copies stay queued: llama_kv_cache::clear
     // leaves sc_info) or a reload (a new context: nothing queued).
     void all_emptied(bool new_context) {
@@ -129,6 +147,7 @@ public:
     }
 
 private:
+    static constexpr const char* kKeepOtherStreams = "seq-keep-other-streams";
     void share(int a, int b) {
         if (a == b) return;
         sharing_[a].insert(b);

@@ -3,8 +3,11 @@
 // that fails, a library without the entry symbol, a fault listed with a
 // class that does not exist, a version 3 table declaring version 4's
 // plan identity, live settings listed without set_live, and embeddings
-// read back without the live setting that turns them on, and an engine
-// whose own live settings (ABI 13) go beyond its plugin's list.
+// read back without the live setting that turns them on, an engine
+// whose own live settings (ABI 13) go beyond its plugin's list; from ABI
+// 14, a struct_size that does not reach past itself and keep declared
+// without keep_seq; and one that is not broken: a table newer than the
+// host, with a capability the host does not know, which loads by its size.
 #include "kvweld/engine_abi.h"
 
 #include <cstring>
@@ -35,9 +38,11 @@ int all(kvweld_engine*, char*, size_t) { return 0; }
 
 constexpr kvweld_engine_api kApi = {
 #if BROKEN_KIND == 1
-    KVWELD_ENGINE_ABI_VERSION + 98,
+    1,
 #elif BROKEN_KIND == 6
     3,
+#elif BROKEN_KIND == 14
+    KVWELD_ENGINE_ABI_VERSION + 1,
 #else
     KVWELD_ENGINE_ABI_VERSION,
 #endif
@@ -50,6 +55,10 @@ constexpr kvweld_engine_api kApi = {
     KVWELD_CAP_SAMPLERS,
 #elif BROKEN_KIND == 10
     KVWELD_CAP_ABORT,
+#elif BROKEN_KIND == 13
+    KVWELD_CAP_KEEP,
+#elif BROKEN_KIND == 14
+    0x80000000u,  // a capability of a later version
 #else
     0,
 #endif
@@ -97,6 +106,12 @@ constexpr kvweld_engine_api kApi = {
 #else
     nullptr,                    // version 13: the plugin's list
 #endif
+#if BROKEN_KIND == 12
+    4,                          // version 14: a size short of struct_size itself
+#else
+    sizeof(kvweld_engine_api),  // version 14: its size
+#endif
+    nullptr,                    // version 14: no keep_seq (kind 13 declares it)
 };
 
 }  // namespace

@@ -1,52 +1,35 @@
-// The simulator's ops on sequence state the way servers move it: context
-// shifts, state save and load, and steady-state phases. Each goes to the
-// engine and its twin alike; the reference's shadow follows the shift on
-// its own terms (every moved key rotated afresh from its raw row), and a
-// load hands the request its saved shadow back, so the data oracle judges
-// every later row of a shifted or restored sequence.
+// The load op (ops::Load, sim/ops.hpp): when it may run, its draw, its JSON both
+// ways, and what it does (Simulator::run).
+
+#include "sim/ops/row_parts.hpp"
+#include "sim/simulator.hpp"
+
 #include "util/cat.hpp"
 #include "util/error.hpp"
-#include "sim/simulator.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 
 namespace kvweld::sim {
 
-// n_keep = keep mod the length, then half the positions after it dropped
-// (llama-server's n_discard) or any count of them; `twice`: a second shift of the same
-// sequence before its next decode, so rotations owed add up.
-void Simulator::run(const ops::Shift& op, int seq) {
-    for (int round = 0; round < (op.twice ? 2 : 1); ++round) {
-        const int len = int(requests_[std::size_t(seq)]->history.size());
-        if (len < 1) return;
-        const int keep = int(op.keep % std::uint32_t(len)), after = len - keep;
-        const std::uint32_t draw = op.discard >> (16 * round);
-        const int discard = draw & 1 ? std::max(1, after / 2) : 1 + int((draw >> 1) % std::uint32_t(after));
-        shift_once(seq, keep, keep + discard);
-    }
-}
+using namespace row;
 
-void Simulator::shift_once(int seq, int p0, int p1) {
-    Request& r = *requests_[std::size_t(seq)];
-    const calls::Shift call{seq, p0, p1, int(r.history.size())};
-    make(call);
-    r.history.erase(r.history.begin() + p0, r.history.begin() + p1);
-    publish(call);
-    if (r.parked && r.queue.empty()) {  // the room it waited for
-        r.queue.push_back(*r.parked);
-        r.decoding = true;
-        ++r.generated;
-    }
-    r.parked.reset();
+// A saved state to load, and somewhere to load it.
+std::vector<int> ops::Load::eligible(const Simulator& s) {
+    return when(can(s, KVWELD_CAP_STATE) && s.saved_states() > 0);
 }
-
-// The engine's bytes; the twin or peer keeps its own (Lockstep), the data
-// shadow the reference's (DataShadow).
-void Simulator::run(const ops::Save&, int seq) {
-    SavedState state{engine_->state_save(seq), *requests_[std::size_t(seq)], weights_seed_, ++states_saved_};
-    publish(calls::Save{seq, state.id});
-    saved_.push_back(std::move(state));
-    if (saved_.size() > std::size_t(kSavedStates)) saved_.erase(saved_.begin());
+ops::Load ops::Load::draw(const Simulator&, Entropy& e, std::uint32_t pick) {
+    ops::Load a{.state = pick, .to = e.pick()};
+    a.onto_open = e.chance(0.4);
+    return a;
+}
+void ops::Load::write(json& j, const ops::Load& a) {
+    j.update({{"state", a.state}, {"to", a.to}});
+    if (a.onto_open) j["onto_open"] = true;
+}
+ops::Load ops::Load::read(const json& j) {
+    return {json_field<std::uint32_t>(j, "state"), json_field<std::uint32_t>(j, "to"), optional_flag(j, "onto_open")};
 }
 
 // Into a free sequence (opened for it: a conversation brought back), or
@@ -94,18 +77,6 @@ void Simulator::run(const ops::Load& op, int) {
     r.capacity = capacity;
     publish(call);
     ++stats_.requests;
-}
-
-// Steps in a row with the same asks, each with its own seed: once every
-// sequence decodes, each call has the last one's shape.
-bool Simulator::run(const ops::Steady& op, int) {
-    bool fed = false;
-    for (std::uint32_t i = 0; i < op.steps; ++i) {
-        const ops::Step one{op.wants, op.seed + 0x9e3779b97f4a7c15ULL * (i + 1), false};
-        if (!run(one, 0)) break;
-        fed = true;
-    }
-    return fed;
 }
 
 }  // namespace kvweld::sim

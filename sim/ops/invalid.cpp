@@ -9,15 +9,22 @@
 // holds a good pair beside the bad one is refused whole, and every row
 // decoded afterwards is checked against the reference as usual, so an
 // engine that half-applied the call is caught there.
+
+#include "sim/ops/row_parts.hpp"
+#include "sim/simulator.hpp"
+
 #include "util/cat.hpp"
 #include "util/error.hpp"
-#include "sim/simulator.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <functional>
 
 namespace kvweld::sim {
+
+using namespace row;
 
 namespace {
 
@@ -43,6 +50,20 @@ bool names(const std::string& text, const std::string& value) {
 }
 
 }  // namespace
+
+std::vector<int> ops::Invalid::eligible(const Simulator& s) { return any_open(s); }
+ops::Invalid ops::Invalid::draw(const Simulator&, Entropy& e, std::uint32_t pick) {
+    ops::Invalid a{.pick = pick, .call = e.pick()};
+    a.seed = e.seed();
+    return a;
+}
+void ops::Invalid::write(json& j, const ops::Invalid& a) {
+    j.update({{"pick", a.pick}, {"call", a.call}, {"seed", a.seed}});
+}
+ops::Invalid ops::Invalid::read(const json& j) {
+    return {json_field<std::uint32_t>(j, "pick"), json_field<std::uint32_t>(j, "call"),
+            json_field<std::uint64_t>(j, "seed")};
+}
 
 void Simulator::run(const ops::Invalid& op, int seq) {
     const Request& r = *requests_[std::size_t(seq)];

@@ -1,0 +1,70 @@
+// The shift op (ops::Shift, sim/ops.hpp): when it may run, its draw, its JSON both
+// ways, and what it does (Simulator::run).
+
+#include "sim/ops/row_parts.hpp"
+#include "sim/simulator.hpp"
+
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace kvweld::sim {
+
+using namespace row;
+
+// A server shifts a context that is full; the simulator's requests are
+// short (a shift at any length moves rows the same way), and a full one
+// waits for a shift with its next token parked.
+std::vector<int> ops::Shift::eligible(const Simulator& s) {
+    if (!can(s, KVWELD_CAP_SHIFT)) return {};
+    return open_where(s, [](const Request& r) { return r.history.size() >= 2; });
+}
+// Half keep a prefix (llama-server's n_keep), half none.
+ops::Shift ops::Shift::draw(const Simulator&, Entropy& e, std::uint32_t pick) {
+    ops::Shift a{.pick = pick};
+    a.keep = e.chance(0.5) ? 0 : e.pick();
+    a.discard = e.pick();
+    a.twice = e.chance(0.5);
+    return a;
+}
+void ops::Shift::write(json& j, const ops::Shift& a) {
+    j.update({{"pick", a.pick}, {"keep", a.keep}, {"discard", a.discard}});
+    if (a.twice) j["twice"] = true;
+}
+ops::Shift ops::Shift::read(const json& j) {
+    return {json_field<std::uint32_t>(j, "pick"), json_field<std::uint32_t>(j, "keep"),
+            json_field<std::uint32_t>(j, "discard"), optional_flag(j, "twice")};
+}
+
+void Simulator::shift_once(int seq, int p0, int p1) {
+    Request& r = *requests_[std::size_t(seq)];
+    const calls::Shift call{seq, p0, p1, int(r.history.size())};
+    make(call);
+    r.history.erase(r.history.begin() + p0, r.history.begin() + p1);
+    publish(call);
+    if (r.parked && r.queue.empty()) {  // the room it waited for
+        r.queue.push_back(*r.parked);
+        r.decoding = true;
+        ++r.generated;
+    }
+    r.parked.reset();
+}
+
+// n_keep = keep mod the length, then half the positions after it dropped
+// (llama-server's n_discard) or any count of them; `twice`: a second shift of the same
+// sequence before its next decode, so rotations owed add up.
+void Simulator::run(const ops::Shift& op, int seq) {
+    for (int round = 0; round < (op.twice ? 2 : 1); ++round) {
+        const int len = int(requests_[std::size_t(seq)]->history.size());
+        if (len < 1) return;
+        const int keep = int(op.keep % std::uint32_t(len)), after = len - keep;
+        const std::uint32_t draw = op.discard >> (16 * round);
+        const int discard = draw & 1 ? std::max(1, after / 2) : 1 + int((draw >> 1) % std::uint32_t(after));
+        shift_once(seq, keep, keep + discard);
+    }
+}
+
+}  // namespace kvweld::sim

@@ -1,0 +1,30 @@
+// The warmup op (ops::Warmup, sim/ops.hpp): when it may run, its draw, its JSON both
+// ways, and what it does (Simulator::run).
+
+#include "sim/ops/row_parts.hpp"
+#include "sim/simulator.hpp"
+
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace kvweld::sim {
+
+using namespace row;
+
+std::vector<int> ops::Warmup::eligible(const Simulator& s) { return when(can(s, KVWELD_CAP_WARMUP)); }
+ops::Warmup ops::Warmup::draw(const Simulator&, Entropy& e, std::uint32_t) { return {e.chance(0.5)}; }
+void ops::Warmup::write(json& j, const ops::Warmup& a) { j["on"] = a.on; }
+ops::Warmup ops::Warmup::read(const json& j) { return {json_field<bool>(j, "on")}; }
+
+void Simulator::run(const ops::Warmup& op, int) {
+    make(calls::SetWarmup{op.on, nullptr, nullptr});
+    const Adapters before = adapters_;
+    adapters_.set_warmup(op.on);
+    publish(calls::SetWarmup{op.on, &before, &adapters_});
+}
+
+}  // namespace kvweld::sim
