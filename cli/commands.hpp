@@ -69,8 +69,13 @@ struct SeedShard {
     std::uint64_t range_first = 0, range_last = 0;
     sim::Shard shard;
 };
+// The swarm's gates beyond its verdicts (sim::SwarmOptions).
+struct SwarmGates {
+    bool terms = false;     // --require-terms
+    bool coverage = false;  // --require-coverage
+};
 int run_swarm(const RunOptions& options, const SeedShard& seeds, int jobs, const std::string& json,
-              bool require_terms = false);
+              SwarmGates gates = {});
 int run_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json);
 int run_replay(const std::string& text, const std::string& path, const std::string& json);
 int run_shrink(const std::string& text, const std::string& path, const std::string& out, sim::ShrinkKeep keep);

@@ -94,7 +94,7 @@ int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, c
     return exit_code(r.verdict);
 }
 
-int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json, bool require_terms) {
+int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json, SwarmGates gates) {
     const auto [first, last] = shard_range(seeds.range_first, seeds.range_last, seeds.shard);
     SwarmOptions s;
     s.first = first;
@@ -104,7 +104,8 @@ int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::
     s.engine = engine_choice(o);
     s.model = o.model;
     s.known_findings = o.known_findings;
-    s.require_terms = require_terms;
+    s.require_terms = gates.terms;
+    s.require_coverage = gates.coverage;
     s.steer = !o.no_steer;
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("swarm: seeds %llu..%llu (%zu), %d steps each, %d jobs, engine %s%s%s\n", (unsigned long long)first,

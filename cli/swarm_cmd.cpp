@@ -36,13 +36,13 @@ struct SwarmArgs {
     std::string shard = "0/1";
     int jobs = 0;
     std::string json;
-    bool require_terms = false;
+    SwarmGates gates;
 };
 
 int run_swarm_cmd(const SwarmArgs& a) {
     const auto range = parse_seed_range(a.seeds);
     const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return run_swarm(a.run, {range.first, range.second, parse_shard(a.shard)}, jobs, a.json, a.require_terms);
+    return run_swarm(a.run, {range.first, range.second, parse_shard(a.shard)}, jobs, a.json, a.gates);
 }
 
 int run_merge_cmd(const std::vector<std::string>& paths, const std::string& json) {
@@ -83,7 +83,11 @@ void add_swarm_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--jobs", args->jobs, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
     add_run_options(cmd, args->run);
     cmd->add_option("--json", args->json, "write every seed's report as JSON here");
-    cmd->add_flag("--require-terms", args->require_terms,
+    cmd->add_flag("--require-coverage", args->gates.coverage,
+                  "fail where the swarm went blind: an op kind weighted in some seed that never ran, an argument "
+                  "variant of a kind that ran that never took effect (the report's 'op variants' row), or a known "
+                  "finding of the engine's file that no seed met");
+    cmd->add_flag("--require-terms", args->gates.terms,
                   "fail when a term of the reuse condition the engine's API can reach was never exercised (the report's "
                   "'reuse terms' rows: per term, the plan pairs where it changed alone, with others, and held)");
     cmd->add_flag("--no-steer", args->run.no_steer,

@@ -84,6 +84,7 @@ nlohmann::json json_report(const RunResult& r) {
     nlohmann::json stats = nlohmann::json::object();
     for (const auto& c : kCounts) stats[c.name] = r.stats.*c.field;
     for (int k = 0; k < kOpKinds; ++k) stats["ops_by_kind"][std::string(to_string(OpKind(k)))] = r.stats.ops_by_kind[std::size_t(k)];
+    stats["variants"] = r.stats.variants;
     stats["max_logit_error"] = r.stats.max_logit_error;
     stats["max_kv_error"] = r.stats.max_kv_error;
     stats["max_peer_error"] = r.stats.max_peer_error;
@@ -106,6 +107,8 @@ RunResult run_result_from_json(const nlohmann::json& j) {
     const nlohmann::json& kinds = stats.at("ops_by_kind");
     for (int k = 0; k < kOpKinds; ++k)
         r.stats.ops_by_kind[std::size_t(k)] = json_field<std::uint64_t>(kinds, std::string(to_string(OpKind(k))).c_str());
+    if (stats.contains("variants"))
+        r.stats.variants = json_field<std::map<std::string, std::uint64_t>>(stats, "variants");
     r.stats.max_logit_error = json_field<double>(stats, "max_logit_error");
     r.stats.max_kv_error = json_field<double>(stats, "max_kv_error");
     r.stats.max_peer_error = json_field<double>(stats, "max_peer_error");

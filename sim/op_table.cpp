@@ -41,6 +41,14 @@ std::string_view to_string(OpKind k) {
     return kNames[std::size_t(k)];
 }
 
+std::vector<std::string_view> op_variants(OpKind k) {
+    return with_kind(k, [](auto type) {
+        using T = typename decltype(type)::type;
+        if constexpr (HasVariants<T>) return std::vector<std::string_view>(T::variants.begin(), T::variants.end());
+        else return std::vector<std::string_view>{};
+    });
+}
+
 OpKind op_kind_from_string(std::string_view s) {
     for (std::size_t k = 0; k < kNames.size(); ++k)
         if (kNames[k] == s) return OpKind(k);

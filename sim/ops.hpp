@@ -13,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -85,6 +86,7 @@ struct Truncate {
     static constexpr OpKind kind = OpKind::truncate;
     static constexpr std::string_view name = "truncate";
     KVWELD_OP_ROW(Truncate);
+    static constexpr std::array<std::string_view, 1> variants{"rewrite"};
     std::uint32_t pick = 0;
     std::uint32_t length = 0;  // the new length, mod the length + 1
     Rewrite rewrite = {};
@@ -94,6 +96,7 @@ struct Preempt {
     static constexpr OpKind kind = OpKind::preempt;
     static constexpr std::string_view name = "preempt";
     KVWELD_OP_ROW(Preempt);
+    static constexpr std::array<std::string_view, 1> variants{"rewrite"};
     std::uint32_t pick = 0;
     Rewrite rewrite = {};
 };
@@ -102,6 +105,7 @@ struct Fork {
     static constexpr OpKind kind = OpKind::fork;
     static constexpr std::string_view name = "fork";
     KVWELD_OP_ROW(Fork);
+    static constexpr std::array<std::string_view, 2> variants{"onto_free", "onto_open"};
     std::uint32_t pick = 0;  // the source
     std::uint32_t to = 0;    // which destination
     bool onto_open = false;  // onto an open sequence (its positions replaced), where there is one
@@ -124,6 +128,7 @@ struct Reload {
     static constexpr OpKind kind = OpKind::reload;
     static constexpr std::string_view name = "reload";
     KVWELD_OP_ROW(Reload);
+    static constexpr std::array<std::string_view, 2> variants{"same_weights", "new_weights"};
     bool same_weights = false;
     std::uint64_t seed = 0;  // the new weights
 };
@@ -175,6 +180,7 @@ struct Lora {
     static constexpr OpKind kind = OpKind::lora;
     static constexpr std::string_view name = "lora";
     KVWELD_OP_ROW(Lora);
+    static constexpr std::array<std::string_view, 2> variants{"set", "none"};
     std::vector<int> adapters = {};  // which of the run's adapters (0..kLoraPool-1, each once), in order
     std::vector<float> scales = {};  // each one's scale
 };
@@ -183,6 +189,7 @@ struct Cvec {
     static constexpr OpKind kind = OpKind::cvec;
     static constexpr std::string_view name = "cvec";
     KVWELD_OP_ROW(Cvec);
+    static constexpr std::array<std::string_view, 2> variants{"set", "clear"};
     bool clear = false;      // none from now on
     std::uint64_t seed = 0;  // the vector's data
     int start = 0, end = 0;  // the range [start, end], each mod the model's layers
@@ -192,6 +199,7 @@ struct Warmup {
     static constexpr OpKind kind = OpKind::warmup;
     static constexpr std::string_view name = "warmup";
     KVWELD_OP_ROW(Warmup);
+    static constexpr std::array<std::string_view, 2> variants{"on", "off"};
     bool on = false;
 };
 // A context shift: keep the first n_keep positions, drop a chunk after them, move the rest down.
@@ -199,6 +207,7 @@ struct Shift {
     static constexpr OpKind kind = OpKind::shift;
     static constexpr std::string_view name = "shift";
     KVWELD_OP_ROW(Shift);
+    static constexpr std::array<std::string_view, 2> variants{"keep_prefix", "twice"};
     std::uint32_t pick = 0;
     std::uint32_t keep = 0;     // n_keep, mod the length
     std::uint32_t discard = 0;  // how many positions it drops (1..what follows n_keep), 16 bits a round
@@ -216,6 +225,7 @@ struct Load {
     static constexpr OpKind kind = OpKind::load;
     static constexpr std::string_view name = "load";
     KVWELD_OP_ROW(Load);
+    static constexpr std::array<std::string_view, 3> variants{"into_free", "onto_open", "refused"};
     std::uint32_t state = 0;  // which saved state
     std::uint32_t to = 0;     // which destination
     bool onto_open = false;
@@ -247,6 +257,7 @@ struct SetSampler {
     static constexpr OpKind kind = OpKind::sampler;
     static constexpr std::string_view name = "sampler";
     KVWELD_OP_ROW(SetSampler);
+    static constexpr std::array<std::string_view, 3> variants{"new", "in_place", "clear"};
     std::uint32_t seq = 0;  // the sequence id, mod the run's sequences
     int top_k = 0;          // 0: greedy; 1..8: top-k then a seeded draw; -1: clear
     std::uint32_t seed = 0;
@@ -277,6 +288,22 @@ struct Keep {
 
 }  // namespace ops
 
+// An op's argument variants (the `variants` its struct lists, where it has
+// some): each one is counted where it took effect (RunStats::variants, as
+// "kind.variant"), and `kvweld swarm --require-coverage` fails when one
+// never did. A name not in the list does not compile.
+template <class T>
+struct Variant {
+    std::size_t index;
+    consteval Variant(const char* name) : index(T::variants.size()) {
+        for (std::size_t i = 0; i < T::variants.size(); ++i)
+            if (T::variants[i] == std::string_view(name)) index = i;
+        if (index == T::variants.size()) throw "not a variant of this op";  // a compile error here
+    }
+};
+template <class T>
+concept HasVariants = requires { T::variants; };
+
 // One alternative per kind, in OpKind's order (checked below).
 using OpArgs = std::variant<ops::Admit, ops::Step, ops::Truncate, ops::Preempt, ops::Fork, ops::Retire, ops::ClearAll,
                             ops::Reload, ops::SwapLayer, ops::Compact, ops::Grow, ops::Reset, ops::Invalid,
@@ -305,6 +332,7 @@ struct Op {
 };
 
 std::string_view to_string(OpKind k);
+std::vector<std::string_view> op_variants(OpKind k);  // its struct's `variants` (none: empty)
 OpKind op_kind_from_string(std::string_view s);  // throws Error naming s
 
 void to_json(nlohmann::json& j, const Op& op);

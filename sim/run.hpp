@@ -100,6 +100,11 @@ struct SwarmOptions {
     // Fail when a term of the reuse condition the engine's API can reach
     // was never exercised (RunStats::terms): the swarm's ops miss a key part.
     bool require_terms = false;
+    // Fail when the swarm went blind somewhere it could see: an op kind
+    // weighted in some seed's config that never ran, an argument variant of
+    // a kind that ran that never took effect (sim/ops.hpp Variant), or a
+    // known finding of the engine's file that no seed met.
+    bool require_coverage = false;
     // Seeds after the first seed with a new failure (one no known finding
     // matches) are not run: the kill matrix's --until-killed. The seeds are
     // handed out in order, so every seed before that one ran whatever the
@@ -119,9 +124,10 @@ struct SwarmResult {
     std::string known_path;    // the known findings file ("" none)
     std::vector<std::string> unreproduced;  // known findings whose trace no longer fails as recorded
     std::vector<std::string> unexercised;   // with require_terms: the reuse terms never exercised
+    std::vector<std::string> uncovered;     // with require_coverage: what never ran, took effect or was met
     OracleReport oracles;  // the first seed's (the same engine for all)
     // No new failure, and every known finding still reproduces: what CI gates on.
-    bool ok() const { return failures == known && unreproduced.empty() && unexercised.empty(); }
+    bool ok() const { return failures == known && unreproduced.empty() && unexercised.empty() && uncovered.empty(); }
 };
 SwarmResult run_swarm(const SwarmOptions& options,
                                  const std::function<void(std::size_t, std::size_t)>& progress = {});

@@ -28,6 +28,7 @@ void RunStats::add(const RunStats& o) {
     ops_run += o.ops_run;
     ops_skipped += o.ops_skipped;
     for (int k = 0; k < kOpKinds; ++k) ops_by_kind[std::size_t(k)] += o.ops_by_kind[std::size_t(k)];
+    for (const auto& [name, n] : o.variants) variants[name] += n;
     requests += o.requests;
     calls += o.calls;
     rows += o.rows;

@@ -22,6 +22,7 @@ struct RunStats {
     std::uint64_t ops_run = 0;
     std::uint64_t ops_skipped = 0;  // precondition did not hold (replay of shrunk traces)
     std::array<std::uint64_t, kOpKinds> ops_by_kind{};  // of ops_run
+    std::map<std::string, std::uint64_t> variants;      // "kind.variant" (sim/ops.hpp Variant): times it took effect
     std::uint64_t requests = 0;
     std::uint64_t calls = 0;        // engine decode calls
     std::uint64_t rows = 0;         // rows of logits decoded (one per token fed)

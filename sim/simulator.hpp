@@ -22,6 +22,7 @@
 #include "sim/verdict.hpp"
 #include "targets/abi_lists.hpp"
 #include "targets/engine.hpp"
+#include "util/cat.hpp"
 
 #include <algorithm>
 #include <map>
@@ -133,6 +134,11 @@ private:
     void run(const ops::SetSampler& op, int seq);
     void run(const ops::Abort& op, int seq);  // armed for the next decode call
     void run(const ops::Keep& op, int seq);
+    // An argument variant of `op` took effect (RunStats::variants).
+    template <class T>
+    void drew(const T&, std::type_identity_t<Variant<T>> v) {
+        ++stats_.variants[cat(T::name, ".", T::variants[v.index])];
+    }
     int fork_destination(const ops::Fork& op, int src) const;
     void shift_once(int seq, int p0, int p1);
 

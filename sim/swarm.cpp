@@ -70,6 +70,33 @@ void steer_past_known(RunResult& r, const KnownFindings& known, int steps, const
     r.steered_past = std::move(past);
 }
 
+// What the swarm never reached that it could have: kinds weighted in some
+// seed that never ran, variants of a kind that ran that never took effect,
+// known findings no seed met (steered past counts as met).
+std::vector<std::string> coverage_gaps(const SwarmResult& out, const KnownFindings& known) {
+    std::vector<std::string> gaps;
+    for (int k = 0; k < kOpKinds; ++k) {
+        const OpKind kind = OpKind(k);
+        const auto weighted = std::count_if(out.seeds.begin(), out.seeds.end(),
+                                            [&](const RunResult& s) { return s.config.weights[std::size_t(k)] > 0; });
+        const std::uint64_t ran = out.total.ops_by_kind[std::size_t(k)];
+        if (weighted && !ran) gaps.push_back(cat("op kind ", to_string(kind), " never ran (weighted in ", weighted, " seeds)"));
+        if (!ran) continue;
+        for (std::string_view v : op_variants(kind)) {
+            const std::string name = cat(to_string(kind), ".", v);
+            if (!out.total.variants.count(name))
+                gaps.push_back(cat("op variant ", name, " never took effect (", to_string(kind), " ran ", ran, " times)"));
+        }
+    }
+    for (const KnownFinding& f : known.findings) {
+        const bool met = std::any_of(out.seeds.begin(), out.seeds.end(), [&](const RunResult& s) {
+            return s.known_finding == f.id || std::count(s.steered_past.begin(), s.steered_past.end(), f.id);
+        });
+        if (!met) gaps.push_back(cat("known finding ", f.id, " never met"));
+    }
+    return gaps;
+}
+
 }  // namespace
 
 SwarmResult run_swarm(const SwarmOptions& o,
@@ -109,6 +136,7 @@ SwarmResult run_swarm(const SwarmOptions& o,
     }
     out.unreproduced = unreproduced(known);
     out.oracles = out.seeds.front().oracles;  // the same engine and capabilities for every seed
+    if (o.require_coverage) out.uncovered = coverage_gaps(out, known);
     if (o.require_terms) {
         for (const auto& [name, t] : out.total.terms)
             if (!t.exercised()) out.unexercised.push_back(name);
@@ -159,6 +187,7 @@ std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
                    ": ", what, "\n  reproduce: ", reproduce_command(s.config, o.steps), steer, "\n");
     }
     for (const std::string& line : r.unreproduced) out += cat("FAIL ", line, "\n");
+    for (const std::string& gap : r.uncovered) out += cat("FAIL ", gap, " (--require-coverage)\n");
     for (const std::string& term : r.unexercised)
         out += cat("FAIL reuse term ", term, " never exercised (--require-terms): ",
                    r.total.terms.count(term) && r.total.terms.at(term).tied ? "no pair of plans where it changed"
@@ -169,6 +198,7 @@ std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
         return out + cat("swarm verdict: FAIL (", fresh, " seeds with new failures",
                          r.unreproduced.empty() ? "" : cat(", ", r.unreproduced.size(), " known findings not reproduced"),
                          r.unexercised.empty() ? "" : cat(", ", r.unexercised.size(), " reuse terms never exercised"),
+                         r.uncovered.empty() ? "" : cat(", ", r.uncovered.size(), " coverage gaps"),
                          ")\n");
     if (r.known)
         return out + cat("swarm verdict: NO NEW FINDINGS (not a pass: ", r.known,

@@ -90,6 +90,9 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
         if (s.ops_by_kind[std::size_t(k)])
             kinds += cat(kinds.empty() ? "" : " ", to_string(OpKind(k)), "=", s.ops_by_kind[std::size_t(k)]);
     out += table_row("ops run", cat(s.ops_run, " (", kinds, ")"));
+    std::string variants;
+    for (const auto& [name, n] : s.variants) variants += cat(variants.empty() ? "" : " ", name, "=", n);
+    if (!variants.empty()) out += table_row("op variants", variants);
     out += table_row("requests / engine calls", cat(s.requests, " / ", s.calls, " (", s.batched_calls, " batched, ",
                                                     s.same_shape_calls, " of the last call's shape)"));
     out += table_row("rows / by the reference (max logit / K/V error)",

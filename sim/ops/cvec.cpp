@@ -48,6 +48,8 @@ void Simulator::run(const ops::Cvec& op, int) {
     }
     const ControlVector* given = cvec ? &*cvec : nullptr;
     make(calls::SetCvec{given, nullptr, nullptr});
+    if (given) drew(op, "set");
+    else drew(op, "clear");
     const Adapters before = adapters_;
     adapters_.set_cvec(config_.model, cvec);
     publish(calls::SetCvec{given, &before, &adapters_});

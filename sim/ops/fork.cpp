@@ -46,6 +46,8 @@ void Simulator::run(const ops::Fork& op, int src) {
     const int dst = fork_destination(op, src);
     const calls::Copy call{src, dst, !requests_[std::size_t(dst)]};
     make(call);
+    if (call.opened) drew(op, "onto_free");
+    else drew(op, "onto_open");
     requests_[std::size_t(dst)] = requests_[std::size_t(src)];
     publish(call);
     ++stats_.requests;

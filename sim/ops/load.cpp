@@ -61,6 +61,7 @@ void Simulator::run(const ops::Load& op, int) {
                 judge_.fail(Verdict::engine_error, Oracle::engine,
                             cat("the engine refused ", why, " without naming the ", named, ": ", e.what()));
             ++stats_.refused;
+            drew(op, "refused");
             return;
         }
         judge_.fail(Verdict::engine_error, Oracle::engine, cat("the engine accepted ", why, ": it must be refused"));
@@ -72,6 +73,8 @@ void Simulator::run(const ops::Load& op, int) {
     }
     const calls::Load call{dst, len, state.id};
     make(call);  // a refusal carries the rule's clause for the state
+    if (onto_open) drew(op, "onto_open");
+    else drew(op, "into_free");
     Request& r = *requests_[std::size_t(dst)];
     r = state.request;
     r.capacity = capacity;

@@ -48,6 +48,8 @@ void Simulator::run(const ops::Lora& op, int) {
     for (std::size_t i = 0; i < op.adapters.size() && i < op.scales.size(); ++i)
         uses.push_back({lora_pool_[std::size_t(op.adapters[i]) % lora_pool_.size()], op.scales[i]});
     make(calls::SetLoras{uses, nullptr, nullptr});
+    if (uses.empty()) drew(op, "none");
+    else drew(op, "set");
     const Adapters before = adapters_;
     adapters_.set_loras(config_.model, uses);
     publish(calls::SetLoras{uses, &before, &adapters_});

@@ -30,6 +30,7 @@ void Simulator::run(const ops::Preempt& op, int seq) {
     const std::size_t dropped = r.history.size();
     requeue_from(r, 0);
     rewrite_requeued(op.rewrite, r, dropped);
+    if (op.rewrite.on) drew(op, "rewrite");
     publish(call);
 }
 

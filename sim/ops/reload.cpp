@@ -32,6 +32,8 @@ void Simulator::run(const ops::Reload& op, int) {
     const std::uint64_t seed = op.same_weights ? weights_seed_ : op.seed;
     Model next = Model::random(config_.model, seed);
     make(calls::Reload{&next});
+    if (seed == weights_seed_) drew(op, "same_weights");
+    else drew(op, "new_weights");
     model_ = std::move(next);
     weights_generation_ += seed != weights_seed_;
     weights_seed_ = seed;

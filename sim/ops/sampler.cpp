@@ -44,6 +44,9 @@ void Simulator::run(const ops::SetSampler& op, int) {
     const calls::SetSampler call{seq, op.top_k < 0 ? std::nullopt : std::optional<SamplerSpec>({op.top_k, op.seed}),
                                  op.in_place && held && op.top_k >= 0};
     make(call);
+    if (call.in_place) drew(op, "in_place");
+    else if (call.spec) drew(op, "new");
+    else drew(op, "clear");
     if (call.spec) samplers_[seq] = *call.spec;
     else samplers_.erase(seq);
     publish(call);

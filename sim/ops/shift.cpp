@@ -64,6 +64,8 @@ void Simulator::run(const ops::Shift& op, int seq) {
         const std::uint32_t draw = op.discard >> (16 * round);
         const int discard = draw & 1 ? std::max(1, after / 2) : 1 + int((draw >> 1) % std::uint32_t(after));
         shift_once(seq, keep, keep + discard);
+        if (keep > 0) drew(op, "keep_prefix");
+        if (round == 1) drew(op, "twice");
     }
 }
 

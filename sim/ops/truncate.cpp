@@ -37,6 +37,7 @@ void Simulator::run(const ops::Truncate& op, int seq) {
     const std::size_t dropped = r.history.size() - std::size_t(n);
     requeue_from(r, std::size_t(n));
     rewrite_requeued(op.rewrite, r, dropped);
+    if (op.rewrite.on) drew(op, "rewrite");
     publish(call);
 }
 

@@ -22,6 +22,8 @@ ops::Warmup ops::Warmup::read(const json& j) { return {json_field<bool>(j, "on")
 
 void Simulator::run(const ops::Warmup& op, int) {
     make(calls::SetWarmup{op.on, nullptr, nullptr});
+    if (op.on) drew(op, "on");
+    else drew(op, "off");
     const Adapters before = adapters_;
     adapters_.set_warmup(op.on);
     publish(calls::SetWarmup{op.on, &before, &adapters_});

@@ -76,9 +76,9 @@ public:
         return it == states_.end() ? nullptr : it->second;
     }
     void aborted() {  // a decode the abort callback stopped, maybe inside the K-shift
-        for (int seq : shifted_) wrong_[seq] = "kshift-aborted";
+        for (int seq : shifted_) mark(seq, "kshift-aborted");
     }
-    void split(int seq) { wrong_[seq] = "non-causal-split"; }  // its tokens of a non-causal call in two ubatches
+    void split(int seq) { mark(seq, "non-causal-split"); }  // its tokens of a non-causal call in two ubatches
     void decoded() {  // the memory update ran: copies and rotations done
         queued_.clear();
         shifted_.clear();
@@ -95,7 +95,7 @@ public:
     void shifted(int seq, bool moved) {
         if (!moved) return;
         shifted_.insert(seq);
-        for (int other : sharing_[seq]) wrong_[other] = "shift-moves-shared-cells";
+        for (int other : sharing_[seq]) mark(other, "shift-moves-shared-cells");
     }
     void saved(int seq, int id) {
         if (const auto it = wrong_.find(seq); it != wrong_.end()) states_[id] = it->second;
@@ -113,7 +113,7 @@ public:
         for (const auto& [src, dst] : queued_)
             if (tainted.count(src) && dst != seq) {
                 tainted.insert(dst);
-                wrong_[dst] = "state-io-under-queued-copy";
+                mark(dst, "state-io-under-queued-copy");
             }
     }
     void put_back(int seq) {  // saved and loaded again at once
@@ -148,6 +148,12 @@ public:
 
 private:
     static constexpr const char* kKeepOtherStreams = "seq-keep-other-streams";
+    // A sequence whose cells seq_keep left keeps that clause until it is
+    // emptied: its next token is refused whatever else is wrong with it.
+    void mark(int seq, const char* clause) {
+        const auto it = wrong_.find(seq);
+        if (it == wrong_.end() || std::string_view(it->second) != kKeepOtherStreams) wrong_[seq] = clause;
+    }
     void share(int a, int b) {
         if (a == b) return;
         sharing_[a].insert(b);
