@@ -39,10 +39,15 @@ DataShadow::DataShadow(const World& world, Judge& judge, RunStats& stats, bool j
       pooling_(embeddings_pooling(world.config.engine.engine, world.config.engine.params)) {}
 
 void DataShadow::on_call(const MemoryCall& call) {
-    const auto fresh = [&] { return std::make_unique<ReferenceKv>(world_.config.model); };
+    // An open of a sequence whose shadow is held: a close the shadow was not
+    // told of (its own state gone wrong), never a fresh start over it.
+    const auto fresh = [&](int seq) {
+        require(!shadows_.count(seq), "data shadow: sequence ", seq, " opened while its shadow is held");
+        return std::make_unique<ReferenceKv>(world_.config.model);
+    };
     std::visit(Overloaded{
-                   [&](const calls::Open& c) { shadows_[c.seq] = fresh(); },
-                   [&](const calls::OpenSized& c) { shadows_[c.seq] = fresh(); },
+                   [&](const calls::Open& c) { shadows_[c.seq] = fresh(c.seq); },
+                   [&](const calls::OpenSized& c) { shadows_[c.seq] = fresh(c.seq); },
                    [&](const calls::Close& c) { shadows_.erase(c.seq); },
                    [&](const calls::Copy& c) { shadows_[c.dst] = std::make_unique<ReferenceKv>(*shadows_.at(c.src)); },
                    [&](const calls::Migrate& c) {
@@ -63,11 +68,7 @@ void DataShadow::on_call(const MemoryCall& call) {
                        require(it != saved_.end(), "data shadow: no saved state ", c.id);
                        shadows_[c.seq] = std::make_unique<ReferenceKv>(it->second);
                    },
-                   // A rewind, a clear, a keep or a reload leaves rows the refeed
-                   // overwrites; the rest change no sequence's history.
-                   Ignored<calls::Truncate, calls::Clear, calls::Keep, calls::ClearAll, calls::Reload, calls::SwapLayer,
-                           calls::PoolOp, calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::LoadRefused,
-                           calls::SetSampler>{},
+                   IgnoredCalls{},  // observers.hpp: why each
                },
                call);
 }

@@ -158,6 +158,11 @@ public:
     virtual void on_aborted(const Batch& /*called*/, Decoded& kept) { on_decode(kept); }
     virtual void after_op(OpKind) {}  // every op that ran
     virtual void at_end() {}          // the run is over
+
+    // The harness's self-test (sim/tests/handling_test.cpp): the index in
+    // MemoryCall of the one call kind this observer is not told of, as if
+    // its handling were removed (-1: none).
+    int dropped_call = -1;
 };
 
 }  // namespace kvweld::sim

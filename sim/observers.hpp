@@ -28,6 +28,7 @@
 #include "targets/reuse_rule.hpp"
 #include "targets/white_box.hpp"
 #include "util/cat.hpp"
+#include "util/overloaded.hpp"
 
 #include <deque>
 #include <map>
@@ -38,6 +39,8 @@
 #include <vector>
 
 namespace kvweld::sim {
+
+namespace calls = targets::calls;
 
 // Per batch shape ("4x1": four sequences, one token each; "2x1-5": two,
 // one to five tokens): what the engine counted (with or without a rule),
@@ -199,6 +202,12 @@ public:
     // own rows, or the twin's where there is one.
     DataShadow(const World& world, Judge& judge, RunStats& stats, bool judging);
     const ReferenceKv& shadow(int seq) const { return *shadows_.at(seq); }
+    // The calls on_call leaves alone (a rewind, a clear, a keep or a
+    // reload leaves rows the refeed overwrites; the rest change no
+    // sequence's history); it handles every other.
+    using IgnoredCalls = Ignored<calls::Truncate, calls::Clear, calls::Keep, calls::ClearAll, calls::Reload,
+                                 calls::SwapLayer, calls::PoolOp, calls::SetLoras, calls::SetCvec, calls::SetWarmup,
+                                 calls::LoadRefused, calls::SetSampler>;
 
     void on_call(const targets::MemoryCall& call) override;
     void on_decode(Decoded& d) override;
@@ -234,6 +243,9 @@ public:
                   std::set<std::uint64_t>& seen_serials, bool weld);
     // White box: the storage the ledger pinned for a slot's layers.
     const std::vector<KvLayer>& pinned(int seq) const { return slots_[std::size_t(seq)].pinned; }
+    // The calls under which no storage moves; on_call handles every other.
+    using IgnoredCalls = Ignored<calls::Close, calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::Save,
+                                 calls::LoadRefused, calls::SetLive, calls::SetSampler>;
 
     void on_call(const targets::MemoryCall& call) override;
     void on_decode(Decoded& d) override;
@@ -320,6 +332,10 @@ public:
     BlockLedger(const World& world, Judge& judge, targets::BlockModel model, std::set<std::uint64_t>& seen_serials,
                 bool judging);
     const targets::BlockModel& model() const { return model_; }
+    // The calls that move no block table; on_call handles every other.
+    using IgnoredCalls = Ignored<calls::Open, calls::OpenSized, calls::SwapLayer, calls::Migrate, calls::SetLoras,
+                                 calls::SetCvec, calls::SetWarmup, calls::Shift, calls::Save, calls::Load,
+                                 calls::LoadRefused, calls::SetLive, calls::SetSampler>;
 
     void on_call(const targets::MemoryCall& call) override;
     void on_decode(Decoded& d) override;

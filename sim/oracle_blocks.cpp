@@ -35,10 +35,7 @@ void BlockLedger::on_call(const MemoryCall& call) {
                        if (c.op == KVWELD_POOL_GROW) model_.grow();
                        if (c.op == KVWELD_POOL_RESET) model_.reset();
                    },
-                   // Block tables move only by the calls above.
-                   Ignored<calls::Open, calls::OpenSized, calls::SwapLayer, calls::Migrate, calls::SetLoras,
-                           calls::SetCvec, calls::SetWarmup, calls::Shift, calls::Save, calls::Load,
-                           calls::LoadRefused, calls::SetLive, calls::SetSampler>{},
+                   IgnoredCalls{},  // observers.hpp: block tables move only by the calls above
                },
                call);
 }

@@ -4,6 +4,7 @@
 // the order they are told. Adding an oracle is its class, its entry in
 // Oracles (sim/run_stats.hpp) and its lines here.
 #include "sim/simulator.hpp"
+#include "targets/plugin_rule.hpp"
 
 #include "util/cat.hpp"
 #include "sim/observers.hpp"
@@ -42,7 +43,11 @@ void Simulator::open_observers(bool checked) {
     if (!counters)
         oracles_.accounting_why_not = cat("engine ", name, " declares no plan counters");
     else
+    {
         rule = reuse_rule_for(name, engine_build(config_.engine.engine), config_.setup(), oracles_.accounting_why_not);
+        // Where kvweld has none, the rule the plugin ships (ABI 14), if any.
+        if (!rule && (rule = shipped_rule(config_.engine.engine, config_.setup()))) oracles_.accounting_why_not.clear();
+    }
     oracles_.accounting = rule != nullptr;
     oracles_.plan_identity = rule && (caps & KVWELD_CAP_PLAN_SERIAL);
     if (!oracles_.plan_identity) oracles_.plan_identity_why_not = cat("engine ", name, " reports no plan serial");

@@ -88,9 +88,7 @@ void StorageLedger::on_call(const MemoryCall& call) {
                        poison(c.seq, c.len);
                        after(SeqOp::load, c.seq);
                    },
-                   // No storage moves under these.
-                   Ignored<calls::Close, calls::SetLoras, calls::SetCvec, calls::SetWarmup, calls::Save,
-                           calls::LoadRefused, calls::SetLive, calls::SetSampler>{},
+                   IgnoredCalls{},  // observers.hpp: no storage moves under these
                },
                call);
 }

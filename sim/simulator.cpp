@@ -159,7 +159,8 @@ void Simulator::make(const MemoryCall& call) {
 }
 
 void Simulator::publish(const MemoryCall& call) {
-    for (const auto& o : observers_) o->on_call(call);
+    for (const auto& o : observers_)
+        if (o->dropped_call != int(call.index())) o->on_call(call);
 }
 
 Simulator::Decoding Simulator::decode(std::vector<Pair> pairs) {

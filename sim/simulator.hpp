@@ -99,6 +99,15 @@ public:
         observers_.insert(at, std::move(o));
     }
     const World& world() const { return world_; }
+    // For the harness's self-test: the first observer of type O stops
+    // hearing calls of kind `call` (an index in MemoryCall); false where
+    // no such observer runs.
+    template <class O>
+    bool drop_handling(int call) {
+        for (const auto& o : observers_)
+            if (dynamic_cast<O*>(o.get())) return o->dropped_call = call, true;
+        return false;
+    }
 
 private:
     void open_observers(bool checked);

@@ -152,6 +152,11 @@ std::string PluginLibrary::table_problem(const kvweld_engine_api& t) {
              ((api->capabilities & KVWELD_CAP_ABORT) && (!api->set_abort || !api->seq_length)) ||
              ((api->capabilities & KVWELD_CAP_KEEP) && !api->keep_seq))
         problem = "declares a capability whose function is empty";
+    else if (const int rule = !!api->rule_create + !!api->rule_destroy + !!api->rule_on_call + !!api->rule_on_decode +
+                              !!api->rule_why;
+             rule != 0 && rule != 5)
+        problem = cat("ships ", rule, " of the rule's 5 functions (rule_create, rule_destroy, rule_on_call, "
+                      "rule_on_decode, rule_why): all or none");
     else if (api->live_settings && *api->live_settings && !api->set_live)
         problem = cat("lists live settings (", api->live_settings, ") but leaves set_live empty");
     else if (api->live_settings)

@@ -104,6 +104,47 @@ typedef struct kvweld_sampler {
     uint32_t seed; /* the draw's seed (top_k > 0) */
 } kvweld_sampler;
 
+/* Version 14: a reuse rule the plugin ships (rule_create and the rest,
+ * below): the accounting oracle's expectation for each decode call, from
+ * the calls the harness made. One memory call as the rule hears it: `kind`
+ * names it, the other fields are the ones its kind uses (the rest 0). */
+#define KVWELD_CALL_OPEN 0         /* seq */
+#define KVWELD_CALL_CLOSE 1        /* seq */
+#define KVWELD_CALL_TRUNCATE 2     /* seq, a = the new length, b = 1 for a step's rejected drafts */
+#define KVWELD_CALL_CLEAR 3        /* seq */
+#define KVWELD_CALL_COPY 4         /* seq = source, a = destination, b = 1 when it was opened for the copy */
+#define KVWELD_CALL_CLEAR_ALL 5
+#define KVWELD_CALL_RELOAD 6
+#define KVWELD_CALL_SWAP_LAYER 7   /* seq, a = layer */
+#define KVWELD_CALL_POOL_OP 8      /* a = KVWELD_POOL_* */
+#define KVWELD_CALL_ADAPTERS 9     /* LoRA set, control vector or warmup: before and after (adapter set ids) */
+#define KVWELD_CALL_SHIFT 10       /* seq, a = p0, b = p1, c = the length before */
+#define KVWELD_CALL_SAVE 11        /* seq, a = state id */
+#define KVWELD_CALL_LOAD 12        /* seq, a = length, b = state id */
+#define KVWELD_CALL_LOAD_REFUSED 13 /* seq */
+#define KVWELD_CALL_LIVE 14        /* key, value */
+#define KVWELD_CALL_SAMPLER 15     /* seq, a = 1 set (0 cleared), b = 1 in place */
+#define KVWELD_CALL_KEEP 16        /* seq; list, n_list = the other sequences that held positions */
+
+typedef struct kvweld_call {
+    int32_t kind;
+    int32_t seq, a, b, c;
+    uint64_t before, after; /* KVWELD_CALL_ADAPTERS */
+    const char* key;        /* KVWELD_CALL_LIVE */
+    const char* value;
+    const int32_t* list;    /* KVWELD_CALL_KEEP */
+    int32_t n_list;
+} kvweld_call;
+
+/* What one decode call may do: it runs `plans` plans, of which at least
+ * must_reuse and at most must_reuse + may_reuse reuse the plan before
+ * them; builds and rebinds exact where not -1. */
+typedef struct kvweld_expectation {
+    int32_t plans, must_reuse, may_reuse, builds, rebinds;
+} kvweld_expectation;
+
+typedef struct kvweld_rule kvweld_rule; /* the plugin's rule state */
+
 typedef struct kvweld_engine_api {
     uint32_t abi_version;     /* KVWELD_ENGINE_ABI_VERSION the plugin was built with */
     const char* name;         /* e.g. "llamacpp" */
@@ -315,6 +356,23 @@ typedef struct kvweld_engine_api {
      * keeps what it holds. A seq outside 0..n_seq_max-1 or not open fails
      * naming it and changes nothing. */
     int (*keep_seq)(kvweld_engine* engine, int32_t seq, char* err, size_t err_len);
+    /* Version 14, the reuse rule the plugin ships (all four, or none): how
+     * many plans each decode call may reuse, for an engine kvweld has no
+     * rule of its own for, so that an engine built elsewhere gets both
+     * halves of the accounting oracle (a reuse it must make and did not is
+     * a spurious invalidation; one it may not make, a missed one). It sees
+     * what the harness did, never the engine: rule_create with the options
+     * the engine was made with; rule_on_call for every memory call the
+     * engine accepted, in order; rule_on_decode for every decode call
+     * (seqs per token, outputs as decode_outputs' or NULL for every row),
+     * filling *out; rule_why: the clauses that decided the last call, for
+     * a failure's message (a NUL-terminated string of at most len bytes). */
+    int (*rule_create)(const kvweld_engine_options* options, kvweld_rule** out, char* err, size_t err_len);
+    void (*rule_destroy)(kvweld_rule* rule);
+    int (*rule_on_call)(kvweld_rule* rule, const kvweld_call* call, char* err, size_t err_len);
+    int (*rule_on_decode)(kvweld_rule* rule, const int32_t* seqs, const uint8_t* outputs, int32_t n,
+                          kvweld_expectation* out, char* err, size_t err_len);
+    void (*rule_why)(const kvweld_rule* rule, char* out, size_t len);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

@@ -641,6 +641,7 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_12); },
                  {"says its table is 4 bytes (struct_size)", cat("a version ", KVWELD_ENGINE_ABI_VERSION, " table is at least")});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_13); }, {"declares a capability whose function is empty"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_15); }, {"ships 1 of the rule's 5 functions", "all or none"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_2); }, {"required function"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_5); },
                  {"fault 'lies' with bad classes", "'wrong_answer'", "stale_decode, spurious_invalidation"});

@@ -285,6 +285,11 @@ const kvweld_engine_api kApi = {
     .live_settings_of = live_settings_of,
     .struct_size = sizeof(kvweld_engine_api),
     .keep_seq = keep_seq,
+    .rule_create = nullptr,  // its rule is kvweld's own (targets/registry.cpp)
+    .rule_destroy = nullptr,
+    .rule_on_call = nullptr,
+    .rule_on_decode = nullptr,
+    .rule_why = nullptr,
 };
 
 }  // namespace

@@ -293,6 +293,11 @@ const kvweld_engine_api kApi = {
     .live_settings_of = nullptr,
     .struct_size = sizeof(kvweld_engine_api),
     .keep_seq = nullptr,
+    .rule_create = nullptr,  // its rule is kvweld's own (targets/registry.cpp)
+    .rule_destroy = nullptr,
+    .rule_on_call = nullptr,
+    .rule_on_decode = nullptr,
+    .rule_why = nullptr,
 };
 
 }  // namespace

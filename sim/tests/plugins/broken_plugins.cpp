@@ -5,8 +5,8 @@
 // plan identity, live settings listed without set_live, and embeddings
 // read back without the live setting that turns them on, an engine
 // whose own live settings (ABI 13) go beyond its plugin's list; from ABI
-// 14, a struct_size that does not reach past itself and keep declared
-// without keep_seq; and one that is not broken: a table newer than the
+// 14, a struct_size that does not reach past itself, keep declared
+// without keep_seq and a rule shipped in part (kind 15); and one that is not broken: a table newer than the
 // host, with a capability the host does not know, which loads by its size.
 #include "kvweld/engine_abi.h"
 
@@ -34,6 +34,7 @@ int all(kvweld_engine*, char*, size_t) { return 0; }
 [[maybe_unused]] int read_embeddings(const kvweld_engine*, int32_t, float*, int32_t, char*, size_t) { return 0; }
 [[maybe_unused]] int set_sampler(kvweld_engine*, int32_t, const kvweld_sampler*, int32_t, char*, size_t) { return 0; }
 [[maybe_unused]] int set_abort(kvweld_engine*, int32_t, char*, size_t) { return 0; }
+[[maybe_unused]] int rule_create(const kvweld_engine_options*, kvweld_rule**, char*, size_t) { return 0; }
 [[maybe_unused]] const char* live_settings_of(const kvweld_engine*) { return "n_threads:1|2|8"; }
 
 constexpr kvweld_engine_api kApi = {
@@ -112,6 +113,11 @@ constexpr kvweld_engine_api kApi = {
     sizeof(kvweld_engine_api),  // version 14: its size
 #endif
     nullptr,                    // version 14: no keep_seq (kind 13 declares it)
+#if BROKEN_KIND == 15
+    rule_create, nullptr, nullptr, nullptr, nullptr,  // version 14: one of the rule's five functions
+#else
+    nullptr, nullptr, nullptr, nullptr, nullptr,  // version 14: no rule shipped
+#endif
 };
 
 }  // namespace
