@@ -9,6 +9,7 @@
 // kind added later, or one taken out of an IgnoredCalls list, is checked
 // the moment it exists; where no built-in engine makes a call, the pair is
 // listed below with why.
+#include "engine/faults.hpp"
 #include "sim/observers.hpp"
 #include "sim/run.hpp"
 #include "sim/simulator.hpp"
@@ -17,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -157,6 +159,10 @@ void every_handled_call_is_needed(const std::string& name, const std::vector<std
     for (int call : calls) {
         if (unreachable().count({name, call})) continue;
         const std::string by = caught_by<O>(call, engines);
+        if (by.empty() && !kFaultsCompiled) {  // the asan preset: no fault switch to show it with
+            std::printf("%s call %d: not checked in a build without fault switches\n", name.c_str(), call);
+            continue;
+        }
         EXPECT_NE(by, "") << name << " handles MemoryCall alternative " << call
                           << ", yet with that handling removed " << kSeeds << " seeds of each engine pass";
     }
