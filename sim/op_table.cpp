@@ -11,9 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <array>
-#include <cmath>
 
 namespace kvweld::sim {
 

@@ -75,40 +75,9 @@ kvweld_engine_api copy_by_size(const kvweld_engine_api& api) {
     return out;
 }
 
-}  // namespace
-
-std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path) {
-    // RTLD_LOCAL: two plugins' symbols never collide; RTLD_NOW: a missing
-    // dependency is an error here, not a crash on first call.
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) throw Error(cat("engine plugin ", path, ": cannot load: ", dlerror()));
-    auto entry = reinterpret_cast<kvweld_engine_entry_fn>(dlsym(handle, KVWELD_ENGINE_ENTRY));
-    const kvweld_engine_api* api = entry ? entry() : nullptr;
-    std::string problem;
-    if (!entry) problem = cat("has no symbol '", KVWELD_ENGINE_ENTRY, "': not a kvweld engine plugin");
-    else if (!api) problem = cat(KVWELD_ENGINE_ENTRY, "() returned no table");
-    else if (api->abi_version < 2)
-        problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks versions 2..",
-                      KVWELD_ENGINE_ABI_VERSION, " and later ones read by their struct_size");
-    else if (api->abi_version >= 14)
-        problem = size_problem(*api);
-    if (!problem.empty()) {
-        dlclose(handle);
-        throw Error(cat("engine plugin ", path, " ", problem));
-    }
-    const kvweld_engine_api table = copy_by_size(*api);
-    problem = table_problem(table);
-    if (problem.empty() && table.fault_names) problem = fault_classes_problem(table);
-    if (!problem.empty()) {
-        dlclose(handle);
-        throw Error(cat("engine plugin ", path, " ", problem));
-    }
-    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, table));
-}
-
 // What a table (as this host reads it) gets wrong: a capability newer than
 // its version, a function or name it declares but leaves empty.
-std::string PluginLibrary::table_problem(const kvweld_engine_api& t) {
+std::string table_problem(const kvweld_engine_api& t) {
     const kvweld_engine_api* api = &t;
     std::string problem;
     if (api->abi_version < 3 && (api->capabilities & (KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS)))
@@ -169,6 +138,37 @@ std::string PluginLibrary::table_problem(const kvweld_engine_api& t) {
         if (!listed) problem = "declares KVWELD_CAP_EMBEDDINGS but lists no live setting 'embeddings'";
     }
     return problem;
+}
+
+}  // namespace
+
+std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path) {
+    // RTLD_LOCAL: two plugins' symbols never collide; RTLD_NOW: a missing
+    // dependency is an error here, not a crash on first call.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw Error(cat("engine plugin ", path, ": cannot load: ", dlerror()));
+    auto entry = reinterpret_cast<kvweld_engine_entry_fn>(dlsym(handle, KVWELD_ENGINE_ENTRY));
+    const kvweld_engine_api* api = entry ? entry() : nullptr;
+    std::string problem;
+    if (!entry) problem = cat("has no symbol '", KVWELD_ENGINE_ENTRY, "': not a kvweld engine plugin");
+    else if (!api) problem = cat(KVWELD_ENGINE_ENTRY, "() returned no table");
+    else if (api->abi_version < 2)
+        problem = cat("was built for engine ABI version ", api->abi_version, ", this kvweld speaks versions 2..",
+                      KVWELD_ENGINE_ABI_VERSION, " and later ones read by their struct_size");
+    else if (api->abi_version >= 14)
+        problem = size_problem(*api);
+    if (!problem.empty()) {
+        dlclose(handle);
+        throw Error(cat("engine plugin ", path, " ", problem));
+    }
+    const kvweld_engine_api table = copy_by_size(*api);
+    problem = table_problem(table);
+    if (problem.empty() && table.fault_names) problem = fault_classes_problem(table);
+    if (!problem.empty()) {
+        dlclose(handle);
+        throw Error(cat("engine plugin ", path, " ", problem));
+    }
+    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, table));
 }
 
 PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine_api& api)

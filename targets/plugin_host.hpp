@@ -36,7 +36,6 @@ public:
     std::string build() const { return api_.build ? api_.build : ""; }
 
 private:
-    static std::string table_problem(const kvweld_engine_api& table);
     PluginLibrary(std::string path, void* handle, const kvweld_engine_api& api);
     std::string path_;
     void* handle_;
