@@ -47,6 +47,8 @@ struct RunOptions {
     std::string known_findings;  // --known-findings ("" the engine's own file, "none", or a path)
     std::string steer;           // sim --steer: known findings whose steer the seed's config takes
     bool no_steer = false;       // swarm --no-steer: a seed stops at its first known finding
+    std::string isolate = "auto";  // --isolate auto|yes|no
+    double call_timeout = 60;      // --call-timeout, seconds
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 void write_json(const std::string& path, const nlohmann::json& j);

@@ -42,6 +42,10 @@ void write_text(const std::string& path, const std::string& text) {
 EngineChoice engine_choice(const RunOptions& o) {
     EngineChoice e{o.engine, o.params, "", o.seqs, o.n_ctx, o.twin};
     require_engine(e.engine);  // a bad name or path is an Error now, before anything runs
+    e.isolation.isolate = o.isolate == "yes" ? Isolate::yes : o.isolate == "no" ? Isolate::no : Isolate::engine_default;
+    e.isolation.call_timeout_ms = int(o.call_timeout * 1000);
+    require(e.isolation.isolate != Isolate::yes || !engine_in_process(e.engine), "--isolate yes with --engine ",
+            e.engine, ": it runs in kvweld's process (its white box); isolation needs an engine behind the ABI");
     const Backend backend = backend_from_string(o.backend);
     if (backend != Backend::cpu) {  // in process, the engine's backend setting
         require(engine_in_process(e.engine), "--backend ", o.backend, " with --engine ", e.engine,

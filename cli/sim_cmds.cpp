@@ -70,6 +70,16 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     "failure that matches one is reported as that finding, not a pass and not a new failure; each one's "
                     "trace must still fail as recorded. Default: the engine's own file (llamacpp: "
                     "targets/llamacpp/known_findings/b11434.json); none: no file");
+    cmd->add_option("--isolate", o.isolate,
+                    "run an engine behind the ABI in a process of its own, so that its abort, signal or hang is an "
+                    "engine error with the trace up to that call and the run goes on: yes, no, or auto (the engine's "
+                    "choice: llamacpp yes, the others no)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "yes", "no"}));
+    cmd->add_option("--call-timeout", o.call_timeout,
+                    "in a process of its own, the seconds an engine has to answer one call before it is killed as hung")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 86400.0));
 }
 
 namespace {

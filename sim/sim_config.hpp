@@ -42,6 +42,7 @@ struct EngineChoice {
     int n_ctx = 0;                  // positions per sequence (0: drawn)
     bool twin = false;              // run the differential twin (the engine with plan reuse off)
     std::optional<PeerChoice> peer = std::nullopt;  // kvweld diff's second engine
+    targets::Isolation isolation = {};  // where a plugin runs (--isolate, --call-timeout); no part of a trace
 };
 
 // Which build of the engine runs ("" when it names none or cannot be
@@ -73,7 +74,7 @@ struct SimConfig {
     std::string describe() const;
     std::string capacities_text() const;
     // What the engine, its rule and its block model are opened with.
-    EngineSetup setup() const { return {engine.params, seqs, n_ctx, 1}; }
+    EngineSetup setup() const { return {engine.params, seqs, n_ctx, 1, engine.isolation}; }
 };
 
 // The most positions per sequence a drawn config asks for: llama.cpp pads

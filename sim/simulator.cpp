@@ -135,6 +135,12 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
         judge_.record(Verdict::engine_error, Oracle::peer, e.what());
         judge_.standing = nullptr;
         return false;
+    } catch (const targets::Crashed& e) {  // its process died or hung: a finding, known by its crash's title
+        judge_.record(Verdict::engine_error, Oracle::engine,
+                      config_.engine.peer ? cat("engine A (", config_.engine.engine, "): ", e.what()) : e.what(),
+                      e.clause());
+        judge_.standing = nullptr;
+        return false;
     } catch (const Error& e) {  // the engine refused a valid op
         judge_.record(Verdict::engine_error, Oracle::engine,
                       config_.engine.peer ? cat("engine A (", config_.engine.engine, "): ", e.what()) : e.what(),

@@ -33,6 +33,9 @@ RunResult run_seed(const SimConfig& config, int steps) {
     RunResult r;
     try {
         r = run_generated(config, steps);
+    } catch (const targets::Crashed& e) {
+        r = RunResult{config, steps, {}, {}, {}, Verdict::engine_error,
+                      Failure{0, "create", Oracle::engine, e.what(), e.clause()}};
     } catch (const Error& e) {
         r = RunResult{config, steps, {}, {}, {}, Verdict::engine_error, Failure{0, "create", Oracle::engine, e.what()}};
     }

@@ -50,11 +50,34 @@ struct Aborted : Error {
     using Error::Error;
 };
 
+// An engine run in a process of its own (targets/isolation/) whose process
+// died or hung during a call: the engine is gone, and every later call
+// throws the same. `title` names the crash the way syzkaller titles one
+// (the last line the process wrote, or its signal; "hang in decode"): a
+// known finding matches a crash by it.
+struct Crashed : Error {
+    Crashed(const std::string& message, std::string crash_title) : Error(message), title(std::move(crash_title)) {}
+    std::string title;
+    // The contract clause a failure of it carries (sim::Failure::clause).
+    std::string clause() const { return "crash: " + title; }
+};
+
+// Where a plugin's engine runs: in kvweld's process, or in one of its own
+// (targets/isolation/), so that its abort, signal or hang is a finding and
+// the run goes on; engine_default is the registry row's choice
+// (EngineEntry::isolated: llama.cpp's).
+enum class Isolate : std::uint8_t { engine_default, no, yes };
+struct Isolation {
+    Isolate isolate = Isolate::engine_default;
+    int call_timeout_ms = 60000;  // in a process of its own: a call not answered by then is a hang
+};
+
 struct EngineSetup {
     std::string params;
     int seqs = 1;
     int n_ctx = 64;
     int threads = 1;  // the engine's decode threads
+    Isolation isolation = {};
 };
 
 class Engine {

@@ -40,6 +40,9 @@ struct EngineEntry {
     std::string_view name;
     const char* plugin = "";              // its path in this build, "" when not built (or in process)
     const char* missing = "not built";    // why not, when not built
+    // A plugin run in a process of its own unless the run says otherwise
+    // (targets/isolation/): an engine whose crash must be a finding.
+    bool isolated = false;
     // In process: creates the engine (nullptr: a plugin, opened through the ABI).
     std::unique_ptr<Engine> (*in_process)(const std::string& faults, const EngineSetup& setup,
                                           const Model& model) = nullptr;

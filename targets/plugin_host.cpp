@@ -1,6 +1,7 @@
 #include "targets/plugin_host.hpp"
 
 #include "targets/abi_lists.hpp"
+#include "targets/isolation/remote_table.hpp"
 
 #include "util/cat.hpp"
 #include "util/error.hpp"
@@ -182,9 +183,11 @@ void PluginEngine::call(const char* what, Fn&& fn, bool decode) const {
     const int rc = fn(err.data(), err.size());
     if (rc == 0) return;
     err.back() = '\0';  // whatever the plugin wrote, the message ends here
+    if (isolated_ && rc == isolation::kProcessLost)
+        throw Crashed(cat("engine ", api_.name, ": ", what, ": ", err.data()), isolation::remote_crash_title(engine_));
     // Only a decode returns KVWELD_ABORTED, and only with the capability.
     const bool aborted = decode && rc == KVWELD_ABORTED && (capabilities() & KVWELD_CAP_ABORT);
-    const std::string message = cat("engine ", library_->api().name, ": ", what, aborted ? " aborted: " : " failed: ",
+    const std::string message = cat("engine ", api_.name, ": ", what, aborted ? " aborted: " : " failed: ",
                                     err[0] ? err.data() : "(no message)");
     if (aborted) throw Aborted(message);
     throw Error(message);
@@ -196,25 +199,40 @@ void PluginEngine::call(const char* what, Fn&& fn, bool decode) const {
 // releases of one engine, kvweld diff) share it without sharing a lock.
 std::mutex plugin_create_lock;
 
-PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options)
-    : library_(std::move(library)) {
-    const std::lock_guard<std::mutex> lock(plugin_create_lock);
-    call("create", [&](char* e, std::size_t n) { return library_->api().create(&options, &engine_, e, n); });
-    require(engine_ != nullptr, "engine ", library_->api().name, ": create succeeded but returned no engine");
-    vocab_ = library_->api().vocab(engine_);
+PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options,
+                           std::optional<int> isolated_ms)
+    : library_(std::move(library)),
+      api_(isolated_ms ? isolation::remote_table(library_->api()) : library_->api()),
+      isolated_(isolated_ms.has_value()) {
+    if (isolated_) {
+        // Its own process: no lock (the process-wide state is that process's).
+        try {
+            call("create", [&](char* e, std::size_t n) {
+                return isolation::remote_create(library_->path(), options, *isolated_ms, &engine_, e, n);
+            });
+        } catch (const Error&) {
+            if (engine_) api_.destroy(engine_);
+            throw;
+        }
+    } else {
+        const std::lock_guard<std::mutex> lock(plugin_create_lock);
+        call("create", [&](char* e, std::size_t n) { return api_.create(&options, &engine_, e, n); });
+    }
+    require(engine_ != nullptr, "engine ", api_.name, ": create succeeded but returned no engine");
+    vocab_ = api_.vocab(engine_);
     if (vocab_ <= 0) {
-        library_->api().destroy(engine_);
-        throw Error(cat("engine ", library_->api().name, ": vocab() = ", vocab_, ": must be positive"));
+        api_.destroy(engine_);
+        throw Error(cat("engine ", api_.name, ": vocab() = ", vocab_, ": must be positive"));
     }
 }
 
 std::vector<std::string> PluginEngine::fault_names() const {
     std::vector<std::string> out;
-    for (const abi::ListedFault& f : abi::split_fault_list(library_->api().fault_names)) out.push_back(f.name);
+    for (const abi::ListedFault& f : abi::split_fault_list(api_.fault_names)) out.push_back(f.name);
     return out;
 }
 
-PluginEngine::~PluginEngine() { library_->api().destroy(engine_); }
+PluginEngine::~PluginEngine() { api_.destroy(engine_); }
 
 void PluginEngine::apply(const MemoryCall& call) { apply_to_members(*this, call); }
 
@@ -229,11 +247,11 @@ void PluginEngine::migrate(int from, int to) {
 }
 
 void PluginEngine::open(int seq) {
-    call("open_seq", [&](char* e, std::size_t n) { return library_->api().open_seq(engine_, seq, e, n); });
+    call("open_seq", [&](char* e, std::size_t n) { return api_.open_seq(engine_, seq, e, n); });
 }
 
 void PluginEngine::close(int seq) {
-    call("close_seq", [&](char* e, std::size_t n) { return library_->api().close_seq(engine_, seq, e, n); });
+    call("close_seq", [&](char* e, std::size_t n) { return api_.close_seq(engine_, seq, e, n); });
 }
 
 std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std::span<const std::int32_t> tokens,
@@ -242,7 +260,7 @@ std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std:
     if (outputs.empty()) {
         std::vector<float> logits(seqs.size() * static_cast<std::size_t>(vocab_));
         call("decode", [&](char* e, std::size_t n) {
-            return library_->api().decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
+            return api_.decode(engine_, seqs.data(), tokens.data(), static_cast<std::int32_t>(seqs.size()),
                                           logits.data(), e, n);
         }, true);
         return logits;
@@ -253,26 +271,26 @@ std::vector<float> PluginEngine::decode(std::span<const std::int32_t> seqs, std:
     const auto rows = std::size_t(std::count_if(outputs.begin(), outputs.end(), [](std::uint8_t o) { return o != 0; }));
     std::vector<float> logits(rows * static_cast<std::size_t>(vocab_));
     call("decode_outputs", [&](char* e, std::size_t n) {
-        return library_->api().decode_outputs(engine_, seqs.data(), tokens.data(), outputs.data(),
+        return api_.decode_outputs(engine_, seqs.data(), tokens.data(), outputs.data(),
                                               static_cast<std::int32_t>(seqs.size()), logits.data(), e, n);
     }, true);
     return logits;
 }
 
 void PluginEngine::truncate(int seq, int len) {
-    call("truncate", [&](char* e, std::size_t n) { return library_->api().truncate(engine_, seq, len, e, n); });
+    call("truncate", [&](char* e, std::size_t n) { return api_.truncate(engine_, seq, len, e, n); });
 }
 
 void PluginEngine::shift(int seq, int p0, int p1) {
     require(capabilities() & KVWELD_CAP_SHIFT, "engine ", name(), " cannot shift a sequence (no KVWELD_CAP_SHIFT)");
-    call("shift", [&](char* e, std::size_t n) { return library_->api().shift(engine_, seq, p0, p1, e, n); });
+    call("shift", [&](char* e, std::size_t n) { return api_.shift(engine_, seq, p0, p1, e, n); });
 }
 
 std::vector<std::uint8_t> PluginEngine::state_save(int seq) {
     require(capabilities() & KVWELD_CAP_STATE, "engine ", name(), " cannot save a sequence's state (no KVWELD_CAP_STATE)");
     std::size_t size = 0;
     call("state_save (size)", [&](char* e, std::size_t n) {
-        return library_->api().state_save(engine_, seq, nullptr, 0, &size, e, n);
+        return api_.state_save(engine_, seq, nullptr, 0, &size, e, n);
     });
     // No state can be larger than the largest KV a cache may hold.
     require(size <= kMaxCacheBytes, "engine ", name(), ": state_save reports ", size, " bytes: the limit is ",
@@ -280,7 +298,7 @@ std::vector<std::uint8_t> PluginEngine::state_save(int seq) {
     std::vector<std::uint8_t> out(size);
     std::size_t written = 0;
     call("state_save", [&](char* e, std::size_t n) {
-        return library_->api().state_save(engine_, seq, out.data(), out.size(), &written, e, n);
+        return api_.state_save(engine_, seq, out.data(), out.size(), &written, e, n);
     });
     require(written == size, "engine ", name(), ": state_save wrote ", written, " bytes after reporting ", size);
     return out;
@@ -289,26 +307,26 @@ std::vector<std::uint8_t> PluginEngine::state_save(int seq) {
 void PluginEngine::state_load(int seq, std::span<const std::uint8_t> bytes) {
     require(capabilities() & KVWELD_CAP_STATE, "engine ", name(), " cannot load a sequence's state (no KVWELD_CAP_STATE)");
     call("state_load", [&](char* e, std::size_t n) {
-        return library_->api().state_load(engine_, seq, bytes.data(), bytes.size(), e, n);
+        return api_.state_load(engine_, seq, bytes.data(), bytes.size(), e, n);
     });
 }
 
 void PluginEngine::clear(int seq) {
-    call("clear_seq", [&](char* e, std::size_t n) { return library_->api().clear_seq(engine_, seq, e, n); });
+    call("clear_seq", [&](char* e, std::size_t n) { return api_.clear_seq(engine_, seq, e, n); });
 }
 
 void PluginEngine::keep(int seq) {
     require(capabilities() & KVWELD_CAP_KEEP, "engine ", name(), " cannot keep one sequence (no KVWELD_CAP_KEEP)");
-    call("keep_seq", [&](char* e, std::size_t n) { return library_->api().keep_seq(engine_, seq, e, n); });
+    call("keep_seq", [&](char* e, std::size_t n) { return api_.keep_seq(engine_, seq, e, n); });
 }
 
 void PluginEngine::clear_all() {
-    call("clear_all", [&](char* e, std::size_t n) { return library_->api().clear_all(engine_, e, n); });
+    call("clear_all", [&](char* e, std::size_t n) { return api_.clear_all(engine_, e, n); });
 }
 
 void PluginEngine::copy(int src, int dst) {
     require(capabilities() & KVWELD_CAP_COPY_SEQ, "engine ", name(), " cannot copy sequences (no KVWELD_CAP_COPY_SEQ)");
-    call("copy_seq", [&](char* e, std::size_t n) { return library_->api().copy_seq(engine_, src, dst, e, n); });
+    call("copy_seq", [&](char* e, std::size_t n) { return api_.copy_seq(engine_, src, dst, e, n); });
 }
 
 namespace {
@@ -352,7 +370,7 @@ void PluginEngine::set_loras(std::span<const LoraUse> uses) {
         scales.push_back(u.scale);
     }
     call("set_loras", [&](char* e, std::size_t n) {
-        return library_->api().set_loras(engine_, paths.data(), scales.data(), std::int32_t(paths.size()), e, n);
+        return api_.set_loras(engine_, paths.data(), scales.data(), std::int32_t(paths.size()), e, n);
     });
 }
 
@@ -360,23 +378,23 @@ void PluginEngine::set_loras(std::span<const LoraUse> uses) {
 void PluginEngine::set_cvec(const ControlVector* cvec) {
     require(capabilities() & KVWELD_CAP_CVEC, "engine ", name(), " takes no control vector (no KVWELD_CAP_CVEC)");
     call("set_cvec", [&](char* e, std::size_t n) {
-        if (!cvec) return library_->api().set_cvec(engine_, nullptr, 0, 0, -1, -1, e, n);
+        if (!cvec) return api_.set_cvec(engine_, nullptr, 0, 0, -1, -1, e, n);
         const auto dim = std::size_t(cvec->dim);
         require(dim >= 1 && dim <= cvec->data.size(), "set_cvec: a control vector of dim ", cvec->dim, " and ",
                 cvec->data.size(), " floats");
-        return library_->api().set_cvec(engine_, cvec->data.data() + dim, cvec->data.size() - dim, cvec->dim,
+        return api_.set_cvec(engine_, cvec->data.data() + dim, cvec->data.size() - dim, cvec->dim,
                                         cvec->start, cvec->end, e, n);
     });
 }
 
 void PluginEngine::set_warmup(bool on) {
     require(capabilities() & KVWELD_CAP_WARMUP, "engine ", name(), " has no warmup mode (no KVWELD_CAP_WARMUP)");
-    call("set_warmup", [&](char* e, std::size_t n) { return library_->api().set_warmup(engine_, on ? 1 : 0, e, n); });
+    call("set_warmup", [&](char* e, std::size_t n) { return api_.set_warmup(engine_, on ? 1 : 0, e, n); });
 }
 
 // ABI 13: the engine's own list, which must be a part of the plugin's.
 std::string PluginEngine::live_settings() const {
-    const kvweld_engine_api& api = library_->api();
+    const kvweld_engine_api& api = api_;
     const std::string all = api.live_settings ? api.live_settings : "";
     const char* mine = api.live_settings_of ? api.live_settings_of(engine_) : nullptr;
     if (!mine) return all;
@@ -394,7 +412,7 @@ std::string PluginEngine::live_settings() const {
 void PluginEngine::set_live(const std::string& key, const std::string& value) {
     require(abi::split_live_list(live_settings().c_str()).size() > 0, "engine ", name(),
             " lists no live settings (ABI 9 live_settings)");
-    call("set_live", [&](char* e, std::size_t n) { return library_->api().set_live(engine_, key.c_str(), value.c_str(), e, n); });
+    call("set_live", [&](char* e, std::size_t n) { return api_.set_live(engine_, key.c_str(), value.c_str(), e, n); });
 }
 
 std::vector<float> PluginEngine::embeddings(int row, int n_embd) const {
@@ -403,7 +421,7 @@ std::vector<float> PluginEngine::embeddings(int row, int n_embd) const {
     require(n_embd > 0, "embeddings: n_embd ", n_embd);
     std::vector<float> out(static_cast<std::size_t>(n_embd));
     call("read_embeddings", [&](char* e, std::size_t n) {
-        return library_->api().read_embeddings(engine_, row, out.data(), int32_t(out.size()), e, n);
+        return api_.read_embeddings(engine_, row, out.data(), int32_t(out.size()), e, n);
     });
     return out;
 }
@@ -412,33 +430,33 @@ void PluginEngine::set_sampler(int seq, const SamplerSpec* spec, bool in_place) 
     require(capabilities() & KVWELD_CAP_SAMPLERS, "engine ", name(), " has no backend samplers (no KVWELD_CAP_SAMPLERS)");
     const kvweld_sampler s{spec ? spec->top_k : 0, spec ? spec->seed : 0};
     call("set_sampler", [&](char* e, std::size_t n) {
-        return library_->api().set_sampler(engine_, seq, spec ? &s : nullptr, in_place ? 1 : 0, e, n);
+        return api_.set_sampler(engine_, seq, spec ? &s : nullptr, in_place ? 1 : 0, e, n);
     });
 }
 
 void PluginEngine::set_abort(int after) {
     require(capabilities() & KVWELD_CAP_ABORT, "engine ", name(), " has no abort callback (no KVWELD_CAP_ABORT)");
-    call("set_abort", [&](char* e, std::size_t n) { return library_->api().set_abort(engine_, after, e, n); });
+    call("set_abort", [&](char* e, std::size_t n) { return api_.set_abort(engine_, after, e, n); });
 }
 
 int PluginEngine::seq_length(int seq) const {
     require(capabilities() & KVWELD_CAP_ABORT, "engine ", name(), " reports no sequence length (no KVWELD_CAP_ABORT)");
     std::int32_t len = -1;
-    call("seq_length", [&](char* e, std::size_t n) { return library_->api().seq_length(engine_, seq, &len, e, n); });
+    call("seq_length", [&](char* e, std::size_t n) { return api_.seq_length(engine_, seq, &len, e, n); });
     return len;
 }
 
 int PluginEngine::sampled(int row) const {
     require(capabilities() & KVWELD_CAP_SAMPLERS, "engine ", name(), " samples no tokens (no KVWELD_CAP_SAMPLERS)");
     int32_t token = -1;
-    call("sampled", [&](char* e, std::size_t n) { return library_->api().sampled(engine_, row, &token, e, n); });
+    call("sampled", [&](char* e, std::size_t n) { return api_.sampled(engine_, row, &token, e, n); });
     require(token >= -1 && token < vocab_, "engine ", name(), ": sampled token ", token, " for row ", row,
             " is outside -1..", vocab_ - 1);
     return token;
 }
 
 TwinTolerance PluginEngine::twin_tolerance() const {
-    const kvweld_engine_api& api = library_->api();
+    const kvweld_engine_api& api = api_;
     if (!api.twin_tolerance) return {};
     const char* why = nullptr;
     const double t = api.twin_tolerance(engine_, &why);
@@ -452,15 +470,16 @@ TwinTolerance PluginEngine::twin_tolerance() const {
 void PluginEngine::reload(const Model& model) {
     require(capabilities() & KVWELD_CAP_RELOAD, "engine ", name(), " cannot reload its model (no KVWELD_CAP_RELOAD)");
     const ModelFile file(model, model_format());
-    const std::lock_guard<std::mutex> lock(plugin_create_lock);
-    call("reload", [&](char* e, std::size_t n) { return library_->api().reload(engine_, file.path().c_str(), e, n); });
+    std::unique_lock<std::mutex> lock(plugin_create_lock, std::defer_lock);
+    if (!isolated_) lock.lock();
+    call("reload", [&](char* e, std::size_t n) { return api_.reload(engine_, file.path().c_str(), e, n); });
 }
 
 std::vector<std::uint64_t> PluginEngine::storage(int seq, int which, int n_layers) const {
     require(capabilities() & KVWELD_CAP_STORAGE, "engine ", name(), " reports no storage (no KVWELD_CAP_STORAGE)");
     std::vector<std::uint64_t> out(std::size_t(n_layers), 0);
     call("storage", [&](char* e, std::size_t n) {
-        return library_->api().storage(engine_, seq, which, out.data(), n_layers, e, n);
+        return api_.storage(engine_, seq, which, out.data(), n_layers, e, n);
     });
     return out;
 }
@@ -469,19 +488,19 @@ void PluginEngine::read_kv(int seq, int layer, int pos, std::span<float> k, std:
     require(capabilities() & KVWELD_CAP_READ_KV, "engine ", name(), " cannot read KV (no KVWELD_CAP_READ_KV)");
     require(k.size() == v.size(), "read_kv: k and v of different sizes");
     call("read_kv", [&](char* e, std::size_t n) {
-        return library_->api().read_kv(engine_, seq, layer, pos, k.data(), v.data(), std::int32_t(k.size()), e, n);
+        return api_.read_kv(engine_, seq, layer, pos, k.data(), v.data(), std::int32_t(k.size()), e, n);
     });
 }
 
 void PluginEngine::swap_layer(int seq, int layer) {
     require(capabilities() & KVWELD_CAP_SWAP_LAYER, "engine ", name(), " cannot swap layers (no KVWELD_CAP_SWAP_LAYER)");
-    call("swap_layer", [&](char* e, std::size_t n) { return library_->api().swap_layer(engine_, seq, layer, e, n); });
+    call("swap_layer", [&](char* e, std::size_t n) { return api_.swap_layer(engine_, seq, layer, e, n); });
 }
 
 kvweld_pool_info PluginEngine::pool_info() const {
     require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
     kvweld_pool_info out{};
-    call("pool_info", [&](char* e, std::size_t n) { return library_->api().pool_info(engine_, &out, e, n); });
+    call("pool_info", [&](char* e, std::size_t n) { return api_.pool_info(engine_, &out, e, n); });
     return out;
 }
 
@@ -491,7 +510,7 @@ std::vector<int> PluginEngine::block_table(int seq) const {
     for (;;) {
         std::int32_t count = -1;
         call("block_table", [&](char* e, std::size_t n) {
-            return library_->api().block_table(engine_, seq, out.data(), std::int32_t(out.size()), &count, e, n);
+            return api_.block_table(engine_, seq, out.data(), std::int32_t(out.size()), &count, e, n);
         });
         require(count >= 0 && count <= (1 << 24), "engine ", name(), ": block_table reported ", count, " blocks");
         if (std::size_t(count) <= out.size()) return std::vector<int>(out.begin(), out.begin() + count);
@@ -502,27 +521,27 @@ std::vector<int> PluginEngine::block_table(int seq) const {
 int PluginEngine::block_refcount(int block) const {
     require(capabilities() & KVWELD_CAP_BLOCKS, "engine ", name(), " has no KV pool (no KVWELD_CAP_BLOCKS)");
     std::int32_t out = -1;
-    call("block_refcount", [&](char* e, std::size_t n) { return library_->api().block_refcount(engine_, block, &out, e, n); });
+    call("block_refcount", [&](char* e, std::size_t n) { return api_.block_refcount(engine_, block, &out, e, n); });
     return out;
 }
 
 void PluginEngine::pool_op(int op) {
     require(capabilities() & KVWELD_CAP_POOL_OPS, "engine ", name(), " has no pool ops (no KVWELD_CAP_POOL_OPS)");
     call(op == KVWELD_POOL_GROW ? "pool_op(grow)" : "pool_op(compact)",
-         [&](char* e, std::size_t n) { return library_->api().pool_op(engine_, op, e, n); });
+         [&](char* e, std::size_t n) { return api_.pool_op(engine_, op, e, n); });
 }
 
 std::uint64_t PluginEngine::plan_serial(int seq) const {
     require(capabilities() & KVWELD_CAP_PLAN_SERIAL, "engine ", name(), " reports no plan identity (no KVWELD_CAP_PLAN_SERIAL)");
     std::uint64_t out = 0;
-    call("plan_serial", [&](char* e, std::size_t n) { return library_->api().plan_serial(engine_, seq, &out, e, n); });
+    call("plan_serial", [&](char* e, std::size_t n) { return api_.plan_serial(engine_, seq, &out, e, n); });
     return out;
 }
 
 std::optional<kvweld_engine_counters> PluginEngine::counters() const {
     if (!(capabilities() & KVWELD_CAP_PLAN_COUNTERS)) return std::nullopt;
     kvweld_engine_counters out{};
-    call("counters", [&](char* e, std::size_t n) { return library_->api().counters(engine_, &out, e, n); });
+    call("counters", [&](char* e, std::size_t n) { return api_.counters(engine_, &out, e, n); });
     return out;
 }
 

@@ -60,15 +60,19 @@ private:
 
 class PluginEngine final : public Engine {
 public:
-    PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options);
+    // isolated_ms: the engine runs in a process of its own
+    // (targets/isolation/), every call answered within that many
+    // milliseconds or the process killed; its crash or hang throws Crashed.
+    PluginEngine(std::shared_ptr<const PluginLibrary> library, const kvweld_engine_options& options,
+                 std::optional<int> isolated_ms = std::nullopt);
     ~PluginEngine() override;
     PluginEngine(const PluginEngine&) = delete;
     PluginEngine& operator=(const PluginEngine&) = delete;
 
-    std::string name() const override { return library_->api().name; }
+    std::string name() const override { return api_.name; }
     // The declared capabilities; an older table has none of a later version's.
-    std::uint32_t capabilities() const override { return library_->api().capabilities; }
-    std::string model_format() const override { return library_->api().model_format; }
+    std::uint32_t capabilities() const override { return api_.capabilities; }
+    std::string model_format() const override { return api_.model_format; }
     std::vector<std::string> fault_names() const;  // the switches options.faults may name
     int vocab() const override { return vocab_; }
 
@@ -121,6 +125,8 @@ private:
     void call(const char* what, Fn&& fn, bool decode = false) const;
 
     std::shared_ptr<const PluginLibrary> library_;
+    kvweld_engine_api api_;  // the library's, or its remote table when isolated
+    bool isolated_;
     kvweld_engine* engine_ = nullptr;
     int vocab_ = 0;
     std::map<std::uint64_t, std::unique_ptr<ModelFile>> adapter_files_;  // per AdapterId

@@ -216,12 +216,20 @@ std::shared_ptr<const PluginLibrary> engine_library(const std::string& engine) {
 
 std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string& faults, const EngineSetup& setup,
                                     const Model& model) {
-    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) return e->in_process(faults, setup, model);
+    if (const EngineEntry* e = engine_entry(engine); e && e->in_process) {
+        require(setup.isolation.isolate != Isolate::yes, "engine ", engine,
+                " runs in kvweld's process (its white box): --isolate yes needs an engine behind the ABI");
+        return e->in_process(faults, setup, model);
+    }
     const auto library = engine_library(engine);
     const ModelFile file(model, library->api().model_format);
     const kvweld_engine_options options{file.path().c_str(), setup.n_ctx, setup.seqs, setup.threads, faults.c_str(),
                                         setup.params.c_str()};
-    return std::make_unique<PluginEngine>(library, options);
+    const EngineEntry* entry = engine_entry(engine);
+    const Isolate isolate = setup.isolation.isolate;
+    const bool isolated = isolate == Isolate::yes || (isolate == Isolate::engine_default && entry && entry->isolated);
+    return std::make_unique<PluginEngine>(library, options,
+                                          isolated ? std::optional(setup.isolation.call_timeout_ms) : std::nullopt);
 }
 
 }  // namespace kvweld::targets

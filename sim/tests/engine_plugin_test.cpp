@@ -528,10 +528,23 @@ TEST_F(LlamaCppPlugin, PooledEmbeddingsPoolTheSequencesTokensOfTheCall) {
         }
         return out;
     };
-    // Mean pooling where llama.cpp would abort in a reserve (3 sequences do
-    // not divide 512) is refused, naming the finding.
-    expect_error([&] { PluginEngine(library_, kvweld_engine_options{model_path_.c_str(), 64, 3, 1, nullptr, "pooling=mean"}); },
-                 {"pooling=mean with 3 sequences", "pooled-mean-reserve-abort"});
+    // Mean pooling where llama.cpp aborts in a reserve (3 sequences of 200
+    // positions: 3 does not divide min(600, 512); the reserve comes at the
+    // first decode after a control vector is set), in a process of its own:
+    // a crash named by its assert, the finding pooled-mean-reserve-abort.
+    {
+        PluginEngine three(library_, kvweld_engine_options{model_path_.c_str(), 200, 3, 1, nullptr, "pooling=mean"}, 60000);
+        three.apply(calls::Open{0});
+        three.apply(calls::SetLive{"embeddings", "1"});
+        const ControlVector cvec = ControlVector::random(model_.config(), 5, 1, 1);
+        three.apply(calls::SetCvec{&cvec, nullptr, nullptr});
+        try {
+            three.decode(std::vector<int>{0}, std::vector<int>{3});
+            ADD_FAILURE() << "pooling=mean with 3 sequences decoded after a reserve: pooled-mean-reserve-abort is fixed";
+        } catch (const Crashed& c) {
+            EXPECT_EQ(c.title, "SIGABRT: GGML_ASSERT(ggml_can_mul_mat(a, b)) failed") << c.what();
+        }
+    }
     const auto none = rows("pooling=none"), mean = rows("kv_unified=1,pooling=mean"),
                last = rows("kv_unified=1,pooling=last"), split_mean = rows("kv_unified=0,pooling=mean");
     double mean_vs_last = 0.0, split_off = 0.0;

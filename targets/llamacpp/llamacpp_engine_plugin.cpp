@@ -312,26 +312,6 @@ llama_context* create_context(llama_model* model, const llama_context_params& cp
     return ctx;
 }
 
-// pooling=mean is refused where llama.cpp would abort in a reserve (a
-// finding, pooled-mean-reserve-abort): with embeddings on, sched_reserve's
-// worst-case graph (llama_context::sched_reserve, src/llama-context.cpp:615)
-// takes min(n_ctx, n_ubatch) tokens rounded up to a multiple of n_seq_max
-// (graph_reserve, line 2529), but as many outputs as before the rounding; a
-// llama-architecture graph keeps the output rows only (src/models/llama.cpp:
-// 174-175), and build_pooling's mean multiplies them by a matrix of the
-// rounded token count (src/llama-graph.cpp:3745): GGML_ASSERT(
-// ggml_can_mul_mat) (ggml.c:3354) and the process dies, at the first decode after an
-// adapter, control vector or sampler change, or a K-shift.
-void require_mean_pooling_reserves(kvweld_engine* e) {
-    if (e->cparams.pooling_type != LLAMA_POOLING_TYPE_MEAN) return;
-    const std::uint32_t tokens = std::min(llama_n_ctx(e->ctx), e->cparams.n_ubatch);
-    if (tokens % e->cparams.n_seq_max == 0) return;
-    llama_free(std::exchange(e->ctx, nullptr));
-    require(false, "setting pooling=mean with ", e->cparams.n_seq_max, " sequences: llama.cpp aborts in a reserve with "
-            "embeddings on unless the sequence count divides min(n_ctx, n_ubatch) = ", tokens,
-            " (GGML_ASSERT in build_pooling: the known finding pooled-mean-reserve-abort)");
-}
-
 // FNV-1a over a model file's bytes: the model a saved state belongs to.
 std::uint64_t file_digest(const char* path) {
     std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path, "rb"), std::fclose);
@@ -425,7 +405,6 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         trim_log(why);
         require(e->ctx != nullptr, "llama.cpp: no context for n_ctx ", int(cp.n_ctx), " and n_seq_max ",
                 int(cp.n_seq_max), why.empty() ? "" : ": ", why);
-        require_mean_pooling_reserves(e.get());
         llama_set_abort_callback(e->ctx, abort_check, e.get());
         e->n_ctx = o->n_ctx;
         e->n_seq_max = o->n_seq_max;

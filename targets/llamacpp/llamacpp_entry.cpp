@@ -39,12 +39,15 @@ std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
     const bool scaled = rng.chance(0.125);
     if (!given.count("rope_scale") && scaled) out += cat(out.empty() ? "" : ",", "rope_scale=0.5");
     // Pooled embeddings one seed in four (mean or last), from a copy of the
-    // stream: what the seed draws after its settings stays as it was. Mean
-    // only where the sequence count divides every n_ubatch drawn or given
-    // (4 or 512): elsewhere the plugin refuses it (pooled-mean-reserve-abort).
+    // stream: what the seed draws after its settings stays as it was. In a
+    // process of its own (the default) mean pooling is drawn for any
+    // sequence count, and llama.cpp's abort where the count does not divide
+    // the reserve (pooled-mean-reserve-abort) is a known finding matched by
+    // its crash; in kvweld's process (--isolate no) it would end kvweld, so
+    // mean is drawn only where the count divides every n_ubatch (4 or 512).
     Rng side(Rng(rng).next() ^ 0x706f6f6c696e6721ULL);
     const auto pooling = side.below(8);
-    const bool mean_fits = 4 % setup.seqs == 0;
+    const bool mean_fits = setup.isolation.isolate != Isolate::no || 4 % setup.seqs == 0;
     if (!given.count("pooling") && pooling < 2)
         out += cat(out.empty() ? "" : ",", "pooling=", pooling == 0 && mean_fits ? "mean" : "last");
     return out;
@@ -92,6 +95,7 @@ const EngineEntry kLlamacppEntry{
     .name = "llamacpp",
     .plugin = LLAMACPP_PLUGIN_PATH,
     .missing = LLAMACPP_MISSING,
+    .isolated = true,  // an abort in llama.cpp is a finding, not the end of a swarm
     .rule = llamacpp_reuse_rule,
     .rule_gap = llamacpp_rule_gap,
     .draw_settings = llamacpp_settings,
