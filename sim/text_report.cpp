@@ -53,6 +53,12 @@ std::string reproduce_command(const SimConfig& c, int steps) {
     if (c.engine.n_ctx) cmd += cat(" --n-ctx ", c.engine.n_ctx);
     if (!c.engine.faults.empty()) cmd += cat(" --fault ", c.engine.faults);
     if (c.engine.twin) cmd += " --twin";
+    // Where the engine ran, where the run chose (a crash in kvweld's process ends it).
+    const targets::Isolation& where = c.engine.isolation;
+    if (where.isolate != targets::Isolate::engine_default)
+        cmd += where.isolate == targets::Isolate::yes ? " --isolate yes" : " --isolate no";
+    if (where.isolate != targets::Isolate::no && where.call_timeout_ms != targets::Isolation{}.call_timeout_ms)
+        cmd += cat(" --call-timeout ", where.call_timeout_ms / 1000.0);
     return cmd;
 }
 

@@ -1,5 +1,5 @@
 // A standalone reproducer of llama.cpp finding 'pooled-mean-reserve-abort', written by kvweld from its
-// trace (kvweld repro targets/llamacpp/findings/guarded/pooled_mean_reserve_abort.jsonl). It uses llama.h and libllama alone:
+// trace (kvweld repro targets/llamacpp/known_findings/pooled_mean_reserve_abort.jsonl). It uses llama.h and libllama alone:
 //   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro
 // The engine: one llama.cpp context, as a server drives it (graph_reuse=1,kv_unified=0,pooling=mean; kvweld ran the trace without pooling=mean, which its plugin refuses).
 // The ground truth: a second context of the same model (graph_reuse=1,kv_unified=0,pooling=mean),

@@ -2,7 +2,7 @@
 // isolation tests (targets/isolation/): params "crash=abort" (a line to
 // stderr, then abort()), "crash=exit" (exit status 3), "crash=segv" (a
 // null write), "crash=hang" (never answers), or none (zeros). Every other
-// call succeeds; one sequence, a vocab of 4.
+// call succeeds; its vocab is the model file's (4 without one).
 #include "kvweld/engine_abi.h"
 
 #include <unistd.h>
@@ -14,6 +14,7 @@
 
 struct kvweld_engine {
     char crash[16];
+    int32_t vocab;
 };
 
 namespace {
@@ -22,11 +23,19 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char*, size_t) {
     auto* e = new kvweld_engine{};
     const char* p = o->params ? std::strstr(o->params, "crash=") : nullptr;
     if (p) std::snprintf(e->crash, sizeof e->crash, "%s", p + 6);
+    // The vocab of the model file (the llama2.c header's sixth int), so
+    // that kvweld's runs take it; 4 when there is none.
+    e->vocab = 4;
+    if (FILE* f = std::fopen(o->model_path, "rb")) {
+        int32_t header[7];
+        if (std::fread(header, sizeof header, 1, f) == 1 && header[5] != 0) e->vocab = header[5] < 0 ? -header[5] : header[5];
+        std::fclose(f);
+    }
     *out = e;
     return 0;
 }
 void destroy(kvweld_engine* e) { delete e; }
-int32_t vocab(const kvweld_engine*) { return 4; }
+int32_t vocab(const kvweld_engine* e) { return e->vocab; }
 int seq_op(kvweld_engine*, int32_t, char*, size_t) { return 0; }
 int trunc(kvweld_engine*, int32_t, int32_t, char*, size_t) { return 0; }
 int all(kvweld_engine*, char*, size_t) { return 0; }
@@ -44,7 +53,7 @@ int decode(kvweld_engine* e, const int32_t*, const int32_t*, int32_t n, float* l
     if (!std::strcmp(e->crash, "segv")) std::raise(SIGSEGV);
     if (!std::strcmp(e->crash, "hang"))
         for (;;) pause();
-    std::memset(logits, 0, sizeof(float) * size_t(n) * 4);
+    std::memset(logits, 0, sizeof(float) * size_t(n) * size_t(e->vocab));
     return 0;
 }
 
