@@ -4,6 +4,7 @@
 // naming the call, how the process ended and what it last wrote, after
 // which the engine is gone, its process reaped, and kvweld still running.
 #include "engine/model.hpp"
+#include "targets/isolation/remote_process.hpp"
 #include "targets/isolation/wire.hpp"
 #include "targets/plugin_host.hpp"
 #include "util/error.hpp"
@@ -119,6 +120,15 @@ TEST(Isolation, TheSameEngineAnswersTheSameInItsOwnProcess) {
     // A refusal is a refusal, not a crash, and the engine goes on.
     EXPECT_THROW(there.apply(calls::Truncate{0, 99}), Error);
     EXPECT_EQ(here.decode(std::vector<int>{0}, std::vector<int>{3}), there.decode(std::vector<int>{0}, std::vector<int>{3}));
+}
+
+TEST(Isolation, ACrashTitleIsTheSameForTheSameBug) {
+    using isolation::crash_title;
+    EXPECT_EQ(crash_title("SIGABRT", "noise\n/src/ggml.c:3354: GGML_ASSERT(x) failed\n\n"), "SIGABRT: GGML_ASSERT(x) failed");
+    EXPECT_EQ(crash_title("SIGABRT", "/other/tree/ggml.c:3360: GGML_ASSERT(x) failed"), "SIGABRT: GGML_ASSERT(x) failed");
+    EXPECT_EQ(crash_title("exit 1", "==4242==ERROR: x\n==4242==ABORTING\n"), "exit 1: ABORTING");
+    EXPECT_EQ(crash_title("SIGSEGV", ""), "SIGSEGV");
+    EXPECT_EQ(crash_title("exit 2", "note: 3 things"), "exit 2: note: 3 things");  // no file:line prefix
 }
 
 // A message shorter than its reads is an Error naming it, never a read

@@ -22,16 +22,24 @@ namespace {
 
 constexpr std::size_t kTail = 2048;  // of the process's output, quoted when it dies
 
-// The crash's title: the last line the process wrote, its "file:line: "
-// prefix dropped (a line number changes between releases), after how it
-// ended.
-std::string title_of(const std::string& how, const std::string& output) {
+std::string signal_name(int sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    return abbrev ? cat("SIG", abbrev) : cat("signal ", sig);
+}
+
+}  // namespace
+
+std::string crash_title(const std::string& how, const std::string& output) {
     std::string line;
     for (std::size_t end = output.size(); end > 0 && line.empty();) {
         const std::size_t start = output.rfind('\n', end - 1);
         const std::size_t from = start == std::string::npos ? 0 : start + 1;
         line = output.substr(from, end - from);
         end = start == std::string::npos ? 0 : start;
+    }
+    if (line.size() > 2 && line.starts_with("==")) {
+        const auto close = line.find("==", 2);
+        if (close != std::string::npos && line.find_first_not_of("0123456789", 2) == close) line = line.substr(close + 2);
     }
     if (const auto colon = line.find(": "); colon != std::string::npos) {
         const auto number = line.rfind(':', colon - 1);
@@ -41,13 +49,6 @@ std::string title_of(const std::string& how, const std::string& output) {
     }
     return line.empty() ? how : cat(how, ": ", line);
 }
-
-std::string signal_name(int sig) {
-    const char* abbrev = sigabbrev_np(sig);
-    return abbrev ? cat("SIG", abbrev) : cat("signal ", sig);
-}
-
-}  // namespace
 
 void Process::start(const std::string& plugin, int timeout_ms) {
     server_ = &ForkServer::of(plugin);
@@ -92,7 +93,7 @@ void Process::end(const std::string& during, wire::Received how) {
     const bool hung = how == wire::Received::timed_out;
     const std::string ended = reap(hung);
     const std::string output = last_output();
-    title_ = hung ? cat("hang in ", during) : title_of(ended_, output);
+    title_ = hung ? cat("hang in ", during) : isolation::crash_title(ended_, output);
     lost_ = cat("its process (pid ", pid_, ", ", plugin_, ") ",
                 hung ? cat("answered no ", during, " in ", timeout_ms_, " ms and was killed")
                      : cat(ended, " during ", during),

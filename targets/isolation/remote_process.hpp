@@ -16,6 +16,12 @@
 
 namespace kvweld::targets::isolation {
 
+// A crash's title, the way syzkaller titles one: how the process ended
+// ("SIGABRT", "exit 3"), then the last line it wrote, its "file:line: "
+// prefix dropped (a line number changes between releases) and a
+// sanitizer's "==pid==" with it, so that one bug has one title.
+std::string crash_title(const std::string& how, const std::string& output);
+
 class Process {
 public:
     Process() = default;
