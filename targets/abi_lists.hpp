@@ -3,6 +3,9 @@
 // with errors that name the offending text.
 #pragma once
 
+#include "kvweld/engine_abi.h"
+
+#include <deque>
 #include <map>
 #include <stdexcept>
 #include <cstdint>
@@ -188,5 +191,40 @@ inline bool flag_param(const std::map<std::string, std::string>& params, const s
         throw std::runtime_error("setting " + key + "=" + it->second + ": must be 0 or 1");
     return it->second == "1";
 }
+
+// Version 15, for C++ plugins: the settings table (kvweld_setting rows) a
+// plugin's table points at, built from the lists it keeps; its strings are
+// owned here. Movable (a deque keeps its elements where they are), never
+// copied.
+class SettingsTable {
+public:
+    SettingsTable() = default;
+    SettingsTable(SettingsTable&&) = default;
+    SettingsTable(const SettingsTable&) = delete;
+    SettingsTable& operator=(const SettingsTable&) = delete;
+
+    SettingsTable& add(int32_t kind, const std::string& name, const std::vector<std::string>& values,
+                       const char* doc = nullptr) {
+        std::vector<const char*>& v = values_.emplace_back();
+        for (const std::string& value : values) v.push_back(strings_.emplace_back(value).c_str());
+        v.push_back(nullptr);
+        rows_.push_back({kind, strings_.emplace_back(name).c_str(), values.empty() ? nullptr : v.data(),
+                         doc ? strings_.emplace_back(doc).c_str() : nullptr});
+        return *this;
+    }
+    // Each entry of a text list ("name:v1|v2,...", fault_names' and
+    // live_settings' form) as a setting of `kind`.
+    SettingsTable& add_list(int32_t kind, const char* text) {
+        for (const LiveSetting& s : split_live_list(text)) add(kind, s.key, s.values);
+        return *this;
+    }
+    const kvweld_setting* data() const { return rows_.data(); }
+    int32_t size() const { return int32_t(rows_.size()); }
+
+private:
+    std::deque<std::string> strings_;
+    std::deque<std::vector<const char*>> values_;
+    std::vector<kvweld_setting> rows_;
+};
 
 }  // namespace kvweld::abi

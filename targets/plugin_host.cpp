@@ -141,7 +141,77 @@ std::string table_problem(const kvweld_engine_api& t) {
     return problem;
 }
 
+// Version 15: what a table's settings get wrong, if anything.
+std::string settings_problem(const kvweld_engine_api& t) {
+    if (t.n_settings < 0 || t.n_settings > 1024 || (t.n_settings > 0 && !t.settings))
+        return cat("lists ", t.n_settings, " settings", t.settings ? "" : " and no table of them", " (0..1024)");
+    if ((t.fault_names && *t.fault_names) || (t.live_settings && *t.live_settings))
+        return "describes its settings twice: as settings and as fault_names or live_settings (one or the other)";
+    for (int32_t i = 0; i < t.n_settings; ++i) {
+        const kvweld_setting& s = t.settings[i];
+        const char* kinds[] = {"param", "live setting", "fault"};
+        if (s.kind < KVWELD_SETTING_PARAM || s.kind > KVWELD_SETTING_FAULT)
+            return cat("lists setting ", i, " of kind ", s.kind, ": the kinds are 0 (param), 1 (live), 2 (fault)");
+        if (!s.name || !*s.name || std::strpbrk(s.name, ",=:|"))
+            return cat("lists ", kinds[s.kind], " ", i, " with the name '", s.name ? s.name : "(null)",
+                       "': a name is not empty and has no ',', '=', ':' or '|'");
+        for (int32_t j = 0; j < i; ++j)
+            if (t.settings[j].kind == s.kind && std::strcmp(t.settings[j].name, s.name) == 0)
+                return cat("lists ", kinds[s.kind], " '", s.name, "' twice");
+        if (s.kind == KVWELD_SETTING_LIVE && (!s.values || !s.values[0]))
+            return cat("lists live setting '", s.name, "' with no values a swarm may draw");
+        for (const char* const* v = s.values; v && *v; ++v)
+            if (!**v || std::strpbrk(*v, ",|"))
+                return cat("lists ", kinds[s.kind], " '", s.name, "' with the value '", *v,
+                           "': a value is not empty and has no ',' or '|'");
+    }
+    return "";
+}
+
+// "name:v1|v2" entries of one kind, comma-separated: the text lists the
+// rest of this host reads, built from a version 15 table's settings.
+std::string settings_text(const kvweld_engine_api& t, int32_t kind) {
+    std::string out;
+    for (int32_t i = 0; i < t.n_settings; ++i) {
+        if (t.settings[i].kind != kind) continue;
+        out += cat(out.empty() ? "" : ",", t.settings[i].name);
+        for (const char* const* v = t.settings[i].values; v && *v; ++v)
+            out += cat(v == t.settings[i].values ? ":" : "|", *v);
+    }
+    return out;
+}
+
 }  // namespace
+
+PluginSettings::PluginSettings(const kvweld_engine_api& t)
+    : declared(t.abi_version >= 15 && t.n_settings > 0), faults(settings_text(t, KVWELD_SETTING_FAULT)),
+      live(settings_text(t, KVWELD_SETTING_LIVE)),
+      params(abi::split_live_list(settings_text(t, KVWELD_SETTING_PARAM).c_str())) {}
+
+std::string PluginSettings::params_problem(const char* given) const {
+    if (!declared) return "";
+    std::vector<std::string> keys, seen;
+    for (const abi::LiveSetting& p : params) keys.push_back(p.key);
+    std::map<std::string, std::string> parsed;
+    for (const std::string& item : abi::split_list(given)) {
+        try {
+            const auto one = abi::parse_params(item.c_str(), keys);
+            const auto& [key, value] = *one.begin();
+            if (std::find(seen.begin(), seen.end(), key) != seen.end())
+                return cat("setting '", item, "': ", key, " is given twice");
+            seen.push_back(key);
+            const auto it = std::find_if(params.begin(), params.end(), [&](const abi::LiveSetting& p) { return p.key == key; });
+            if (!it->values.empty() && std::find(it->values.begin(), it->values.end(), value) == it->values.end()) {
+                std::string takes;
+                for (const std::string& v : it->values) takes += cat(takes.empty() ? "" : ", ", v);
+                return cat("setting '", item, "': ", key, " takes ", takes);
+            }
+        } catch (const std::exception& e) {
+            return e.what();
+        }
+    }
+    return "";
+}
 
 std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path) {
     // RTLD_LOCAL: two plugins' symbols never collide; RTLD_NOW: a missing
@@ -163,17 +233,27 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::open(const std::string& path
         throw Error(cat("engine plugin ", path, " ", problem));
     }
     const kvweld_engine_api table = copy_by_size(*api);
-    problem = table_problem(table);
-    if (problem.empty() && table.fault_names) problem = fault_classes_problem(table);
+    if (table.abi_version >= 15 && (table.settings || table.n_settings)) problem = settings_problem(table);
     if (!problem.empty()) {
         dlclose(handle);
         throw Error(cat("engine plugin ", path, " ", problem));
     }
-    return std::shared_ptr<const PluginLibrary>(new PluginLibrary(path, handle, table));
+    // Made before the rest is checked: its table holds the text lists built
+    // from a version 15 table's settings (its destructor closes the handle).
+    std::shared_ptr<const PluginLibrary> library(new PluginLibrary(path, handle, table));
+    problem = table_problem(library->api_);
+    if (problem.empty() && library->api_.fault_names) problem = fault_classes_problem(library->api_);
+    if (!problem.empty()) throw Error(cat("engine plugin ", path, " ", problem));
+    return library;
 }
 
 PluginLibrary::PluginLibrary(std::string path, void* handle, const kvweld_engine_api& api)
-    : path_(std::move(path)), handle_(handle), api_(api) {}
+    : path_(std::move(path)), handle_(handle), api_(api), settings_(api) {
+    if (settings_.declared) {
+        api_.fault_names = settings_.faults.c_str();
+        api_.live_settings = settings_.live.c_str();
+    }
+}
 
 PluginLibrary::~PluginLibrary() { dlclose(handle_); }
 
@@ -204,6 +284,9 @@ PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const k
     : library_(std::move(library)),
       api_(isolated_ms ? isolation::remote_table(library_->api()) : library_->api()),
       isolated_(isolated_ms.has_value()) {
+    // Version 15: the settings it declared, checked here, so the plugin sees only those.
+    if (const std::string problem = library_->settings().params_problem(options.params); !problem.empty())
+        throw Error(cat("engine ", api_.name, ": ", problem));
     if (isolated_) {
         // Its own process: no lock (the process-wide state is that process's).
         try {

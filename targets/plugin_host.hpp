@@ -6,6 +6,7 @@
 // wrong; nothing a plugin returns can crash kvweld.
 #pragma once
 
+#include "targets/abi_lists.hpp"
 #include "targets/engine.hpp"
 #include "kvweld/engine_abi.h"
 
@@ -18,6 +19,18 @@
 #include <vector>
 
 namespace kvweld::targets {
+
+// Version 15: a table's settings as this host reads them; `faults` and
+// `live` are the text lists (api.fault_names, api.live_settings) the rest
+// of the host reads, built from them.
+struct PluginSettings {
+    explicit PluginSettings(const kvweld_engine_api& table);
+    bool declared;  // the table describes its settings (params, live, faults) as data
+    std::string faults, live;
+    std::vector<abi::LiveSetting> params;  // each param and the values it takes (none: any)
+    // What is wrong with options.params against the declared params ("": nothing, or none declared).
+    std::string params_problem(const char* given) const;
+};
 
 // The loaded library; unloaded when the last engine using it is gone.
 class PluginLibrary {
@@ -34,12 +47,14 @@ public:
     const std::string& path() const { return path_; }
     // Which build of the engine this is (ABI 8 `build`; "" when unnamed or older).
     std::string build() const { return api_.build ? api_.build : ""; }
+    const PluginSettings& settings() const { return settings_; }
 
 private:
     PluginLibrary(std::string path, void* handle, const kvweld_engine_api& api);
     std::string path_;
     void* handle_;
     kvweld_engine_api api_;
+    PluginSettings settings_;
 };
 
 // `model` written to a temporary file in `format` ("gguf" or "llama2c"),

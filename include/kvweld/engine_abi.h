@@ -1,5 +1,6 @@
-/* kvweld's engine plugin ABI, version 14 (plugins of versions 2 to 13 still load, and
+/* kvweld's engine plugin ABI, version 15 (plugins of versions 2 to 13 still load, and
  * from version 14 on, newer ones too: a table is read by its struct_size).
+ * What each version added: docs/ENGINES.md, "ABI history".
  *
  * An engine kvweld did not write is loaded as a shared library that exports
  * one symbol, `kvweld_engine_entry`, returning a table of functions. The
@@ -33,7 +34,7 @@ extern "C" {
 /* What each version added, and which older plugins still load: the ABI
  * history in docs/ENGINES.md ("ABI history"), its one place. A field
  * below names the version that added it. */
-#define KVWELD_ENGINE_ABI_VERSION 14u
+#define KVWELD_ENGINE_ABI_VERSION 15u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -144,6 +145,29 @@ typedef struct kvweld_expectation {
 } kvweld_expectation;
 
 typedef struct kvweld_rule kvweld_rule; /* the plugin's rule state */
+
+/* Version 15: the engine's settings described once, as data, one entry
+ * each, in place of three lists of text: the keys options.params may name
+ * (PARAM), the live settings set_live takes (LIVE, in place of
+ * api.live_settings) and the fault switches options.faults may turn on
+ * (FAULT, in place of api.fault_names). A table with settings leaves
+ * fault_names and live_settings NULL. The host checks options.params
+ * against the PARAM entries before create, naming the setting and the
+ * values it takes: a plugin is given only keys it declared, each once,
+ * with a value among its values where it lists some. */
+#define KVWELD_SETTING_PARAM 0
+#define KVWELD_SETTING_LIVE 1
+#define KVWELD_SETTING_FAULT 2
+typedef struct kvweld_setting {
+    int32_t kind;              /* KVWELD_SETTING_* */
+    const char* name;          /* unique within its kind; no ',', '=', ':' or '|' */
+    /* NULL-terminated, or NULL. PARAM: the values it takes (NULL: any, the
+     * plugin checks them); LIVE: the values a swarm may draw (at least
+     * one); FAULT: the failure classes it may show as (stale_decode,
+     * spurious_invalidation, missed_invalidation, engine_error). */
+    const char* const* values;
+    const char* doc;           /* one line for the user, or NULL */
+} kvweld_setting;
 
 typedef struct kvweld_engine_api {
     uint32_t abi_version;     /* KVWELD_ENGINE_ABI_VERSION the plugin was built with */
@@ -373,6 +397,10 @@ typedef struct kvweld_engine_api {
     int (*rule_on_decode)(kvweld_rule* rule, const int32_t* seqs, const uint8_t* outputs, int32_t n,
                           kvweld_expectation* out, char* err, size_t err_len);
     void (*rule_why)(const kvweld_rule* rule, char* out, size_t len);
+    /* Version 15: n_settings entries (see kvweld_setting); NULL: the text
+     * lists fault_names and live_settings, as before. */
+    const kvweld_setting* settings;
+    int32_t n_settings;
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

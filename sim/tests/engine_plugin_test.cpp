@@ -594,6 +594,12 @@ TEST(PluginFaults, RandomOpsCatchThem) {
                  {"unknown fault 'no_such_fault'"});
     expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "threads=2"}); },
                  {"setting 'threads=2'", "expected key=value with a key among: policy, backend, reuse"});
+    // ABI 15: the host checks params against the settings the plugin
+    // declared, before create, naming the values a setting takes.
+    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "policy=bogus"}); },
+                 {"engine kvweld: setting 'policy=bogus': policy takes rebind, rebuild"});
+    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "reuse=0,reuse=1"}); },
+                 {"setting 'reuse=1': reuse is given twice"});
     if (*LLAMACPP_PLUGIN_PATH) {
         const auto llama = PluginLibrary::open(LLAMACPP_PLUGIN_PATH);
         const std::string gguf = write_model(*llama, model);
@@ -637,12 +643,27 @@ TEST(PluginTable, NewerThanTheHostLoadsBySize) {
     EXPECT_EQ(newer->api().keep_seq, nullptr);
 }
 
-// kvweld's own plugin is read whole, its version 14 field included.
+// kvweld's own plugin is read whole, its version 14 field included, and
+// its version 15 settings become the lists the host reads.
 TEST(PluginTable, TheKvweldPluginIsReadWhole) {
     const auto library = PluginLibrary::open(KVWELD_PLUGIN_PATH);
     EXPECT_EQ(library->api().struct_size, sizeof(kvweld_engine_api));
     EXPECT_NE(library->api().keep_seq, nullptr);
     EXPECT_TRUE(library->api().capabilities & KVWELD_CAP_KEEP);
+    const PluginSettings& s = library->settings();
+    EXPECT_TRUE(s.declared);
+    EXPECT_EQ(std::string(library->api().live_settings), "n_threads:1|2,embeddings:0|1,causal_attn:0|1");
+    ASSERT_EQ(s.params.size(), 3u);
+    EXPECT_EQ(s.params[0].key, "policy");
+    EXPECT_EQ(s.params[0].values, (std::vector<std::string>{"rebind", "rebuild"}));
+    EXPECT_EQ(s.params_problem("policy=rebuild,backend=cpu,reuse=0"), "");
+    EXPECT_NE(s.params_problem("backend=tpu").find("backend takes cpu, cuda"), std::string::npos);
+    // The fault list comes from the settings, each fault with its classes.
+    EXPECT_NE(std::string(library->api().fault_names).find("no_remint_on_clear:"), std::string::npos);
+    // A table of the text lists (llama.cpp's, the crashing plugin's) declares none: params are the plugin's to check.
+    const auto crashing = PluginLibrary::open(CRASHING_PLUGIN);
+    EXPECT_FALSE(crashing->settings().declared);
+    EXPECT_EQ(crashing->settings().params_problem("anything=at_all"), "");
 }
 
 TEST(BrokenPlugins, AreRefusedWithTheReason) {
@@ -655,6 +676,11 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
                  {"says its table is 4 bytes (struct_size)", cat("a version ", KVWELD_ENGINE_ABI_VERSION, " table is at least")});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_13); }, {"declares a capability whose function is empty"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_15); }, {"ships 1 of the rule's 5 functions", "all or none"});
+    // ABI 15: settings as data, or as the text lists, not both; a live
+    // setting has values to draw.
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_16); }, {"describes its settings twice"});
+    expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_17); },
+                 {"lists live setting 'n_threads' with no values a swarm may draw"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_2); }, {"required function"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_5); },
                  {"fault 'lies' with bad classes", "'wrong_answer'", "stale_decode, spurious_invalidation"});

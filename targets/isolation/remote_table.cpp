@@ -292,7 +292,7 @@ void proxy(F*& slot, F* stub) {
 // not proxied here would be called in this process with a handle it does
 // not understand: the size check below names this place).
 kvweld_engine_api remote_table(const kvweld_engine_api& real) {
-    static_assert(sizeof(kvweld_engine_api) == 400, "a new field in kvweld_engine_api: proxy it here if it takes an engine");
+    static_assert(sizeof(kvweld_engine_api) == 416, "a new field in kvweld_engine_api: proxy it here if it takes an engine");
     kvweld_engine_api t = real;
     t.create = nullptr;  // remote_create, which knows the plugin's path
     proxy(t.destroy, &destroy);

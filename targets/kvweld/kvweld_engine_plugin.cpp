@@ -37,6 +37,21 @@ const std::string& fault_list() {
     return names;
 }
 
+// Its settings as data (ABI 15): the host checks a run's params against them.
+const kvweld::abi::SettingsTable& settings() {
+    static const kvweld::abi::SettingsTable table = [] {
+        kvweld::abi::SettingsTable t;
+        t.add(KVWELD_SETTING_PARAM, "policy", {"rebind", "rebuild"},
+              "a slot's next request: its held plan rebound to the new storage, or rebuilt");
+        t.add(KVWELD_SETTING_PARAM, "backend", {"cpu", "cuda"}, "where the plan runs");
+        t.add(KVWELD_SETTING_PARAM, "reuse", {"0", "1"}, "0: a plan built for every call (the twin)");
+        t.add_list(KVWELD_SETTING_LIVE, kvweld::abi::kThreadsEmbeddingsCausal);
+        t.add_list(KVWELD_SETTING_FAULT, fault_list().c_str());
+        return t;
+    }();
+    return table;
+}
+
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(o && o->model_path, "no options or model path");
@@ -244,7 +259,7 @@ const kvweld_engine_api kApi = {
     .name = "kvweld",
     .model_format = "gguf",
     .capabilities = kvweld::targets::kDenseCapabilities,
-    .fault_names = fault_list().c_str(),
+    .fault_names = nullptr,  // its settings (ABI 15)
     .create = create,
     .destroy = destroy,
     .vocab = vocab,
@@ -275,7 +290,7 @@ const kvweld_engine_api kApi = {
     .state_save = state_save,
     .state_load = state_load,
     .build = KVWELD_BUILD,
-    .live_settings = kvweld::abi::kThreadsEmbeddingsCausal,
+    .live_settings = nullptr,  // its settings (ABI 15)
     .set_live = set_live,
     .read_embeddings = read_embeddings,
     .set_sampler = set_sampler,
@@ -290,6 +305,8 @@ const kvweld_engine_api kApi = {
     .rule_on_call = nullptr,
     .rule_on_decode = nullptr,
     .rule_why = nullptr,
+    .settings = settings().data(),
+    .n_settings = settings().size(),
 };
 
 }  // namespace

@@ -43,6 +43,20 @@ const std::string& fault_list() {
     return names;
 }
 
+// Its settings as data (ABI 15; targets/kvweld/paged_params.hpp checks the values).
+const kvweld::abi::SettingsTable& settings() {
+    static const kvweld::abi::SettingsTable table = [] {
+        kvweld::abi::SettingsTable t;
+        t.add(KVWELD_SETTING_PARAM, "block", {}, "positions per block, a power of two in 1..1024 (default 16)");
+        t.add(KVWELD_SETTING_PARAM, "blocks", {}, "blocks the pool starts with (default: every sequence full)");
+        t.add(KVWELD_SETTING_PARAM, "backend", {"cpu", "cuda"}, "where the plan runs");
+        t.add_list(KVWELD_SETTING_LIVE, kvweld::abi::kThreadsSetting);
+        t.add_list(KVWELD_SETTING_FAULT, fault_list().c_str());
+        return t;
+    }();
+    return table;
+}
+
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         auto e = std::make_unique<kvweld_engine>();
@@ -252,7 +266,7 @@ const kvweld_engine_api kApi = {
     .capabilities = KVWELD_CAP_COPY_SEQ | KVWELD_CAP_PLAN_COUNTERS | KVWELD_CAP_RELOAD | KVWELD_CAP_READ_KV |
                     KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP,
-    .fault_names = fault_list().c_str(),
+    .fault_names = nullptr,  // its settings (ABI 15)
     .create = create,
     .destroy = destroy,
     .vocab = vocab,
@@ -283,7 +297,7 @@ const kvweld_engine_api kApi = {
     .state_save = nullptr,
     .state_load = nullptr,
     .build = KVWELD_BUILD,
-    .live_settings = kvweld::abi::kThreadsSetting,
+    .live_settings = nullptr,  // its settings (ABI 15)
     .set_live = set_live,
     .read_embeddings = nullptr,
     .set_sampler = nullptr,
@@ -298,6 +312,8 @@ const kvweld_engine_api kApi = {
     .rule_on_call = nullptr,
     .rule_on_decode = nullptr,
     .rule_why = nullptr,
+    .settings = settings().data(),
+    .n_settings = settings().size(),
 };
 
 }  // namespace

@@ -1059,6 +1059,8 @@ const kvweld_engine_api kApi = {
     .rule_on_call = nullptr,
     .rule_on_decode = nullptr,
     .rule_why = nullptr,
+    .settings = nullptr,  // the text lists above (ABI 14's form, still read)
+    .n_settings = 0,
 };
 
 }  // namespace

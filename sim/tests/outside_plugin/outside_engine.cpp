@@ -295,12 +295,19 @@ void rule_why(const kvweld_rule* r, char* out, size_t len) {
                                                  : "a new shape (or the first call): one plan built");
 }
 
+// Its settings, as data (ABI 15): no params, no live settings, one fault
+// switch and the failure class it may show as.
+const char* const kRebuildClasses[] = {"spurious_invalidation", nullptr};
+const kvweld_setting kSettings[] = {
+    {KVWELD_SETTING_FAULT, "rebuild_same_shape", kRebuildClasses, "builds a plan where the batch shape repeats"},
+};
+
 const kvweld_engine_api kApi = {
     .abi_version = KVWELD_ENGINE_ABI_VERSION,
     .name = "outside-example",
     .model_format = "llama2c",
     .capabilities = KVWELD_CAP_PLAN_COUNTERS,
-    .fault_names = "rebuild_same_shape:spurious_invalidation",
+    .fault_names = nullptr,  // its settings
     .create = create,
     .destroy = destroy,
     .vocab = vocab,
@@ -346,6 +353,8 @@ const kvweld_engine_api kApi = {
     .rule_on_call = rule_on_call,
     .rule_on_decode = rule_on_decode,
     .rule_why = rule_why,
+    .settings = kSettings,
+    .n_settings = 1,
 };
 
 }  // namespace

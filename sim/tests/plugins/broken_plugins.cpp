@@ -6,8 +6,10 @@
 // read back without the live setting that turns them on, an engine
 // whose own live settings (ABI 13) go beyond its plugin's list; from ABI
 // 14, a struct_size that does not reach past itself, keep declared
-// without keep_seq and a rule shipped in part (kind 15); and one that is not broken: a table newer than the
-// host, with a capability the host does not know, which loads by its size.
+// without keep_seq and a rule shipped in part (kind 15); from ABI 15,
+// settings given as data and as a text list (16) and a live setting with
+// no values (17); and one that is not broken: a table newer than the host,
+// with a capability the host does not know, which loads by its size.
 #include "kvweld/engine_abi.h"
 
 #include <cstring>
@@ -37,6 +39,9 @@ int all(kvweld_engine*, char*, size_t) { return 0; }
 [[maybe_unused]] int rule_create(const kvweld_engine_options*, kvweld_rule**, char*, size_t) { return 0; }
 [[maybe_unused]] const char* live_settings_of(const kvweld_engine*) { return "n_threads:1|2|8"; }
 
+[[maybe_unused]] const kvweld_setting kBoth[] = {{KVWELD_SETTING_PARAM, "x", nullptr, nullptr}};
+[[maybe_unused]] const kvweld_setting kNoValues[] = {{KVWELD_SETTING_LIVE, "n_threads", nullptr, nullptr}};
+
 constexpr kvweld_engine_api kApi = {
 #if BROKEN_KIND == 1
     1,
@@ -65,6 +70,8 @@ constexpr kvweld_engine_api kApi = {
 #endif
 #if BROKEN_KIND == 5
     "lies:stale_decode|wrong_answer",
+#elif BROKEN_KIND == 16
+    "lies:stale_decode",
 #else
     "",
 #endif
@@ -117,6 +124,13 @@ constexpr kvweld_engine_api kApi = {
     rule_create, nullptr, nullptr, nullptr, nullptr,  // version 14: one of the rule's five functions
 #else
     nullptr, nullptr, nullptr, nullptr, nullptr,  // version 14: no rule shipped
+#endif
+#if BROKEN_KIND == 16
+    kBoth, 1,                   // version 15: settings, and the text list besides
+#elif BROKEN_KIND == 17
+    kNoValues, 1,               // version 15: a live setting with nothing to draw
+#else
+    nullptr, 0,                 // version 15: the text lists (none)
 #endif
 };
 
