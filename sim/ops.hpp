@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -24,6 +25,8 @@ namespace kvweld::sim {
 
 class Entropy;
 class Simulator;
+struct InvalidCall;
+struct InvalidSite;
 
 // An op struct's row, defined in sim/ops/<name>.cpp: the sequences it may
 // act on now ({0} for an op of the engine's that needs no sequence; empty:
@@ -34,6 +37,11 @@ class Simulator;
     static T draw(const Simulator& s, Entropy& e, std::uint32_t pick); \
     static void write(nlohmann::json& j, const T& a);            \
     static T read(const nlohmann::json& j)
+
+// A wrong form of the op the invalid op may make, defined in the op's own
+// file (sim/ops/invalid_call.hpp); sim/ops/invalid.cpp lists them in the
+// order a seed picks from.
+#define KVWELD_INVALID(name) static std::optional<InvalidCall> name(const InvalidSite& s)
 
 enum class OpKind : std::uint8_t {
     admit, step, truncate, preempt, fork, retire, clear_all, reload, swap_layer, compact, grow, reset, invalid,
@@ -63,6 +71,8 @@ struct Admit {
     static constexpr OpKind kind = OpKind::admit;
     static constexpr std::string_view name = "admit";
     KVWELD_OP_ROW(Admit);
+    KVWELD_INVALID(open_twice);
+    KVWELD_INVALID(open_out_of_range);
     std::uint32_t pick = 0;
     std::vector<int> prompt = {};
     int max_new = 0;            // output budget
@@ -74,6 +84,9 @@ struct Step {
     static constexpr OpKind kind = OpKind::step;
     static constexpr std::string_view name = "step";
     KVWELD_OP_ROW(Step);
+    KVWELD_INVALID(token_out_of_range);
+    KVWELD_INVALID(on_closed);
+    KVWELD_INVALID(over_capacity);
     // Tokens asked of each sequence id (0 = sits out). A sequence in prefill
     // feeds up to that many prompt tokens (a chunk); one decoding feeds its
     // pending token and up to wants-1 speculative drafts.
@@ -86,6 +99,7 @@ struct Truncate {
     static constexpr OpKind kind = OpKind::truncate;
     static constexpr std::string_view name = "truncate";
     KVWELD_OP_ROW(Truncate);
+    KVWELD_INVALID(past_length);
     static constexpr std::array<std::string_view, 1> variants{"rewrite"};
     std::uint32_t pick = 0;
     std::uint32_t length = 0;  // the new length, mod the length + 1
@@ -105,6 +119,7 @@ struct Fork {
     static constexpr OpKind kind = OpKind::fork;
     static constexpr std::string_view name = "fork";
     KVWELD_OP_ROW(Fork);
+    KVWELD_INVALID(onto_itself);
     static constexpr std::array<std::string_view, 2> variants{"onto_free", "onto_open"};
     std::uint32_t pick = 0;  // the source
     std::uint32_t to = 0;    // which destination
@@ -180,6 +195,7 @@ struct Lora {
     static constexpr OpKind kind = OpKind::lora;
     static constexpr std::string_view name = "lora";
     KVWELD_OP_ROW(Lora);
+    KVWELD_INVALID(other_shape);
     static constexpr std::array<std::string_view, 2> variants{"set", "none"};
     std::vector<int> adapters = {};  // which of the run's adapters (0..kLoraPool-1, each once), in order
     std::vector<float> scales = {};  // each one's scale
@@ -189,6 +205,7 @@ struct Cvec {
     static constexpr OpKind kind = OpKind::cvec;
     static constexpr std::string_view name = "cvec";
     KVWELD_OP_ROW(Cvec);
+    KVWELD_INVALID(past_layers);
     static constexpr std::array<std::string_view, 2> variants{"set", "clear"};
     bool clear = false;      // none from now on
     std::uint64_t seed = 0;  // the vector's data
@@ -207,6 +224,7 @@ struct Shift {
     static constexpr OpKind kind = OpKind::shift;
     static constexpr std::string_view name = "shift";
     KVWELD_OP_ROW(Shift);
+    KVWELD_INVALID(past_length);
     static constexpr std::array<std::string_view, 2> variants{"keep_prefix", "twice"};
     std::uint32_t pick = 0;
     std::uint32_t keep = 0;     // n_keep, mod the length
@@ -225,6 +243,7 @@ struct Load {
     static constexpr OpKind kind = OpKind::load;
     static constexpr std::string_view name = "load";
     KVWELD_OP_ROW(Load);
+    KVWELD_INVALID(cut_short);
     static constexpr std::array<std::string_view, 3> variants{"into_free", "onto_open", "refused"};
     std::uint32_t state = 0;  // which saved state
     std::uint32_t to = 0;     // which destination
@@ -257,6 +276,7 @@ struct SetSampler {
     static constexpr OpKind kind = OpKind::sampler;
     static constexpr std::string_view name = "sampler";
     KVWELD_OP_ROW(SetSampler);
+    KVWELD_INVALID(too_wide);
     static constexpr std::array<std::string_view, 3> variants{"new", "in_place", "clear"};
     std::uint32_t seq = 0;  // the sequence id, mod the run's sequences
     int top_k = 0;          // 0: greedy; 1..8: top-k then a seeded draw; -1: clear

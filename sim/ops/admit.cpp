@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -58,6 +59,20 @@ void Simulator::run(const ops::Admit& op, int seq) {
     requests_[std::size_t(seq)].emplace(std::move(r));
     publish(call);
     ++stats_.requests;
+}
+
+// Invalid: an open of a sequence that is open.
+std::optional<InvalidCall> ops::Admit::open_twice(const InvalidSite& s) {
+    const int seq = s.seq;
+    return InvalidCall{cat("an open of sequence ", seq, ", which is open"), std::to_string(seq),
+                       [seq](Engine& e) { e.apply(calls::Open{seq}); }};
+}
+
+// Invalid: an open of a sequence past the count the engine was made with.
+std::optional<InvalidCall> ops::Admit::open_out_of_range(const InvalidSite& s) {
+    const int beyond = s.seqs + int(s.v % 3);
+    return InvalidCall{cat("an open of sequence ", beyond, " (", s.seqs, " sequences)"), std::to_string(beyond),
+                       [beyond](Engine& e) { e.apply(calls::Open{beyond}); }};
 }
 
 }  // namespace kvweld::sim

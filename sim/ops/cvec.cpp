@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -53,6 +54,18 @@ void Simulator::run(const ops::Cvec& op, int) {
     const Adapters before = adapters_;
     adapters_.set_cvec(config_.model, cvec);
     publish(calls::SetCvec{given, &before, &adapters_});
+}
+
+// Invalid: a control vector past the model's layers.
+std::optional<InvalidCall> ops::Cvec::past_layers(const InvalidSite& s) {
+    if (!(s.capabilities & KVWELD_CAP_CVEC)) return std::nullopt;
+    const int end = s.model.n_layers + int(s.v % 3);
+    return InvalidCall{cat("a control vector over layers 1..", end, " (the model has ", s.model.n_layers, ")"),
+                       std::to_string(end), [model = s.model, v = s.v, end](Engine& e) {
+                           ControlVector cv = ControlVector::random(model, v, 1, 1);
+                           cv.end = end;
+                           e.apply(calls::SetCvec{&cv, nullptr, nullptr});
+                       }};
 }
 
 }  // namespace kvweld::sim

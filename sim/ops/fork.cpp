@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -51,6 +52,14 @@ void Simulator::run(const ops::Fork& op, int src) {
     requests_[std::size_t(dst)] = requests_[std::size_t(src)];
     publish(call);
     ++stats_.requests;
+}
+
+// Invalid: a copy of a sequence onto itself.
+std::optional<InvalidCall> ops::Fork::onto_itself(const InvalidSite& s) {
+    if (!(s.capabilities & KVWELD_CAP_COPY_SEQ)) return std::nullopt;
+    const int seq = s.seq;
+    return InvalidCall{cat("a copy of sequence ", seq, " onto itself"), std::to_string(seq),
+                       [seq](Engine& e) { e.apply(calls::Copy{seq, seq}); }};
 }
 
 }  // namespace kvweld::sim

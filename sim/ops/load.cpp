@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -80,6 +81,21 @@ void Simulator::run(const ops::Load& op, int) {
     r.capacity = capacity;
     publish(call);
     ++stats_.requests;
+}
+
+// Invalid: the sequence's own state, cut short: corrupt bytes must not half-load.
+std::optional<InvalidCall> ops::Load::cut_short(const InvalidSite& s) {
+    if (!(s.capabilities & KVWELD_CAP_STATE) || s.len == 0) return std::nullopt;
+    const std::size_t size = s.state_size();
+    const std::size_t keep = size - 1 - std::size_t(s.v % std::min<std::size_t>(size, 64));
+    return InvalidCall{cat("a state load of ", keep, " bytes (the sequence's own state, cut short)"),
+                       std::to_string(keep),
+                       [seq = s.seq, keep](Engine& e) {
+                           std::vector<std::uint8_t> cut = e.state_save(seq);
+                           cut.resize(std::min(keep, cut.size()));
+                           e.state_load(seq, cut);
+                       },
+                       "", true};
 }
 
 }  // namespace kvweld::sim

@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -53,6 +54,26 @@ void Simulator::run(const ops::Lora& op, int) {
     const Adapters before = adapters_;
     adapters_.set_loras(config_.model, uses);
     publish(calls::SetLoras{uses, &before, &adapters_});
+}
+
+// Invalid: a LoRA adapter with another width of a matrix it adapts:
+// ffn_down's input, or (an MoE model's adapters leave ffn_down alone)
+// attn_v's output.
+std::optional<InvalidCall> ops::Lora::other_shape(const InvalidSite& s) {
+    if (!(s.capabilities & KVWELD_CAP_LORA)) return std::nullopt;
+    ModelConfig other = s.model;
+    const bool moe = other.moe();
+    if (moe) other.n_kv_heads = other.n_kv_heads == other.n_heads ? other.n_heads / 2 : other.n_heads;
+    else other.ffn_dim += 16 * (1 + int(s.v % 2));
+    const int got = moe ? other.kv_dim() : other.ffn_dim, want = moe ? s.model.kv_dim() : s.model.ffn_dim;
+    return InvalidCall{cat("a LoRA adapter for a model with ", moe ? "kv_dim " : "ffn ", got, " (the model's is ", want,
+                           ")"),
+                       moe ? cat("kv_heads=", other.n_kv_heads) : std::to_string(got),
+                       [other, v = s.v](Engine& e) {
+                           const LoraUse use{LoraAdapter::random(other, 1, 1.0f, v), 1.0f};
+                           e.apply(calls::SetLoras{std::span<const LoraUse>(&use, 1), nullptr, nullptr});
+                       },
+                       moe ? "attn_v" : "ffn_down"};
 }
 
 }  // namespace kvweld::sim

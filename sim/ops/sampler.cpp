@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -50,6 +51,16 @@ void Simulator::run(const ops::SetSampler& op, int) {
     if (call.spec) samplers_[seq] = *call.spec;
     else samplers_.erase(seq);
     publish(call);
+}
+
+// Invalid: a sampler chain wider than top-k allows or the vocabulary has.
+std::optional<InvalidCall> ops::SetSampler::too_wide(const InvalidSite& s) {
+    if (!(s.capabilities & KVWELD_CAP_SAMPLERS)) return std::nullopt;
+    const int vocab = s.model.vocab, k = std::min(kMaxTopK, vocab) + 1 + int(s.v % 3);
+    return InvalidCall{cat("a sampler chain of top_k ", k, " for sequence ", s.seq, " (vocab ", vocab, ")"),
+                       std::to_string(k), [seq = s.seq, k, v = s.v](Engine& e) {
+                           e.apply(calls::SetSampler{seq, SamplerSpec{k, std::uint32_t(v)}});
+                       }};
 }
 
 }  // namespace kvweld::sim

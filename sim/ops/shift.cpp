@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -67,6 +68,14 @@ void Simulator::run(const ops::Shift& op, int seq) {
         if (keep > 0) drew(op, "keep_prefix");
         if (round == 1) drew(op, "twice");
     }
+}
+
+// Invalid: a shift of positions past the sequence's length.
+std::optional<InvalidCall> ops::Shift::past_length(const InvalidSite& s) {
+    if (!(s.capabilities & KVWELD_CAP_SHIFT)) return std::nullopt;
+    const int seq = s.seq, len = s.len, past = len + 1 + int(s.v % 4), p0 = std::min(len, 1);
+    return InvalidCall{cat("a shift of positions [", p0, ", ", past, ") of sequence ", seq, " at length ", len),
+                       std::to_string(past), [seq, p0, past, len](Engine& e) { e.apply(calls::Shift{seq, p0, past, len}); }};
 }
 
 }  // namespace kvweld::sim

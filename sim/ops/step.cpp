@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -116,6 +117,32 @@ bool Simulator::run(const ops::Step& op, int) {
         ++r.generated;
     }
     return true;
+}
+
+// Invalid: a decode of a token outside the vocabulary.
+std::optional<InvalidCall> ops::Step::token_out_of_range(const InvalidSite& s) {
+    const int vocab = s.model.vocab, token = s.v % 2 ? vocab + int(s.v % 7) : -1 - int(s.v % 3);
+    return InvalidCall{cat("a decode of token ", token, " (vocab ", vocab, ")"), std::to_string(token),
+                       [batch = s.batch, seq = s.seq, token](Engine& e) { batch(e, {seq}, {token}); }};
+}
+
+// Invalid: a decode on a closed sequence, where there is one.
+std::optional<InvalidCall> ops::Step::on_closed(const InvalidSite& s) {
+    if (s.free.empty()) return std::nullopt;
+    const int closed = s.free[s.v % s.free.size()];
+    return InvalidCall{cat("a decode on sequence ", closed, ", which is closed"), std::to_string(closed),
+                       [batch = s.batch, closed](Engine& e) { batch(e, {closed}, {0}); }};
+}
+
+// Invalid: a decode of one position more than the sequence has room for.
+std::optional<InvalidCall> ops::Step::over_capacity(const InvalidSite& s) {
+    const int seq = s.seq, over = s.capacity - s.len + 1;
+    return InvalidCall{cat("a decode of ", over, " tokens on sequence ", seq, " at length ", s.len, " (capacity ",
+                           s.capacity, ")"),
+                       std::to_string(s.capacity), [seq, over](Engine& e) {
+                           e.decode(std::vector<std::int32_t>(std::size_t(over), seq),
+                                    std::vector<std::int32_t>(std::size_t(over), 0));
+                       }};
 }
 
 }  // namespace kvweld::sim

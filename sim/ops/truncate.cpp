@@ -2,6 +2,7 @@
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -39,6 +40,13 @@ void Simulator::run(const ops::Truncate& op, int seq) {
     rewrite_requeued(op.rewrite, r, dropped);
     if (op.rewrite.on) drew(op, "rewrite");
     publish(call);
+}
+
+// Invalid: a truncate past the sequence's length.
+std::optional<InvalidCall> ops::Truncate::past_length(const InvalidSite& s) {
+    const int seq = s.seq, past = s.len + 1 + int(s.v % 4);
+    return InvalidCall{cat("truncate(", seq, ", ", past, ") past its length ", s.len), std::to_string(past),
+                       [seq, past](Engine& e) { e.apply(calls::Truncate{seq, past}); }};
 }
 
 }  // namespace kvweld::sim
