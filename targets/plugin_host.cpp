@@ -196,7 +196,7 @@ std::string PluginSettings::params_problem(const char* given) const {
     for (const std::string& item : abi::split_list(given)) {
         try {
             const auto one = abi::parse_params(item.c_str(), keys);
-            const auto& [key, value] = *one.begin();
+            const std::string key = one.begin()->first, value = one.begin()->second;
             if (std::find(seen.begin(), seen.end(), key) != seen.end())
                 return cat("setting '", item, "': ", key, " is given twice");
             seen.push_back(key);
