@@ -135,16 +135,11 @@ bool Simulator::apply(const Op& op, std::size_t op_index) {
         judge_.record(Verdict::engine_error, Oracle::peer, e.what());
         judge_.standing = nullptr;
         return false;
-    } catch (const targets::Crashed& e) {  // its process died or hung: a finding, known by its crash's title
+    } catch (const Error& e) {  // the engine refused a valid op, or its process died or hung (known by the crash's title)
+        const auto* crashed = dynamic_cast<const targets::Crashed*>(&e);
         judge_.record(Verdict::engine_error, Oracle::engine,
                       config_.engine.peer ? cat("engine A (", config_.engine.engine, "): ", e.what()) : e.what(),
-                      e.clause());
-        judge_.standing = nullptr;
-        return false;
-    } catch (const Error& e) {  // the engine refused a valid op
-        judge_.record(Verdict::engine_error, Oracle::engine,
-                      config_.engine.peer ? cat("engine A (", config_.engine.engine, "): ", e.what()) : e.what(),
-                      judge_.standing ? judge_.standing : "");
+                      crashed ? crashed->clause() : judge_.standing ? judge_.standing : "");
         judge_.standing = nullptr;
         return false;
     }

@@ -33,11 +33,10 @@ RunResult run_seed(const SimConfig& config, int steps) {
     RunResult r;
     try {
         r = run_generated(config, steps);
-    } catch (const targets::Crashed& e) {
+    } catch (const Error& e) {  // a crash while it was made carries its title
+        const auto* crashed = dynamic_cast<const targets::Crashed*>(&e);
         r = RunResult{config, steps, {}, {}, {}, Verdict::engine_error,
-                      Failure{0, "create", Oracle::engine, e.what(), e.clause()}};
-    } catch (const Error& e) {
-        r = RunResult{config, steps, {}, {}, {}, Verdict::engine_error, Failure{0, "create", Oracle::engine, e.what()}};
+                      Failure{0, "create", Oracle::engine, e.what(), crashed ? crashed->clause() : ""}};
     }
     r.ops.clear();
     return r;

@@ -184,7 +184,7 @@ std::string settings_text(const kvweld_engine_api& t, int32_t kind) {
 }  // namespace
 
 PluginSettings::PluginSettings(const kvweld_engine_api& t)
-    : declared(t.abi_version >= 15 && t.n_settings > 0), faults(settings_text(t, KVWELD_SETTING_FAULT)),
+    : declared(t.abi_version >= 15 && t.settings != nullptr), faults(settings_text(t, KVWELD_SETTING_FAULT)),
       live(settings_text(t, KVWELD_SETTING_LIVE)),
       params(abi::split_live_list(settings_text(t, KVWELD_SETTING_PARAM).c_str())) {}
 
@@ -192,7 +192,6 @@ std::string PluginSettings::params_problem(const char* given) const {
     if (!declared) return "";
     std::vector<std::string> keys, seen;
     for (const abi::LiveSetting& p : params) keys.push_back(p.key);
-    std::map<std::string, std::string> parsed;
     for (const std::string& item : abi::split_list(given)) {
         try {
             const auto one = abi::parse_params(item.c_str(), keys);

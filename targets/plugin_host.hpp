@@ -25,7 +25,7 @@ namespace kvweld::targets {
 // of the host reads, built from them.
 struct PluginSettings {
     explicit PluginSettings(const kvweld_engine_api& table);
-    bool declared;  // the table describes its settings (params, live, faults) as data
+    bool declared;  // the table describes its settings (params, live, faults) as data, none at all included
     std::string faults, live;
     std::vector<abi::LiveSetting> params;  // each param and the values it takes (none: any)
     // What is wrong with options.params against the declared params ("": nothing, or none declared).

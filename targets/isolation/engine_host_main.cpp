@@ -54,12 +54,6 @@ struct Answer {
 
 std::string text(wire::Reader& in) { return in.get_string().value_or(""); }
 
-std::size_t rows_wanted(const std::vector<std::uint8_t>& outputs) {
-    std::size_t rows = 0;
-    for (const std::uint8_t o : outputs) rows += o != 0;
-    return rows;
-}
-
 // The queries kvweld makes after every decode, answered ahead (wire.hpp).
 void answer_ahead(const Host& h, std::size_t rows, wire::Writer& out) {
     std::vector<std::pair<Fn, std::int32_t>> ahead;
@@ -122,7 +116,9 @@ bool serve(Host& h, Fn fn, wire::Reader& in, Answer& a) {
             const auto seqs = in.get_vector<std::int32_t>(kMaxItems), tokens = in.get_vector<std::int32_t>(kMaxItems);
             const auto outputs = in.get_vector<std::uint8_t>(kMaxItems);
             require(seqs.size() == tokens.size(), "decode of ", seqs.size(), " sequences and ", tokens.size(), " tokens");
-            const std::size_t rows = fn == Fn::decode ? seqs.size() : rows_wanted(outputs);
+            require(fn == Fn::decode || outputs.size() == seqs.size(), "decode_outputs of ", seqs.size(), " pairs and ",
+                    outputs.size(), " output flags");
+            const std::size_t rows = wire::rows_wanted(fn == Fn::decode ? nullptr : outputs.data(), seqs.size());
             std::vector<float> logits(rows * std::size_t(h.vocab));
             const auto n = std::int32_t(seqs.size());
             const int rc = fn == Fn::decode
@@ -340,8 +336,8 @@ int serve_engine(const kvweld_engine_api& api) {
 std::int32_t reap(pid_t child) {
     int status = 0;
     for (int waited = 0; ::waitpid(child, &status, WNOHANG) == 0; ++waited) {
-        if (waited == 400) ::kill(child, SIGKILL);
-        ::usleep(waited < 400 ? 500 : 5000);
+        if (waited == 4000) ::kill(child, SIGKILL);  // 4000 waits of 0.5 ms
+        ::usleep(waited < 4000 ? 500 : 5000);
     }
     return status;
 }

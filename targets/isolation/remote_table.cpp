@@ -106,11 +106,6 @@ int one_out(const kvweld_engine* e, std::int32_t v, T* out, char* err, std::size
     return ask_query(e, w, v, err, len, [&](wire::Reader& in) { *out = in.get<T>(); });
 }
 
-std::size_t rows_wanted(const std::uint8_t* outputs, std::int32_t n) {
-    return outputs ? std::size_t(std::count_if(outputs, outputs + std::max(n, 0), [](std::uint8_t o) { return o; }))
-                   : std::size_t(std::max(n, 0));
-}
-
 int decode_call(kvweld_engine* e, Fn fn, const std::int32_t* seqs, const std::int32_t* tokens,
                 const std::uint8_t* outputs, std::int32_t n, float* logits, char* err, std::size_t len) {
     wire::Writer w(fn);
@@ -118,7 +113,7 @@ int decode_call(kvweld_engine* e, Fn fn, const std::int32_t* seqs, const std::in
     w.put_array(seqs, count);
     w.put_array(tokens, count);
     w.put_array(outputs, outputs ? count : 0);
-    const std::size_t floats = rows_wanted(outputs, n) * std::size_t(remote(e).vocab);
+    const std::size_t floats = wire::rows_wanted(outputs, count) * std::size_t(remote(e).vocab);
     return ask(e, w, err, len, [&](wire::Reader& in) {
         in.get_array(logits, floats);
         auto& ahead = remote(e).ahead;

@@ -134,6 +134,14 @@ private:
     std::size_t at_ = 0;
 };
 
+// The rows a decode returns: one per pair, or with an outputs array (decode_outputs) one per pair it flags.
+inline std::size_t rows_wanted(const std::uint8_t* outputs, std::size_t pairs) {
+    if (!outputs) return pairs;
+    std::size_t rows = 0;
+    for (std::size_t i = 0; i < pairs; ++i) rows += outputs[i] != 0;
+    return rows;
+}
+
 // Sends one message (MSG_NOSIGNAL: a peer gone is false, never SIGPIPE).
 bool send_message(int fd, const std::vector<std::byte>& bytes);
 enum class Received { message, closed, timed_out };
