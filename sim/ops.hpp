@@ -2,8 +2,8 @@
 // engine through the engine interface. Each kind is one struct below,
 // holding its typed arguments, its name and its OpKind; the variant OpArgs
 // lists them in OpKind's order. Everything else of a kind is in its own
-// file, sim/ops/<name>.cpp: when it is eligible and its one draw over an
-// entropy source (the swarm's PRNG, or a fuzzer's input bytes:
+// file, sim/ops/<name>.cpp: its weight in a seed's config, when it is
+// eligible, its invalid variants, and its one draw over an entropy source (the swarm's PRNG, or a fuzzer's input bytes:
 // sim/entropy.hpp), its JSON both ways (KVWELD_OP_ROW below), and what it
 // does (Simulator::run). A kind whose file lacks one of them does not link.
 // Sequence choices are picks (an index into whatever is eligible when the
@@ -27,12 +27,15 @@ class Entropy;
 class Simulator;
 struct InvalidCall;
 struct InvalidSite;
+struct WeightSite;
 
-// An op struct's row, defined in sim/ops/<name>.cpp: the sequences it may
-// act on now ({0} for an op of the engine's that needs no sequence; empty:
-// it cannot run now), its draw (`pick` chooses among the eligible), and
-// its JSON both ways (read is strict and throws Error naming the field).
+// An op struct's row, defined in sim/ops/<name>.cpp: its weight in a
+// seed's config (0: never drawn; sim/ops/weight_site.hpp), the sequences
+// it may act on now ({0} for an op of the engine's that needs no sequence;
+// empty: it cannot run now), its draw (`pick` chooses among the eligible),
+// and its JSON both ways (read is strict and throws Error naming the field).
 #define KVWELD_OP_ROW(T)                                         \
+    static int weight(const WeightSite& s);                      \
     static std::vector<int> eligible(const Simulator& s);        \
     static T draw(const Simulator& s, Entropy& e, std::uint32_t pick); \
     static void write(nlohmann::json& j, const T& a);            \

@@ -7,6 +7,7 @@
 #include "kvweld/engine_abi.h"
 #include "sim/json_field.hpp"
 #include "sim/model_json.hpp"
+#include "sim/ops/weight_site.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -48,24 +49,6 @@ void apply_fixed_shape(SimConfig& c, const EngineChoice& e) {
     }
 }
 
-constexpr std::uint64_t kMoeStream = 0x6d6978747572652dULL;
-
-// A mixture of experts, where the engine loads one: a quarter of the seeds
-// decode the "tiny" dims with experts instead of the model drawn, and most
-// of those switch warmup. Drawn on a stream of their own (the seed's other
-// draws did not change when MoE came; the seeds it picks decode another
-// model now), every draw made whatever is used, so that a reproduce command
-// that names the model draws the same warmup weight.
-struct MoeDraw {
-    bool moe, warmup;
-    int weight;
-};
-MoeDraw draw_moe(std::uint64_t seed) {
-    Rng rng(seed ^ kMoeStream);
-    const bool moe = rng.chance(0.25), warmup = rng.chance(0.75);
-    return {moe, warmup, int(rng.range(1, 20))};
-}
-
 constexpr std::uint64_t kPeerStream = 0x706565722d736574ULL;
 
 // A peer's settings: where it shares a registry entry with the first engine
@@ -80,69 +63,27 @@ std::string draw_peer_settings(const SimConfig& c, const Rng& settings_rng) {
     return draw_engine_settings(p.engine, setup, rng);
 }
 
-constexpr std::uint64_t kStateStream = 0x73746174652d6f70ULL;
-constexpr std::uint64_t kLiveStream = 0x6c6976652d6f7073ULL;
-constexpr std::uint64_t kSamplerStream = 0x73616d706c65722dULL;
-constexpr std::uint64_t kAbortStream = 0x61626f72742d6f70ULL;
-constexpr std::uint64_t kKeepStream = 0x6b6565702d6f7073ULL;
-
-// Context shifts, state save and load, and steady phases, where the engine
-// does them: on a stream of their own too (seeds drew the same ops as
-// before where these are off), each on about half the seeds.
-void draw_state_ops(SimConfig& c, std::uint32_t capabilities) {
-    Rng rng(c.seed ^ kStateStream);
-    const auto weight = [&](bool able) {
-        const int w = int(rng.range(1, 12));  // both drawn whatever is used: the stream stays aligned
-        const bool on = rng.chance(0.5);
-        return able && on ? w : 0;
-    };
-    c.weights[int(OpKind::shift)] = weight(capabilities & KVWELD_CAP_SHIFT);
-    const int state = weight(capabilities & KVWELD_CAP_STATE);
-    c.weights[int(OpKind::save)] = state;
-    c.weights[int(OpKind::load)] = state;
-    c.weights[int(OpKind::steady)] = weight(true) / 3;
-}
-
-// Live settings (ABI 9), where the engine (and a peer) lists some: on a
-// stream of their own, on about two seeds in three (three settings share them).
-void draw_live_ops(SimConfig& c) {
-    Rng rng(c.seed ^ kLiveStream);
-    const int w = int(rng.range(2, 12));
-    const bool on = rng.chance(0.67);
-    const bool listed = !engine_live_settings(c.engine.engine).empty() &&
-                        (!c.engine.peer || !engine_live_settings(c.engine.peer->engine).empty());
-    c.weights[int(OpKind::live)] = listed && on ? w : 0;
-}
-
-// Backend samplers (ABI 11), where the engine (and a peer) has them: on a
-// stream of their own, on about half the seeds.
-void draw_sampler_ops(SimConfig& c, std::uint32_t capabilities) {
-    Rng rng(c.seed ^ kSamplerStream);
-    const int w = int(rng.range(1, 10));
-    const bool on = rng.chance(0.5);
-    c.weights[int(OpKind::sampler)] = (capabilities & KVWELD_CAP_SAMPLERS) && on ? w : 0;
-}
-
-// The abort callback (ABI 12), where the engine has one and no peer runs
-// beside it: on a stream of its own, on about a third of the seeds, rare
-// where on (a server aborts a call seldom).
-void draw_abort_ops(SimConfig& c, std::uint32_t capabilities) {
-    Rng rng(c.seed ^ kAbortStream);
-    const int w = int(rng.range(1, 6));
-    const bool on = rng.chance(0.35);
-    c.weights[int(OpKind::abort)] = (capabilities & KVWELD_CAP_ABORT) && !c.engine.peer && on ? w : 0;
-}
-
-// Keep (ABI 14), where the engine has it: on a stream of its own, on about
-// a third of the seeds, rare where on (it empties every other sequence).
-void draw_keep_ops(SimConfig& c, std::uint32_t capabilities) {
-    Rng rng(c.seed ^ kKeepStream);
-    const int w = int(rng.range(1, 4));
-    const bool on = rng.chance(0.35);
-    c.weights[int(OpKind::keep)] = (capabilities & KVWELD_CAP_KEEP) && on ? w : 0;
+// The weights of kinds first..last-1, each by its own rule
+// (sim/ops/<name>.cpp), in OpKind's order.
+template <std::size_t I = 0>
+void weigh(SimConfig& c, WeightSite site, const std::array<int, kOpKinds>& firsts, int first, int last) {
+    if constexpr (I < std::size_t(kOpKinds)) {
+        if (int(I) >= first && int(I) < last) {
+            site.first = firsts[I];
+            c.weights[I] = std::variant_alternative_t<I, OpArgs>::weight(site);
+        }
+        weigh<I + 1>(c, site, firsts, first, last);
+    }
 }
 
 }  // namespace
+
+MoeDraw draw_moe(std::uint64_t seed) {
+    constexpr std::uint64_t kMoeStream = 0x6d6978747572652dULL;
+    Rng rng(seed ^ kMoeStream);
+    const bool moe = rng.chance(0.25), warmup = rng.chance(0.75);
+    return {moe, warmup, int(rng.range(1, 20))};
+}
 
 std::uint32_t choice_capabilities(const EngineChoice& engine) {
     const std::uint32_t first = engine_capabilities(engine.engine);
@@ -155,23 +96,14 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     SimConfig c;
     c.seed = seed;
     c.engine = engine;
-    // The kinds before lora, drawn first as they always were, so a seed's
-    // config did not change when the adapter ops came.
-    for (int k = 0; k < int(OpKind::lora); ++k) c.weights[k] = rng.chance(0.6) ? int(rng.range(1, 100)) : 0;
-    // Without admit and step nothing is decoded; clear_all is rare by nature.
-    c.weights[int(OpKind::admit)] = int(rng.range(10, 60));
-    c.weights[int(OpKind::step)] = int(rng.range(60, 100));
-    for (OpKind rare : {OpKind::clear_all, OpKind::reload, OpKind::grow, OpKind::reset})
-        c.weights[int(rare)] = std::min(c.weights[int(rare)], 3);
-    c.weights[int(OpKind::invalid)] = std::min(c.weights[int(OpKind::invalid)], 10);
-    if (!(capabilities & KVWELD_CAP_COPY_SEQ)) c.weights[int(OpKind::fork)] = 0;
-    if (!(capabilities & KVWELD_CAP_RELOAD)) c.weights[int(OpKind::reload)] = 0;
-    if (!(capabilities & KVWELD_CAP_SWAP_LAYER)) c.weights[int(OpKind::swap_layer)] = 0;
+    // The kinds before lora draw first, as they always did, so a seed's
+    // config did not change when the adapter ops came; then their rules.
+    std::array<int, kOpKinds> firsts{};
+    for (int k = 0; k < int(OpKind::lora); ++k) firsts[std::size_t(k)] = rng.chance(0.6) ? int(rng.range(1, 100)) : 0;
     // A diff compares two engines through the one interface they share: no white box.
     const bool white_box = engine_in_process(engine.engine) && !engine.peer;
-    if (!white_box) c.weights[int(OpKind::migrate)] = 0;
-    if (!(capabilities & KVWELD_CAP_POOL_OPS))
-        for (OpKind pool_op : {OpKind::compact, OpKind::grow, OpKind::reset}) c.weights[int(pool_op)] = 0;
+    const WeightSite site{c, capabilities, white_box, 0, rng};
+    weigh(c, site, firsts, 0, int(OpKind::lora));
     c.seqs = int(rng.range(1, 16));
     c.sampled = rng.chance(0.5);
     const std::vector<std::string_view> models = model_names(white_box);
@@ -196,15 +128,7 @@ SimConfig draw_config(std::uint64_t seed, const EngineChoice& engine, const std:
     if (white_box)
         for (int i = 0, n = int(rng.range(1, 3)); i < n; ++i)
             c.capacities.push_back(rng.chance(0.5) ? c.n_ctx : int(rng.range(std::min(c.n_ctx, c.max_prompt + 1), c.n_ctx)));
-    // LoRA adapters and a control vector, where the engine takes them.
-    for (const auto& [k, cap] : {std::pair{OpKind::lora, KVWELD_CAP_LORA}, std::pair{OpKind::cvec, KVWELD_CAP_CVEC}})
-        c.weights[int(k)] = (capabilities & cap) && rng.chance(0.6) ? int(rng.range(1, 20)) : 0;
-    c.weights[int(OpKind::warmup)] = c.model.moe() && (capabilities & KVWELD_CAP_WARMUP) && moe.warmup ? moe.weight : 0;
-    draw_state_ops(c, capabilities);
-    draw_live_ops(c);
-    draw_sampler_ops(c, capabilities);
-    draw_abort_ops(c, capabilities);
-    draw_keep_ops(c, capabilities);
+    weigh(c, site, firsts, int(OpKind::lora), kOpKinds);
     return c;
 }
 

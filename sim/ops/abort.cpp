@@ -1,7 +1,8 @@
-// The abort op (ops::Abort, sim/ops.hpp): when it may run, its draw, its JSON both
+// The abort op (ops::Abort, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -20,6 +21,14 @@ namespace {
 constexpr std::uint32_t kMaxAfter = 1u << 16;
 
 }  // namespace
+
+constexpr std::uint64_t kAbortStream = 0x61626f72742d6f70ULL;
+
+// Where no peer runs beside the engine: on a stream of its own, on about a
+// third of the seeds, rare where on (a server aborts a call seldom).
+int ops::Abort::weight(const WeightSite& s) {
+    return s.has(KVWELD_CAP_ABORT) && !s.config.engine.peer ? s.own(kAbortStream, 0, 1, 6, 0.35) : 0;
+}
 
 // Half the stops come early (in kvweld's engine, within the first tokens;
 // in llama.cpp, within the first ubatch's graph), half anywhere up to a

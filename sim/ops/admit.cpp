@@ -1,8 +1,9 @@
-// The admit op (ops::Admit, sim/ops.hpp): when it may run, its draw, its JSON both
+// The admit op (ops::Admit, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -15,6 +16,10 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// Every seed opens requests: drawn on the main stream right after the
+// first draws (its own first draw is not used).
+int ops::Admit::weight(const WeightSite& s) { return int(s.main.range(10, 60)); }
 
 std::vector<int> ops::Admit::eligible(const Simulator& s) { return s.free_seqs(); }
 ops::Admit ops::Admit::draw(const Simulator& s, Entropy& e, std::uint32_t pick) {

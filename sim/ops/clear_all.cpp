@@ -1,7 +1,8 @@
-// The clear_all op (ops::ClearAll, sim/ops.hpp): when it may run, its draw, its JSON both
+// The clear_all op (ops::ClearAll, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// Rare by nature: a server seldom drops every request.
+int ops::ClearAll::weight(const WeightSite& s) { return std::min(s.first, 3); }
 
 std::vector<int> ops::ClearAll::eligible(const Simulator& s) { return any_open(s); }
 ops::ClearAll ops::ClearAll::draw(const Simulator&, Entropy&, std::uint32_t) { return {}; }

@@ -1,8 +1,9 @@
-// The cvec op (ops::Cvec, sim/ops.hpp): when it may run, its draw, its JSON both
+// The cvec op (ops::Cvec, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -15,6 +16,11 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// On the main stream right after lora's, on about 60% of the seeds.
+int ops::Cvec::weight(const WeightSite& s) {
+    return s.has(KVWELD_CAP_CVEC) && s.main.chance(0.6) ? int(s.main.range(1, 20)) : 0;
+}
 
 std::vector<int> ops::Cvec::eligible(const Simulator& s) { return when(can(s, KVWELD_CAP_CVEC)); }
 // Three vectors' data, so a drawn one is often the one held, re-ranged.

@@ -1,8 +1,9 @@
-// The fork op (ops::Fork, sim/ops.hpp): when it may run, its draw, its JSON both
+// The fork op (ops::Fork, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -15,6 +16,8 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+int ops::Fork::weight(const WeightSite& s) { return s.has(KVWELD_CAP_COPY_SEQ) ? s.first : 0; }
 
 std::vector<int> ops::Fork::eligible(const Simulator& s) {
     return s.config().seqs > 1 ? with_history(s) : std::vector<int>{};

@@ -1,7 +1,8 @@
-// The grow op (ops::Grow, sim/ops.hpp): when it may run, its draw, its JSON both
+// The grow op (ops::Grow, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// Rare: a pool grows seldom.
+int ops::Grow::weight(const WeightSite& s) { return s.has(KVWELD_CAP_POOL_OPS) ? std::min(s.first, 3) : 0; }
 
 // A server grows its pool within a memory budget: here, four times what
 // every sequence full would take, the pool's size as the block model has

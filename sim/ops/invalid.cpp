@@ -13,6 +13,7 @@
 
 #include "sim/ops/invalid_call.hpp"
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -43,6 +44,9 @@ bool names(const std::string& text, const std::string& value) {
 }
 
 }  // namespace
+
+// At most 10: a run of refusals decodes little.
+int ops::Invalid::weight(const WeightSite& s) { return std::min(s.first, 10); }
 
 std::vector<int> ops::Invalid::eligible(const Simulator& s) { return any_open(s); }
 ops::Invalid ops::Invalid::draw(const Simulator&, Entropy& e, std::uint32_t pick) {

@@ -1,7 +1,8 @@
-// The live op (ops::Live, sim/ops.hpp): when it may run, its draw, its JSON both
+// The live op (ops::Live, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,16 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+constexpr std::uint64_t kLiveStream = 0x6c6976652d6f7073ULL;
+
+// Where the engine (and a peer) lists live settings: on a stream of its
+// own, on about two seeds in three (several settings share it).
+int ops::Live::weight(const WeightSite& s) {
+    const EngineChoice& e = s.config.engine;
+    const bool listed = !engine_live_settings(e.engine).empty() && (!e.peer || !engine_live_settings(e.peer->engine).empty());
+    return listed ? s.own(kLiveStream, 0, 2, 12, 0.67) : 0;
+}
 
 // One of the live settings the engine (and a peer) lists, at one of its values.
 std::vector<int> ops::Live::eligible(const Simulator& s) { return when(!s.live_settings().empty()); }

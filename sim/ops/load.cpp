@@ -1,8 +1,9 @@
-// The load op (ops::Load, sim/ops.hpp): when it may run, its draw, its JSON both
+// The load op (ops::Load, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -15,6 +16,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// The state stream's second pair, shared with save.
+int ops::Load::weight(const WeightSite& s) { return s.has(KVWELD_CAP_STATE) ? s.own(kStateStream, 1, 1, 12, 0.5) : 0; }
 
 // A saved state to load, and somewhere to load it.
 std::vector<int> ops::Load::eligible(const Simulator& s) {

@@ -1,7 +1,8 @@
-// The migrate op (ops::Migrate, sim/ops.hpp): when it may run, its draw, its JSON both
+// The migrate op (ops::Migrate, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// White box only: a diff compares two engines through the one interface they share.
+int ops::Migrate::weight(const WeightSite& s) { return s.white_box ? s.first : 0; }
 
 std::vector<int> ops::Migrate::eligible(const Simulator& s) {
     return s.white_box() && !s.free_seqs().empty() ? any_open(s) : std::vector<int>{};

@@ -1,7 +1,8 @@
-// The preempt op (ops::Preempt, sim/ops.hpp): when it may run, its draw, its JSON both
+// The preempt op (ops::Preempt, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,8 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+int ops::Preempt::weight(const WeightSite& s) { return s.first; }
 
 std::vector<int> ops::Preempt::eligible(const Simulator& s) { return with_history(s); }
 ops::Preempt ops::Preempt::draw(const Simulator&, Entropy& e, std::uint32_t pick) { return {pick, draw_rewrite(e)}; }

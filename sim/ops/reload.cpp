@@ -1,7 +1,8 @@
-// The reload op (ops::Reload, sim/ops.hpp): when it may run, its draw, its JSON both
+// The reload op (ops::Reload, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// Rare: a model reload is a server's restart.
+int ops::Reload::weight(const WeightSite& s) { return s.has(KVWELD_CAP_RELOAD) ? std::min(s.first, 3) : 0; }
 
 std::vector<int> ops::Reload::eligible(const Simulator& s) { return when(can(s, KVWELD_CAP_RELOAD)); }
 ops::Reload ops::Reload::draw(const Simulator&, Entropy& e, std::uint32_t) {

@@ -1,7 +1,8 @@
-// The reset op (ops::Reset, sim/ops.hpp): when it may run, its draw, its JSON both
+// The reset op (ops::Reset, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// Rare: a reset drops the whole pool.
+int ops::Reset::weight(const WeightSite& s) { return s.has(KVWELD_CAP_POOL_OPS) ? std::min(s.first, 3) : 0; }
 
 std::vector<int> ops::Reset::eligible(const Simulator& s) { return when(can(s, KVWELD_CAP_POOL_OPS)); }
 ops::Reset ops::Reset::draw(const Simulator&, Entropy&, std::uint32_t) { return {}; }

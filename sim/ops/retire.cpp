@@ -1,7 +1,8 @@
-// The retire op (ops::Retire, sim/ops.hpp): when it may run, its draw, its JSON both
+// The retire op (ops::Retire, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,8 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+int ops::Retire::weight(const WeightSite& s) { return s.first; }
 
 std::vector<int> ops::Retire::eligible(const Simulator& s) { return any_open(s); }
 ops::Retire ops::Retire::draw(const Simulator&, Entropy&, std::uint32_t pick) { return {pick}; }

@@ -1,8 +1,9 @@
-// The sampler op (ops::SetSampler, sim/ops.hpp): when it may run, its draw, its JSON both
+// The sampler op (ops::SetSampler, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -15,6 +16,13 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+constexpr std::uint64_t kSamplerStream = 0x73616d706c65722dULL;
+
+// On a stream of its own, on about half the seeds.
+int ops::SetSampler::weight(const WeightSite& s) {
+    return s.has(KVWELD_CAP_SAMPLERS) ? s.own(kSamplerStream, 0, 1, 10, 0.5) : 0;
+}
 
 // A sampler chain for a sequence id: cleared a quarter of the time, else
 // greedy or a narrow top-k, sometimes changed in place.

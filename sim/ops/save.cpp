@@ -1,7 +1,8 @@
-// The save op (ops::Save, sim/ops.hpp): when it may run, its draw, its JSON both
+// The save op (ops::Save, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// The state stream's second pair, shared with load: on about half the seeds.
+int ops::Save::weight(const WeightSite& s) { return s.has(KVWELD_CAP_STATE) ? s.own(kStateStream, 1, 1, 12, 0.5) : 0; }
 
 std::vector<int> ops::Save::eligible(const Simulator& s) {
     return can(s, KVWELD_CAP_STATE) ? with_history(s) : std::vector<int>{};

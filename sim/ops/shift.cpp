@@ -1,8 +1,9 @@
-// The shift op (ops::Shift, sim/ops.hpp): when it may run, its draw, its JSON both
+// The shift op (ops::Shift, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -15,6 +16,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// The state stream's first pair: on about half the seeds.
+int ops::Shift::weight(const WeightSite& s) { return s.has(KVWELD_CAP_SHIFT) ? s.own(kStateStream, 0, 1, 12, 0.5) : 0; }
 
 // A server shifts a context that is full; the simulator's requests are
 // short (a shift at any length moves rows the same way), and a full one

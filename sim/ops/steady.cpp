@@ -1,7 +1,8 @@
-// The steady op (ops::Steady, sim/ops.hpp): when it may run, its draw, its JSON both
+// The steady op (ops::Steady, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,9 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// The state stream's third pair, a third of it: one op plays many steps.
+int ops::Steady::weight(const WeightSite& s) { return s.own(kStateStream, 2, 1, 12, 0.5) / 3; }
 
 std::vector<int> ops::Steady::eligible(const Simulator& s) { return ops::Step::eligible(s); }
 // Every sequence decoding asks the same: 1 (plain decode) or 1 + drafts.

@@ -1,8 +1,9 @@
-// The step op (ops::Step, sim/ops.hpp): when it may run, its draw, its JSON both
+// The step op (ops::Step, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -26,6 +27,9 @@ constexpr int kMaxCallTokens = 512;  // one decode call's tokens (llama.cpp's ba
 constexpr std::uint64_t kParkStream = 0x7061726b65642d74ULL;
 
 }  // namespace
+
+// Every seed decodes: drawn on the main stream right after admit's.
+int ops::Step::weight(const WeightSite& s) { return int(s.main.range(60, 100)); }
 
 std::vector<int> ops::Step::eligible(const Simulator& s) {
     return open_where(s, [](const Request& r) { return !r.done(); });

@@ -1,7 +1,8 @@
-// The swap_layer op (ops::SwapLayer, sim/ops.hpp): when it may run, its draw, its JSON both
+// The swap_layer op (ops::SwapLayer, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,8 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+int ops::SwapLayer::weight(const WeightSite& s) { return s.has(KVWELD_CAP_SWAP_LAYER) ? s.first : 0; }
 
 std::vector<int> ops::SwapLayer::eligible(const Simulator& s) {
     return can(s, KVWELD_CAP_SWAP_LAYER) ? any_open(s) : std::vector<int>{};

@@ -1,8 +1,9 @@
-// The truncate op (ops::Truncate, sim/ops.hpp): when it may run, its draw, its JSON both
+// The truncate op (ops::Truncate, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
-#include "sim/ops/row_parts.hpp"
 #include "sim/ops/invalid_call.hpp"
+#include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -15,6 +16,8 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+int ops::Truncate::weight(const WeightSite& s) { return s.first; }
 
 std::vector<int> ops::Truncate::eligible(const Simulator& s) { return with_history(s); }
 ops::Truncate ops::Truncate::draw(const Simulator&, Entropy& e, std::uint32_t pick) {

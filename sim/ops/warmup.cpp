@@ -1,7 +1,8 @@
-// The warmup op (ops::Warmup, sim/ops.hpp): when it may run, its draw, its JSON both
+// The warmup op (ops::Warmup, sim/ops.hpp): its weight, when it may run, its draw, its JSON both
 // ways, and what it does (Simulator::run).
 
 #include "sim/ops/row_parts.hpp"
+#include "sim/ops/weight_site.hpp"
 #include "sim/simulator.hpp"
 
 #include "util/cat.hpp"
@@ -14,6 +15,12 @@
 namespace kvweld::sim {
 
 using namespace row;
+
+// Where the seed decodes experts, from the MoE draw (weight_site.hpp).
+int ops::Warmup::weight(const WeightSite& s) {
+    const MoeDraw moe = draw_moe(s.config.seed);
+    return s.config.model.moe() && s.has(KVWELD_CAP_WARMUP) && moe.warmup ? moe.weight : 0;
+}
 
 std::vector<int> ops::Warmup::eligible(const Simulator& s) { return when(can(s, KVWELD_CAP_WARMUP)); }
 ops::Warmup ops::Warmup::draw(const Simulator&, Entropy& e, std::uint32_t) { return {e.chance(0.5)}; }
