@@ -17,62 +17,55 @@
 //   with drafts needs; llama_context_params::n_outputs_max_per_seq lifts
 //   it in 0.3.36. The plugin declares samplers only where that field is.
 //
-// A function is detected by overload resolution: fallbacks with the same
-// name, declared here as templates returning Missing, lose to a real
-// declaration (a non-template exact match) and win only where llama.h has
-// none. A field is detected with a requires-expression. Where neither form
-// of a feature exists, kHas* is false and the plugin does not declare the
-// capability.
+// A function or a field is detected with a requires-expression (below).
+// Where neither form of a feature exists, kHas* is false and the plugin
+// does not declare the capability.
+//
+// The reproducers carry this text stripped to what each program uses
+// (targets/strip_features.hpp): a block under `#if KVWELD_USES(F)` stays
+// where the program uses F. Compiled as a header every block is in. A
+// program with sampler chains calls llama.h's sampler functions directly:
+// it shows a finding only where they exist.
 #pragma once
+
+#ifndef KVWELD_USES
+#define KVWELD_USES(feature) 1
+#endif
 
 #include <llama.h>
 
 #include <cstddef>
-#include <type_traits>
-
-// At global scope, so that a using-directive puts them beside llama.h's own.
-namespace kvweld_llama_fallback {
-struct Missing {};
-template <class... A> Missing llama_set_adapters_lora(A...);
-template <class... A> Missing llama_set_adapter_lora(A...);
-template <class... A> Missing llama_clear_adapter_lora(A...);
-template <class... A> Missing llama_set_adapter_cvec(A...);
-template <class... A> Missing llama_apply_adapter_cvec(A...);
-template <class... A> Missing llama_set_sampler(A...);
-template <class... A> Missing llama_get_sampled_token_ith(A...);
-}  // namespace kvweld_llama_fallback
 
 namespace kvweld::llama_compat {
 
-namespace probe {
-using namespace ::kvweld_llama_fallback;
-template <class C> using set_adapters = decltype(llama_set_adapters_lora(
-    (C*)nullptr, (llama_adapter_lora**)nullptr, std::size_t{}, (float*)nullptr));
-template <class C> using set_adapter = decltype(llama_set_adapter_lora((C*)nullptr, (llama_adapter_lora*)nullptr, 0.0f));
-template <class C> using set_cvec = decltype(llama_set_adapter_cvec((C*)nullptr, (const float*)nullptr, std::size_t{},
-                                                                    int32_t{}, int32_t{}, int32_t{}));
-template <class C> using apply_cvec = decltype(llama_apply_adapter_cvec((C*)nullptr, (const float*)nullptr,
-                                                                        std::size_t{}, int32_t{}, int32_t{}, int32_t{}));
-template <class C> using set_sampler = decltype(llama_set_sampler((C*)nullptr, llama_seq_id{}, (llama_sampler*)nullptr));
-template <class C> using sampled_token = decltype(llama_get_sampled_token_ith((C*)nullptr, int32_t{}));
-template <class T> inline constexpr bool found = !std::is_same_v<T, ::kvweld_llama_fallback::Missing>;
-}  // namespace probe
-
-inline constexpr bool kHasSetAdapters = probe::found<probe::set_adapters<llama_context>>;
-inline constexpr bool kHasLora = kHasSetAdapters || probe::found<probe::set_adapter<llama_context>>;
-inline constexpr bool kHasSetCvec = probe::found<probe::set_cvec<llama_context>>;
-inline constexpr bool kHasCvec = kHasSetCvec || probe::found<probe::apply_cvec<llama_context>>;
+// A function llama.h may lack is called unqualified with an argument of
+// llama.h's own types, so that its name is looked up where the template is
+// used (argument-dependent lookup): a requires-expression is true where it
+// exists, and a branch that names a missing one is discarded unbuilt.
+#if KVWELD_USES(PLUGIN)
+template <class C> inline constexpr bool kSetAdapters = requires(C* c, llama_adapter_lora** a, float* s) {
+    llama_set_adapters_lora(c, a, std::size_t{}, s);
+};
+template <class C> inline constexpr bool kLora = kSetAdapters<C> || requires(C* c, llama_adapter_lora* a) {
+    llama_set_adapter_lora(c, a, 0.0f);
+};
+template <class C> inline constexpr bool kCvec = requires(C* c, const float* d) {
+    llama_set_adapter_cvec(c, d, std::size_t{}, 0, 0, 0);
+} || requires(C* c, const float* d) { llama_apply_adapter_cvec(c, d, std::size_t{}, 0, 0, 0); };
+template <class C> inline constexpr bool kSamplers = requires(C* c, llama_sampler* s) {
+    llama_set_sampler(c, llama_seq_id{}, s);
+    llama_get_sampled_token_ith(c, int32_t{});
+};
 template <class P> concept outputs_per_seq = requires(P p) { p.n_outputs_max_per_seq; };
-inline constexpr bool kHasBackendSampling = probe::found<probe::set_sampler<llama_context>> &&
-                                            probe::found<probe::sampled_token<llama_context>> &&
-                                            outputs_per_seq<llama_context_params>;
+inline constexpr bool kHasLora = kLora<llama_context>;
+inline constexpr bool kHasCvec = kCvec<llama_context>;
+inline constexpr bool kHasBackendSampling = kSamplers<llama_context> && outputs_per_seq<llama_context_params>;
 
 // A sequence's backend sampler chain (nullptr: none); llama.cpp's answer
 // (false: it cannot offload the chain). False where llama.h has no such call.
 template <class C = llama_context>
 bool set_sampler(C* ctx, llama_seq_id seq, llama_sampler* chain) {
-    using namespace ::kvweld_llama_fallback;
-    if constexpr (probe::found<probe::set_sampler<C>>)
+    if constexpr (kSamplers<C>)
         return llama_set_sampler(ctx, seq, chain);
     else
         return false;
@@ -81,41 +74,43 @@ bool set_sampler(C* ctx, llama_seq_id seq, llama_sampler* chain) {
 // The token the backend sampled for batch index i (LLAMA_TOKEN_NULL: none).
 template <class C = llama_context>
 llama_token sampled_token(C* ctx, int32_t i) {
-    using namespace ::kvweld_llama_fallback;
-    if constexpr (probe::found<probe::sampled_token<C>>)
+    if constexpr (kSamplers<C>)
         return llama_get_sampled_token_ith(ctx, i);
     else
         return -1;
 }
+#endif
 
+#if KVWELD_USES(LORA)
 // The adapters every later decode runs with (n may be 0: none). Returns
-// llama.cpp's status (0: applied).
+// llama.cpp's status (0: applied; -1 where llama.h has neither form).
 template <class C = llama_context>
 int32_t set_adapters(C* ctx, llama_adapter_lora** adapters, std::size_t n, float* scales) {
-    using namespace ::kvweld_llama_fallback;
-    if constexpr (probe::found<probe::set_adapters<C>>) {
+    if constexpr (requires { llama_set_adapters_lora(ctx, adapters, n, scales); }) {
         return llama_set_adapters_lora(ctx, adapters, n, scales);
-    } else if constexpr (probe::found<probe::set_adapter<C>>) {
-        llama_clear_adapter_lora(ctx);
+    } else if constexpr (requires { llama_set_adapter_lora(ctx, adapters[0], scales[0]); }) {
+        llama_clear_adapter_lora(ctx);  // up to 0.3.16: one adapter per call
         for (std::size_t i = 0; i < n; ++i)
             if (const int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
         return 0;
     } else {
-        return -1;  // kHasLora is false: the capability is not declared
+        return -1;
     }
 }
+#endif
 
+#if KVWELD_USES(CVEC)
 // The control vector (data NULL: none), llama.cpp's layout from layer 1.
 template <class C = llama_context>
 int32_t set_cvec(C* ctx, const float* data, std::size_t len, int32_t n_embd, int32_t il_start, int32_t il_end) {
-    using namespace ::kvweld_llama_fallback;
-    if constexpr (probe::found<probe::set_cvec<C>>)
+    if constexpr (requires { llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end); })
         return llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
-    else if constexpr (probe::found<probe::apply_cvec<C>>)
+    else if constexpr (requires { llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end); })
         return llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
     else
-        return -1;  // kHasCvec is false: the capability is not declared
+        return -1;
 }
+#endif
 
 // Flash attention on or off, whichever field this llama.h has.
 template <class P>
@@ -126,6 +121,7 @@ void set_flash_attn(P& params, bool on) {
         params.flash_attn = on;
 }
 
+#if KVWELD_USES(SAMPLER)
 // Backend sampling's outputs per sequence and decode: every output row
 // (0: n_outputs_max; llama.cpp's default is 1, which refuses a call with
 // two sampled rows of one sequence: a prefill asking for every row, or
@@ -134,5 +130,6 @@ template <class P>
 void sample_every_output(P& params) {
     if constexpr (requires { params.n_outputs_max_per_seq; }) params.n_outputs_max_per_seq = 0;
 }
+#endif
 
 }  // namespace kvweld::llama_compat

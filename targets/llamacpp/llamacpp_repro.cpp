@@ -12,6 +12,7 @@
 #include "targets/abi_lists.hpp"
 #include "targets/llamacpp/llamacpp_memory_steps.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
+#include "targets/strip_features.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
 #include "util/overloaded.hpp"
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 
 namespace kvweld::targets {
 
@@ -40,7 +42,7 @@ public:
     void op(int line, const std::string& json) override {
         line_ = line;
         skipped_ = std::find(setup_.truth.skip.begin(), setup_.truth.skip.end(), line) != setup_.truth.skip.end();
-        ops_ += cat("\n    line = ", line, ";  // ", json, skipped_ ? "  (the ground truth skips it)" : "", "\n");
+        ops_ += cat("    line = ", line, ";  // ", json, skipped_ ? "  (the ground truth skips it)" : "", "\n");
     }
 
     void call(const MemoryCall& call) override {
@@ -53,23 +55,26 @@ public:
                        [&](const calls::ClearAll&) { steps(llama_steps::clear_all()); },
                        [&](const calls::Keep& c) { steps(llama_steps::keep(c.seq)); },
                        [&](const calls::Shift& c) { steps(llama_steps::shift(c.seq, c.p0, c.p1)); },
-                       [&](const calls::Save& c) { each(cat("save(*s, ", c.seq, ", ", c.id, ");")); },
-                       [&](const calls::Load& c) { each(cat("load(*s, ", c.seq, ", ", c.id, ", ", c.len, ");")); },
+                       [&](const calls::Save& c) { use("STATE"); each(cat("save(*s, ", c.seq, ", ", c.id, ");")); },
+                       [&](const calls::Load& c) { use("STATE"); each(cat("load(*s, ", c.seq, ", ", c.id, ", ", c.len, ");")); },
                        [&](const calls::LoadRefused&) {},  // made of the plugin's own header check, not llama.cpp
-                       [&](const calls::SetLoras& c) { set_loras(c); },
-                       [&](const calls::SetCvec& c) { set_cvec(c); },
+                       [&](const calls::SetLoras& c) { use("LORA"); set_loras(c); },
+                       [&](const calls::SetCvec& c) { use("CVEC"); set_cvec(c); },
                        [&](const calls::SetWarmup& c) {
+                           use("WARMUP");
                            each(cat("llama_set_warmup(s->ctx, ", c.on ? "true" : "false", ");"));
                        },
                        [&](const calls::SetLive& c) {  // as the plugin's set_live
-                           if (c.key == abi::kEmbeddingsKey)
+                           if (c.key == abi::kEmbeddingsKey) {
+                               use("EMBD");
                                return each(cat("set_embeddings(*s, ", c.value == "1" ? "true" : "false", ");"));
+                           }
                            if (c.key == abi::kCausalKey)
                                return each(cat("llama_set_causal_attn(s->ctx, ", c.value == "1" ? "true" : "false", ");"));
                            require(c.key == "n_threads", "repro: the live setting ", c.key, " has no llama.h call here");
                            each(cat("llama_set_n_threads(s->ctx, ", c.value, ", ", c.value, ");"));
                        },
-                       [&](const calls::SetSampler& c) { set_sampler(c); },
+                       [&](const calls::SetSampler& c) { use("SAMPLER"); set_sampler(c); },
                        [&](const calls::Reload&) { not_written("a reload"); },
                        [&](const calls::OpenSized&) { not_written("a white-box open"); },
                        [&](const calls::SwapLayer&) { not_written("a white-box layer swap"); },
@@ -88,8 +93,12 @@ public:
 
     // Both contexts' callbacks, as kvweld arms its twin's: each must stop
     // in the same call and keep what kvweld's run read back.
-    void abort(int after) override { each(cat("s->abort_after = ", after, ";")); }
+    void abort(int after) override {
+        use("ABORT");
+        each(cat("s->abort_after = ", after, ";"));
+    }
     void aborted(const std::map<int, int>& lengths) override {
+        use("ABORT");
         std::string held;
         for (const auto& [seq, n] : lengths) held += cat(held.empty() ? "" : ", ", "{", seq, ", ", n, "}");
         each(cat("expect_kept(*s, {", held, "});"));
@@ -105,6 +114,7 @@ private:
             out += cat(out.empty() ? "" : ", ", "{", p.seq, ", ", p.token, ", ", p.pos, ", ", p.output ? 1 : 0, "}");
         return out;
     }
+    void use(const char* feature) { uses_.insert(feature); }
     void each(const std::string& statement) { on(skipped_ ? "engine_only" : "both", statement); }
     void on(const char* sides, const std::string& statement) {
         ops_ += cat("    for (Side* s : live(", sides, ")) ", statement, "\n");
@@ -139,6 +149,7 @@ private:
     std::string ops_;
     int line_ = 0, call_lines_ = 0;
     bool skipped_ = false;
+    std::set<std::string> uses_;  // the prelude's features the program uses (strip_features.hpp)
     // The adapters and control vectors met, in order: the program makes its own of each.
     std::map<AdapterId, int> loras_;
     std::vector<std::pair<int, float>> lora_shapes_;  // rank, alpha
@@ -201,6 +212,7 @@ std::string LlamacppRepro::settings_text(const std::string& params) const {
 std::string LlamacppRepro::finish() {
     const ModelConfig& m = *setup_.model;
     require(m.family == Family::llama, "repro: only llama-family models are written as GGUF");
+    if (m.n_experts > 0) use("MOE");
     // The truth's settings: the engine's, with the truth's own given after
     // them (the later wins); the engine's: the trace's, then engine.k=v.
     const auto merged = [](const std::string& first, const std::string& then) {
@@ -229,8 +241,12 @@ std::string LlamacppRepro::finish() {
     for (std::size_t k = 0; k < cvecs_.size(); ++k)
         adapters += cat(k == 0 ? "    std::vector<std::vector<float>> cvec;  // the trace's control vectors, each generated here\n" : "",
                         "    cvec.push_back(random_floats(", 2000 + k, ", uint64_t(dims.dim) * (dims.layers - 1), 0.5f));\n");
-    std::string cleanup = "    std::remove((dir + \"/model.gguf\").c_str());\n";
-    for (std::size_t k = 0; k < lora_shapes_.size(); ++k) cleanup += cat("    std::remove((dir + \"/lora", k, ".gguf\").c_str());\n");
+    // The two headers stripped to what the program uses, their includes once.
+    const Stripped compat = strip_features(kLlamaCompatText, uses_), prelude = strip_features(kLlamacppReproPrelude, uses_);
+    std::set<std::string> all_includes = compat.includes;
+    all_includes.insert(prelude.includes.begin(), prelude.includes.end());
+    std::string includes;
+    for (const std::string& line : all_includes) includes += line + "\n";
     std::string out = cat(
         "// A standalone reproducer of ", setup_.title, ", written by kvweld from its\n// trace (", setup_.command,
         "). It uses llama.h and libllama alone:\n//   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"
@@ -243,27 +259,25 @@ std::string LlamacppRepro::finish() {
         ",\n// given the same calls",
         setup_.truth.count_reuse ? "; the engine must reuse its graph as often as the ground truth" : "",
         ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n\n",
-        "// ---- kvweld's llama_compat.hpp: what llama.h renamed between releases ----\n", kLlamaCompatText, "\n",
-        kLlamacppReproPrelude,
-        "\nint main() {\n    std::signal(SIGABRT, on_abort);\n    llama_backend_init();\n    llama_log_set([](ggml_log_level level, const char* text, void*) {\n"
-        "        if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);\n    }, nullptr);\n",
+        includes, "\n// ---- kvweld's llama_compat.hpp, stripped to this program: what llama.h renamed between releases ----\n",
+        compat.text, "\n// ---- kvweld's llamacpp_repro_prelude.h, stripped to this program ----\n", prelude.text,
+        "\nint main() {\n",
         "    const Dims dims{", m.dim, ", ", m.n_layers, ", ", m.n_heads, ", ", m.n_kv_heads, ", ", m.head_dim, ", ",
         m.ffn_dim, ", ", m.vocab, ", ", m.max_seq_len, ", ", m.n_experts, ", ", m.n_experts_used, ", ", float_literal(m.rope_theta),
         ", ", float_literal(m.norm_eps), "};\n",
-        "    char tmp[] = \"/tmp/kvweld-repro-XXXXXX\";\n    const std::string dir = mkdtemp(tmp) ? tmp : \".\";\n"
-        "    if (!write_model(dir + \"/model.gguf\", dims)) return 2;\n"
-        "    llama_model_params mp = llama_model_default_params();\n    mp.n_gpu_layers = 0;\n"
-        "    llama_model* model = llama_model_load_from_file((dir + \"/model.gguf\").c_str(), mp);\n"
-        "    if (!model) return 2;\n    n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));\n", adapters,
-        "    Side engine{\"engine\"}, truth{\"ground truth\"};\n",
+        "    llama_model* model = start(dims);\n    if (!model) return 2;\n", adapters,
+        "    Side engine, truth;\n",
         "    engine.ctx = open_context(model, ", settings_text(engine_params), ");\n",
         "    truth.ctx = open_context(model, ", settings_text(truth_params), ");\n",
         "    if (!engine.ctx || !truth.ctx) return 2;\n",
-        "    const std::vector<Side*> both{&engine, &truth}, engine_only{&engine}, truth_only{&truth};\n",
-        "    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);\n", ops_,
-        "\n    const int verdict = report(engine, truth, ", setup_.truth.count_reuse ? "true" : "false", ", 1e-3);\n",
-        "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n    free_chains(engine);\n    free_chains(truth);\n", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
-        "    llama_model_free(model);\n", cleanup, "    rmdir(dir.c_str());\n    return verdict;\n}\n");
+        "    const std::vector<Side*> both{&engine, &truth}",
+        ops_.find("live(engine_only)") != std::string::npos ? ", engine_only{&engine}" : "",
+        ops_.find("live(truth_only)") != std::string::npos ? ", truth_only{&truth}" : "", ";\n",
+        uses_.count("ABORT") ? "    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);\n" : "", ops_,
+        "    const int verdict = report(engine, truth, ", setup_.truth.count_reuse ? "true" : "false", ", 1e-3);\n",
+        "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n",
+        uses_.count("SAMPLER") ? "    free_chains(engine);\n    free_chains(truth);\n" : "", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
+        "    llama_model_free(model);\n    remove_files();\n    return verdict;\n}\n");
     return out;
 }
 
