@@ -28,6 +28,7 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
     f.trace = (folder / json_field<std::string>(j, "trace")).string();
     f.source = json_field<std::string>(j, "source");
     f.explanation = json_field<std::string>(j, "explanation");
+    f.patch = j.value("patch", "");
     f.repro_truth = j.value("repro_truth", "");
     for (const std::string& also : j.value("also", std::vector<std::string>{})) {
         f.also.push_back(verdict_from_string(also));
@@ -117,10 +118,20 @@ KnownFindings known_findings_for(const std::string& engine, const std::string& c
     if (!choice.empty()) return load_known_findings(choice);
     const targets::EngineEntry* e = targets::engine_entry(engine);
     if (!e || !e->known_findings || !*e->known_findings) return {};
-    // Another release (llamacpp@V) has its own file beside the pinned one's, or none.
-    if (const std::string release = targets::named_release(engine); !release.empty()) {
+    // Another release (llamacpp@V) has its own file beside the pinned one's,
+    // or none; V+fixes is V with its patched findings gone.
+    if (std::string release = targets::named_release(engine); !release.empty()) {
+        constexpr std::string_view kFixes = "+fixes";
+        const bool fixed = release.ends_with(kFixes);
+        if (fixed) release.resize(release.size() - kFixes.size());
         const std::filesystem::path own = std::filesystem::path(e->known_findings).parent_path() / (release + ".json");
-        return std::filesystem::exists(own) ? load_known_findings(own.string()) : KnownFindings{};
+        if (!std::filesystem::exists(own)) return {};
+        KnownFindings known = load_known_findings(own.string());
+        if (fixed) {
+            std::erase_if(known.findings, [](const KnownFinding& f) { return !f.patch.empty(); });
+            known.engine = engine;  // its traces replay on the fixed build
+        }
+        return known;
     }
     return load_known_findings(e->known_findings);
 }

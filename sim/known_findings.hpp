@@ -38,6 +38,10 @@ struct KnownFinding {
     std::string source;
     std::string explanation;
     std::string repro_truth;  // optional: the ground truth its reproducer needs (kvweld repro --truth)
+    // Optional: its checked fix, a patch of the engine's source (a path from
+    // the repository root). A build with the fixes (llamacpp@bN+fixes) has
+    // every finding of bN's file but those with one.
+    std::string patch;
     // Optional: other classes the same bug may show as first, where the
     // oracle that sees it first depends on the run (a row judged by its
     // sampled token, not its logits, leaves a stale graph to the accounting).
@@ -68,7 +72,8 @@ std::vector<const KnownFinding*> steers_named(const KnownFindings& known, const 
 // Throws Error naming the file and the field when it is not one.
 KnownFindings load_known_findings(const std::string& path);
 // The findings `engine` runs with: `choice` "" is the registry's file for
-// it (none for an engine without one), "none" none, else a path.
+// it (none for an engine without one; for a release V+fixes, V's findings
+// without a patch), "none" none, else a path.
 KnownFindings known_findings_for(const std::string& engine, const std::string& choice);
 
 // Each finding's trace replayed on this build: a line per finding that no

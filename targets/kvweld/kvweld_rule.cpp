@@ -171,6 +171,6 @@ private:
 
 }  // namespace
 
-std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup& setup) { return std::make_unique<KvweldRule>(setup); }
+std::unique_ptr<ReuseRule> kvweld_reuse_rule(const EngineSetup& setup, const std::string&) { return std::make_unique<KvweldRule>(setup); }
 
 }  // namespace kvweld::targets

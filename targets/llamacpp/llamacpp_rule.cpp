@@ -167,6 +167,11 @@ struct ReleaseFacts {
     const char* shape;    // clause 2: llm_graph_params::allow_reuse, n_outputs included
     const char* update;   // clause 4: memory_update resets every held graph result
     const char* adapters; // clause 7: set_adapters_lora compares the set; set_adapter_cvec reserves
+    // Clause 7 with a checked fix: set_adapter_cvec reserves only when the
+    // layers the vector is added to change (its data is written into the
+    // tensors a held graph reads), so a control vector's layers, not its
+    // data, are part of the graph's key.
+    bool cvec_keyed_by_layers = false;
 };
 constexpr ReleaseFacts kReleaseFacts[] = {
     {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
@@ -185,7 +190,19 @@ constexpr ReleaseFacts kReleaseFacts[] = {
     // llama-graph.h:832): kvweld feeds tokens only, so clause 2 holds.
     {"b11434", "llama-context.cpp:292, llama-kv-cache.cpp:1285", "llama-batch.cpp:569, 603", "llama-graph.h:824-856",
      "llama-context.cpp:849-878", "llama-context.cpp:1344, 1385"},
+    // b11434 with the checked fixes (scripts/setup-llama --fixes): each fix
+    // that changes a fact above changes it here, naming its patch.
+    {"b11434+fixes", "llama-context.cpp:292, llama-kv-cache.cpp:1285", "llama-batch.cpp:569, 603",
+     "llama-graph.h:824-856", "llama-context.cpp:849-878",
+     "llama-context.cpp:1344, 1385 with docs/findings/cvec-set-again-rebuilds.patch", true},
 };
+
+const ReleaseFacts* facts_of(const std::string& build) {
+    const std::string release = build_release(build);
+    for (const ReleaseFacts& r : kReleaseFacts)
+        if (release == r.release) return &r;
+    return nullptr;
+}
 
 // Releases read and found not to fit, and why (the rule then names it).
 constexpr struct {
@@ -284,15 +301,17 @@ std::map<std::uint64_t, float> effective_loras(const Adapters& a) {
     return out;
 }
 
-bool same_cvec(const Adapters& a, const Adapters& b) {
+// The same control vector: its data and layers, or (keyed by layers) its layers alone.
+bool same_cvec(const Adapters& a, const Adapters& b, bool by_layers) {
     if (!a.cvec() || !b.cvec()) return !a.cvec() && !b.cvec();
+    if (by_layers) return a.cvec()->start == b.cvec()->start && a.cvec()->end == b.cvec()->end;
     return *a.cvec() == *b.cvec();
 }
 
 class LlamacppRule final : public ReuseRule {
 public:
-    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling)
-        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), n_ubatch_(n_ubatch),
+    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling, bool cvec_by_layers)
+        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), cvec_by_layers_(cvec_by_layers), n_ubatch_(n_ubatch),
           lists_causal_(n_ubatch >= kUbatch), mean_pooled_(pooling == abi::Pooling::mean),
           pooled_(pooling != abi::Pooling::none) {}
 
@@ -496,7 +515,7 @@ private:
         unsampled_change_.erase(seq);
     }
     void adapters(const Adapters& before, const Adapters& after) {  // clause 7
-        const bool loras = effective_loras(before) != effective_loras(after), cvec = !same_cvec(before, after);
+        const bool loras = effective_loras(before) != effective_loras(after), cvec = !same_cvec(before, after, cvec_by_layers_);
         loras_changed_ = loras_changed_ || loras;
         cvec_changed_ = cvec_changed_ || cvec;
         const bool changed = loras || cvec;
@@ -551,6 +570,7 @@ private:
     }
 
     bool unified_, reuse_, window_fixed_;
+    bool cvec_by_layers_;  // the release's fact (ReleaseFacts::cvec_keyed_by_layers)
     bool loras_changed_ = false, cvec_changed_ = false;
     int n_ubatch_;
     std::optional<UbatchShape> previous_;
@@ -602,7 +622,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
+std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const std::string& build) {
     std::map<std::string, std::string> params;
     bool unified = false, reuse = true;
     abi::Pooling pooling = abi::Pooling::none;
@@ -618,17 +638,17 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config) {
     }
     require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
     const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling);
+    const ReleaseFacts* facts = facts_of(build);
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling,
+                                          facts && facts->cvec_keyed_by_layers);
 }
 
 const char* llamacpp_rule_gap(const std::string& build) {
     static thread_local std::string why;
+    if (facts_of(build)) return nullptr;
     const std::string release = build_release(build);
     std::string listed;
-    for (const ReleaseFacts& r : kReleaseFacts) {
-        if (release == r.release) return nullptr;
-        listed += cat(listed.empty() ? "" : ", ", r.release);
-    }
+    for (const ReleaseFacts& r : kReleaseFacts) listed += cat(listed.empty() ? "" : ", ", r.release);
     std::string outside;
     for (const auto& r : kReleasesOutside)
         if (release == r.release) outside = cat(" (", r.why, ")");
