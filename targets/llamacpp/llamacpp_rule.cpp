@@ -172,6 +172,9 @@ struct ReleaseFacts {
     // tensors a held graph reads), so a control vector's layers, not its
     // data, are part of the graph's key.
     bool cvec_keyed_by_layers = false;
+    // With a checked fix: llama_kv_cache::seq_keep clears the other
+    // sequences' cells in every stream, so clause 9 marks none after a keep.
+    bool keep_clears_every_stream = false;
 };
 constexpr ReleaseFacts kReleaseFacts[] = {
     {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
@@ -194,7 +197,8 @@ constexpr ReleaseFacts kReleaseFacts[] = {
     // that changes a fact above changes it here, naming its patch.
     {"b11434+fixes", "llama-context.cpp:292, llama-kv-cache.cpp:1285", "llama-batch.cpp:569, 603",
      "llama-graph.h:824-856", "llama-context.cpp:849-878",
-     "llama-context.cpp:1344, 1385 with docs/findings/cvec-set-again-rebuilds.patch", true},
+     "llama-context.cpp:1344, 1385 with docs/findings/cvec-set-again-rebuilds.patch", true,
+     /* llama-kv-cache.cpp:561-586 with docs/findings/seq-keep-other-streams.patch */ true},
 };
 
 const ReleaseFacts* facts_of(const std::string& build) {
@@ -310,10 +314,12 @@ bool same_cvec(const Adapters& a, const Adapters& b, bool by_layers) {
 
 class LlamacppRule final : public ReuseRule {
 public:
-    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling, bool cvec_by_layers)
-        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed), cvec_by_layers_(cvec_by_layers), n_ubatch_(n_ubatch),
-          lists_causal_(n_ubatch >= kUbatch), mean_pooled_(pooling == abi::Pooling::mean),
-          pooled_(pooling != abi::Pooling::none) {}
+    // facts: the release's where it differs from the pinned one's (a checked fix), else nullptr.
+    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling, const ReleaseFacts* facts)
+        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed),
+          cvec_by_layers_(facts && facts->cvec_keyed_by_layers), n_ubatch_(n_ubatch),
+          wrong_rows_(unified, facts && facts->keep_clears_every_stream), lists_causal_(n_ubatch >= kUbatch),
+          mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {}
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
         return decide(seqs, split(seqs, outputs));
@@ -583,7 +589,7 @@ private:
     bool shift_maybe_owed_ = false;  // clause 12: a K-shift queued at a call the abort callback stopped
     bool warmup_maybe_owed_ = false; // clause 8: a warmup switch at a call the abort callback stopped
     bool moved_positions_unknown_ = false;  // a shift of a sequence shift-moves-shared-cells moved
-    WrongRows wrong_rows_{unified_};  // clause 9
+    WrongRows wrong_rows_;  // clause 9
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
     // Clause 8: the setting now, and the one the last graph was built under
@@ -639,8 +645,7 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
     const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
     const ReleaseFacts* facts = facts_of(build);
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling,
-                                          facts && facts->cvec_keyed_by_layers);
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling, facts);
 }
 
 const char* llamacpp_rule_gap(const std::string& build) {

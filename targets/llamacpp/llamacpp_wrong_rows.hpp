@@ -59,7 +59,9 @@ namespace kvweld::targets {
 
 class WrongRows {
 public:
-    explicit WrongRows(bool unified) : unified_(unified) {}
+    // keep_every_stream: the release's seq_keep clears every stream (a
+    // checked fix, docs/findings/seq-keep-other-streams.patch).
+    WrongRows(bool unified, bool keep_every_stream) : unified_(unified), keep_every_stream_(keep_every_stream) {}
 
     // The clause a call decoding `seqs` carries (nullptr: none). A
     // sequence whose cells seq_keep left is named first: llama_decode
@@ -134,7 +136,7 @@ public:
     void kept(std::span<const int> others) {
         for (int s : others) {
             emptied(s);
-            if (!unified_) wrong_[s] = kKeepOtherStreams;
+            if (!unified_ && !keep_every_stream_) wrong_[s] = kKeepOtherStreams;
         }
     }
     // clear_all (the queued copies stay queued: llama_kv_cache::clear
@@ -159,7 +161,7 @@ private:
         sharing_[a].insert(b);
         sharing_[b].insert(a);
     }
-    bool unified_;
+    bool unified_, keep_every_stream_;
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
     std::map<int, const char*> states_;  // saved state id -> the clause it was saved wrong under
     bool copy_queued_onto(int seq) const {
