@@ -29,7 +29,7 @@ void set_flash_attn(P& params, bool on) {
 }
 }  // namespace kvweld::llama_compat
 
-// ---- kvweld's llamacpp_repro_prelude.h, stripped to this program ----
+// ---- kvweld's llamacpp_repro_prelude.hpp, stripped to this program ----
 // ---- A seeded random model of the llama architecture, written by gguf.h (F32 tensors, no vocabulary) ----
 struct Dims {
     int dim, layers, heads, kv_heads, head_dim, ffn, vocab, ctx_train, experts, experts_used;

@@ -260,7 +260,7 @@ std::string LlamacppRepro::finish() {
         setup_.truth.count_reuse ? "; the engine must reuse its graph as often as the ground truth" : "",
         ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n\n",
         includes, "\n// ---- kvweld's llama_compat.hpp, stripped to this program: what llama.h renamed between releases ----\n",
-        compat.text, "\n// ---- kvweld's llamacpp_repro_prelude.h, stripped to this program ----\n", prelude.text,
+        compat.text, "\n// ---- kvweld's llamacpp_repro_prelude.hpp, stripped to this program ----\n", prelude.text,
         "\nint main() {\n",
         "    const Dims dims{", m.dim, ", ", m.n_layers, ", ", m.n_heads, ", ", m.n_kv_heads, ", ", m.head_dim, ", ",
         m.ffn_dim, ", ", m.vocab, ", ", m.max_seq_len, ", ", m.n_experts, ", ", m.n_experts_used, ", ", float_literal(m.rope_theta),

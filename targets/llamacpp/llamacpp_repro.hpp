@@ -9,7 +9,7 @@ namespace kvweld::targets {
 
 std::unique_ptr<ReproWriter> llamacpp_repro(const ReproSetup& setup);
 
-extern const char* const kLlamacppReproPrelude;  // llamacpp_repro_prelude.h's text (CMake writes it)
+extern const char* const kLlamacppReproPrelude;  // llamacpp_repro_prelude.hpp's text (CMake writes it)
 extern const char* const kLlamaCompatText;       // llama_compat.hpp's text (CMake writes it)
 
 }  // namespace kvweld::targets
