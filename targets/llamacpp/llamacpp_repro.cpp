@@ -114,7 +114,11 @@ private:
             out += cat(out.empty() ? "" : ", ", "{", p.seq, ", ", p.token, ", ", p.pos, ", ", p.output ? 1 : 0, "}");
         return out;
     }
-    void use(const char* feature) { uses_.insert(feature); }
+    // A feature of the prelude the program uses: one of the names its guards use.
+    void use(const char* feature) {
+        require(repro_features().count(feature), "repro: no prelude feature '", feature, "' (strip_features.hpp)");
+        uses_.insert(feature);
+    }
     void each(const std::string& statement) { on(skipped_ ? "engine_only" : "both", statement); }
     void on(const char* sides, const std::string& statement) {
         ops_ += cat("    for (Side* s : live(", sides, ")) ", statement, "\n");
