@@ -65,6 +65,53 @@ inline std::vector<LiveSetting> split_live_list(const char* text) {
     return out;
 }
 
+// Whether a live list ("k:v|v,...") has `key` at `value` (a plugin's
+// takes_live, ABI 16, from the list its engine keeps).
+inline bool lists_live(const char* text, const char* key, const char* value) {
+    for (const LiveSetting& s : split_live_list(text))
+        if (key && value && s.key == key)
+            for (const std::string& v : s.values)
+                if (v == value) return true;
+    return false;
+}
+
+// Version 16, for C++ plugins: options.given read back. An entry of
+// another kind, without a name, a fault with a value, a param without one
+// or given twice throws naming it (the host checks them against the
+// plugin's settings first, so these are a broken host's).
+struct Given {
+    std::vector<std::string> faults;
+    std::map<std::string, std::string> params;
+    // "k=v,..." for an engine that keeps its settings as that text.
+    std::string params_text() const {
+        std::string out;
+        for (const auto& [k, v] : params) out += (out.empty() ? "" : ",") + k + "=" + v;
+        return out;
+    }
+};
+inline Given read_given(const kvweld_engine_options* o) {
+    Given out;
+    if (o->n_given < 0 || (o->n_given > 0 && !o->given))
+        throw std::runtime_error("options.given: " + std::to_string(o->n_given) + " entries" +
+                                 (o->given ? "" : " and no array"));
+    for (int32_t i = 0; i < o->n_given; ++i) {
+        const kvweld_given& g = o->given[i];
+        const std::string at = "options.given[" + std::to_string(i) + "]";
+        if (!g.name) throw std::runtime_error(at + ": no name");
+        if (g.kind == KVWELD_SETTING_FAULT && !g.value) {
+            out.faults.emplace_back(g.name);
+        } else if (g.kind == KVWELD_SETTING_PARAM && g.value) {
+            if (!out.params.emplace(g.name, g.value).second)
+                throw std::runtime_error(at + ": param " + g.name + " given twice");
+        } else {
+            throw std::runtime_error(at + " (" + g.name + "): kind " + std::to_string(g.kind) +
+                                     (g.value ? " with a value" : " without a value") +
+                                     ": expected a param with one or a fault without");
+        }
+    }
+    return out;
+}
+
 // The live setting every engine of this repository lists (ABI 9): a thread
 // count between decodes, 1 or 2 (more spin on CI's 2 cores, see the
 // llama.cpp plugin), and its value checked: a whole number in 1..256,

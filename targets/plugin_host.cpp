@@ -99,7 +99,7 @@ std::string table_problem(const kvweld_engine_api& t) {
         problem = "declares a version 12 capability in an older table";
     else if (api->abi_version < 14 && (api->capabilities & KVWELD_CAP_KEEP))
         problem = "declares a version 14 capability in an older table";
-    else if (!api->name || !api->model_format || !api->fault_names || !api->create || !api->destroy || !api->vocab || !api->open_seq ||
+    else if (!api->name || !api->model_format || !api->fault_names || (!api->create && !api->create_v16) || !api->destroy || !api->vocab || !api->open_seq ||
              !api->close_seq || !api->decode || !api->truncate || !api->clear_seq || !api->clear_all)
         problem = "leaves a required function or name empty";
     else if (((api->capabilities & KVWELD_CAP_COPY_SEQ) && !api->copy_seq) ||
@@ -286,11 +286,13 @@ PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const k
     // Version 15: the settings it declared, checked here, so the plugin sees only those.
     if (const std::string problem = library_->settings().params_problem(options.params); !problem.empty())
         throw Error(cat("engine ", api_.name, ": ", problem));
+    // Version 16: given to create_v16 as data.
+    const GivenSettings settings = GivenSettings::from_text(options.faults, options.params);
     if (isolated_) {
         // Its own process: no lock (the process-wide state is that process's).
         try {
             call("create", [&](char* e, std::size_t n) {
-                return isolation::remote_create(library_->path(), options, *isolated_ms, &engine_, e, n);
+                return isolation::remote_create(library_->path(), options, settings, *isolated_ms, &engine_, e, n);
             });
         } catch (const Error&) {
             if (engine_) api_.destroy(engine_);
@@ -298,7 +300,7 @@ PluginEngine::PluginEngine(std::shared_ptr<const PluginLibrary> library, const k
         }
     } else {
         const std::lock_guard<std::mutex> lock(plugin_create_lock);
-        call("create", [&](char* e, std::size_t n) { return api_.create(&options, &engine_, e, n); });
+        call("create", [&](char* e, std::size_t n) { return create_engine(api_, options, settings, &engine_, e, n); });
     }
     require(engine_ != nullptr, "engine ", api_.name, ": create succeeded but returned no engine");
     vocab_ = api_.vocab(engine_);
@@ -474,9 +476,22 @@ void PluginEngine::set_warmup(bool on) {
     call("set_warmup", [&](char* e, std::size_t n) { return api_.set_warmup(engine_, on ? 1 : 0, e, n); });
 }
 
+// ABI 16: the values of the plugin's list this engine takes, asked one by one.
+std::string PluginEngine::live_settings_taken() const {
+    std::string out;
+    for (const abi::LiveSetting& s : abi::split_live_list(api_.live_settings)) {
+        std::string values;
+        for (const std::string& v : s.values)
+            if (api_.takes_live(engine_, s.key.c_str(), v.c_str()) != 0) values += cat(values.empty() ? "" : "|", v);
+        if (!values.empty()) out += cat(out.empty() ? "" : ",", s.key, ":", values);
+    }
+    return out;
+}
+
 // ABI 13: the engine's own list, which must be a part of the plugin's.
 std::string PluginEngine::live_settings() const {
     const kvweld_engine_api& api = api_;
+    if (api.takes_live) return live_settings_taken();
     const std::string all = api.live_settings ? api.live_settings : "";
     const char* mine = api.live_settings_of ? api.live_settings_of(engine_) : nullptr;
     if (!mine) return all;

@@ -135,6 +135,7 @@ private:
     void set_warmup(bool on);
     void set_live(const std::string& key, const std::string& value);
     void set_sampler(int seq, const SamplerSpec* spec, bool in_place);
+    std::string live_settings_taken() const;  // ABI 16: takes_live asked for each listed value
     template <class Fn>
     // `decode`: a decode call, whose KVWELD_ABORTED (ABI 12) throws Aborted.
     void call(const char* what, Fn&& fn, bool decode = false) const;

@@ -1,5 +1,6 @@
 #include "targets/plugin_rule.hpp"
 
+#include "targets/given_settings.hpp"
 #include "targets/plugin_host.hpp"
 #include "targets/registry.hpp"
 #include "util/cat.hpp"
@@ -70,7 +71,10 @@ kvweld_call to_c(const MemoryCall& call) {
 class PluginRule final : public ReuseRule {
 public:
     PluginRule(std::shared_ptr<const PluginLibrary> library, const EngineSetup& setup) : library_(std::move(library)) {
-        const kvweld_engine_options options{"", setup.n_ctx, setup.seqs, setup.threads, "", setup.params.c_str()};
+        // The options as the plugin's create takes them (ABI 16: its settings as data).
+        const GivenSettings settings = GivenSettings::from_text("", setup.params.c_str());
+        const kvweld_engine_options options = settings.options_for(
+            kvweld_engine_options{"", setup.n_ctx, setup.seqs, setup.threads, nullptr, nullptr, nullptr, 0}, api().create_v16 != nullptr);
         check("rule_create", [&](char* e, std::size_t n) { return api().rule_create(&options, &rule_, e, n); });
         require(rule_ != nullptr, "engine ", api().name, ": rule_create made no rule");
     }

@@ -226,7 +226,7 @@ std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string
     const auto library = engine_library(engine);
     const ModelFile file(model, library->api().model_format);
     const kvweld_engine_options options{file.path().c_str(), setup.n_ctx, setup.seqs, setup.threads, faults.c_str(),
-                                        setup.params.c_str()};
+                                        setup.params.c_str(), nullptr, 0};  // text: PluginEngine gives a v16 plugin data
     const EngineEntry* entry = engine_entry(engine);
     const Isolate isolate = setup.isolation.isolate;
     const bool isolated = isolate == Isolate::yes || (isolate == Isolate::engine_default && entry && entry->isolated);

@@ -1,4 +1,4 @@
-/* kvweld's engine plugin ABI, version 15 (plugins of versions 2 to 13 still load, and
+/* kvweld's engine plugin ABI, version 16 (plugins of versions 2 to 13 still load, and
  * from version 14 on, newer ones too: a table is read by its struct_size).
  * What each version added: docs/ENGINES.md, "ABI history".
  *
@@ -34,7 +34,7 @@ extern "C" {
 /* What each version added, and which older plugins still load: the ABI
  * history in docs/ENGINES.md ("ABI history"), its one place. A field
  * below names the version that added it. */
-#define KVWELD_ENGINE_ABI_VERSION 15u
+#define KVWELD_ENGINE_ABI_VERSION 16u
 
 /* Optional capabilities, or-ed into kvweld_engine_api.capabilities. */
 #define KVWELD_CAP_COPY_SEQ 0x1u      /* copy_seq is implemented */
@@ -63,18 +63,36 @@ extern "C" {
 
 typedef struct kvweld_engine kvweld_engine; /* the plugin's own state */
 
+/* Version 16: one setting the host gives create_v16, as data: a param and
+ * its value, or a fault switch to turn on. Each names one of the plugin's
+ * own settings (api.settings, version 15), checked by the host before
+ * create: a param at most once, with a value among its listed values
+ * where it lists some; a fault switch the plugin declared. */
+typedef struct kvweld_given {
+    int32_t kind;      /* KVWELD_SETTING_PARAM or KVWELD_SETTING_FAULT */
+    const char* name;
+    const char* value; /* PARAM: its value; FAULT: NULL */
+} kvweld_given;
+
 typedef struct kvweld_engine_options {
     const char* model_path; /* a file the harness wrote, in api.model_format */
     int32_t n_ctx;          /* positions per sequence */
     int32_t n_seq_max;      /* sequences open at once: ids are 0..n_seq_max-1 */
     int32_t threads;
-    /* Fault switches to turn on, comma-separated names; NULL or "" for
-     * none. An engine without fault switches refuses any (create fails). */
+    /* Before version 16 (create): fault switches to turn on,
+     * comma-separated names, NULL or "" for none (an engine without fault
+     * switches refuses any: create fails); and engine settings,
+     * comma-separated key=value pairs the engine names in its
+     * documentation (e.g. "kv_unified=1"), NULL or "" for defaults (an
+     * unknown key or a bad value is a create failure naming it). NULL for
+     * create_v16, which reads `given` instead. */
     const char* faults;
-    /* Engine settings, comma-separated key=value pairs the engine names in
-     * its documentation (e.g. "kv_unified=1"); NULL or "" for defaults. An
-     * unknown key or a bad value is a create failure naming it. */
     const char* params;
+    /* Version 16, for create_v16 and the rule_create of a plugin that has
+     * it: the faults and params as data, n_given entries (NULL and 0 for
+     * none): nothing to parse. A param not given takes its default. */
+    const kvweld_given* given;
+    int32_t n_given;
 } kvweld_engine_options;
 
 typedef struct kvweld_engine_counters {
@@ -362,7 +380,7 @@ typedef struct kvweld_engine_api {
      * aborted call kept. */
     int (*set_abort)(kvweld_engine* engine, int32_t after, char* err, size_t err_len);
     int (*seq_length)(const kvweld_engine* engine, int32_t seq, int32_t* n, char* err, size_t err_len);
-    /* Version 13: the live settings this engine takes as it was made, in
+    /* Version 13 (from 16 on, takes_live): the live settings this engine takes as it was made, in
      * live_settings' format and a part of that list (its settings may rule
      * one out: llama.cpp asserts that a call with causal attention off fits
      * one ubatch, so a context whose n_ubatch is below its n_batch cannot
@@ -401,6 +419,19 @@ typedef struct kvweld_engine_api {
      * lists fault_names and live_settings, as before. */
     const kvweld_setting* settings;
     int32_t n_settings;
+    /* Version 16: create, taking its settings as data (options.given, the
+     * text fields NULL). A plugin fills create_v16 or create; one that
+     * fills create_v16 leaves create NULL, so that a host before 16, which
+     * gives no options.given, refuses its table (naming create) instead of
+     * making an engine without its settings. */
+    int (*create_v16)(const kvweld_engine_options* options, kvweld_engine** out, char* err, size_t err_len);
+    /* Version 16, in place of live_settings_of's text: whether this engine,
+     * as it was made, takes live setting `key` (a LIVE entry of
+     * api.settings) at `value` (one of that entry's values): 1 yes, 0 no
+     * (llama.cpp asserts that a call with causal attention off fits one
+     * ubatch, so a context whose n_ubatch is below its n_batch takes no
+     * causal_attn 0). NULL: every value of every live setting. */
+    int32_t (*takes_live)(const kvweld_engine* engine, const char* key, const char* value);
 } kvweld_engine_api;
 
 #define KVWELD_STORAGE_HELD 0

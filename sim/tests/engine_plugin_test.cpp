@@ -10,6 +10,7 @@
 #include "engine/faults.hpp"
 #include "engine/reference.hpp"
 #include "util/rng.hpp"
+#include "targets/given_settings.hpp"
 #include "targets/plugin_host.hpp"
 #include "sim/tests/llama_required.hpp"
 
@@ -18,6 +19,7 @@
 #include <algorithm>
 
 #include <filesystem>
+#include <map>
 #include <iostream>
 #include <optional>
 
@@ -151,7 +153,7 @@ protected:
         if (!*GetParam().path) KVWELD_WITHOUT_LLAMA(GetParam().name << " plugin not built (llama.cpp not found: scripts/setup)");
         library_ = PluginLibrary::open(GetParam().path);
         model_path_ = write_model(*library_, model_);
-        engine_ = std::make_unique<PluginEngine>(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, nullptr});
+        engine_ = std::make_unique<PluginEngine>(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, nullptr, nullptr, 0});
     }
     void TearDown() override {
         if (!model_path_.empty()) std::filesystem::remove(model_path_);
@@ -223,7 +225,7 @@ TEST_P(Plugin, BadCallsAreErrorsThatNameTheProblem) {
     // The refused calls changed nothing: sequence 0 still decodes from position 0.
     Shadow a(model_);
     EXPECT_LE(step({0}, {5}, {&a}), kDataTolerance);
-    expect_error([&] { PluginEngine(library_, kvweld_engine_options{"/nonexistent.bin", 64, 4, 1, nullptr, nullptr}); },
+    expect_error([&] { PluginEngine(library_, kvweld_engine_options{"/nonexistent.bin", 64, 4, 1, nullptr, nullptr, nullptr, 0}); },
                  {"create failed", "/nonexistent.bin"});
 }
 
@@ -283,7 +285,7 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     const std::uint32_t want = KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS;
     if ((engine_->capabilities() & want) != want) GTEST_SKIP() << GetParam().name << " has no paged KV pool";
     engine_ = std::make_unique<PluginEngine>(
-        library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, "block=4,blocks=1"});
+        library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, "block=4,blocks=1", nullptr, 0});
     const kvweld_pool_info start = engine_->pool_info();
     EXPECT_EQ(start.block_size, 4);
     EXPECT_EQ(start.n_blocks, 1);
@@ -318,7 +320,7 @@ TEST_P(Plugin, PagedPoolReportsBlocksAndGrows) {
     expect_error([&] { engine_->block_refcount(99); }, {"block 99 out of range"});
     expect_error([&] { engine_->block_table(0); }, {"sequence 0 is not open"});
     expect_error([&] { engine_->apply(calls::PoolOp{7}); }, {"op 7"});
-    expect_error([&] { PluginEngine(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, "block=3"}); },
+    expect_error([&] { PluginEngine(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, "block=3", nullptr, 0}); },
                  {"block=3", "power of two"});
 }
 
@@ -399,7 +401,7 @@ TEST_P(Plugin, AnAbortedDecodeKeepsAPrefixAndTheNextDecodesAreRight) {
                                       : std::vector<std::string>{""};
     int partial = 0, none_kept = 0;
     for (const std::string& params : settings) {
-        PluginEngine engine(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, params.c_str()});
+        PluginEngine engine(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, params.c_str(), nullptr, 0});
         std::string log;
         EXPECT_EQ(abort_failure(engine, model_, &partial, &none_kept, &log), "") << params;
         std::cout << GetParam().name << " " << params << ":" << log << "\n";
@@ -408,7 +410,7 @@ TEST_P(Plugin, AnAbortedDecodeKeepsAPrefixAndTheNextDecodesAreRight) {
     EXPECT_GE(none_kept, 1) << "no call was stopped before its first ubatch";
     // The other half: the same check, told one position more than the
     // engine kept after each stop, fails.
-    PluginEngine told_more(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, settings[0].c_str()});
+    PluginEngine told_more(library_, kvweld_engine_options{model_path_.c_str(), 64, 4, 1, nullptr, settings[0].c_str(), nullptr, 0});
     std::string log;
     const std::string caught = abort_failure(told_more, model_, &partial, &none_kept, &log, 1);
     std::cout << "told one more: " << caught << "\n";
@@ -443,7 +445,7 @@ protected:
     // n_ctx positions per sequence, 4 sequences.
     std::unique_ptr<PluginEngine> engine(const char* params, int n_ctx = 64) const {
         return std::make_unique<PluginEngine>(library_,
-                                              kvweld_engine_options{model_path_.c_str(), n_ctx, 4, 1, nullptr, params});
+                                              kvweld_engine_options{model_path_.c_str(), n_ctx, 4, 1, nullptr, params, nullptr, 0});
     }
     const Model model_ = Model::random(config_by_name("tiny"), 21);
     std::string model_path_;
@@ -533,7 +535,7 @@ TEST_F(LlamaCppPlugin, PooledEmbeddingsPoolTheSequencesTokensOfTheCall) {
     // first decode after a control vector is set), in a process of its own:
     // a crash named by its assert, the finding pooled-mean-reserve-abort.
     {
-        PluginEngine three(library_, kvweld_engine_options{model_path_.c_str(), 200, 3, 1, nullptr, "pooling=mean"}, 60000);
+        PluginEngine three(library_, kvweld_engine_options{model_path_.c_str(), 200, 3, 1, nullptr, "pooling=mean", nullptr, 0}, 60000);
         three.apply(calls::Open{0});
         three.apply(calls::SetLive{"embeddings", "1"});
         const ControlVector cvec = ControlVector::random(model_.config(), 5, 1, 1);
@@ -580,7 +582,7 @@ TEST(PluginFaults, RandomOpsCatchThem) {
     const auto library = PluginLibrary::open(KVWELD_PLUGIN_PATH);
     const std::string path = write_model(*library, model);
     for (const char* fault : {"no_remint_on_clear", "offset_not_rebound", "partial_rebind"}) {
-        PluginEngine engine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, fault, nullptr});
+        PluginEngine engine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, fault, nullptr, nullptr, 0});
         const std::string failure = random_ops_failure(engine, model, 50);
         std::printf("%s: %s\n", fault, failure.empty() ? "not caught" : failure.c_str());
         EXPECT_NE(failure, "") << fault;
@@ -588,26 +590,26 @@ TEST(PluginFaults, RandomOpsCatchThem) {
     // A fault this engine does not list (the simulator's scheduler fault, a
     // paged one) is refused by name, as an unknown one is.
     for (const char* fault : {"spec_reject_off_by_one", "cow_skipped"})
-        expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, fault, nullptr}); },
+        expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, fault, nullptr, nullptr, 0}); },
                      {cat("unknown fault '", fault, "'"), "this engine's faults are"});
-    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, "no_such_fault", nullptr}); },
+    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, "no_such_fault", nullptr, nullptr, 0}); },
                  {"unknown fault 'no_such_fault'"});
-    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "threads=2"}); },
+    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "threads=2", nullptr, 0}); },
                  {"setting 'threads=2'", "expected key=value with a key among: policy, backend, reuse"});
     // ABI 15: the host checks params against the settings the plugin
     // declared, before create, naming the values a setting takes.
-    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "policy=bogus"}); },
+    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "policy=bogus", nullptr, 0}); },
                  {"engine kvweld: setting 'policy=bogus': policy takes rebind, rebuild"});
-    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "reuse=0,reuse=1"}); },
+    expect_error([&] { PluginEngine(library, kvweld_engine_options{path.c_str(), 64, 4, 1, nullptr, "reuse=0,reuse=1", nullptr, 0}); },
                  {"setting 'reuse=1': reuse is given twice"});
     if (*LLAMACPP_PLUGIN_PATH) {
         const auto llama = PluginLibrary::open(LLAMACPP_PLUGIN_PATH);
         const std::string gguf = write_model(*llama, model);
-        expect_error([&] { PluginEngine(llama, kvweld_engine_options{gguf.c_str(), 64, 4, 1, "no_remint_on_clear", nullptr}); },
+        expect_error([&] { PluginEngine(llama, kvweld_engine_options{gguf.c_str(), 64, 4, 1, "no_remint_on_clear", nullptr, nullptr, 0}); },
                      {"unknown fault 'no_remint_on_clear'", "truncate_one_short"});
-        expect_error([&] { PluginEngine(llama, kvweld_engine_options{gguf.c_str(), 64, 4, 1, nullptr, "kv_unified=2"}); },
+        expect_error([&] { PluginEngine(llama, kvweld_engine_options{gguf.c_str(), 64, 4, 1, nullptr, "kv_unified=2", nullptr, 0}); },
                      {"kv_unified=2: must be 0 or 1"});
-        expect_error([&] { PluginEngine(llama, kvweld_engine_options{gguf.c_str(), 64, 4, 1, nullptr, "flash=1"}); },
+        expect_error([&] { PluginEngine(llama, kvweld_engine_options{gguf.c_str(), 64, 4, 1, nullptr, "flash=1", nullptr, 0}); },
                      {"setting 'flash=1'", "kv_unified, graph_reuse"});
         std::filesystem::remove(gguf);
     }
@@ -663,10 +665,53 @@ TEST(PluginTable, TheKvweldPluginIsReadWhole) {
     const std::string faults = library->api().fault_names;
     if (kFaultsCompiled) EXPECT_NE(faults.find("no_remint_on_clear:"), std::string::npos) << faults;
     else EXPECT_EQ(faults, "");
-    // A table of the text lists (llama.cpp's, the crashing plugin's) declares none: params are the plugin's to check.
+    // A table of the text lists (the crashing plugin's) declares none: params are the plugin's to check.
     const auto crashing = PluginLibrary::open(CRASHING_PLUGIN);
     EXPECT_FALSE(crashing->settings().declared);
     EXPECT_EQ(crashing->settings().params_problem("anything=at_all"), "");
+}
+
+// ABI 16: the run's faults and params reach create_v16 as data, and read
+// back the same; a plugin before 16 gets the text.
+TEST(PluginTable, SettingsAreGivenAsData) {
+    const GivenSettings given = GivenSettings::from_text("a,b", "k=v,x=1");
+    const kvweld_engine_options base{"m", 8, 1, 1, nullptr, nullptr, nullptr, 0};
+    const kvweld_engine_options v16 = given.options_for(base, true);
+    EXPECT_EQ(v16.faults, nullptr);
+    EXPECT_EQ(v16.params, nullptr);
+    ASSERT_EQ(v16.n_given, 4);
+    const abi::Given back = abi::read_given(&v16);
+    EXPECT_EQ(back.faults, (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(back.params, (std::map<std::string, std::string>{{"k", "v"}, {"x", "1"}}));
+    const kvweld_engine_options text = given.options_for(base, false);
+    EXPECT_EQ(std::string(text.faults), "a,b");
+    EXPECT_EQ(std::string(text.params), "k=v,x=1");
+    EXPECT_EQ(text.given, nullptr);
+    expect_error([] { GivenSettings::from_text("", "policy"); }, {"setting 'policy': expected key=value"});
+    // A broken host's entries are refused naming them.
+    const kvweld_given twice[] = {{KVWELD_SETTING_PARAM, "k", "1"}, {KVWELD_SETTING_PARAM, "k", "2"}};
+    const kvweld_given valued_fault[] = {{KVWELD_SETTING_FAULT, "f", "1"}};
+    kvweld_engine_options bad = base;
+    bad.given = twice, bad.n_given = 2;
+    EXPECT_THROW(
+        {
+            try {
+                abi::read_given(&bad);
+            } catch (const std::runtime_error& e) {
+                EXPECT_NE(std::string(e.what()).find("param k given twice"), std::string::npos) << e.what();
+                throw;
+            }
+        },
+        std::runtime_error);
+    bad.given = valued_fault, bad.n_given = 1;
+    EXPECT_THROW(abi::read_given(&bad), std::runtime_error);
+    // Every plugin of this repository takes them so, and so leaves create
+    // empty for a host before 16 to refuse.
+    for (const char* path : {KVWELD_PLUGIN_PATH, KVWELD_PAGED_PLUGIN_PATH}) {
+        const auto library = PluginLibrary::open(path);
+        EXPECT_NE(library->api().create_v16, nullptr) << path;
+        EXPECT_EQ(library->api().create, nullptr) << path;
+    }
 }
 
 TEST(BrokenPlugins, AreRefusedWithTheReason) {
@@ -694,10 +739,10 @@ TEST(BrokenPlugins, AreRefusedWithTheReason) {
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_9); }, {"declares a capability whose function is empty"});
     expect_error([] { PluginLibrary::open(BROKEN_PLUGIN_10); }, {"declares a capability whose function is empty"});
     const auto failing = PluginLibrary::open(BROKEN_PLUGIN_3);
-    expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr}); },
+    expect_error([&] { PluginEngine(failing, kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr, nullptr, 0}); },
                  {"engine broken: create failed: no model here"});
     // ABI 13: an engine's own live settings must be a part of its plugin's list.
-    const PluginEngine beyond(PluginLibrary::open(BROKEN_PLUGIN_11), kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr});
+    const PluginEngine beyond(PluginLibrary::open(BROKEN_PLUGIN_11), kvweld_engine_options{"x", 8, 1, 1, nullptr, nullptr, nullptr, 0});
     expect_error([&] { beyond.live_settings(); },
                  {"live_settings_of lists n_threads:8, which its plugin's list (n_threads:1|2) does not"});
 }

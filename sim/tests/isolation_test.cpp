@@ -19,7 +19,7 @@ namespace kvweld::targets {
 namespace {
 
 kvweld_engine_options options(const char* model, const char* params) {
-    return kvweld_engine_options{model, 32, 2, 1, nullptr, params};
+    return kvweld_engine_options{model, 32, 2, 1, nullptr, params, nullptr, 0};
 }
 
 // The pid a crash message names ("its process (pid N, ...").

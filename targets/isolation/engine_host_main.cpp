@@ -6,6 +6,7 @@
 // log of it, read back when it dies. The server dies with the kvweld that
 // started it and each child with its server, so nothing is left running
 // after a kvweld that was killed.
+#include "targets/given_settings.hpp"
 #include "targets/isolation/wire.hpp"
 #include "targets/plugin_host.hpp"
 #include "engine/kv_cache.hpp"
@@ -90,11 +91,14 @@ bool serve(Host& h, Fn fn, wire::Reader& in, Answer& a) {
             o.n_ctx = in.get<std::int32_t>();
             o.n_seq_max = in.get<std::int32_t>();
             o.threads = in.get<std::int32_t>();
-            const std::string faults = text(in), params = text(in);
-            o.faults = faults.c_str();
-            o.params = params.c_str();
+            GivenSettings settings;
+            for (std::uint64_t n = in.get<std::uint64_t>(), i = 0; i < n; ++i) {
+                const auto kind = in.get<std::int32_t>();
+                const std::string name = text(in);
+                settings.add(kind, name, in.get_string());
+            }
             require(h.engine == nullptr, "create sent twice");
-            const int rc = api.create(&o, &h.engine, a.e(), a.n());
+            const int rc = create_engine(api, o, settings, &h.engine, a.e(), a.n());
             if (rc == 0 && h.engine) h.vocab = api.vocab(h.engine);
             a.head(rc == 0 && !h.engine ? -1 : rc);
             if (rc == 0) a.out.put(h.vocab);
@@ -292,6 +296,11 @@ bool serve(Host& h, Fn fn, wire::Reader& in, Answer& a) {
             return true;
         }
         case Fn::live_settings_of: a.head(0).put_string(api.live_settings_of(e)); return true;
+        case Fn::takes_live: {
+            const std::string key = text(in), value = text(in);
+            a.head(0).put(api.takes_live(e, key.c_str(), value.c_str()));
+            return true;
+        }
     }
     throw Error(cat("no function ", std::uint32_t(fn), " on the wire"));
 }

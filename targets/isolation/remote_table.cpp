@@ -267,6 +267,16 @@ int set_sampler(kvweld_engine* e, std::int32_t seq, const kvweld_sampler* s, std
     return ask(e, w, err, len);
 }
 
+std::int32_t takes_live(const kvweld_engine* e, const char* key, const char* value) {
+    wire::Writer w(Fn::takes_live);
+    w.put_string(key);
+    w.put_string(value);
+    std::int32_t out = 0;
+    char ignored[1];
+    ask(e, w, ignored, sizeof ignored, [&](wire::Reader& in) { out = in.get<std::int32_t>(); });
+    return out;
+}
+
 const char* live_settings_of(const kvweld_engine* e) {
     const char* out = nullptr;
     char ignored[1];
@@ -287,9 +297,10 @@ void proxy(F*& slot, F* stub) {
 // not proxied here would be called in this process with a handle it does
 // not understand: the size check below names this place).
 kvweld_engine_api remote_table(const kvweld_engine_api& real) {
-    static_assert(sizeof(kvweld_engine_api) == 416, "a new field in kvweld_engine_api: proxy it here if it takes an engine");
+    static_assert(sizeof(kvweld_engine_api) == 432, "a new field in kvweld_engine_api: proxy it here if it takes an engine");
     kvweld_engine_api t = real;
     t.create = nullptr;  // remote_create, which knows the plugin's path
+    t.create_v16 = nullptr;
     proxy(t.destroy, &destroy);
     proxy(t.vocab, &vocab);
     proxy(t.open_seq, &one_int<Fn::open_seq>);
@@ -325,11 +336,12 @@ kvweld_engine_api remote_table(const kvweld_engine_api& real) {
     proxy(t.seq_length, &one_out<Fn::seq_length, std::int32_t>);
     proxy(t.live_settings_of, &live_settings_of);
     proxy(t.keep_seq, &one_int<Fn::keep_seq>);
+    proxy(t.takes_live, &takes_live);
     return t;
 }
 
-int remote_create(const std::string& plugin, const kvweld_engine_options& o, int timeout_ms, kvweld_engine** out,
-                  char* err, size_t err_len) {
+int remote_create(const std::string& plugin, const kvweld_engine_options& o, const GivenSettings& settings,
+                  int timeout_ms, kvweld_engine** out, char* err, size_t err_len) {
     auto r = std::make_unique<Remote>();
     try {
         r->process.start(plugin, timeout_ms);
@@ -340,8 +352,12 @@ int remote_create(const std::string& plugin, const kvweld_engine_options& o, int
     wire::Writer w(Fn::create);
     w.put_string(o.model_path);
     for (const std::int32_t a : {o.n_ctx, o.n_seq_max, o.threads}) w.put(a);
-    w.put_string(o.faults);
-    w.put_string(o.params);
+    w.put(std::uint64_t(settings.entries().size()));
+    for (const kvweld_given& g : settings.entries()) {
+        w.put(g.kind);
+        w.put_string(g.name);
+        w.put_string(g.value);
+    }
     *out = reinterpret_cast<kvweld_engine*>(r.get());
     Remote& mine = *r.release();
     return ask(*out, w, err, err_len, [&](wire::Reader& in) { mine.vocab = in.get<std::int32_t>(); });

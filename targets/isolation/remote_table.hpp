@@ -16,6 +16,7 @@
 #pragma once
 
 #include "kvweld/engine_abi.h"
+#include "targets/given_settings.hpp"
 
 #include <climits>
 #include <string>
@@ -33,8 +34,8 @@ kvweld_engine_api remote_table(const kvweld_engine_api& real);
 // engine there with `options`; `timeout_ms` bounds every later call.
 // The handle is for remote_table's functions only; it is set even when
 // create fails (its crash title readable), and destroy ends it either way.
-int remote_create(const std::string& plugin, const kvweld_engine_options& options, int timeout_ms,
-                  kvweld_engine** out, char* err, size_t err_len);
+int remote_create(const std::string& plugin, const kvweld_engine_options& options, const GivenSettings& settings,
+                  int timeout_ms, kvweld_engine** out, char* err, size_t err_len);
 
 // The crash's title once the process is gone ("" while it lives).
 std::string remote_crash_title(const kvweld_engine* engine);

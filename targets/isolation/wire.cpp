@@ -50,6 +50,7 @@ std::string_view name(Fn fn) {
         case Fn::seq_length: return "seq_length";
         case Fn::live_settings_of: return "live_settings_of";
         case Fn::keep_seq: return "keep_seq";
+        case Fn::takes_live: return "takes_live";
     }
     return "(not a function of the wire)";
 }
@@ -68,7 +69,8 @@ bool is_query(Fn fn) {
         case Fn::read_embeddings:
         case Fn::sampled:
         case Fn::seq_length:
-        case Fn::live_settings_of: return true;
+        case Fn::live_settings_of:
+        case Fn::takes_live: return true;
         case Fn::create:
         case Fn::destroy:
         case Fn::open_seq:

@@ -10,9 +10,10 @@
 // as the host's memory holds it, an array as an 8-byte count and its
 // elements, a string as a 1-byte present flag, an 8-byte length and its
 // bytes. An answer: the function's int result, its error text (a string),
-// and only when the result is 0 its outputs in the ABI's order. create
-// answers the vocab after its outputs; a function without an error channel
-// (vocab, twin_tolerance, live_settings_of) answers result 0, an empty
+// and only when the result is 0 its outputs in the ABI's order. create's
+// options.given goes as an 8-byte count, then per entry its kind (4 bytes),
+// name and value (strings); create answers the vocab after its outputs; a function without an error channel
+// (vocab, twin_tolerance, live_settings_of, takes_live) answers result 0, an empty
 // error and its value.
 //
 // A decode's answer ends with answers sent ahead: a 4-byte count, then for
@@ -46,6 +47,7 @@ enum class Fn : std::uint32_t {
     reload, storage, read_kv, swap_layer, pool_info, block_table, block_refcount, pool_op, plan_serial,
     set_loras, set_cvec, decode_outputs, set_warmup, twin_tolerance, shift, state_save, state_load, set_live,
     read_embeddings, set_sampler, sampled, set_abort, seq_length, live_settings_of, keep_seq,
+    takes_live,
 };
 std::string_view name(Fn fn);
 // A query changes nothing in the engine (its table takes a const engine):

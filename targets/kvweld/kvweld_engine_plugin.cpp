@@ -15,7 +15,6 @@
 struct kvweld_engine {
     std::unique_ptr<kvweld::targets::DenseEngine> engine;
     kvweld::abi::LoraFiles adapters;
-    mutable std::string live;  // live_settings_of's answer, kept while the engine lives
 };
 
 namespace {
@@ -55,16 +54,17 @@ const kvweld::abi::SettingsTable& settings() {
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(o && o->model_path, "no options or model path");
+        const kvweld::abi::Given given = kvweld::abi::read_given(o);
         kvweld::FaultSet faults;
-        for (const std::string& name : kvweld::abi::split_list(o->faults)) {
+        for (const std::string& name : given.faults) {
             const auto f = kvweld::fault_from_name(name);
             require(f && kvweld::abi::lists_fault(fault_list().c_str(), name), "unknown fault '", name,
                     "': this engine's faults are ", fault_list().empty() ? "(none in this build)" : fault_list());
             faults.add(*f);
         }
         const kvweld::Model model = kvweld::load_gguf(o->model_path);
-        const kvweld::targets::EngineSetup setup{o->params ? o->params : "", o->n_seq_max, o->n_ctx, o->threads};
-        *out = new kvweld_engine{std::make_unique<kvweld::targets::DenseEngine>(model, setup, faults), {}, {}};
+        const kvweld::targets::EngineSetup setup{given.params_text(), o->n_seq_max, o->n_ctx, o->threads};
+        *out = new kvweld_engine{std::make_unique<kvweld::targets::DenseEngine>(model, setup, faults), {}};
     });
 }
 
@@ -236,9 +236,8 @@ int set_abort(kvweld_engine* e, int32_t after, char* err, size_t err_len) {
 }
 
 // The CUDA backend attends causally only: its engine lists no causal_attn.
-const char* live_settings_of(const kvweld_engine* e) {
-    e->live = e->engine->live_settings();
-    return e->live.c_str();
+int32_t takes_live(const kvweld_engine* e, const char* key, const char* value) {
+    return kvweld::abi::lists_live(e->engine->live_settings().c_str(), key, value) ? 1 : 0;
 }
 
 int keep_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
@@ -260,7 +259,7 @@ const kvweld_engine_api kApi = {
     .model_format = "gguf",
     .capabilities = kvweld::targets::kDenseCapabilities,
     .fault_names = nullptr,  // its settings (ABI 15)
-    .create = create,
+    .create = nullptr,  // create_v16: a host before ABI 16 refuses this table
     .destroy = destroy,
     .vocab = vocab,
     .open_seq = open_seq,
@@ -297,7 +296,7 @@ const kvweld_engine_api kApi = {
     .sampled = sampled,
     .set_abort = set_abort,
     .seq_length = seq_length,
-    .live_settings_of = live_settings_of,
+    .live_settings_of = nullptr,  // takes_live (ABI 16)
     .struct_size = sizeof(kvweld_engine_api),
     .keep_seq = keep_seq,
     .rule_create = nullptr,  // its rule is kvweld's own (targets/registry.cpp)
@@ -306,7 +305,9 @@ const kvweld_engine_api kApi = {
     .rule_on_decode = nullptr,
     .rule_why = nullptr,
     .settings = settings().data(),
-    .n_settings = settings().size(),
+    .n_settings = std::int32_t(settings().size()),
+    .create_v16 = create,
+    .takes_live = takes_live,
 };
 
 }  // namespace

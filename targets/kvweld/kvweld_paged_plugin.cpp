@@ -60,8 +60,8 @@ const kvweld::abi::SettingsTable& settings() {
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         auto e = std::make_unique<kvweld_engine>();
-        kvweld::abi::init_base(*e, o, fault_list());
-        const kvweld::abi::PagedParams p = kvweld::abi::paged_params(o->params, e->n_seq_max, e->n_ctx);
+        const kvweld::abi::Given given = kvweld::abi::init_base(*e, o, fault_list());
+        const kvweld::abi::PagedParams p = kvweld::abi::paged_params(given.params_text().c_str(), e->n_seq_max, e->n_ctx);
         e->pool_kv.emplace(kvweld::KvGeometry::of(e->model->config()), p.block, p.blocks);
         const kvweld::Backend backend = kvweld::backend_from_string(p.backend);
         std::string why;
@@ -267,7 +267,7 @@ const kvweld_engine_api kApi = {
                     KVWELD_CAP_BLOCKS | KVWELD_CAP_POOL_OPS | KVWELD_CAP_PLAN_SERIAL | KVWELD_CAP_LORA |
                     KVWELD_CAP_CVEC | KVWELD_CAP_OUTPUTS | KVWELD_CAP_MOE | KVWELD_CAP_WARMUP,
     .fault_names = nullptr,  // its settings (ABI 15)
-    .create = create,
+    .create = nullptr,  // create_v16: a host before ABI 16 refuses this table
     .destroy = destroy,
     .vocab = vocab,
     .open_seq = open_seq,
@@ -314,6 +314,8 @@ const kvweld_engine_api kApi = {
     .rule_why = nullptr,
     .settings = settings().data(),
     .n_settings = settings().size(),
+    .create_v16 = create,
+    .takes_live = nullptr,  // every value of its live settings
 };
 
 }  // namespace

@@ -89,9 +89,11 @@ std::string fault_names_for(Reachable&& reachable) {
     return out;
 }
 
-// Loads the model and checks the options; `allowed` is fault_names_for's list.
-inline void init_base(PluginBase& e, const kvweld_engine_options* o, const std::string& allowed) {
+// Loads the model and checks the options; `allowed` is fault_names_for's
+// list. Returns the settings given (ABI 16), for the plugin's params.
+inline Given init_base(PluginBase& e, const kvweld_engine_options* o, const std::string& allowed) {
     require(o && o->model_path, "no options or model path");
+    Given given = read_given(o);
     e.model.emplace(load_gguf(o->model_path, e.pool.get()));
     const int max_ctx = e.model->config().max_seq_len;
     require(o->n_ctx >= 1 && o->n_ctx <= max_ctx, "n_ctx = ", o->n_ctx, ": must be in 1..", max_ctx);
@@ -99,12 +101,13 @@ inline void init_base(PluginBase& e, const kvweld_engine_options* o, const std::
     e.n_ctx = o->n_ctx;
     e.n_seq_max = o->n_seq_max;
     e.threads = std::max(1, o->threads);
-    for (const std::string& name : split_list(o->faults)) {
+    for (const std::string& name : given.faults) {
         const auto f = fault_from_name(name);
         require(f && lists_fault(allowed.c_str(), name), "unknown fault '", name,
                 "': this engine's faults are ", allowed.empty() ? "(none in this build)" : allowed);
         e.faults.add(*f);
     }
+    return given;
 }
 
 // Replaces the model, the old one freed first so the new one can take its

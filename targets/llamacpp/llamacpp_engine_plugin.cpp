@@ -22,7 +22,7 @@
 // llama_state_seq_get_data's bytes; llama.cpp empties a sequence whose load
 // it refuses, so the plugin saves the sequence first and puts it back.
 //
-// Settings (options.params): kv_unified=0|1 (default 0: each sequence has
+// Params (given as options.given, ABI 16): kv_unified=0|1 (default 0: each sequence has
 // n_ctx cells of its own), graph_reuse=0|1 (default 1; 0 sets llama.cpp's
 // LLAMA_GRAPH_REUSE_DISABLE for this context), kv_type=f32|f16|q8_0|q4_0
 // (the KV cache's type, default f32; quantized needs flash_attn=1), flash_attn=0|1 (default 0), rope_scale=S
@@ -39,7 +39,7 @@
 // default none), under which read_embeddings gives the row's sequence's
 // pooled embedding (llama_get_embeddings_seq) instead of the row's own.
 //
-// Fault switches (options.faults) make this adapter use llama.cpp wrongly,
+// Fault switches (given as options.given) make this adapter use llama.cpp wrongly,
 // so the kill matrix shows the oracles catch a harness-side mistake on a
 // real engine; see kFaults.
 #include "targets/abi_guard.hpp"
@@ -225,6 +225,19 @@ const char* fault_names() {
     return names.c_str();
 }
 
+// Its settings as data (ABI 15): the params (their values checked here,
+// parse_params and the readers after it), the live settings and the faults.
+const kvweld::abi::SettingsTable& settings() {
+    static const kvweld::abi::SettingsTable table = [] {
+        kvweld::abi::SettingsTable t;
+        for (const std::string& key : kvweld::targets::kLlamacppSettings) t.add(KVWELD_SETTING_PARAM, key, {});
+        t.add_list(KVWELD_SETTING_LIVE, kvweld::abi::kThreadsEmbeddingsCausal);
+        t.add_list(KVWELD_SETTING_FAULT, fault_names());
+        return t;
+    }();
+    return table;
+}
+
 int& len_of(kvweld_engine* e, int32_t seq) {
     require(seq >= 0 && seq < e->n_seq_max, "sequence ", seq, " out of range 0..", e->n_seq_max - 1);
     require(e->len[std::size_t(seq)] >= 0, "sequence ", seq, " is not open");
@@ -259,9 +272,9 @@ int32_t next_open(const kvweld_engine* e, int32_t seq) {
     return seq;
 }
 
-unsigned parse_faults(const char* names) {
+unsigned parse_faults(const std::vector<std::string>& names) {
     unsigned out = 0;
-    for (const std::string& name : kvweld::abi::split_list(names)) {
+    for (const std::string& name : names) {
         unsigned bit = 0;
         for (const auto& f : kFaults) bit |= name == f.name ? unsigned(f.fault) : 0u;
         require(bit != 0, "unknown fault '", name, "': this adapter's faults (with their classes) are ", fault_names());
@@ -335,8 +348,10 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         require(o->n_ctx >= 1 && o->n_seq_max >= 1 && o->n_seq_max <= 256, "n_ctx ", o->n_ctx, ", n_seq_max ",
                 o->n_seq_max, ": out of range");
         auto e = std::make_unique<kvweld_engine>();
-        e->faults = parse_faults(o->faults);
-        const auto params = kvweld::abi::parse_params(o->params, kvweld::targets::kLlamacppSettings);
+        const kvweld::abi::Given given = kvweld::abi::read_given(o);
+        e->faults = parse_faults(given.faults);
+        const auto params =
+            kvweld::abi::parse_params(given.params_text().c_str(), kvweld::targets::kLlamacppSettings);
         // The KV cache's type; a quantized one (a server's -ctk/-ctv q8_0)
         // needs flash attention for its V (llama.cpp refuses it otherwise),
         // and with a head size a multiple of 64 llama.cpp rotates it
@@ -844,9 +859,12 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
 
 bool takes_non_causal(const kvweld_engine* e) { return e->cparams.n_ubatch >= e->cparams.n_batch; }
 
-// ABI 13: causal_attn only where a call cannot span ubatches (see set_live).
-const char* live_settings_of(const kvweld_engine* e) {
+// ABI 16: causal_attn only where a call cannot span ubatches (see set_live).
+const char* live_list(const kvweld_engine* e) {
     return takes_non_causal(e) ? kvweld::abi::kThreadsEmbeddingsCausal : kvweld::abi::kThreadsAndEmbeddings;
+}
+int32_t takes_live(const kvweld_engine* e, const char* key, const char* value) {
+    return kvweld::abi::lists_live(live_list(e), key, value) ? 1 : 0;
 }
 
 // ABI 9, live settings. n_threads (1 or 2: with 4, llama.cpp's spinning
@@ -864,7 +882,7 @@ const char* live_settings_of(const kvweld_engine* e) {
 // shapes is set on every ubatch from cparams. llama_context::decode asserts
 // that a call with it off fits one ubatch (0.3.36 src/llama-context.cpp:1787,
 // GGML_ASSERT: the process dies), so only a context whose n_ubatch is its
-// n_batch lists it (live_settings_of), and set_live refuses it elsewhere.
+// n_batch takes it (takes_live), and set_live refuses it elsewhere.
 int set_live(kvweld_engine* e, const char* key, const char* value, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         if (key && std::string_view(key) == kvweld::abi::kEmbeddingsKey) {
@@ -883,7 +901,7 @@ int set_live(kvweld_engine* e, const char* key, const char* value, char* err, si
             llama_set_causal_attn(e->ctx, e->causal);
             return;
         }
-        const int n = kvweld::abi::threads_value(key, value, live_settings_of(e));
+        const int n = kvweld::abi::threads_value(key, value, live_list(e));
         llama_set_n_threads(e->ctx, int32_t(n), int32_t(n));
         e->n_threads = n;
     });
@@ -1013,8 +1031,8 @@ const kvweld_engine_api kApi = {
         // What this release's llama.h lacks is not declared (llama_compat.hpp).
         (kvweld::llama_compat::kHasLora ? KVWELD_CAP_LORA : 0u) | (kvweld::llama_compat::kHasCvec ? KVWELD_CAP_CVEC : 0u) |
         (kvweld::llama_compat::kHasBackendSampling ? KVWELD_CAP_SAMPLERS : 0u),
-    .fault_names = fault_names(),
-    .create = create,
+    .fault_names = nullptr,  // its settings (ABI 15)
+    .create = nullptr,  // create_v16: a host before ABI 16 refuses this table
     .destroy = destroy,
     .vocab = vocab,
     .open_seq = open_seq,
@@ -1044,14 +1062,14 @@ const kvweld_engine_api kApi = {
     .state_save = state_save,
     .state_load = state_load,
     .build = KVWELD_LLAMA_BUILD,  // from the install's .kvweld-source (scripts/setup-llama), at configure time
-    .live_settings = kvweld::abi::kThreadsEmbeddingsCausal,
+    .live_settings = nullptr,  // its settings (ABI 15)
     .set_live = set_live,
     .read_embeddings = read_embeddings,
     .set_sampler = set_sampler,
     .sampled = sampled,
     .set_abort = set_abort,
     .seq_length = seq_length,
-    .live_settings_of = live_settings_of,
+    .live_settings_of = nullptr,  // takes_live (ABI 16)
     .struct_size = sizeof(kvweld_engine_api),
     .keep_seq = keep_seq,
     .rule_create = nullptr,  // its rule is kvweld's own (targets/registry.cpp)
@@ -1059,8 +1077,10 @@ const kvweld_engine_api kApi = {
     .rule_on_call = nullptr,
     .rule_on_decode = nullptr,
     .rule_why = nullptr,
-    .settings = nullptr,  // the text lists above (ABI 14's form, still read)
-    .n_settings = 0,
+    .settings = settings().data(),
+    .n_settings = settings().size(),
+    .create_v16 = create,
+    .takes_live = takes_live,
 };
 
 }  // namespace

@@ -202,14 +202,20 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
     return guarded(err, err_len, [&] {
         auto e = std::make_unique<kvweld_engine>();
         e->w = load(o->model_path);
-        const std::string faults = o->faults ? o->faults : "", params = o->params ? o->params : "";
-        if (!faults.empty() && faults != "rebuild_same_shape") fail("unknown fault '" + faults + "'");
-        if (!params.empty()) fail("unknown setting '" + params + "': this engine takes none");
+        // Its settings as data (ABI 16): the host gives only the one fault
+        // switch it declared, and no param (it declares none).
+        bool rebuild_same_shape = false;
+        for (int32_t i = 0; i < o->n_given; ++i) {
+            const kvweld_given& g = o->given[i];
+            if (g.kind != KVWELD_SETTING_FAULT || std::string(g.name) != "rebuild_same_shape")
+                fail(std::string("unknown setting '") + g.name + "': this engine takes only the fault rebuild_same_shape");
+            rebuild_same_shape = true;
+        }
         if (o->n_ctx < 1 || o->n_ctx > e->w.c.seq_len)
             fail("n_ctx " + std::to_string(o->n_ctx) + " outside 1.." + std::to_string(e->w.c.seq_len));
         if (o->n_seq_max < 1) fail("n_seq_max " + std::to_string(o->n_seq_max) + " below 1");
         e->n_ctx = o->n_ctx;
-        e->rebuild_same_shape = !faults.empty();
+        e->rebuild_same_shape = rebuild_same_shape;
         e->seqs.resize(std::size_t(o->n_seq_max));
         *out = e.release();
     });
@@ -308,7 +314,7 @@ const kvweld_engine_api kApi = {
     .model_format = "llama2c",
     .capabilities = KVWELD_CAP_PLAN_COUNTERS,
     .fault_names = nullptr,  // its settings
-    .create = create,
+    .create = nullptr,  // create_v16
     .destroy = destroy,
     .vocab = vocab,
     .open_seq = open_seq,
@@ -355,6 +361,8 @@ const kvweld_engine_api kApi = {
     .rule_why = rule_why,
     .settings = kSettings,
     .n_settings = 1,
+    .create_v16 = create,
+    .takes_live = nullptr,
 };
 
 }  // namespace

@@ -132,6 +132,7 @@ constexpr kvweld_engine_api kApi = {
 #else
     nullptr, 0,                 // version 15: the text lists (none)
 #endif
+    nullptr, nullptr,           // version 16: create above (text), every live value taken
 };
 
 }  // namespace
