@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 struct ReproArgs {
     std::string trace, output, truth, release;
-    bool run = false;
+    bool run = false, upstream_test = false;
 };
 
 // scripts/setup-llama's cache: the pinned release is llama.cpp/, any other V llama.cpp-V/.
@@ -36,21 +36,23 @@ fs::path llama_install(const std::string& release) {
 }
 
 // A release other than the pinned one is static archives (scripts/setup-llama).
-std::string compile_command(const fs::path& source, const fs::path& binary, const fs::path& install) {
+std::string compile_command(const fs::path& source, const fs::path& binary, const fs::path& install,
+                            bool upstream_test) {
     const std::string lib = (install / "lib").string();
     const std::string libs = fs::exists(install / "lib" / "libllama.a")
                                  ? cat("-Wl,--start-group ", lib, "/libllama.a ", lib, "/libggml.a ", lib, "/libggml-cpu.a ",
                                        lib, "/libggml-base.a -Wl,--end-group -fopenmp -lpthread -ldl -lm")
                                  : cat("-L", lib, " -lllama -lggml -lggml-base -Wl,-rpath,", lib);
-    return cat("c++ -std=c++20 -O1 -Wall '", source.string(), "' -I'", (install / "include").string(), "' ", libs, " -o '",
+    return cat("c++ -std=c++", upstream_test ? "17" : "20", " -O1 -Wall '", source.string(), "' -I'", (install / "include").string(), "' ", libs, " -o '",
                binary.string(), "'");
 }
 
 int exit_status(int raw) { return raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : 2; }
 
 int run_repro(const ReproArgs& a) {
-    const std::string command = cat("kvweld repro ", a.trace, a.truth.empty() ? "" : " --truth " + a.truth);
-    const sim::Repro r = sim::write_repro(a.trace, a.truth, command);
+    const std::string command = cat("kvweld repro ", a.trace, a.truth.empty() ? "" : " --truth " + a.truth,
+                                    a.upstream_test ? " --upstream-test" : "");
+    const sim::Repro r = sim::write_repro(a.trace, a.truth, command, a.upstream_test);
     const fs::path out = a.output.empty() ? fs::path(a.trace).filename().replace_extension(".cpp") : fs::path(a.output);
     write_text(out.string(), r.source);
     std::size_t lines = 0;
@@ -63,7 +65,7 @@ int run_repro(const ReproArgs& a) {
     const std::string release =
         a.release.empty() ? targets::named_release(r.replay.config.engine.engine) : a.release;
     const fs::path binary = fs::path(out).replace_extension(".bin");  // never a trace's name
-    const std::string compile = compile_command(out, binary, llama_install(release));
+    const std::string compile = compile_command(out, binary, llama_install(release), a.upstream_test);
     std::printf("repro: %s\n", compile.c_str());
     std::fflush(stdout);
     require(exit_status(std::system(cat(compile, " 1>&2").c_str())) == 0, "repro --run: the program did not compile");
@@ -92,6 +94,10 @@ void add_repro_command(CLI::App& app, std::function<int()>& action) {
                     "one in place); default the finding's (repro_truth in a findings file "
                     "beside the trace), else graph_reuse=0");
     cmd->add_flag("--run", a->run, "compile the program (c++, C++20) against a cached llama.cpp and run it");
+    cmd->add_flag("--upstream-test", a->upstream_test,
+                  "write it as a test for the engine's own tree (llama.cpp: tests/test-<id>.cpp, C++17, the newest "
+                  "llama.h's calls alone, as scripts/finding-reports puts it in a finding's patch); --run compiles it "
+                  "with -std=c++17");
     cmd->add_option("--release", a->release,
                     "with --run: the llama-cpp-python release in the cache (scripts/setup-llama --version V; default "
                     "the trace engine's: llamacpp@V is V, llamacpp the pinned one)");

@@ -62,7 +62,8 @@ std::optional<KnownFinding> finding_of_trace(const std::string& trace_path, cons
     return found;
 }
 
-Repro write_repro(const std::string& trace_path, const std::string& truth, const std::string& command) {
+Repro write_repro(const std::string& trace_path, const std::string& truth, const std::string& command,
+                  bool upstream_test) {
     const Trace t = parse_trace(read_text_file(trace_path), trace_path);
     const std::string& engine = t.config.engine.engine;
     const targets::EngineEntry* entry = targets::engine_entry(engine);
@@ -73,7 +74,7 @@ Repro write_repro(const std::string& trace_path, const std::string& truth, const
     out.truth = !truth.empty() ? truth : finding && !finding->repro_truth.empty() ? finding->repro_truth : "graph_reuse=0";
     out.title = finding ? cat("llama.cpp finding '", finding->id, "'") : cat("the trace ", trace_path);
     const targets::ReproSetup setup{&t.config.model, t.config.engine.params, t.config.n_ctx, t.config.seqs,
-                                    out.title, command, targets::parse_repro_truth(out.truth)};
+                                    out.title, command, targets::parse_repro_truth(out.truth), upstream_test};
     const std::unique_ptr<targets::ReproWriter> writer = entry->repro(setup);
     out.replay = run_ops(t.config, t.ops, t.steps, [&](Simulator& sim) {
         sim.insert_observer<ReproRecorder>(std::make_unique<ReproRecorder>(*writer));

@@ -26,7 +26,10 @@ struct Repro {
 // `truth` "": the finding's (the entry of a findings file beside the trace
 // that names it), else graph_reuse=0 (a twin with plan reuse off).
 // Throws Error when the engine has no writer or a call has no mapping.
-Repro write_repro(const std::string& trace_path, const std::string& truth, const std::string& command);
+// `upstream_test`: the program as a test in the engine's own tree (llama.cpp:
+// tests/test-<id>.cpp, C++17, the newest llama.h alone).
+Repro write_repro(const std::string& trace_path, const std::string& truth, const std::string& command,
+                  bool upstream_test = false);
 
 // The findings-file entry whose trace is `trace_path` (files *.json in its
 // folder and the folder above), preferring the file of the trace's engine.

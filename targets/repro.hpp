@@ -42,6 +42,10 @@ struct ReproSetup {
     std::string title;    // the finding, or the trace's name
     std::string command;  // the kvweld command that wrote it
     ReproTruth truth;
+    // For llama.cpp's own tree (tests/test-<id>.cpp): C++17, its newest
+    // llama.h's calls (llama_newest.hpp in place of llama_compat.hpp), and a
+    // test's header; otherwise a reproducer for any cached release (C++20).
+    bool upstream_test = false;
 };
 
 // One pair of a decode call as the engine was given it.

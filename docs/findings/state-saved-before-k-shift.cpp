@@ -5,6 +5,7 @@
 // The ground truth: a second context of the same model (graph_reuse=1,kv_unified=1), which skips the ops marked so,
 // given the same calls. Exit 1: the finding shows (the numbers are printed); 0: it does not.
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstddef>
@@ -104,7 +105,7 @@ struct Side {
     llama_memory_t mem() const { return llama_get_memory(ctx); }
 };
 inline std::vector<Side*> live(std::vector<Side*> sides) {  // those that refused no call yet
-    std::erase_if(sides, [](Side* s) { return !s->refused.empty(); });
+    sides.erase(std::remove_if(sides.begin(), sides.end(), [](Side* s) { return !s->refused.empty(); }), sides.end());
     return sides;
 }
 inline void expect(Side& s, bool ok, const std::string& what) {

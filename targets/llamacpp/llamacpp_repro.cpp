@@ -245,15 +245,21 @@ std::string LlamacppRepro::finish() {
     for (std::size_t k = 0; k < cvecs_.size(); ++k)
         adapters += cat(k == 0 ? "    std::vector<std::vector<float>> cvec;  // the trace's control vectors, each generated here\n" : "",
                         "    cvec.push_back(random_floats(", 2000 + k, ", uint64_t(dims.dim) * (dims.layers - 1), 0.5f));\n");
-    // The two headers stripped to what the program uses, their includes once.
-    const Stripped compat = strip_features(kLlamaCompatText, uses_), prelude = strip_features(kLlamacppReproPrelude, uses_);
+    // The two headers stripped to what the program uses, their includes once;
+    // a test in llama.cpp's own tree carries the newest llama.h's calls alone.
+    const bool test = setup_.upstream_test;
+    const Stripped compat = strip_features(test ? kLlamaNewestText : kLlamaCompatText, uses_),
+                   prelude = strip_features(kLlamacppReproPrelude, uses_);
     std::set<std::string> all_includes = compat.includes;
     all_includes.insert(prelude.includes.begin(), prelude.includes.end());
     std::string includes;
     for (const std::string& line : all_includes) includes += line + "\n";
     std::string out = cat(
-        "// A standalone reproducer of ", setup_.title, ", written by kvweld from its\n// trace (", setup_.command,
-        "). It uses llama.h and libllama alone:\n//   c++ -std=c++20 repro.cpp -I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"
+        test ? cat("// A test of ", setup_.title, ", written by kvweld from its trace\n// (", setup_.command,
+                   ").\n// It writes a seeded random model (nothing downloaded) and loads it.\n")
+             : cat("// A standalone reproducer of ", setup_.title, ", written by kvweld from its\n// trace (",
+                   setup_.command, "). It uses llama.h and libllama alone:\n//   c++ -std=c++20 repro.cpp "
+                   "-I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"),
         "// The engine: one llama.cpp context, as a server drives it (", engine_params.empty() ? "defaults" : engine_params,
         setup_.truth.engine_params.empty() ? "" : cat("; kvweld ran the trace without ", setup_.truth.engine_params,
                                                       ", which its plugin refuses"),
@@ -262,8 +268,10 @@ std::string LlamacppRepro::finish() {
         setup_.truth.new_chains ? ", which sets a new sampler chain where the engine changes one in place" : "",
         ",\n// given the same calls",
         setup_.truth.count_reuse ? "; the engine must reuse its graph as often as the ground truth" : "",
-        ". Exit 1: the finding shows (the numbers are printed); 0: it does not.\n\n",
-        includes, "\n// ---- kvweld's llama_compat.hpp, stripped to this program: what llama.h renamed between releases ----\n",
+        ". Exit 1: the finding shows (the numbers are printed); 0: it does not", test ? "; 2: it could not run" : "",
+        ".\n\n", includes,
+        test ? "\n// ---- kvweld's llama_newest.hpp, stripped to this test: llama.h's calls by the names below ----\n"
+             : "\n// ---- kvweld's llama_compat.hpp, stripped to this program: what llama.h renamed between releases ----\n",
         compat.text, "\n// ---- kvweld's llamacpp_repro_prelude.hpp, stripped to this program ----\n", prelude.text,
         "\nint main() {\n",
         "    const Dims dims{", m.dim, ", ", m.n_layers, ", ", m.n_heads, ", ", m.n_kv_heads, ", ", m.head_dim, ", ",

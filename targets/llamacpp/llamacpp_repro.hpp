@@ -11,5 +11,6 @@ std::unique_ptr<ReproWriter> llamacpp_repro(const ReproSetup& setup);
 
 extern const char* const kLlamacppReproPrelude;  // llamacpp_repro_prelude.hpp's text (CMake writes it)
 extern const char* const kLlamaCompatText;       // llama_compat.hpp's text (CMake writes it)
+extern const char* const kLlamaNewestText;       // llama_newest.hpp's: an upstream-style test's, in compat's place
 
 }  // namespace kvweld::targets

@@ -2,8 +2,9 @@
 // the rest: the model's dims, the settings, the trace's calls): a GGUF
 // writer and a seeded model, so the program needs no file of kvweld's; the
 // engine and its ground truth as two contexts of one model; the checks and
-// the verdict. C++20 against llama.h alone (and llama_compat.hpp, whose
-// text a program carries), for every release kvweld drives.
+// the verdict. C++17 against llama.h alone and llama_compat.hpp (whose
+// text a reproducer carries: C++20, for every release kvweld drives) or
+// llama_newest.hpp (an upstream-style test's: C++17, the newest llama.h).
 //
 // A program carries this text stripped to what it uses, as syzkaller's C
 // reproducers carry its executor's common code: a block under
@@ -21,6 +22,7 @@
 #include <gguf.h>
 #include <llama.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <csignal>
@@ -188,7 +190,7 @@ struct Side {
 };
 
 inline std::vector<Side*> live(std::vector<Side*> sides) {  // those that refused no call yet
-    std::erase_if(sides, [](Side* s) { return !s->refused.empty(); });
+    sides.erase(std::remove_if(sides.begin(), sides.end(), [](Side* s) { return !s->refused.empty(); }), sides.end());
     return sides;
 }
 
