@@ -80,9 +80,11 @@ int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, c
                    const Checking& checking) {
     const EngineChoice engine = engine_choice(o);
     SimConfig config = draw_config(seed, engine, o.model, choice_capabilities(engine));
+    // The findings outlive the loop: steers_named points into them (a
+    // temporary here was freed before the loop read its steers).
+    const KnownFindings known = o.steer.empty() ? KnownFindings{} : known_findings_for(engine.engine, o.known_findings);
     if (!o.steer.empty())
-        for (const KnownFinding* f : steers_named(known_findings_for(engine.engine, o.known_findings), o.steer))
-            config = steered(config, *f);
+        for (const KnownFinding* f : steers_named(known, o.steer)) config = steered(config, *f);
     const auto start = std::chrono::steady_clock::now();
     RunResult r = run_generated(config, o.steps, !checking.no_oracles);
     if (!o.steer.empty()) r.steered_past = abi::split_list(o.steer.c_str());  // its reproduce line names them
