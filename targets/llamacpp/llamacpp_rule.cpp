@@ -175,6 +175,25 @@ struct ReleaseFacts {
     // With a checked fix: llama_kv_cache::seq_keep clears the other
     // sequences' cells in every stream, so clause 9 marks none after a keep.
     bool keep_clears_every_stream = false;
+    // With a checked fix: with one stream per sequence, a call whose every
+    // token sees its whole sequence (embeddings on, or causal attention
+    // off) and that split_equal would split a sequence of is split by
+    // sequence (split_seq) instead, so clause 13's split and 14's do not
+    // happen; one split_equal keeps whole is split as before.
+    bool splits_whole_sequences = false;
+    // With a checked fix: the memory update runs without asking the abort
+    // callback, so a stopped call leaves no K-shift half done (clause 9's
+    // kshift-aborted does not happen).
+    bool kshift_runs_whole = false;
+    // With a checked fix: seq_add first copies each cell the sequence
+    // shares into an empty one, so a shift moves no other sequence's cells
+    // (clause 9's shift-moves-shared-cells does not happen) and may fill
+    // cells past the window's bound (clause 3).
+    bool shift_unshares_cells = false;
+    // With a checked fix: a state save or load first runs the memory's
+    // pending update (a queued stream copy, a K-shift), which resets every
+    // held graph there (clause 4 at the save, not at the next decode).
+    bool state_io_updates = false;
 };
 constexpr ReleaseFacts kReleaseFacts[] = {
     {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
@@ -198,7 +217,11 @@ constexpr ReleaseFacts kReleaseFacts[] = {
     {"b11434+fixes", "llama-context.cpp:292, llama-kv-cache.cpp:1285", "llama-batch.cpp:569, 603",
      "llama-graph.h:824-856", "llama-context.cpp:849-878",
      "llama-context.cpp:1344, 1385 with docs/findings/cvec-set-again-rebuilds.patch", true,
-     /* llama-kv-cache.cpp:561-586 with docs/findings/seq-keep-other-streams.patch */ true},
+     /* llama-kv-cache.cpp:561-586 with docs/findings/seq-keep-other-streams.patch */ true,
+     /* llama-kv-cache.cpp:731, llama-context.cpp:1816 with docs/findings/split-keeps-sequences-whole.patch */ true,
+     /* llama-context.cpp:883 with docs/findings/kshift-aborted.patch */ true,
+     /* llama-kv-cache.cpp:619-631 with docs/findings/shift-copies-shared-cells.patch */ true,
+     /* llama-context.cpp state_seq_write_data, state_seq_read_data with docs/findings/state-io-applies-pending-update.patch */ true},
 };
 
 const ReleaseFacts* facts_of(const std::string& build) {
@@ -297,6 +320,39 @@ std::vector<UbatchShape> split_equal(std::span<const int> seqs, std::span<const 
     return out;
 }
 
+// True where a sequence has tokens in two of the ubatches.
+bool splits_a_sequence(const std::vector<UbatchShape>& ubatches) {
+    std::set<int> seen;
+    for (const UbatchShape& u : ubatches)
+        for (int s : u.seq_ids)
+            if (!seen.insert(s).second) return true;
+    return false;
+}
+
+// Clause 1 with a checked fix (ReleaseFacts::splits_whole_sequences):
+// llama_batch_allocr::split_seq (llama-batch.cpp:774-808 in b11434) takes
+// the first unused token's sequence and its following unused tokens, up to
+// n_ubatch: one sequence per ubatch, in the order of first appearance.
+std::vector<UbatchShape> split_seq(std::span<const int> seqs, std::span<const std::uint8_t> outputs, int n_ubatch) {
+    std::vector<UbatchShape> out;
+    std::vector<bool> used(seqs.size(), false);
+    for (std::size_t first = 0; first < seqs.size(); ++first) {
+        if (used[first]) continue;
+        const int seq = seqs[first];
+        int n = 0, n_outputs = 0;
+        std::vector<int> layout;
+        for (std::size_t i = first; i < seqs.size() && n < n_ubatch; ++i) {
+            if (used[i] || seqs[i] != seq) continue;
+            used[i] = true;
+            ++n;
+            n_outputs += wanted(outputs, i);
+            layout.push_back(wanted(outputs, i) ? seq : -1 - seq);
+        }
+        out.push_back({true, n, n, 1, 1, n_outputs, {seq}, layout});
+    }
+    return out;
+}
+
 // Clause 7: the adapters the graph holds, by identity, with their scales.
 std::map<std::uint64_t, float> effective_loras(const Adapters& a) {
     std::map<std::uint64_t, float> out;
@@ -318,7 +374,9 @@ public:
     LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling, const ReleaseFacts* facts)
         : unified_(unified), reuse_(reuse), window_fixed_(window_fixed),
           cvec_by_layers_(facts && facts->cvec_keyed_by_layers), n_ubatch_(n_ubatch),
-          wrong_rows_(unified, facts && facts->keep_clears_every_stream), lists_causal_(n_ubatch >= kUbatch),
+          whole_seqs_(facts && facts->splits_whole_sequences), kshift_whole_(facts && facts->kshift_runs_whole),
+          unshares_(facts && facts->shift_unshares_cells), state_io_updates_(facts && facts->state_io_updates),
+          wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_), lists_causal_(n_ubatch >= kUbatch),
           mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {}
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
@@ -338,7 +396,7 @@ public:
             return (before += u.n_tokens) > int(kept.size());
         });
         if (stopped != ran.end()) ran.erase(stopped + 1, ran.end());
-        wrong_rows_.aborted();
+        if (!kshift_whole_) wrong_rows_.aborted();
         // A stop inside the K-shift leaves it owed, and the next call's
         // memory update then resets the held graphs (clause 4); a stop after
         // it does not. The rule cannot tell which: the next graph may build.
@@ -355,7 +413,10 @@ public:
     }
     std::vector<UbatchShape> split(std::span<const int> seqs, std::span<const std::uint8_t> outputs) const {
         if (embeddings_) outputs = {};  // clause 10: every token an output
-        return unified_ ? split_simple(seqs, outputs, n_ubatch_) : split_equal(seqs, outputs, n_ubatch_);
+        if (unified_) return split_simple(seqs, outputs, n_ubatch_);
+        std::vector<UbatchShape> equal = split_equal(seqs, outputs, n_ubatch_);
+        if (whole_seqs_ && (embeddings_ || !causal_) && splits_a_sequence(equal)) return split_seq(seqs, outputs, n_ubatch_);
+        return equal;
     }
     ReuseExpectation decide(std::span<const int> seqs, const std::vector<UbatchShape>& ubatches) {
         ReuseExpectation e;
@@ -442,15 +503,22 @@ public:
         std::visit(Overloaded{
                        [&](const calls::Copy& c) { copy(c.src, c.dst); },
                        [&](const calls::Shift& c) { shift(c.seq, c.p0, c.p1, c.len); },
-                       [&](const calls::Save& c) { wrong_rows_.saved(c.seq, c.id); },
+                       [&](const calls::Save& c) {
+                           state_io();
+                           wrong_rows_.saved(c.seq, c.id);
+                       },
                        [&](const calls::Load& c) {
+                           state_io();
                            placed_ += c.len;
                            wrong_rows_.loaded(c.seq, c.id);
                        },
                        // The plugin puts a refused load's sequence back from a
                        // state it saves first (llama.cpp empties it): a save
                        // and a load, as far as clause 9 goes.
-                       [&](const calls::LoadRefused& c) { wrong_rows_.put_back(c.seq); },
+                       [&](const calls::LoadRefused& c) {
+                           state_io();
+                           wrong_rows_.put_back(c.seq);
+                       },
                        [&](const calls::Truncate& c) {
                            if (c.n == 0) wrong_rows_.emptied(c.seq);
                        },
@@ -489,6 +557,8 @@ private:
         } else {
             kshift_queued_ = kshift_queued_ || moved;
         }
+        // The fixed build copies the shared cells first: as many as the sequence holds, at most.
+        if (moved && unshares_ && wrong_rows_.shares(seq)) placed_ += len;
         wrong_rows_.shifted(seq, moved);
     }
     void reload() {
@@ -498,6 +568,15 @@ private:
         unsampled_change_.clear();
         copy_queued_ = kshift_queued_ = false;  // the new context has nothing queued
         placed_ = 0;             // nor any used cell
+    }
+    // A state save or load where the release runs the pending update first
+    // (ReleaseFacts::state_io_updates): the copies and rotations are done,
+    // and the held graphs reset.
+    void state_io() {
+        if (!state_io_updates_ || !(copy_queued_ || kshift_queued_)) return;
+        previous_.reset();
+        copy_queued_ = kshift_queued_ = false;
+        wrong_rows_.decoded();
     }
     void clear_all() {  // every cell freed, the head at 0
         placed_ = 0;
@@ -579,6 +658,8 @@ private:
     bool cvec_by_layers_;  // the release's fact (ReleaseFacts::cvec_keyed_by_layers)
     bool loras_changed_ = false, cvec_changed_ = false;
     int n_ubatch_;
+    // Likewise: splits_whole_sequences, kshift_runs_whole, shift_unshares_cells, state_io_updates.
+    bool whole_seqs_, kshift_whole_, unshares_, state_io_updates_;
     std::optional<UbatchShape> previous_;
     bool previous_window_known_ = false;  // the previous graph's window was 256
     int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)

@@ -60,8 +60,11 @@ namespace kvweld::targets {
 class WrongRows {
 public:
     // keep_every_stream: the release's seq_keep clears every stream (a
-    // checked fix, docs/findings/seq-keep-other-streams.patch).
-    WrongRows(bool unified, bool keep_every_stream) : unified_(unified), keep_every_stream_(keep_every_stream) {}
+    // checked fix, docs/findings/seq-keep-other-streams.patch);
+    // shift_unshares: its seq_add copies shared cells before moving them
+    // (docs/findings/shift-copies-shared-cells.patch).
+    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares)
+        : unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares) {}
 
     // The clause a call decoding `seqs` carries (nullptr: none). A
     // sequence whose cells seq_keep left is named first: llama_decode
@@ -97,7 +100,12 @@ public:
     void shifted(int seq, bool moved) {
         if (!moved) return;
         shifted_.insert(seq);
+        if (shift_unshares_) return;  // the moved cells are its own copies: the others keep theirs
         for (int other : sharing_[seq]) mark(other, "shift-moves-shared-cells");
+    }
+    bool shares(int seq) const {
+        const auto it = sharing_.find(seq);
+        return it != sharing_.end() && !it->second.empty();
     }
     void saved(int seq, int id) {
         if (const auto it = wrong_.find(seq); it != wrong_.end()) states_[id] = it->second;
@@ -128,8 +136,7 @@ public:
     void emptied(int seq) {
         wrong_.erase(seq);
         shifted_.erase(seq);  // no cell of it is left to rotate
-        for (int other : sharing_[seq]) sharing_[other].erase(seq);
-        sharing_.erase(seq);
+        emptied_sharing(seq);
     }
     // Every sequence but one emptied by seq_keep: with one stream per
     // sequence, the others' cells stay (seq-keep-other-streams).
@@ -161,7 +168,11 @@ private:
         sharing_[a].insert(b);
         sharing_[b].insert(a);
     }
-    bool unified_, keep_every_stream_;
+    void emptied_sharing(int seq) {
+        for (int other : sharing_[seq]) sharing_[other].erase(seq);
+        sharing_.erase(seq);
+    }
+    bool unified_, keep_every_stream_, shift_unshares_;
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
     std::map<int, const char*> states_;  // saved state id -> the clause it was saved wrong under
     bool copy_queued_onto(int seq) const {
