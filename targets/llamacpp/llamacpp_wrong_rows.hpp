@@ -136,7 +136,8 @@ public:
     void emptied(int seq) {
         wrong_.erase(seq);
         shifted_.erase(seq);  // no cell of it is left to rotate
-        emptied_sharing(seq);
+        for (int other : sharing_[seq]) sharing_[other].erase(seq);
+        sharing_.erase(seq);
     }
     // Every sequence but one emptied by seq_keep: with one stream per
     // sequence, the others' cells stay (seq-keep-other-streams).
@@ -167,10 +168,6 @@ private:
         if (a == b) return;
         sharing_[a].insert(b);
         sharing_[b].insert(a);
-    }
-    void emptied_sharing(int seq) {
-        for (int other : sharing_[seq]) sharing_[other].erase(seq);
-        sharing_.erase(seq);
     }
     bool unified_, keep_every_stream_, shift_unshares_;
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
