@@ -3,8 +3,6 @@
 #include "targets/registry.hpp"
 #include "sim/jsonl.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 
 namespace kvweld::sim {
@@ -18,7 +16,7 @@ class ReproRecorder final : public Observer {
 public:
     explicit ReproRecorder(targets::ReproWriter& writer) : writer_(writer) {}
     void before_op(std::size_t index, const Op& op) override {
-        writer_.op(int(index) + 2, nlohmann::json(op).dump());  // trace line: the header is line 1
+        writer_.op(int(index) + 2);  // trace line: the header is line 1
         if (op.kind() == OpKind::abort) writer_.abort(int(op.as<ops::Abort>().after));
     }
     void before_call(const targets::MemoryCall& call) override {

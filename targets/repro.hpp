@@ -57,8 +57,8 @@ struct ReproPair {
 class ReproWriter {
 public:
     virtual ~ReproWriter() = default;
-    // Before the op on trace line `line` (its JSON text for the comment).
-    virtual void op(int line, const std::string& json) = 0;
+    // Before the op on trace line `line`.
+    virtual void op(int line) = 0;
     // A memory call or a decode the engine is given (before it answers).
     virtual void call(const MemoryCall& call) = 0;
     virtual void decode(std::span<const ReproPair> pairs) = 0;

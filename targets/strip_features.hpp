@@ -20,8 +20,8 @@ namespace kvweld::targets {
 // The features the llama.cpp reproducers' prelude and llama_compat.hpp
 // guard (a guard naming another is an Error).
 inline const std::set<std::string>& repro_features() {
-    static const std::set<std::string> all = {"LORA",  "CVEC", "SAMPLER", "EMBD",  "STATE",
-                                              "ABORT", "MOE",  "WARMUP",  "PLUGIN"};
+    static const std::set<std::string> all = {"LORA", "CVEC", "SAMPLER", "CHAIN_CLEAR", "EMBD", "STATE",
+                                              "ABORT", "MOE", "WARMUP", "REUSE", "PLUGIN"};
     return all;
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace kvweld::sim {
@@ -56,11 +57,13 @@ TEST(ReproFinding, EachTraceHasItsFindingsEntryWithAGroundTruth) {
 TEST(ReproWriter, SkippedOpsRunOnTheEngineAlone) {
     const Repro r = write_repro(kFindings + "known_findings/state_saved_before_k_shift.jsonl", "", "test");
     EXPECT_EQ(r.truth, "skip=6+7");
-    EXPECT_NE(r.source.find("live(engine_only)) save(*s, 0, 1);"), std::string::npos);
-    EXPECT_NE(r.source.find("live(engine_only)) load(*s, 0, 1, 1);"), std::string::npos);
-    EXPECT_NE(r.source.find("live(both)) expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), \"llama_memory_seq_rm\");"),
+    EXPECT_NE(r.source.find("live(engine_only, 6)) save(*s, 0, 1);"), std::string::npos);
+    EXPECT_NE(r.source.find("live(engine_only, 7)) load(*s, 0, 1, 1);"), std::string::npos);
+    EXPECT_NE(r.source.find("live(both, 5)) expect(*s, llama_memory_seq_rm(s->mem(), 0, 0, 1), \"llama_memory_seq_rm\");"),
               std::string::npos);
-    EXPECT_NE(r.source.find("live(both)) llama_memory_seq_add(s->mem(), 0, 1, -1, -1);"), std::string::npos);
+    EXPECT_NE(r.source.find("live(both, 5)) llama_memory_seq_add(s->mem(), 0, 1, -1, -1);"), std::string::npos);
+    // Each program stays short enough to read whole (issue 45: at most 200 lines).
+    EXPECT_LE(std::count(r.source.begin(), r.source.end(), '\n'), 200);
     EXPECT_EQ(r.replay.verdict, Verdict::stale_decode);
     EXPECT_LE(r.call_lines, 60);
 }

@@ -34,7 +34,9 @@
 
 #include <llama.h>
 
+#if KVWELD_USES(LORA) || KVWELD_USES(CVEC) || KVWELD_USES(PLUGIN)
 #include <cstddef>
+#endif
 
 namespace kvweld::llama_compat {
 
@@ -84,41 +86,35 @@ llama_token sampled_token(C* ctx, int32_t i) {
 #if KVWELD_USES(LORA)
 // The adapters every later decode runs with (n may be 0: none). Returns
 // llama.cpp's status (0: applied; -1 where llama.h has neither form).
+// Up to 0.3.16, one adapter per call (every release kvweld drives has one
+// of the two forms; the plugin declares LoRA only where one is: kHasLora).
 template <class C = llama_context>
 int32_t set_adapters(C* ctx, llama_adapter_lora** adapters, std::size_t n, float* scales) {
-    if constexpr (requires { llama_set_adapters_lora(ctx, adapters, n, scales); }) {
-        return llama_set_adapters_lora(ctx, adapters, n, scales);
-    } else if constexpr (requires { llama_set_adapter_lora(ctx, adapters[0], scales[0]); }) {
-        llama_clear_adapter_lora(ctx);  // up to 0.3.16: one adapter per call
-        for (std::size_t i = 0; i < n; ++i)
-            if (const int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
+    if constexpr (requires { llama_set_adapters_lora(ctx, adapters, n, scales); }) return llama_set_adapters_lora(ctx, adapters, n, scales);
+    else {
+        llama_clear_adapter_lora(ctx);
+        for (std::size_t i = 0; i < n; ++i) if (const int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
         return 0;
-    } else {
-        return -1;
     }
 }
 #endif
 
 #if KVWELD_USES(CVEC)
 // The control vector (data NULL: none), llama.cpp's layout from layer 1.
+// Up to 0.3.16 llama_apply_adapter_cvec (the same arguments).
 template <class C = llama_context>
 int32_t set_cvec(C* ctx, const float* data, std::size_t len, int32_t n_embd, int32_t il_start, int32_t il_end) {
-    if constexpr (requires { llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end); })
-        return llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
-    else if constexpr (requires { llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end); })
-        return llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
-    else
-        return -1;
+    if constexpr (requires { llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end); }) return llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
+    else return llama_apply_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
 }
 #endif
 
-// Flash attention on or off, whichever field this llama.h has.
+// Flash attention on or off, whichever field this llama.h has (the enum's
+// ENABLED is 1, DISABLED 0).
 template <class P>
-void set_flash_attn(P& params, bool on) {
-    if constexpr (requires { params.flash_attn_type; })
-        params.flash_attn_type = decltype(params.flash_attn_type)(on ? 1 : 0);  // ENABLED = 1, DISABLED = 0
-    else
-        params.flash_attn = on;
+void set_flash_attn(P& p, bool on) {
+    if constexpr (requires { p.flash_attn_type; }) p.flash_attn_type = decltype(p.flash_attn_type)(on ? 1 : 0);
+    else p.flash_attn = on;
 }
 
 #if KVWELD_USES(SAMPLER)
@@ -127,9 +123,7 @@ void set_flash_attn(P& params, bool on) {
 // two sampled rows of one sequence: a prefill asking for every row, or
 // drafts). Nothing where the release has no backend sampling.
 template <class P>
-void sample_every_output(P& params) {
-    if constexpr (requires { params.n_outputs_max_per_seq; }) params.n_outputs_max_per_seq = 0;
-}
+void sample_every_output(P& p) { if constexpr (requires { p.n_outputs_max_per_seq; }) p.n_outputs_max_per_seq = 0; }
 #endif
 
 }  // namespace kvweld::llama_compat

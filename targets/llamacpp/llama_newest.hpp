@@ -13,7 +13,9 @@
 
 #include <llama.h>
 
+#if KVWELD_USES(LORA) || KVWELD_USES(CVEC) || KVWELD_USES(PLUGIN)
 #include <cstddef>
+#endif
 
 namespace kvweld::llama_compat {
 

@@ -39,10 +39,9 @@ class LlamacppRepro final : public ReproWriter {
 public:
     explicit LlamacppRepro(ReproSetup setup) : setup_(std::move(setup)) {}
 
-    void op(int line, const std::string& json) override {
+    void op(int line) override {
         line_ = line;
         skipped_ = std::find(setup_.truth.skip.begin(), setup_.truth.skip.end(), line) != setup_.truth.skip.end();
-        ops_ += cat("    line = ", line, ";  // ", json, skipped_ ? "  (the ground truth skips it)" : "", "\n");
     }
 
     void call(const MemoryCall& call) override {
@@ -67,7 +66,7 @@ public:
                        [&](const calls::SetLive& c) {  // as the plugin's set_live
                            if (c.key == abi::kEmbeddingsKey) {
                                use("EMBD");
-                               return each(cat("set_embeddings(*s, ", c.value == "1" ? "true" : "false", ");"));
+                               return each(cat("llama_set_embeddings(s->ctx, s->embeddings = ", c.value == "1" ? "true" : "false", ");"));
                            }
                            if (c.key == abi::kCausalKey)
                                return each(cat("llama_set_causal_attn(s->ctx, ", c.value == "1" ? "true" : "false", ");"));
@@ -121,7 +120,7 @@ private:
     }
     void each(const std::string& statement) { on(skipped_ ? "engine_only" : "both", statement); }
     void on(const char* sides, const std::string& statement) {
-        ops_ += cat("    for (Side* s : live(", sides, ")) ", statement, "\n");
+        ops_ += cat("    for (Side* s : live(", sides, ", ", line_, ")) ", statement, "\n");
         ++call_lines_;
     }
     // An engine call's llama.h memory calls, as the plugin runs them (the
@@ -168,32 +167,30 @@ void LlamacppRepro::set_loras(const calls::SetLoras& c) {
         adapters += cat(adapters.empty() ? "" : ", ", "lora[", it->second, "]");
         scales += cat(scales.empty() ? "" : ", ", float_literal(use.scale));
     }
-    each(cat("expect(*s, set_adapters_lora(s->ctx, {", adapters, "}, {", scales,
-             "}) == 0, \"the LoRA adapters\");"));
+    each(cat("expect(*s, set_loras(s->ctx, {", adapters, "}, {", scales, "}) == 0, \"the LoRA adapters\");"));
 }
 
 // As the plugin's set_sampler: a new chain, one changed in place (the same
 // object refilled, not given again), or none. With the truth new-chains,
 // the ground truth sets a new chain where the engine changes one in place.
 void LlamacppRepro::set_sampler(const calls::SetSampler& c) {
-    if (!c.spec) return each(cat("clear_chain(*s, ", c.seq, ");"));
+    if (!c.spec) return use("CHAIN_CLEAR"), each(cat("clear_chain(*s, ", c.seq, ");"));
     const std::string args = cat(c.seq, ", ", c.spec->top_k, ", ", c.spec->seed, "u");
-    if (!c.in_place) return each(cat("set_chain(*s, ", args, ");"));
-    if (!setup_.truth.new_chains || skipped_) return each(cat("change_chain(*s, ", args, ");"));
-    on("engine_only", cat("change_chain(*s, ", args, ");"));
-    on("truth_only", cat("set_chain(*s, ", args, ");  // the ground truth: a new chain in its place"));
+    if (!c.in_place) return each(cat("set_chain(*s, ", args, ", false);"));
+    if (!setup_.truth.new_chains || skipped_) return each(cat("set_chain(*s, ", args, ", true);"));
+    each(cat("set_chain(*s, ", args, ", s == &engine);  // the ground truth: a new chain in its place"));
 }
 
 // llama.cpp's layout: one row per layer from 1 (layer 0's is never added).
 void LlamacppRepro::set_cvec(const calls::SetCvec& c) {
     if (!c.cvec) {
-        each("expect(*s, set_adapter_cvec(s->ctx, nullptr, 0, 0, -1, -1) == 0, \"clearing the control vector\");");
+        each("expect(*s, compat::set_cvec(s->ctx, nullptr, 0, 0, -1, -1) == 0, \"clearing the control vector\");");
         return;
     }
     const auto it = std::find(cvecs_.begin(), cvecs_.end(), c.cvec->data);
     const auto k = std::size_t(it - cvecs_.begin());
     if (it == cvecs_.end()) cvecs_.push_back(c.cvec->data);
-    each(cat("expect(*s, set_adapter_cvec(s->ctx, cvec[", k, "].data(), cvec[", k, "].size(), dims.dim, ", c.cvec->start,
+    each(cat("expect(*s, compat::set_cvec(s->ctx, cvec[", k, "].data(), cvec[", k, "].size(), dims.dim, ", c.cvec->start,
              ", ", c.cvec->end, ") == 0, \"the control vector\");"));
 }
 
@@ -247,6 +244,7 @@ std::string LlamacppRepro::finish() {
                         "    cvec.push_back(random_floats(", 2000 + k, ", uint64_t(dims.dim) * (dims.layers - 1), 0.5f));\n");
     // The two headers stripped to what the program uses, their includes once;
     // a test in llama.cpp's own tree carries the newest llama.h's calls alone.
+    if (setup_.truth.count_reuse) use("REUSE");
     const bool test = setup_.upstream_test;
     const Stripped compat = strip_features(test ? kLlamaNewestText : kLlamaCompatText, uses_),
                    prelude = strip_features(kLlamacppReproPrelude, uses_);
@@ -255,41 +253,43 @@ std::string LlamacppRepro::finish() {
     std::string includes;
     for (const std::string& line : all_includes) includes += line + "\n";
     std::string out = cat(
-        test ? cat("// A test of ", setup_.title, ", written by kvweld from its trace\n// (", setup_.command,
-                   ").\n// It writes a seeded random model (nothing downloaded) and loads it.\n")
-             : cat("// A standalone reproducer of ", setup_.title, ", written by kvweld from its\n// trace (",
-                   setup_.command, "). It uses llama.h and libllama alone:\n//   c++ -std=c++20 repro.cpp "
-                   "-I<llama.cpp>/include -L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"),
+        test ? cat("// A test of ", setup_.title, ", written by kvweld from its trace (", setup_.command,
+                   "). It writes a seeded random model (nothing downloaded) and loads it.\n")
+             : cat("// A standalone reproducer of ", setup_.title, ", written by kvweld from its trace (", setup_.command,
+                   ").\n// It uses llama.h and libllama alone: c++ -std=c++20 repro.cpp -I<llama.cpp>/include "
+                   "-L<llama.cpp>/lib -lllama -lggml -lggml-base -o repro\n"),
         "// The engine: one llama.cpp context, as a server drives it (", engine_params.empty() ? "defaults" : engine_params,
         setup_.truth.engine_params.empty() ? "" : cat("; kvweld ran the trace without ", setup_.truth.engine_params,
                                                       ", which its plugin refuses"),
-        ").\n// The ground truth: a second context of the same model (", truth_params, ")",
+        "). The ground truth: a second context of the same model (", truth_params, ")",
         setup_.truth.skip.empty() ? "" : ", which skips the ops marked so",
         setup_.truth.new_chains ? ", which sets a new sampler chain where the engine changes one in place" : "",
-        ",\n// given the same calls",
+        ", given the same calls",
         setup_.truth.count_reuse ? "; the engine must reuse its graph as often as the ground truth" : "",
-        ". Exit 1: the finding shows (the numbers are printed); 0: it does not", test ? "; 2: it could not run" : "",
+        ".\n// Exit 1: the finding shows (the numbers are printed); 0: it does not", test ? "; 2: it could not run" : "",
         ".\n\n", includes,
-        test ? "\n// ---- kvweld's llama_newest.hpp, stripped to this test: llama.h's calls by the names below ----\n"
-             : "\n// ---- kvweld's llama_compat.hpp, stripped to this program: what llama.h renamed between releases ----\n",
-        compat.text, "\n// ---- kvweld's llamacpp_repro_prelude.hpp, stripped to this program ----\n", prelude.text,
+        test ? "\n// ---- kvweld's llama_newest.hpp (llama.h's calls by the names below) and llamacpp_repro_prelude.hpp, "
+               "stripped to this test ----\n"
+             : "\n// ---- kvweld's llama_compat.hpp (what llama.h renamed between releases) and llamacpp_repro_prelude.hpp, "
+               "stripped to this program ----\n",
+        compat.text, prelude.text,
         "\nint main() {\n",
         "    const Dims dims{", m.dim, ", ", m.n_layers, ", ", m.n_heads, ", ", m.n_kv_heads, ", ", m.head_dim, ", ",
         m.ffn_dim, ", ", m.vocab, ", ", m.max_seq_len, ", ", m.n_experts, ", ", m.n_experts_used, ", ", float_literal(m.rope_theta),
         ", ", float_literal(m.norm_eps), "};\n",
         "    llama_model* model = start(dims);\n    if (!model) return 2;\n", adapters,
-        "    Side engine, truth;\n",
-        "    engine.ctx = open_context(model, ", settings_text(engine_params), ");\n",
-        "    truth.ctx = open_context(model, ", settings_text(truth_params), ");\n",
+        "    Side engine{open_context(model, ", settings_text(engine_params), ")};\n",
+        "    Side truth{open_context(model, ", settings_text(truth_params), ")};\n",
         "    if (!engine.ctx || !truth.ctx) return 2;\n",
         "    const std::vector<Side*> both{&engine, &truth}",
-        ops_.find("live(engine_only)") != std::string::npos ? ", engine_only{&engine}" : "",
-        ops_.find("live(truth_only)") != std::string::npos ? ", truth_only{&truth}" : "", ";\n",
+        ops_.find("live(engine_only,") != std::string::npos ? ", engine_only{&engine}" : "",
+        ";\n",
         uses_.count("ABORT") ? "    for (Side* s : both) llama_set_abort_callback(s->ctx, abort_check, s);\n" : "", ops_,
-        "    const int verdict = report(engine, truth, ", setup_.truth.count_reuse ? "true" : "false", ", 1e-3);\n",
-        "    llama_free(engine.ctx);\n    llama_free(truth.ctx);\n",
-        uses_.count("SAMPLER") ? "    free_chains(engine);\n    free_chains(truth);\n" : "", lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
-        "    llama_model_free(model);\n    remove_files();\n    return verdict;\n}\n");
+        "    const int verdict = report(engine, truth, 1e-3);\n",
+        "    for (Side* s : both) llama_free(s->ctx);\n",
+        uses_.count("SAMPLER") ? "    for (Side* s : both) for (llama_sampler* chain : s->chains) llama_sampler_free(chain);\n" : "",
+        lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
+        "    llama_model_free(model);\n    std::filesystem::remove_all(dir);\n    return verdict;\n}\n");
     return out;
 }
 
