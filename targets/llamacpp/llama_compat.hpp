@@ -34,8 +34,11 @@
 
 #include <llama.h>
 
-#if KVWELD_USES(LORA) || KVWELD_USES(CVEC) || KVWELD_USES(PLUGIN)
+#if KVWELD_USES(CVEC) || KVWELD_USES(PLUGIN)
 #include <cstddef>
+#endif
+#if KVWELD_USES(LORA)
+#include <vector>
 #endif
 
 namespace kvweld::llama_compat {
@@ -84,17 +87,18 @@ llama_token sampled_token(C* ctx, int32_t i) {
 #endif
 
 #if KVWELD_USES(LORA)
-// The adapters every later decode runs with (n may be 0: none). Returns
-// llama.cpp's status (0: applied; -1 where llama.h has neither form).
-// Up to 0.3.16, one adapter per call (every release kvweld drives has one
-// of the two forms; the plugin declares LoRA only where one is: kHasLora).
+// The adapters every later decode runs with (none: empty), with their
+// scales. Returns llama.cpp's status (0: applied). Up to 0.3.16, one
+// adapter per call (every release kvweld drives has one of the two forms;
+// the plugin declares LoRA only where one is: kHasLora).
 template <class C = llama_context>
-int32_t set_adapters(C* ctx, llama_adapter_lora** adapters, std::size_t n, float* scales) {
-    if constexpr (requires { llama_set_adapters_lora(ctx, adapters, n, scales); }) return llama_set_adapters_lora(ctx, adapters, n, scales);
-    else {
-        llama_clear_adapter_lora(ctx);
-        for (std::size_t i = 0; i < n; ++i) if (const int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
-        return 0;
+int32_t set_adapters(C* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
+    if constexpr (requires { llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data()); }) {
+        return llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data());
+    } else {
+        int32_t rc = (llama_clear_adapter_lora(ctx), 0);
+        for (size_t i = 0; i < adapters.size() && rc == 0; ++i) rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]);
+        return rc;
     }
 }
 #endif

@@ -13,15 +13,18 @@
 
 #include <llama.h>
 
-#if KVWELD_USES(LORA) || KVWELD_USES(CVEC) || KVWELD_USES(PLUGIN)
+#if KVWELD_USES(CVEC) || KVWELD_USES(PLUGIN)
 #include <cstddef>
+#endif
+#if KVWELD_USES(LORA)
+#include <vector>
 #endif
 
 namespace kvweld::llama_compat {
 
 #if KVWELD_USES(LORA)
-inline int32_t set_adapters(llama_context* ctx, llama_adapter_lora** adapters, std::size_t n, float* scales) {
-    return llama_set_adapters_lora(ctx, adapters, n, scales);
+inline int32_t set_adapters(llama_context* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
+    return llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data());
 }
 #endif
 

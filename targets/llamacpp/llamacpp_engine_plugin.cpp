@@ -726,8 +726,7 @@ void apply_adapters(kvweld_engine* e, llama_context* ctx, std::vector<llama_adap
     if (e->n_threads > 0) llama_set_n_threads(ctx, e->n_threads, e->n_threads);
     llama_set_embeddings(ctx, e->embeddings);
     llama_set_causal_attn(ctx, e->causal);
-    require(kvweld::llama_compat::set_adapters(ctx, loras.empty() ? nullptr : loras.data(), loras.size(),
-                                               loras.empty() ? nullptr : e->lora_scales.data()) == 0,
+    require(kvweld::llama_compat::set_adapters(ctx, loras, e->lora_scales) == 0,
             "llama.cpp refused the LoRA adapters");
     const int32_t n_embd = llama_model_n_embd(e->model);
     require(kvweld::llama_compat::set_cvec(ctx, e->cvec.empty() ? nullptr : e->cvec.data(), e->cvec.size(), n_embd,
@@ -743,8 +742,7 @@ int set_loras(kvweld_engine* e, const char* const* paths, const float* scales, i
         e->lora_paths = std::move(named);
         if (keep) return;
         e->lora_scales.assign(scales, scales + n);
-        require(kvweld::llama_compat::set_adapters(e->ctx, loaded.empty() ? nullptr : loaded.data(), loaded.size(),
-                                                   loaded.empty() ? nullptr : e->lora_scales.data()) == 0,
+        require(kvweld::llama_compat::set_adapters(e->ctx, loaded, e->lora_scales) == 0,
                 "llama.cpp refused the LoRA adapters");
     });
 }

@@ -167,7 +167,7 @@ void LlamacppRepro::set_loras(const calls::SetLoras& c) {
         adapters += cat(adapters.empty() ? "" : ", ", "lora[", it->second, "]");
         scales += cat(scales.empty() ? "" : ", ", float_literal(use.scale));
     }
-    each(cat("expect(*s, set_loras(s->ctx, {", adapters, "}, {", scales, "}) == 0, \"the LoRA adapters\");"));
+    each(cat("expect(*s, compat::set_adapters(s->ctx, {", adapters, "}, {", scales, "}) == 0, \"the LoRA adapters\");"));
 }
 
 // As the plugin's set_sampler: a new chain, one changed in place (the same
@@ -225,6 +225,7 @@ std::string LlamacppRepro::finish() {
     };
     const std::string engine_params = merged(setup_.params, setup_.truth.engine_params);
     const std::string truth_params = merged(setup_.params, setup_.truth.params);
+    // The LoRA adapters are freed with the model (llama.h, llama_adapter_lora_free).
     std::string adapters;
     if (!lora_shapes_.empty()) {
         std::string matrices;
@@ -233,11 +234,13 @@ std::string LlamacppRepro::finish() {
                 const auto [n_out, n_in] = lora_shape(m, LoraTarget(t));
                 matrices += cat(matrices.empty() ? "" : ", ", "{\"", to_string(LoraTarget(t)), "\", ", n_out, ", ", n_in, "}");
             }
-        adapters += cat("    std::vector<llama_adapter_lora*> lora;  // the trace's LoRA adapters, each generated here\n");
+        std::string loaded;
         for (std::size_t k = 0; k < lora_shapes_.size(); ++k)
-            adapters += cat("    if (!write_lora(dir + \"/lora", k, ".gguf\", dims, ", 1000 + k, ", ", lora_shapes_[k].first,
-                            ", ", float_literal(lora_shapes_[k].second), ", {", matrices, "})) return 2;\n", "    lora.push_back(",
-                            "llama_adapter_lora_init(model, (dir + \"/lora", k, ".gguf\").c_str()));\n");
+            loaded += cat(k ? ", " : "", "load_lora(model, dims, ", 1000 + k, ", ", lora_shapes_[k].first, ", ",
+                          float_literal(lora_shapes_[k].second), ", {", matrices, "})");
+        adapters += cat("    const std::vector<llama_adapter_lora*> lora{", loaded,
+                        "};  // the trace's LoRA adapters, each generated here\n",
+                        "    if (std::count(lora.begin(), lora.end(), nullptr)) return 2;\n");
     }
     for (std::size_t k = 0; k < cvecs_.size(); ++k)
         adapters += cat(k == 0 ? "    std::vector<std::vector<float>> cvec;  // the trace's control vectors, each generated here\n" : "",
@@ -288,7 +291,6 @@ std::string LlamacppRepro::finish() {
         "    const int verdict = report(engine, truth, 1e-3);\n",
         "    for (Side* s : both) llama_free(s->ctx);\n",
         uses_.count("SAMPLER") ? "    for (Side* s : both) for (llama_sampler* chain : s->chains) llama_sampler_free(chain);\n" : "",
-        lora_shapes_.empty() ? "" : "    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);\n",
         "    llama_model_free(model);\n    std::filesystem::remove_all(dir);\n    return verdict;\n}\n");
     return out;
 }

@@ -118,24 +118,21 @@ inline bool write_model(const std::string& path, const Dims& d) {
 }
 
 #if KVWELD_USES(LORA)
-// A LoRA adapter of `rank` on each named matrix of every layer.
+// A LoRA adapter of `rank` on each named matrix of every layer, written and
+// loaded (nullptr: it did not load).
 struct LoraMatrix { const char* name; int64_t n_out, n_in; };
-inline bool write_lora(const std::string& path, const Dims& d, uint64_t seed, int rank, float alpha, const std::vector<LoraMatrix>& matrices) {
+inline llama_adapter_lora* load_lora(llama_model* model, const Dims& d, uint64_t seed, int rank, float alpha, const std::vector<LoraMatrix>& matrices) {
     Gguf a;
     a.seed = seed;
-    for (const auto& [k, v] : {std::pair{"general.architecture", "llama"}, {"general.type", "adapter"}, {"adapter.type", "lora"}})
-        gguf_set_val_str(a.g, k, v);
+    for (const auto& [k, v] : {std::pair{"general.architecture", "llama"}, {"general.type", "adapter"}, {"adapter.type", "lora"}}) gguf_set_val_str(a.g, k, v);
     gguf_set_val_f32(a.g, "adapter.lora.alpha", alpha);
     for (int l = 0; l < d.layers; ++l)
         for (const LoraMatrix& m : matrices) {
             const std::string name = "blk." + std::to_string(l) + "." + m.name + ".weight.lora_";
             a.tensor(name + "a", {m.n_in, rank}), a.tensor(name + "b", {rank, m.n_out});
         }
-    return a.write(path);
-}
-
-inline int32_t set_loras(llama_context* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
-    return compat::set_adapters(ctx, adapters.data(), adapters.size(), scales.data());
+    // One file for every adapter: each is read whole before the next is written.
+    return a.write(dir + "/lora.gguf") ? llama_adapter_lora_init(model, (dir + "/lora.gguf").c_str()) : nullptr;
 }
 #endif
 
