@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
-#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,12 +19,13 @@
 // ---- kvweld's llama_compat.hpp (what llama.h renamed between releases) and llamacpp_repro_prelude.hpp, stripped to this program ----
 namespace kvweld::llama_compat {
 template <class C = llama_context>
-int32_t set_adapters(C* ctx, llama_adapter_lora** adapters, std::size_t n, float* scales) {
-    if constexpr (requires { llama_set_adapters_lora(ctx, adapters, n, scales); }) return llama_set_adapters_lora(ctx, adapters, n, scales);
-    else {
-        llama_clear_adapter_lora(ctx);
-        for (std::size_t i = 0; i < n; ++i) if (const int32_t rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]); rc != 0) return rc;
-        return 0;
+int32_t set_adapters(C* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
+    if constexpr (requires { llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data()); }) {
+        return llama_set_adapters_lora(ctx, adapters.data(), adapters.size(), scales.data());
+    } else {
+        int32_t rc = (llama_clear_adapter_lora(ctx), 0);
+        for (size_t i = 0; i < adapters.size() && rc == 0; ++i) rc = llama_set_adapter_lora(ctx, adapters[i], scales[i]);
+        return rc;
     }
 }
 template <class P>
@@ -86,21 +86,17 @@ inline bool write_model(const std::string& path, const Dims& d) {
     return m.write(path);
 }
 struct LoraMatrix { const char* name; int64_t n_out, n_in; };
-inline bool write_lora(const std::string& path, const Dims& d, uint64_t seed, int rank, float alpha, const std::vector<LoraMatrix>& matrices) {
+inline llama_adapter_lora* load_lora(llama_model* model, const Dims& d, uint64_t seed, int rank, float alpha, const std::vector<LoraMatrix>& matrices) {
     Gguf a;
     a.seed = seed;
-    for (const auto& [k, v] : {std::pair{"general.architecture", "llama"}, {"general.type", "adapter"}, {"adapter.type", "lora"}})
-        gguf_set_val_str(a.g, k, v);
+    for (const auto& [k, v] : {std::pair{"general.architecture", "llama"}, {"general.type", "adapter"}, {"adapter.type", "lora"}}) gguf_set_val_str(a.g, k, v);
     gguf_set_val_f32(a.g, "adapter.lora.alpha", alpha);
     for (int l = 0; l < d.layers; ++l)
         for (const LoraMatrix& m : matrices) {
             const std::string name = "blk." + std::to_string(l) + "." + m.name + ".weight.lora_";
             a.tensor(name + "a", {m.n_in, rank}), a.tensor(name + "b", {rank, m.n_out});
         }
-    return a.write(path);
-}
-inline int32_t set_loras(llama_context* ctx, std::vector<llama_adapter_lora*> adapters, std::vector<float> scales) {
-    return compat::set_adapters(ctx, adapters.data(), adapters.size(), scales.data());
+    return a.write(dir + "/lora.gguf") ? llama_adapter_lora_init(model, (dir + "/lora.gguf").c_str()) : nullptr;
 }
 
 // ---- The engine as a server runs it, and its ground truth: two contexts of one model ----
@@ -184,9 +180,8 @@ int main() {
     const Dims dims{16, 2, 2, 1, 8, 32, 16, 32, 0, 0, 10000.0f, 9.99999975e-06f};
     llama_model* model = start(dims);
     if (!model) return 2;
-    std::vector<llama_adapter_lora*> lora;  // the trace's LoRA adapters, each generated here
-    if (!write_lora(dir + "/lora0.gguf", dims, 1000, 2, 2.0f, {{"attn_q", 16, 16}, {"attn_v", 8, 16}, {"ffn_down", 16, 32}})) return 2;
-    lora.push_back(llama_adapter_lora_init(model, (dir + "/lora0.gguf").c_str()));
+    const std::vector<llama_adapter_lora*> lora{load_lora(model, dims, 1000, 2, 2.0f, {{"attn_q", 16, 16}, {"attn_v", 8, 16}, {"ffn_down", 16, 32}})};  // the trace's LoRA adapters, each generated here
+    if (std::count(lora.begin(), lora.end(), nullptr)) return 2;
     Side engine{open_context(model, 8, 11, false, true, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED)};
     Side truth{open_context(model, 8, 11, false, false, 1.0f, 512, LLAMA_POOLING_TYPE_UNSPECIFIED)};
     if (!engine.ctx || !truth.ctx) return 2;
@@ -195,11 +190,10 @@ int main() {
     for (Side* s : live(both, 3)) llama_memory_seq_rm(s->mem(), 1, -1, -1);
     for (Side* s : live(both, 4)) llama_memory_seq_rm(s->mem(), 8, -1, -1);
     for (Side* s : live(both, 5)) decode(*s, {{8, 0, 0, 1}});
-    for (Side* s : live(both, 6)) expect(*s, set_loras(s->ctx, {lora[0]}, {0.5f}) == 0, "the LoRA adapters");
+    for (Side* s : live(both, 6)) expect(*s, compat::set_adapters(s->ctx, {lora[0]}, {0.5f}) == 0, "the LoRA adapters");
     for (Side* s : live(both, 7)) decode(*s, {{8, 0, 1, 1}});
     const int verdict = report(engine, truth, 1e-3);
     for (Side* s : both) llama_free(s->ctx);
-    for (llama_adapter_lora* a : lora) llama_adapter_lora_free(a);
     llama_model_free(model);
     std::filesystem::remove_all(dir);
     return verdict;
