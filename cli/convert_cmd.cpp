@@ -17,16 +17,19 @@ struct ConvertArgs {
     std::string input, output;
     std::string config;
     std::uint64_t seed = 1;
+    std::string vocab = "none";
 };
 
 int run_convert(const ConvertArgs& a) {
     require(!a.output.empty(), "convert: no output file given");
     require(a.input.empty() != a.config.empty(), "convert: give either a checkpoint or --config (a random model)");
+    require(a.vocab == "none" || !a.output.ends_with(".bin"), "convert: --vocab ", a.vocab,
+            ": a llama2.c checkpoint carries no vocabulary (give a .gguf OUTPUT)");
     const Model model = a.config.empty() ? load_llama2c(a.input) : Model::random(config_by_name(a.config), a.seed);
     if (a.output.ends_with(".bin"))
         save_llama2c(model, a.output);
     else
-        save_gguf(model, a.output);
+        save_gguf(model, a.output, a.vocab == "test" ? Vocab::test : Vocab::none);
     std::printf("convert: %s -> %s (%s)\n", a.config.empty() ? a.input.c_str() : cat("random ", a.config, " seed ", a.seed).c_str(),
                 a.output.c_str(), model.config().describe().c_str());
     return 0;
@@ -37,13 +40,19 @@ int run_convert(const ConvertArgs& a) {
 void add_convert_command(CLI::App& app, std::function<int()>& action) {
     auto args = std::make_shared<ConvertArgs>();
     CLI::App* cmd = app.add_subcommand(
-        "convert", "Write a model as GGUF for llama.cpp (llama family, F32, no vocabulary): "
+        "convert", "Write a model as GGUF for llama.cpp (llama family, F32, no vocabulary unless --vocab test): "
                    "kvweld convert model.bin out.gguf, or kvweld convert --config NAME --seed S out.gguf; "
                    "an OUTPUT ending in .bin is written as a llama2.c checkpoint instead");
     cmd->add_option("INPUT", args->input, "a llama2.c checkpoint (omit with --config)");
     cmd->add_option("OUTPUT", args->output, "the file to write: GGUF, or a llama2.c checkpoint if it ends in .bin");
     cmd->add_option("--config", args->config, cat("a seeded random model of these dims: ", preset_names()));
     cmd->add_option("--seed", args->seed, "weight seed with --config")->capture_default_str()->check(seed_validator());
+    cmd->add_option("--vocab", args->vocab,
+                    "none: every llama.cpp release loads it, but generating a token aborts llama.cpp; test: llama.cpp's "
+                    "dummy tokenizer (token text is its id in hex), which llama-server generates with; b11434 and "
+                    "0.3.36 load it, 0.3.16 refuses it")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"none", "test"}));
     cmd->callback([args, &action] {
         // One positional means OUTPUT (with --config); two mean INPUT OUTPUT.
         if (args->output.empty()) std::swap(args->input, args->output);

@@ -1,5 +1,6 @@
 #include "engine/gguf.hpp"
 
+#include "util/cat.hpp"
 #include "util/error.hpp"
 #include "util/file_bytes.hpp"
 #include "engine/gguf_layout.hpp"
@@ -57,9 +58,21 @@ void kv_str(Writer& w, std::string_view key, std::string_view v) {
     w.str(v);
 }
 
-// The model's key-value pairs (12, and 2 more for an MoE model).
-std::uint64_t model_kv_count(const ModelConfig& c) { return c.moe() ? 14 : 12; }
-void model_kvs(Writer& w, const ModelConfig& c) {
+// An array of `n` values of GGUF type `type`, each written by `each(i)`.
+template <class Each>
+void kv_array(Writer& w, std::string_view key, std::uint32_t type, std::size_t n, Each&& each) {
+    w.str(key);
+    w.pod<std::uint32_t>(gguf::array);
+    w.pod<std::uint32_t>(type);
+    w.pod<std::uint64_t>(n);
+    for (std::size_t i = 0; i < n; ++i) each(i);
+}
+
+// The model's key-value pairs (12, 2 more for an MoE model, 2 more for a vocabulary's tokens and scores).
+std::uint64_t model_kv_count(const ModelConfig& c, Vocab vocab) {
+    return 12 + (c.moe() ? 2 : 0) + (vocab == Vocab::test ? 2 : 0);
+}
+void model_kvs(Writer& w, const ModelConfig& c, Vocab vocab) {
     kv_str(w, "general.architecture", "llama");
     kv_u32(w, "llama.vocab_size", std::uint32_t(c.vocab));
     kv_u32(w, "llama.context_length", std::uint32_t(c.max_seq_len));
@@ -71,7 +84,14 @@ void model_kvs(Writer& w, const ModelConfig& c) {
     kv_u32(w, "llama.rope.dimension_count", std::uint32_t(c.head_dim));
     kv_f32(w, "llama.attention.layer_norm_rms_epsilon", c.norm_eps);
     kv_f32(w, "llama.rope.freq_base", c.rope_theta);
-    kv_str(w, "tokenizer.ggml.model", "none");
+    switch (vocab) {
+        case Vocab::none: kv_str(w, "tokenizer.ggml.model", "none"); break;
+        case Vocab::test:
+            kv_str(w, "tokenizer.ggml.model", "test");
+            kv_array(w, "tokenizer.ggml.tokens", gguf::string, std::size_t(c.vocab), [&](std::size_t i) { w.str(cat("tok_", i)); });
+            kv_array(w, "tokenizer.ggml.scores", gguf::f32, std::size_t(c.vocab), [&](std::size_t) { w.pod(0.0f); });
+            break;
+    }
     if (c.moe()) {
         kv_u32(w, "llama.expert_count", std::uint32_t(c.n_experts));
         kv_u32(w, "llama.expert_used_count", std::uint32_t(c.n_experts_used));
@@ -112,13 +132,15 @@ void require_llama(const ModelConfig& c, const char* what) {
 
 }  // namespace
 
-std::vector<std::byte> serialize_gguf(const Model& model) {
+std::vector<std::byte> serialize_gguf(const Model& model, Vocab vocab) {
     require_llama(model.config(), "GGUF export");
-    return gguf_file(model_kv_count(model.config()), [&](Writer& w) { model_kvs(w, model.config()); },
+    return gguf_file(model_kv_count(model.config(), vocab), [&](Writer& w) { model_kvs(w, model.config(), vocab); },
                      gguf::model_tensors(model));
 }
 
-void save_gguf(const Model& model, const std::string& path) { write_file(path, serialize_gguf(model), "GGUF"); }
+void save_gguf(const Model& model, const std::string& path, Vocab vocab) {
+    write_file(path, serialize_gguf(model, vocab), "GGUF");
+}
 
 // llama.cpp's adapter GGUF (llama-adapter.cpp, llama_adapter_lora_init):
 // per adapted matrix "<tensor>.lora_a" with ggml ne {n_in, r} and

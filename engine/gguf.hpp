@@ -2,7 +2,7 @@
 // `llama` architecture, F32 tensors in llama2.c's layout (no q/k
 // permutation: kvweld's RoPE rotates adjacent pairs, as llama.cpp's `llama`
 // architecture does), and no vocabulary (`tokenizer.ggml.model = "none"`
-// with `llama.vocab_size`). The harness computes its reference from the same
+// with `llama.vocab_size`) or llama.cpp's dummy test one (Vocab below). The harness computes its reference from the same
 // weights. Only the llama family: llama.cpp's qwen3 rotates half-split
 // pairs, so a qwen3 model is an Error naming that.
 #pragma once
@@ -18,8 +18,15 @@
 
 namespace kvweld {
 
-std::vector<std::byte> serialize_gguf(const Model& model);
-void save_gguf(const Model& model, const std::string& path);
+// The vocabulary a model file carries: none (tokenizer.ggml.model "none",
+// which every release loads, but a generated token aborts llama.cpp at its
+// first detokenization), or llama.cpp's dummy "test" tokenizer
+// (LLAMA_VOCAB_TYPE_TEST: one token "tok_<id>" per id, text is the id in
+// hex; no BOS or EOS), which llama-server generates with; b11434 and
+// 0.3.36 load it, 0.3.16 refuses it ("unknown tokenizer: 'test'").
+enum class Vocab { none, test };
+std::vector<std::byte> serialize_gguf(const Model& model, Vocab vocab = Vocab::none);
+void save_gguf(const Model& model, const std::string& path, Vocab vocab = Vocab::none);
 // A LoRA adapter as llama.cpp's adapter GGUF (general.type "adapter").
 std::vector<std::byte> serialize_gguf_lora(const LoraAdapter& adapter);
 

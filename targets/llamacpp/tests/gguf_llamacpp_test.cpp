@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <llama.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -104,6 +105,37 @@ TEST_F(LlamaCpp, DifferentWeightsAreToldApart) {
     const double err = worst_error(exported, other, 16, 3);
     std::printf("1%% change of one matrix: worst logit_error %.3g\n", err);
     EXPECT_GT(err, 10 * kTolerance);
+}
+
+// With llama.cpp's dummy test vocabulary (Vocab::test) the file loads with
+// one token per id and a token's text is its id in hex (what llama-server
+// returns for a generated token), with no BOS to add; kvweld reads the file
+// back to the same weights. The other half: without it there is no vocabulary.
+TEST_F(LlamaCpp, TestVocabularyLoadsAndDetokenizes) {
+    const Model model = Model::random(config_by_name("tiny"), 8);
+    for (const Vocab vocab : {Vocab::test, Vocab::none}) {
+        const bool test = vocab == Vocab::test;
+        const std::string path =
+            (std::filesystem::temp_directory_path() / ("kvweld-vocab-" + std::to_string(::getpid()) + ".gguf")).string();
+        save_gguf(model, path, vocab);
+        llama_model_params mp = llama_model_default_params();
+        mp.n_gpu_layers = 0;
+        std::unique_ptr<llama_model, ModelDeleter> lm(llama_model_load_from_file(path.c_str(), mp));
+        const Model back = load_gguf(path);
+        std::filesystem::remove(path);
+        ASSERT_NE(lm, nullptr) << "llama.cpp refused the GGUF file (test vocabulary " << test << ")";
+        const llama_vocab* v = llama_model_get_vocab(lm.get());
+        EXPECT_EQ(llama_vocab_type(v), test ? LLAMA_VOCAB_TYPE_TEST : LLAMA_VOCAB_TYPE_NONE);
+        EXPECT_EQ(llama_vocab_n_tokens(v), model.config().vocab);
+        EXPECT_EQ(llama_vocab_bos(v), LLAMA_TOKEN_NULL);
+        if (test) {
+            char piece[16];
+            const int n = llama_token_to_piece(v, 26, piece, sizeof piece, 0, false);
+            EXPECT_EQ(std::string(piece, std::size_t(std::max(n, 0))), "1a");
+        }
+        const auto a = model.all_weights(), b = back.all_weights();
+        EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << "test vocabulary " << test;
+    }
 }
 
 }  // namespace
