@@ -1,0 +1,121 @@
+#include "targets/llamaserver/server_process.hpp"
+
+#include "targets/llamaserver/http.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+extern char** environ;
+
+namespace kvweld::targets::llamaserver {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(20);
+
+// The port of llama-server's "listening on http://127.0.0.1:PORT" line (0: not yet).
+int port_in_log(const std::string& log) {
+    std::ifstream in(log);
+    const std::string marker = "listening on http://127.0.0.1:";
+    for (std::string line; std::getline(in, line);)
+        if (const auto at = line.find(marker); at != std::string::npos) return std::atoi(line.c_str() + at + marker.size());
+    return 0;
+}
+
+std::string describe(int status) {
+    if (WIFSIGNALED(status)) return cat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+    return cat("exit ", WEXITSTATUS(status));
+}
+
+}  // namespace
+
+ServerProcess::ServerProcess(ServerSetup setup) : setup_(std::move(setup)) {
+    const int log = ::open(setup_.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    require(log >= 0, "llama-server: cannot write its log ", setup_.log, ": ", std::strerror(errno));
+    std::vector<std::string> words = {setup_.binary, "-m", setup_.model, "--host", "127.0.0.1", "--port", "0"};
+    words.insert(words.end(), setup_.args.begin(), setup_.args.end());
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, log, 1);
+    posix_spawn_file_actions_adddup2(&actions, log, 2);
+    const int rc = ::posix_spawn(&pid_, setup_.binary.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(log);
+    if (rc != 0) pid_ = -1;
+    require(rc == 0, "llama-server: cannot start ", setup_.binary, ": ", std::strerror(rc));
+    try {
+        await_health();
+    } catch (const Error& e) {
+        // Nothing is left running, and the log says why.
+        stop(1);
+        throw Error(cat(e.what(), "; the last lines of its log (", setup_.log, "):\n", log_tail(8)));
+    }
+}
+
+void ServerProcess::await_health() {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(long(setup_.start_timeout_s * 1000));
+    while (true) {
+        // running() first: it keeps the wait status the message names.
+        const bool alive = running();
+        require(alive, "llama-server (", setup_.binary, ") ended while starting (", describe(status_), ")");
+        if (port_ == 0) port_ = port_in_log(setup_.log);
+        // 503 while it loads the model; 200 once it serves.
+        if (port_ != 0 && http_request(port_, "GET", "/health", "", 5).status == 200) return;
+        require(Clock::now() < deadline, "llama-server (", setup_.binary, ") gave no answer to /health within ",
+                setup_.start_timeout_s, " s", port_ == 0 ? " (no port in its log)" : "");
+        std::this_thread::sleep_for(kPoll);
+    }
+}
+
+ServerProcess::~ServerProcess() { stop(); }
+
+bool ServerProcess::running() {
+    if (pid_ < 0) return false;
+    int status = 0;
+    const pid_t got = ::waitpid(pid_, &status, WNOHANG);
+    if (got == 0) return true;
+    if (got == pid_) status_ = status;
+    pid_ = -1;
+    return false;
+}
+
+void ServerProcess::stop(double grace_s) {
+    if (!running()) return;
+    ::kill(pid_, SIGTERM);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(long(grace_s * 1000));
+    while (running() && Clock::now() < deadline) std::this_thread::sleep_for(kPoll);
+    if (!running()) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    status_ = status;
+    pid_ = -1;
+}
+
+std::string ServerProcess::log_tail(int lines) const {
+    std::ifstream in(setup_.log);
+    std::vector<std::string> all;
+    for (std::string line; std::getline(in, line);) all.push_back(line);
+    std::string out;
+    for (std::size_t i = all.size() > std::size_t(lines) ? all.size() - std::size_t(lines) : 0; i < all.size(); ++i)
+        out += all[i] + "\n";
+    return out;
+}
+
+}  // namespace kvweld::targets::llamaserver
