@@ -26,6 +26,7 @@ namespace kvweld::cli {
 void add_decode_command(CLI::App& app, std::function<int()>& action);
 void add_convert_command(CLI::App& app, std::function<int()>& action);
 void add_forward_command(CLI::App& app, std::function<int()>& action);
+void add_server_check_command(CLI::App& app, std::function<int()>& action);
 void add_sim_commands(CLI::App& app, std::function<int()>& action);
 void add_swarm_command(CLI::App& app, std::function<int()>& action);
 void add_merge_command(CLI::App& app, std::function<int()>& action);
