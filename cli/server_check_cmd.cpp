@@ -22,9 +22,11 @@ int run_server_check(const sim::ServerCheckConfig& given) {
     sim::ServerCheckConfig c = given;
     if (c.work_dir.empty())
         c.work_dir = (std::filesystem::temp_directory_path() / cat("kvweld-server-check-", ::getpid())).string();
-    std::printf("server-check: seed %llu, %d requests to %s on a random %s model (test vocabulary), one slot, no "
-                "host-RAM cache\n",
-                static_cast<unsigned long long>(c.seed), c.requests, c.server.c_str(), c.preset.c_str());
+    std::printf("server-check: seed %llu, %d requests to %s (%s, no host-RAM cache) on a random %s model (test "
+                "vocabulary)\n",
+                static_cast<unsigned long long>(c.seed), c.requests, c.server.c_str(),
+                sim::server_check_settings(c.seed).c_str(), c.preset.c_str());
+    std::fflush(stdout);
     const sim::ServerCheckResult r = sim::server_check(c);
     std::printf("logprobs: %d generated tokens judged against kvweld's reference forward, max |logprob - reference| "
                 "%.3g (tolerance 1e-4)\n", r.tokens, r.worst_logprob);
@@ -47,9 +49,9 @@ int run_server_check(const sim::ServerCheckConfig& given) {
 void add_server_check_command(CLI::App& app, std::function<int()>& action) {
     auto c = std::make_shared<sim::ServerCheckConfig>();
     CLI::App* cmd = app.add_subcommand(
-        "server-check", "Seeded completions (multi-turn chats, few-shot prompts, fresh ones) to a llama-server kvweld "
-                        "starts on 127.0.0.1 with one slot, each answer's log probabilities judged against kvweld's "
-                        "reference forward and its cache_n against what the slot held. Exit 0 pass, 1 a failure, 2 "
+        "server-check", "Seeded completions (multi-turn chats, agents' edits, few-shot prompts, fresh ones) to a "
+                        "llama-server kvweld starts on 127.0.0.1, each answer's log probabilities judged against kvweld's "
+                        "reference forward and its cache_n against what its slot held; the server's slots, unified KV and chunk reuse are drawn from the seed. Exit 0 pass, 1 a failure, 2 "
                         "bad input or a server that failed");
     cmd->add_option("--server", c->server, "the llama-server binary")->required();
     cmd->add_option("--config", c->preset, cat("the random model's dims: ", preset_names()))->capture_default_str();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 
@@ -37,30 +38,46 @@ std::string list(const std::vector<int>& v) {
     return out;
 }
 
-// The seed's requests: a multi-turn chat (the last prompt, its answer and a
-// few new tokens), a few-shot prompt (a prefix every such prompt shares, a
-// new tail) or a fresh one; 1 to 6 tokens generated.
+// The seed's requests, each pinned to a slot: a multi-turn chat (the
+// slot's last prompt, its answer, a few new tokens), an agent's edit (the
+// slot's last prompt with a few tokens cut from its middle, a new tail), a
+// few-shot prompt (a prefix every such prompt shares, a new tail) or a
+// fresh one; 1 to 6 tokens generated.
 class RequestDraw {
 public:
-    RequestDraw(std::uint64_t seed, int vocab, int max_len) : rng_(seed ^ 0x5e5e5e5eULL), vocab_(vocab), max_len_(max_len) {
+    RequestDraw(std::uint64_t seed, int vocab, int max_len, int slots)
+        : rng_(seed ^ 0x5e5e5e5eULL), vocab_(vocab), max_len_(max_len), last_(std::size_t(slots)) {
         shared_ = tokens(16);
     }
-    std::pair<std::vector<int>, int> next(const std::vector<int>& last_prompt, const std::vector<int>& last_answer) {
-        const int n_predict = int(rng_.range(1, 6));
+    struct Request {
+        int slot, n_predict;
         std::vector<int> prompt;
-        switch (rng_.below(3)) {
+    };
+    Request next() {
+        Request r{int(rng_.below(last_.size())), int(rng_.range(1, 6)), {}};
+        const auto& [prompt, answer] = last_[std::size_t(r.slot)];
+        switch (rng_.below(4)) {
             case 0:
-                prompt = last_prompt;
-                prompt.insert(prompt.end(), last_answer.begin(), last_answer.end());
-                append(prompt, int(rng_.range(1, 4)));
+                r.prompt = prompt;
+                r.prompt.insert(r.prompt.end(), answer.begin(), answer.end());
+                append(r.prompt, int(rng_.range(1, 4)));
                 break;
-            case 1: prompt = shared_, append(prompt, int(rng_.range(2, 8))); break;
-            default: prompt = tokens(int(rng_.range(4, 16))); break;
+            case 1:
+                r.prompt = prompt;
+                if (r.prompt.size() > 8) {
+                    const auto at = r.prompt.begin() + std::ptrdiff_t(rng_.range(2, std::int64_t(r.prompt.size()) - 4));
+                    r.prompt.erase(at, at + std::ptrdiff_t(rng_.range(1, 3)));
+                }
+                append(r.prompt, int(rng_.range(1, 4)));
+                break;
+            case 2: r.prompt = shared_, append(r.prompt, int(rng_.range(2, 8))); break;
+            default: r.prompt = tokens(int(rng_.range(4, 16))); break;
         }
-        // A chat that no longer fits starts again.
-        if (int(prompt.size()) + n_predict > max_len_) prompt = tokens(int(rng_.range(4, 16)));
-        return {prompt, n_predict};
+        // A conversation that no longer fits starts again.
+        if (int(r.prompt.size()) + r.n_predict > max_len_) r.prompt = tokens(int(rng_.range(4, 16)));
+        return r;
     }
+    void answered(const Request& r, const std::vector<int>& tokens) { last_[std::size_t(r.slot)] = {r.prompt, tokens}; }
 
 private:
     std::vector<int> tokens(int n) {
@@ -74,6 +91,22 @@ private:
     Rng rng_;
     int vocab_, max_len_;
     std::vector<int> shared_;
+    std::vector<std::pair<std::vector<int>, std::vector<int>>> last_;  // per slot: its last prompt and answer
+};
+
+// The server's settings of a seed, drawn apart from its requests.
+struct ServerSettings {
+    int slots, cache_reuse;
+    bool unified;
+    explicit ServerSettings(std::uint64_t seed) {
+        Rng rng(seed ^ 0x5e77165ULL);
+        slots = int(rng.range(1, 3));
+        unified = rng.chance(0.5);
+        cache_reuse = std::array<int, 3>{0, 2, 4}[rng.below(3)];
+    }
+    std::string flags() const {
+        return cat("-np ", slots, unified ? " --kv-unified" : " --no-kv-unified", " --cache-reuse ", cache_reuse);
+    }
 };
 
 }  // namespace
@@ -85,6 +118,7 @@ ServerAnswer parse_server_answer(const std::string& text) {
     ServerAnswer a;
     a.tokens = j.at("tokens").get<std::vector<int>>();
     a.cache_n = j.at("timings").at("cache_n").get<int>();
+    if (j.contains("id_slot")) a.slot = j.at("id_slot").get<int>();
     for (const nlohmann::json& step : j.at("completion_probabilities")) {
         a.top.emplace_back();
         for (const nlohmann::json& p : step.at("top_logprobs")) a.top.back().emplace_back(p.at("id").get<int>(), p.at("logprob").get<double>());
@@ -94,47 +128,83 @@ ServerAnswer parse_server_answer(const std::string& text) {
     return a;
 }
 
-std::string LogprobOracle::judge(const std::vector<int>& prompt, const ServerAnswer& answer) {
-    ReferenceKv kv(model_.config());
+ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& prompt, int cache_reuse) {
+    ReusePlan plan;
+    std::size_t n_past = 0;
+    while (n_past < held.size() && n_past < prompt.size() && held[n_past] == prompt[n_past]) ++n_past;
+    for (std::size_t from = n_past, to = n_past; cache_reuse > 0 && from < held.size() && to < prompt.size();) {
+        std::size_t n = 0;
+        while (from + n < held.size() && to + n < prompt.size() && held[from + n] == prompt[to + n]) ++n;
+        if (n < std::size_t(cache_reuse)) {
+            ++from;
+            continue;
+        }
+        plan.chunks.push_back({int(from), int(to), int(n)});
+        n_past += n, from += n, to += n;
+    }
+    plan.n_past = int(std::min(n_past, prompt.size() - 1));
+    return plan;
+}
+
+LogprobOracle::LogprobOracle(const Model& model, double tolerance, int slots, int cache_reuse)
+    : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse),
+      slots_(std::size_t(slots), Slot{{}, ReferenceKv(model.config())}) {}
+
+std::string LogprobOracle::judge(int slot, const std::vector<int>& prompt, const ServerAnswer& answer) {
+    Slot& s = slots_.at(std::size_t(slot));
+    const ReusePlan plan = plan_reuse(s.held, prompt, cache_reuse_);
+    // Each chunk as the server moves it (positions [to, from) dropped, the
+    // chunk moved down), with the rows after it moved too: the reference's
+    // shift keeps positions in step, and rows past n_past are written anew.
+    int len = int(s.held.size()), removed = 0;
+    for (const ReusePlan::Chunk& c : plan.chunks) {
+        const int p1 = c.from - removed;
+        s.kv.shift(model_.config(), c.to, p1, len);
+        len -= p1 - c.to, removed += p1 - c.to;
+    }
     std::vector<int> held = prompt;
     held.insert(held.end(), answer.tokens.begin(), answer.tokens.end());
-    std::vector<double> lp;
-    for (int pos = 0; pos + 1 < int(held.size()); ++pos) {
-        lp = log_softmax(reference_forward(model_, kv, held[std::size_t(pos)], pos));
+    std::string wrong;
+    for (int pos = plan.n_past; pos + 1 < int(held.size()); ++pos) {
+        const std::vector<double> lp = log_softmax(reference_forward(model_, s.kv, held[std::size_t(pos)], pos));
         const int i = pos - int(prompt.size()) + 1;  // the generated token this position predicts
-        if (i < 0) continue;
+        if (i < 0 || !wrong.empty()) continue;
         const int token = answer.tokens[std::size_t(i)];
         const double best = *std::max_element(lp.begin(), lp.end());
         ++judged_;
         if (lp[std::size_t(token)] < best - tolerance_)
-            return cat("generated token ", i, " is ", token, " (reference logprob ", lp[std::size_t(token)],
-                       "), but the reference's most likely has ", best);
+            wrong = cat("generated token ", i, " is ", token, " (reference logprob ", lp[std::size_t(token)],
+                        "), but the reference's most likely has ", best);
         for (const auto& [id, logprob] : answer.top[std::size_t(i)]) {
             const double d = std::fabs(logprob - lp[std::size_t(id)]);
             worst_ = std::max(worst_, d);
-            if (!(d <= tolerance_))
-                return cat("generated token ", i, ": token ", id, " logprob ", logprob, ", reference ", lp[std::size_t(id)],
-                           " (|difference| ", d, " > ", tolerance_, ")");
+            if (!(d <= tolerance_) && wrong.empty())
+                wrong = cat("generated token ", i, ": token ", id, " logprob ", logprob, ", reference ", lp[std::size_t(id)],
+                            " (|difference| ", d, " > ", tolerance_, ")");
         }
     }
-    return "";
+    // The slot holds the prompt and every generated token but the last (never decoded).
+    if (!answer.tokens.empty()) held.pop_back();
+    s.held = std::move(held);
+    return wrong;
 }
 
-std::string SlotCacheModel::judge(const std::vector<int>& prompt, const ServerAnswer& answer) {
-    std::size_t lcp = 0;
-    while (lcp < held_.size() && lcp < prompt.size() && held_[lcp] == prompt[lcp]) ++lcp;
-    const int allowed = int(std::min(lcp, prompt.size() - 1));
+std::string SlotCacheModel::judge(int slot, const std::vector<int>& prompt, const ServerAnswer& answer) {
+    std::vector<int>& held = held_.at(std::size_t(slot));
+    const int allowed = plan_reuse(held, prompt, cache_reuse_).n_past;
     reused_ += answer.cache_n;
     allowed_ += allowed;
     // The slot now holds the prompt and every generated token but the last (never decoded).
-    held_ = prompt;
-    if (!answer.tokens.empty()) held_.insert(held_.end(), answer.tokens.begin(), answer.tokens.end() - 1);
+    held = prompt;
+    if (!answer.tokens.empty()) held.insert(held.end(), answer.tokens.begin(), answer.tokens.end() - 1);
     if (answer.cache_n > allowed)
-        return ++stale_, cat("cache_n ", answer.cache_n, " but the slot holds only ", allowed, " of the prompt (a stale read)");
+        return ++stale_, cat("cache_n ", answer.cache_n, " but slot ", slot, " holds only ", allowed, " of the prompt (a stale read)");
     if (answer.cache_n < allowed)
-        return ++lost_, cat("cache_n ", answer.cache_n, " but the slot holds ", allowed, " of the prompt (lost reuse)");
+        return ++lost_, cat("cache_n ", answer.cache_n, " but slot ", slot, " holds ", allowed, " of the prompt (lost reuse)");
     return "";
 }
+
+std::string server_check_settings(std::uint64_t seed) { return ServerSettings(seed).flags(); }
 
 ServerCheckResult server_check(const ServerCheckConfig& c) {
     require(c.requests >= 1 && c.requests <= 100000, "server-check: --requests ", c.requests, ": from 1 to 100000");
@@ -145,34 +215,40 @@ ServerCheckResult server_check(const ServerCheckConfig& c) {
     save_gguf(model, gguf, Vocab::test);
     ServerCheckResult r;
     r.log = c.work_dir + "/llama-server.log";
-    // One slot, F32 KV and flash attention off (the reference's numbers),
-    // and no host-RAM cache: the slot is the only cache the model tracks.
-    targets::llamaserver::ServerProcess server({c.server, gguf,
-                                                {"-np", "1", "-c", std::to_string(n_ctx), "-t", "1", "--no-warmup", "-fa", "off",
-                                                 "-ctk", "f32", "-ctv", "f32", "--cache-ram", "0"},
-                                                r.log, 60});
-    LogprobOracle logprobs(model, kTolerance);
-    SlotCacheModel cache;
-    RequestDraw draw(c.seed, model.config().vocab, n_ctx - kMargin);
-    std::vector<int> last_prompt, last_answer;
+    // F32 KV and flash attention off (the reference's numbers), and no
+    // host-RAM cache: the slots are the only caches the model tracks.
+    const ServerSettings settings(c.seed);
+    r.settings = settings.flags();
+    std::vector<std::string> args = {"-c", std::to_string(n_ctx * settings.slots), "-t", "1", "--no-warmup", "-fa", "off",
+                                     "-ctk", "f32", "-ctv", "f32", "--cache-ram", "0"};
+    for (std::size_t at = 0, next; at < r.settings.size(); at = next + 1) {
+        next = std::min(r.settings.find(' ', at), r.settings.size());
+        args.push_back(r.settings.substr(at, next - at));
+    }
+    targets::llamaserver::ServerProcess server({c.server, gguf, args, r.log, 60});
+    LogprobOracle logprobs(model, kTolerance, settings.slots, settings.cache_reuse);
+    SlotCacheModel cache(settings.slots, settings.cache_reuse);
+    RequestDraw draw(c.seed, model.config().vocab, n_ctx - kMargin, settings.slots);
     for (int k = 0; k < c.requests; ++k) {
-        const auto [prompt, n_predict] = draw.next(last_prompt, last_answer);
-        const nlohmann::json body = {{"prompt", prompt}, {"n_predict", n_predict}, {"n_probs", kTop}, {"temperature", 0},
-                                     {"return_tokens", true}, {"cache_prompt", true}};
+        const RequestDraw::Request q = draw.next();
+        const nlohmann::json body = {{"prompt", q.prompt}, {"n_predict", q.n_predict}, {"n_probs", kTop}, {"temperature", 0},
+                                     {"return_tokens", true}, {"cache_prompt", true}, {"id_slot", q.slot}};
+        const std::string what = cat("request ", k, " (slot ", q.slot, ", prompt of ", q.prompt.size(), " tokens [",
+                                     list(q.prompt), "], n_predict ", q.n_predict, ")");
         targets::llamaserver::HttpAnswer got;
         try {
             got = targets::llamaserver::http_request(server.port(), "POST", "/completion", body.dump(), 60);
         } catch (const Error& e) {
-            throw Error(cat("server-check: request ", k, " (prompt [", list(prompt), "]): ", e.what(), "; llama-server ",
-                            server.running() ? "still runs" : "has ended", "; the last lines of its log (", r.log, "):\n",
-                            server.log_tail(8)));
+            throw Error(cat("server-check: ", what, ": ", e.what(), "; llama-server ", server.running() ? "still runs" : "has ended",
+                            "; the last lines of its log (", r.log, "):\n", server.log_tail(8)));
         }
-        require(got.status == 200, "server-check: request ", k, " (prompt [", list(prompt), "]): status ", got.status, ": ",
-                got.body.substr(0, 300));
+        require(got.status == 200, "server-check: ", what, ": status ", got.status, ": ", got.body.substr(0, 300));
         const ServerAnswer answer = parse_server_answer(got.body);
-        for (const std::string& why : {logprobs.judge(prompt, answer), cache.judge(prompt, answer)})
-            if (!why.empty()) r.failures.push_back(cat("request ", k, " (prompt of ", prompt.size(), " tokens [", list(prompt), "], n_predict ", n_predict, "): ", why));
-        last_prompt = prompt, last_answer = answer.tokens;
+        std::vector<std::string> wrong = {logprobs.judge(q.slot, q.prompt, answer), cache.judge(q.slot, q.prompt, answer)};
+        if (answer.slot != q.slot) wrong.push_back(cat("served by slot ", answer.slot, ", not the one asked for"));
+        for (const std::string& why : wrong)
+            if (!why.empty()) r.failures.push_back(cat(what, ": ", why));
+        draw.answered(q, answer.tokens);
         r.tokens += int(answer.tokens.size());
         ++r.requests;
     }

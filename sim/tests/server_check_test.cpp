@@ -39,35 +39,50 @@ TEST(ServerCheck, LogprobOracleSeesOneWrongLogprobAndOneWrongToken) {
     const Model model = Model::random(config_by_name("tiny"), 3);
     const std::vector<int> prompt = {5, 6, 7, 8};
     const ServerAnswer right = reference_answer(model, prompt, 4);
-    LogprobOracle oracle(model, 1e-4);
-    EXPECT_EQ(oracle.judge(prompt, right), "");
+    LogprobOracle oracle(model, 1e-4, 3, 0);
+    EXPECT_EQ(oracle.judge(0, prompt, right), "");
     EXPECT_EQ(oracle.tokens_judged(), 4);
     ServerAnswer off = right;
     off.top[2][1].second += 1e-3;  // one logprob of the third token
-    EXPECT_NE(oracle.judge(prompt, off).find("generated token 2: token"), std::string::npos);
+    EXPECT_NE(oracle.judge(1, prompt, off).find("generated token 2: token"), std::string::npos);
     ServerAnswer wrong = right;
     wrong.tokens[1] = wrong.top[1][3].first;  // not the most likely
-    EXPECT_NE(oracle.judge(prompt, wrong).find("generated token 1 is"), std::string::npos);
+    EXPECT_NE(oracle.judge(2, prompt, wrong).find("generated token 1 is"), std::string::npos);
 }
 
 TEST(ServerCheck, SlotCacheModelSeesAStaleReadAndLostReuse) {
     ServerAnswer a;
     a.tokens = {40, 41, 42};
-    SlotCacheModel model;
-    EXPECT_EQ(model.judge({1, 2, 3, 4}, a), "");  // a fresh slot: cache_n 0
-    // The slot holds 1 2 3 4 40 41 (42 was never decoded): a chat turn may reuse all 6.
+    SlotCacheModel model(2, 0);
+    EXPECT_EQ(model.judge(0, {1, 2, 3, 4}, a), "");  // a fresh slot: cache_n 0
+    // Slot 0 holds 1 2 3 4 40 41 (42 was never decoded): a chat turn may reuse all 6.
     a.cache_n = 6;
-    EXPECT_EQ(model.judge({1, 2, 3, 4, 40, 41, 42, 9}, a), "");
+    EXPECT_EQ(model.judge(0, {1, 2, 3, 4, 40, 41, 42, 9}, a), "");
+    a.cache_n = 0;  // slot 1 holds nothing
+    EXPECT_EQ(model.judge(1, {1, 2, 3, 4, 5}, a), "");
     a.cache_n = 3;  // a shared prefix of 3
-    EXPECT_EQ(model.judge({1, 2, 3, 9, 9}, a), "");
+    EXPECT_EQ(model.judge(0, {1, 2, 3, 9, 9}, a), "");
     a.cache_n = 5;  // more than the 3 it shares
-    EXPECT_NE(model.judge({1, 2, 3, 7, 7, 7}, a).find("a stale read"), std::string::npos);
+    EXPECT_NE(model.judge(0, {1, 2, 3, 7, 7, 7}, a).find("a stale read"), std::string::npos);
     a.cache_n = 1;  // less than the 3 it shares
-    EXPECT_NE(model.judge({1, 2, 3, 8}, a).find("lost reuse"), std::string::npos);
+    EXPECT_NE(model.judge(0, {1, 2, 3, 8}, a).find("lost reuse"), std::string::npos);
     a.cache_n = 2;  // all 3 of a prompt the slot holds: the last token is evaluated again
-    EXPECT_EQ(model.judge({1, 2, 3}, a), "");
+    EXPECT_EQ(model.judge(0, {1, 2, 3}, a), "");
     EXPECT_EQ(model.stale(), 1);
     EXPECT_EQ(model.lost(), 1);
+}
+
+// With --cache-reuse 2, an agent's edit (a token cut from the middle) keeps
+// the chunk after the cut: the prefix of 2, then the 3 tokens shifted back.
+TEST(ServerCheck, SlotCacheModelCountsTheChunksTheServerShifts) {
+    ServerAnswer a;
+    a.tokens = {9};
+    SlotCacheModel reuse(1, 2), plain(1, 0);
+    EXPECT_EQ(reuse.judge(0, {1, 2, 3, 4, 5, 6}, a), "");
+    EXPECT_EQ(plain.judge(0, {1, 2, 3, 4, 5, 6}, a), "");
+    a.cache_n = 5;  // 1 2 | (3 cut) | 4 5 6 shifted, then the new 7
+    EXPECT_EQ(reuse.judge(0, {1, 2, 4, 5, 6, 7}, a), "");
+    EXPECT_NE(plain.judge(0, {1, 2, 4, 5, 6, 7}, a).find("a stale read"), std::string::npos);
 }
 
 TEST(ServerCheck, AnAnswerWithoutItsFieldsIsAnError) {
