@@ -34,7 +34,7 @@ int run_server_check(const ServerCheckArgs& a) {
                 "(test vocabulary)\n",
                 static_cast<unsigned long long>(first), static_cast<unsigned long long>(last), a.config.requests,
                 a.config.server.c_str(), a.config.preset.c_str());
-    long tokens = 0, reused = 0, allowed = 0;
+    long tokens = 0, reused = 0, allowed = 0, actions = 0;
     int stale = 0, lost = 0, failed = 0;
     double worst = 0;
     for (std::uint64_t seed = first; seed <= last; ++seed) {
@@ -43,6 +43,7 @@ int run_server_check(const ServerCheckArgs& a) {
         c.work_dir = cat(base, "/seed-", seed);
         const sim::ServerCheckResult r = sim::server_check(c);
         tokens += r.tokens, reused += r.reused, allowed += r.allowed, stale += r.stale, lost += r.lost;
+        actions += r.slot_actions;
         worst = std::max(worst, r.worst_logprob);
         if (r.failures.empty()) {
             std::filesystem::remove_all(c.work_dir);
@@ -62,6 +63,8 @@ int run_server_check(const ServerCheckArgs& a) {
                 "%.3g (tolerance 1e-4)\n", tokens, worst);
     std::printf("reuse: cache_n %ld of the %ld prompt tokens the slots held (stale reads %d, lost reuse %d)\n", reused,
                 allowed, stale, lost);
+    std::printf("slot actions: %ld saves, restores and erases, each answer's token count against the slot or file "
+                "it moved\n", actions);
     std::printf("verdict: %s (%d of %llu seeds failed)\n", failed == 0 ? "PASS" : "FAIL", failed,
                 static_cast<unsigned long long>(last - first + 1));
     return failed == 0 ? 0 : 1;

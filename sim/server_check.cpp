@@ -14,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 namespace kvweld::sim {
 
@@ -52,9 +53,17 @@ public:
     struct Request {
         int slot, n_predict;
         std::vector<int> prompt;
+        std::optional<SlotAction> action = {};  // a slot action in place of a completion
+        int file = 0;
     };
     Request next() {
         Request r{int(rng_.below(last_.size())), int(rng_.range(1, 6)), {}};
+        if (rng_.chance(0.2)) {
+            r.file = int(rng_.below(kFiles));
+            r.action = std::array{SlotAction::save, SlotAction::restore, SlotAction::erase}[rng_.below(3)];
+            if (r.action != SlotAction::restore || saved_[std::size_t(r.file)]) return r;
+            r.action.reset();  // nothing saved there yet: a completion instead
+        }
         const auto& [prompt, answer] = last_[std::size_t(r.slot)];
         switch (rng_.below(4)) {
             case 0:
@@ -78,6 +87,16 @@ public:
         return r;
     }
     void answered(const Request& r, const std::vector<int>& tokens) { last_[std::size_t(r.slot)] = {r.prompt, tokens}; }
+    // A slot action done: the conversation moves with the state.
+    void acted(const Request& r) {
+        auto& slot = last_[std::size_t(r.slot)];
+        switch (*r.action) {
+            case SlotAction::save: saved_[std::size_t(r.file)] = slot; break;
+            case SlotAction::restore: slot = *saved_[std::size_t(r.file)]; break;
+            case SlotAction::erase: slot = {}; break;
+        }
+    }
+    static constexpr int kFiles = 3;
 
 private:
     std::vector<int> tokens(int n) {
@@ -92,6 +111,7 @@ private:
     int vocab_, max_len_;
     std::vector<int> shared_;
     std::vector<std::pair<std::vector<int>, std::vector<int>>> last_;  // per slot: its last prompt and answer
+    std::array<std::optional<std::pair<std::vector<int>, std::vector<int>>>, kFiles> saved_;  // per file
 };
 
 // The server's settings of a seed, drawn apart from its requests.
@@ -108,6 +128,18 @@ struct ServerSettings {
         return cat("-np ", slots, unified ? " --kv-unified" : " --no-kv-unified", " --cache-reuse ", cache_reuse);
     }
 };
+
+// A POST to the server; a failed exchange is an Error naming the request
+// and quoting the server's log.
+targets::llamaserver::HttpAnswer ask(targets::llamaserver::ServerProcess& server, const std::string& path,
+                                     const std::string& body, const std::string& what, const std::string& log) {
+    try {
+        return targets::llamaserver::http_request(server.port(), "POST", path, body, 60);
+    } catch (const Error& e) {
+        throw Error(cat("server-check: ", what, ": ", e.what(), "; llama-server ", server.running() ? "still runs" : "has ended",
+                        "; the last lines of its log (", log, "):\n", server.log_tail(8)));
+    }
+}
 
 }  // namespace
 
@@ -150,6 +182,16 @@ LogprobOracle::LogprobOracle(const Model& model, double tolerance, int slots, in
     : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse),
       slots_(std::size_t(slots), Slot{{}, ReferenceKv(model.config())}) {}
 
+void LogprobOracle::on_slot_action(SlotAction action, int slot, int file) {
+    if (files_.size() <= std::size_t(file)) files_.resize(std::size_t(file) + 1, Slot{{}, ReferenceKv(model_.config())});
+    Slot& s = slots_.at(std::size_t(slot));
+    switch (action) {
+        case SlotAction::save: files_[std::size_t(file)] = s; break;
+        case SlotAction::restore: s = files_[std::size_t(file)]; break;
+        case SlotAction::erase: s.held.clear(); break;
+    }
+}
+
 std::string LogprobOracle::judge(int slot, const std::vector<int>& prompt, const ServerAnswer& answer) {
     Slot& s = slots_.at(std::size_t(slot));
     const ReusePlan plan = plan_reuse(s.held, prompt, cache_reuse_);
@@ -189,6 +231,21 @@ std::string LogprobOracle::judge(int slot, const std::vector<int>& prompt, const
     return wrong;
 }
 
+std::string SlotCacheModel::on_slot_action(SlotAction action, int slot, int file, int n) {
+    if (files_.size() <= std::size_t(file)) files_.resize(std::size_t(file) + 1);
+    std::vector<int>& held = held_.at(std::size_t(slot));
+    std::vector<int>& saved = files_[std::size_t(file)];
+    const std::vector<int>& moved = action == SlotAction::restore ? saved : held;
+    const std::string wrong = n == int(moved.size()) ? "" : cat("the server's count is ", n, " tokens, but ",
+        action == SlotAction::restore ? cat("file ", file, " holds ") : cat("slot ", slot, " held "), moved.size());
+    switch (action) {
+        case SlotAction::save: saved = held; break;
+        case SlotAction::restore: held = saved; break;
+        case SlotAction::erase: held.clear(); break;
+    }
+    return wrong;
+}
+
 std::string SlotCacheModel::judge(int slot, const std::vector<int>& prompt, const ServerAnswer& answer) {
     std::vector<int>& held = held_.at(std::size_t(slot));
     const int allowed = plan_reuse(held, prompt, cache_reuse_).n_past;
@@ -219,8 +276,9 @@ ServerCheckResult server_check(const ServerCheckConfig& c) {
     // host-RAM cache: the slots are the only caches the model tracks.
     const ServerSettings settings(c.seed);
     r.settings = settings.flags();
+    std::filesystem::create_directories(c.work_dir + "/slots");
     std::vector<std::string> args = {"-c", std::to_string(n_ctx * settings.slots), "-t", "1", "--no-warmup", "-fa", "off",
-                                     "-ctk", "f32", "-ctv", "f32", "--cache-ram", "0"};
+                                     "-ctk", "f32", "-ctv", "f32", "--cache-ram", "0", "--slot-save-path", c.work_dir + "/slots/"};
     for (std::size_t at = 0, next; at < r.settings.size(); at = next + 1) {
         next = std::min(r.settings.find(' ', at), r.settings.size());
         args.push_back(r.settings.substr(at, next - at));
@@ -231,17 +289,29 @@ ServerCheckResult server_check(const ServerCheckConfig& c) {
     RequestDraw draw(c.seed, model.config().vocab, n_ctx - kMargin, settings.slots);
     for (int k = 0; k < c.requests; ++k) {
         const RequestDraw::Request q = draw.next();
+        if (q.action) {
+            constexpr const char* kNames[] = {"save", "restore", "erase"};
+            const char* name = kNames[int(*q.action)];
+            const std::string what = cat("request ", k, " (slot ", q.slot, " ", name, ", file ", q.file, ")");
+            const std::string file = cat("{\"filename\": \"slot-", q.file, ".bin\"}");
+            const targets::llamaserver::HttpAnswer got = ask(server, cat("/slots/", q.slot, "?action=", name),
+                                                            *q.action == SlotAction::erase ? "{}" : file, what, r.log);
+            require(got.status == 200, "server-check: ", what, ": status ", got.status, ": ", got.body.substr(0, 300));
+            const nlohmann::json j = nlohmann::json::parse(got.body, nullptr, false);
+            const std::string field = cat("n_", *q.action == SlotAction::save ? "saved" : *q.action == SlotAction::restore ? "restored" : "erased");
+            require(j.is_object() && j.contains(field), "server-check: ", what, ": no ", field, " in '", got.body.substr(0, 200), "'");
+            const std::string why = cache.on_slot_action(*q.action, q.slot, q.file, j.at(field).get<int>());
+            if (!why.empty()) r.failures.push_back(cat(what, ": ", why));
+            logprobs.on_slot_action(*q.action, q.slot, q.file);
+            draw.acted(q);
+            ++r.slot_actions, ++r.requests;
+            continue;
+        }
         const nlohmann::json body = {{"prompt", q.prompt}, {"n_predict", q.n_predict}, {"n_probs", kTop}, {"temperature", 0},
                                      {"return_tokens", true}, {"cache_prompt", true}, {"id_slot", q.slot}};
         const std::string what = cat("request ", k, " (slot ", q.slot, ", prompt of ", q.prompt.size(), " tokens [",
                                      list(q.prompt), "], n_predict ", q.n_predict, ")");
-        targets::llamaserver::HttpAnswer got;
-        try {
-            got = targets::llamaserver::http_request(server.port(), "POST", "/completion", body.dump(), 60);
-        } catch (const Error& e) {
-            throw Error(cat("server-check: ", what, ": ", e.what(), "; llama-server ", server.running() ? "still runs" : "has ended",
-                            "; the last lines of its log (", r.log, "):\n", server.log_tail(8)));
-        }
+        const targets::llamaserver::HttpAnswer got = ask(server, "/completion", body.dump(), what, r.log);
         require(got.status == 200, "server-check: ", what, ": status ", got.status, ": ", got.body.substr(0, 300));
         const ServerAnswer answer = parse_server_answer(got.body);
         std::vector<std::string> wrong = {logprobs.judge(q.slot, q.prompt, answer), cache.judge(q.slot, q.prompt, answer)};

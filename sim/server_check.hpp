@@ -20,8 +20,9 @@
 // chat (that slot's last prompt, its answer and a few new tokens), an
 // agent's edit (that prompt with a few tokens cut from its middle), a
 // few-shot prompt (a prefix every such prompt shares, a new tail) or a
-// fresh one. The first step of issue 46's --engine llama-server:
-// completions one at a time, outside the op table.
+// fresh one; between them a slot is saved to a file, restored from one
+// (into any slot) or erased. The first step of issue 46's --engine
+// llama-server: requests one at a time, outside the op table.
 #pragma once
 
 #include "engine/model.hpp"
@@ -32,6 +33,11 @@
 #include <vector>
 
 namespace kvweld::sim {
+
+// A slot action (llama-server's /slots/{id}?action=...): the slot's tokens
+// and KV saved to a file, restored from one into a slot (maybe another), or
+// erased.
+enum class SlotAction { save, restore, erase };
 
 // One completion as the server answered it.
 struct ServerAnswer {
@@ -66,6 +72,8 @@ public:
     LogprobOracle(const Model& model, double tolerance, int slots, int cache_reuse);
     // "" where the answer is right, else what differs.
     std::string judge(int slot, const std::vector<int>& prompt, const ServerAnswer& answer);
+    // The slot's KV saved, restored or erased as the server does it.
+    void on_slot_action(SlotAction action, int slot, int file);
     double worst() const { return worst_; }
     int tokens_judged() const { return judged_; }
 
@@ -78,6 +86,7 @@ private:
     double tolerance_, worst_ = 0;
     int cache_reuse_, judged_ = 0;
     std::vector<Slot> slots_;
+    std::vector<Slot> files_;  // what each saved file holds
 };
 
 class SlotCacheModel {
@@ -85,6 +94,9 @@ public:
     SlotCacheModel(int slots, int cache_reuse) : held_(std::size_t(slots)), cache_reuse_(cache_reuse) {}
     // "" where cache_n is what the slot allows, else which way it is off.
     std::string judge(int slot, const std::vector<int>& prompt, const ServerAnswer& answer);
+    // The tokens the server says the action moved (n_saved, n_restored,
+    // n_erased) against what the slot or the file held: "" where equal.
+    std::string on_slot_action(SlotAction action, int slot, int file, int n);
     int stale() const { return stale_; }
     int lost() const { return lost_; }
     long reused() const { return reused_; }
@@ -92,6 +104,7 @@ public:
 
 private:
     std::vector<std::vector<int>> held_;  // each slot's tokens
+    std::vector<std::vector<int>> files_;  // each saved file's
     int cache_reuse_;                      // --cache-reuse (0: off)
     int stale_ = 0, lost_ = 0;
     long reused_ = 0, allowed_ = 0;
@@ -107,7 +120,7 @@ struct ServerCheckConfig {
 
 struct ServerCheckResult {
     std::string settings;  // the server's flags drawn from the seed
-    int requests = 0, tokens = 0, stale = 0, lost = 0;
+    int requests = 0, tokens = 0, stale = 0, lost = 0, slot_actions = 0;
     long reused = 0, allowed = 0;
     double worst_logprob = 0;
     std::vector<std::string> failures;  // "request K: ..."
