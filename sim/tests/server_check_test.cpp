@@ -85,6 +85,24 @@ TEST(ServerCheck, SlotCacheModelCountsTheChunksTheServerShifts) {
     EXPECT_NE(plain.judge(0, {1, 2, 4, 5, 6, 7}, a).find("a stale read"), std::string::npos);
 }
 
+// A slot's tokens move with its state: saved from slot 0, restored into
+// slot 1, which then reuses them; a count that differs is named.
+TEST(ServerCheck, SlotCacheModelFollowsSaveRestoreAndErase) {
+    ServerAnswer a;
+    a.tokens = {40, 41};
+    SlotCacheModel model(2, 0);
+    EXPECT_EQ(model.judge(0, {1, 2, 3}, a), "");  // slot 0 holds 1 2 3 40
+    EXPECT_EQ(model.on_slot_action(SlotAction::save, 0, 2, 4), "");
+    EXPECT_EQ(model.on_slot_action(SlotAction::restore, 1, 2, 4), "");
+    a.cache_n = 4;
+    EXPECT_EQ(model.judge(1, {1, 2, 3, 40, 41, 5}, a), "");
+    EXPECT_NE(model.on_slot_action(SlotAction::erase, 0, 0, 3).find("the server's count is 3 tokens, but slot 0 held 4"),
+              std::string::npos);
+    a.cache_n = 1;  // slot 0 was erased: nothing to reuse
+    EXPECT_NE(model.judge(0, {1, 2, 3}, a).find("a stale read"), std::string::npos);
+    EXPECT_NE(model.on_slot_action(SlotAction::restore, 0, 1, 2).find("file 1 holds 0"), std::string::npos);
+}
+
 TEST(ServerCheck, AnAnswerWithoutItsFieldsIsAnError) {
     EXPECT_THROW(parse_server_answer("{\"content\": \"x\"}"), Error);
     EXPECT_THROW(parse_server_answer("not json"), Error);
