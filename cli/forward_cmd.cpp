@@ -11,7 +11,6 @@
 #include "engine/reference.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -31,16 +30,6 @@ Model load_model(const ForwardArgs& a) {
     require(a.model.empty() != a.config.empty(), "forward: give either a model file or --config (a random model)");
     if (!a.config.empty()) return Model::random(config_by_name(a.config), a.seed);
     return a.model.ends_with(".bin") ? load_llama2c(a.model) : load_gguf(a.model);
-}
-
-// log softmax of one position's logits, in double.
-std::vector<double> log_probs(const std::vector<float>& logits) {
-    const double top = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float l : logits) sum += std::exp(double(l) - top);
-    std::vector<double> out(logits.size());
-    for (std::size_t i = 0; i < logits.size(); ++i) out[i] = double(logits[i]) - top - std::log(sum);
-    return out;
 }
 
 int run_forward(const ForwardArgs& a) {

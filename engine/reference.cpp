@@ -88,6 +88,15 @@ void ReferenceKv::shift(const ModelConfig& c, int p0, int p1, int len) {
     for (int from = p1, to = p0; from < len; ++from, ++to) routing_tie[std::size_t(to)] = routing_tie[std::size_t(from)];
 }
 
+std::vector<double> log_probs(std::span<const float> logits) {
+    const double top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float l : logits) sum += std::exp(double(l) - top);
+    std::vector<double> out(logits.size());
+    for (std::size_t i = 0; i < logits.size(); ++i) out[i] = double(logits[i]) - top - std::log(sum);
+    return out;
+}
+
 double logit_error(std::span<const float> got, std::span<const float> want) {
     require(got.size() == want.size(), "logit_error: ", got.size(), " logits against ", want.size());
     double worst = 0.0, scale = 1.0;

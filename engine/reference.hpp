@@ -55,6 +55,10 @@ std::vector<std::vector<float>> reference_forward_span(const Model& model, Refer
                                                        const Adapters& adapters, bool causal,
                                                        std::vector<std::vector<float>>* hidden = nullptr);
 
+// log softmax of one position's logits, in double: each token's log
+// probability (what a server reports with n_probs).
+std::vector<double> log_probs(std::span<const float> logits);
+
 // The data oracle's metric: max |got - want| / max(1, max |want|). For
 // logits of order 1 it is an absolute difference; for larger ones, relative.
 double logit_error(std::span<const float> got, std::span<const float> want);

@@ -24,15 +24,6 @@ constexpr int kTop = 4;             // n_probs asked
 constexpr double kTolerance = 1e-4;  // |logprob - reference|, as the GGUF test's logits
 constexpr int kMargin = 8;           // positions left free at the end of the slot's context
 
-std::vector<double> log_softmax(const std::vector<float>& logits) {
-    const double top = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float l : logits) sum += std::exp(double(l) - top);
-    std::vector<double> out(logits.size());
-    for (std::size_t i = 0; i < logits.size(); ++i) out[i] = double(logits[i]) - top - std::log(sum);
-    return out;
-}
-
 std::string list(const std::vector<int>& v) {
     std::string out;
     for (int t : v) out += cat(out.empty() ? "" : ",", t);
@@ -208,7 +199,7 @@ std::string LogprobOracle::judge(int slot, const std::vector<int>& prompt, const
     held.insert(held.end(), answer.tokens.begin(), answer.tokens.end());
     std::string wrong;
     for (int pos = plan.n_past; pos + 1 < int(held.size()); ++pos) {
-        const std::vector<double> lp = log_softmax(reference_forward(model_, s.kv, held[std::size_t(pos)], pos));
+        const std::vector<double> lp = log_probs(reference_forward(model_, s.kv, held[std::size_t(pos)], pos));
         const int i = pos - int(prompt.size()) + 1;  // the generated token this position predicts
         if (i < 0 || !wrong.empty()) continue;
         const int token = answer.tokens[std::size_t(i)];

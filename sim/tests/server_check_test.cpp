@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 
 namespace kvweld::sim {
 namespace {
@@ -21,14 +20,12 @@ ServerAnswer reference_answer(const Model& model, std::vector<int> prompt, int n
     for (int pos = 0; int(a.tokens.size()) < n; ++pos) {
         const std::vector<float> logits = reference_forward(model, kv, prompt[std::size_t(pos)], pos);
         if (pos + 1 < int(prompt.size())) continue;
-        const double top = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (float l : logits) sum += std::exp(double(l) - top);
+        const std::vector<double> lp = log_probs(logits);
         std::vector<int> order(logits.size());
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
         std::sort(order.begin(), order.end(), [&](int x, int y) { return logits[std::size_t(x)] > logits[std::size_t(y)]; });
         a.top.emplace_back();
-        for (int k = 0; k < 4; ++k) a.top.back().emplace_back(order[std::size_t(k)], double(logits[std::size_t(order[std::size_t(k)])]) - top - std::log(sum));
+        for (int k = 0; k < 4; ++k) a.top.back().emplace_back(order[std::size_t(k)], lp[std::size_t(order[std::size_t(k)])]);
         a.tokens.push_back(order[0]);
         prompt.push_back(order[0]);
     }
