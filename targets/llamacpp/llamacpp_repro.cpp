@@ -118,9 +118,9 @@ private:
         require(repro_features().count(feature), "repro: no prelude feature '", feature, "' (strip_features.hpp)");
         uses_.insert(feature);
     }
-    void each(const std::string& statement) { on(skipped_ ? "engine_only" : "both", statement); }
-    void on(const char* sides, const std::string& statement) {
-        ops_ += cat("    for (Side* s : live(", sides, ", ", line_, ")) ", statement, "\n");
+    // A statement on both sides, or on the engine alone for an op the ground truth skips.
+    void each(const std::string& statement) {
+        ops_ += cat("    for (Side* s : live(", skipped_ ? "engine_only" : "both", ", ", line_, ")) ", statement, "\n");
         ++call_lines_;
     }
     // An engine call's llama.h memory calls, as the plugin runs them (the
