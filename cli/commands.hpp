@@ -26,7 +26,6 @@ namespace kvweld::cli {
 void add_decode_command(CLI::App& app, std::function<int()>& action);
 void add_convert_command(CLI::App& app, std::function<int()>& action);
 void add_forward_command(CLI::App& app, std::function<int()>& action);
-void add_server_check_command(CLI::App& app, std::function<int()>& action);
 void add_sim_commands(CLI::App& app, std::function<int()>& action);
 void add_swarm_command(CLI::App& app, std::function<int()>& action);
 void add_merge_command(CLI::App& app, std::function<int()>& action);
@@ -51,10 +50,13 @@ struct RunOptions {
     bool no_steer = false;       // swarm --no-steer: a seed stops at its first known finding
     std::string isolate = "auto";  // --isolate auto|yes|no
     double call_timeout = 60;      // --call-timeout, seconds
+    std::string server;            // --server: the llama-server binary (--engine llama-server)
+    std::string work_dir;          // --work-dir: the server runs' files ("": a temporary folder)
 };
 void add_run_options(CLI::App* cmd, RunOptions& options);
 void write_json(const std::string& path, const nlohmann::json& j);
-void write_text(const std::string& path, const std::string& text);  // throws Error naming the path
+void write_text(const std::string& path, const std::string& text);
+void print(const std::string& s);  // to stdout, flushed  // throws Error naming the path
 // shrink's closing lines: sizes, runs, the class kept, the failure, how to replay.
 void print_shrink_summary(std::size_t before, std::size_t after, int runs, sim::Verdict verdict,
                           const std::optional<sim::Failure>& failure, const std::string& out);
@@ -82,6 +84,13 @@ int run_swarm(const RunOptions& options, const SeedShard& seeds, int jobs, const
               SwarmGates gates = {});
 int run_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json);
 int run_replay(const std::string& text, const std::string& path, const std::string& json);
+// --engine llama-server (cli/server_cmds.cpp).
+bool is_server_engine(const RunOptions& options);
+int run_server_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace);
+int run_server_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs);
+int run_server_replay(const std::string& text, const std::string& path, const std::string& server, const std::string& dir);
+int run_server_shrink(const std::string& text, const std::string& path, const std::string& server, const std::string& out,
+                      const std::string& dir);
 int run_shrink(const std::string& text, const std::string& path, const std::string& out, sim::ShrinkKeep keep);
 int run_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json, bool until_killed);
 struct TrafficStudyArgs {

@@ -23,7 +23,6 @@ int main(int argc, char** argv) {
     kvweld::cli::add_decode_command(app, action);
     kvweld::cli::add_convert_command(app, action);
     kvweld::cli::add_forward_command(app, action);
-    kvweld::cli::add_server_check_command(app, action);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

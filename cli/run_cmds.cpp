@@ -23,14 +23,10 @@ namespace kvweld::cli {
 
 using namespace kvweld::sim;
 
-namespace {
-
 void print(const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
 }
-
-}  // namespace
 
 void write_text(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -78,6 +74,7 @@ void print_known(const RunResult& r, const std::string& choice) {
 
 int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, const std::string& json,
                    const Checking& checking) {
+    if (is_server_engine(o)) return run_server_sim(o, seed, trace);
     const EngineChoice engine = engine_choice(o);
     SimConfig config = draw_config(seed, engine, o.model, choice_capabilities(engine));
     // The findings outlive the loop: steers_named points into them (a
@@ -102,6 +99,7 @@ int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, c
 
 int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json, SwarmGates gates) {
     const auto [first, last] = shard_range(seeds.range_first, seeds.range_last, seeds.shard);
+    if (is_server_engine(o)) return run_server_swarm(o, first, last, jobs);
     SwarmOptions s;
     s.first = first;
     s.last = last;

@@ -2,6 +2,8 @@
 // (cli/run_cmds.cpp runs them), and the options every simulating command shares.
 #include "cli/commands.hpp"
 
+#include "sim/server/server_run.hpp"
+
 #include "sim/jsonl.hpp"
 #include "sim/report.hpp"
 #include "targets/registry.hpp"
@@ -51,7 +53,8 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     "turn one of the engine's fault switches on (repeatable; kvweld mutants --engine E lists them)");
     cmd->add_option("--engine", o.engine,
                     cat("the engine: ", builtin_engine_names(), ", or a plugin's path (.so); default ", kDefaultEngine,
-                        ", kvweld's own engine in this process, with the white-box oracles. Every oracle the engine's "
+                        ", kvweld's own engine in this process, with the white-box oracles; or llama-server (with --server): "
+                        "a server process driven over HTTP, its requests judged by the server oracles. Every oracle the engine's "
                         "capabilities allow runs, and the report says which could not and why"))
         ->capture_default_str();
     cmd->add_option("--params", o.params,
@@ -76,6 +79,12 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     "choice: llamacpp yes, the others no)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "yes", "no"}));
+    cmd->add_option("--server", o.server,
+                    "with --engine llama-server: the llama-server binary kvweld starts on 127.0.0.1 (scripts/setup-llama "
+                    "builds one: $KVWELD_CACHE/llama.cpp/install/bin/llama-server)");
+    cmd->add_option("--work-dir", o.work_dir,
+                    "with --engine llama-server: where each run's model, server logs, slot files and (failing) trace go "
+                    "(default: a temporary folder, removed when every run passes)");
     cmd->add_option("--call-timeout", o.call_timeout,
                     "in a process of its own, the seconds an engine has to answer one call before it is killed as hung")
         ->capture_default_str()
@@ -129,17 +138,28 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
         action = [sim] { return run_sim(sim->run, sim->seed, sim->trace, sim->json, {sim->no_oracles, sim->timing}); };
     });
 
-    auto replay = std::make_shared<std::pair<std::string, std::string>>();
-    CLI::App* rcmd = app.add_subcommand("replay", cat("Re-run a trace; prints the same report byte for byte. ",
-                                                      kVerdictExits));
-    rcmd->add_option("TRACE", replay->first, "trace file written by sim --trace or shrink")->required();
-    rcmd->add_option("--json", replay->second, "write the report as JSON here");
+    struct ReplayArgs {
+        std::string trace, json, server, work_dir;
+    };
+    auto replay = std::make_shared<ReplayArgs>();
+    CLI::App* rcmd = app.add_subcommand("replay", cat("Re-run a trace; prints the same report byte for byte (a server "
+                                                      "trace: the same requests, and where the server chose otherwise "
+                                                      "than recorded). ", kVerdictExits));
+    rcmd->add_option("TRACE", replay->trace, "trace file written by sim --trace, swarm or shrink")->required();
+    rcmd->add_option("--json", replay->json, "write the report as JSON here");
+    rcmd->add_option("--server", replay->server, "a server trace's llama-server binary");
+    rcmd->add_option("--work-dir", replay->work_dir, "a server trace's run files (default: a temporary folder)");
     rcmd->callback([replay, &action] {
-        action = [replay] { return run_replay(read_text_file(replay->first), replay->first, replay->second); };
+        action = [replay] {
+            const std::string text = read_text_file(replay->trace);
+            if (sim::server::is_server_trace(text))
+                return run_server_replay(text, replay->trace, replay->server, replay->work_dir);
+            return run_replay(text, replay->trace, replay->json);
+        };
     });
 
     struct ShrinkArgs {
-        std::string trace, output, keep = "identity";
+        std::string trace, output, keep = "identity", server, work_dir;
     };
     auto shrink_args = std::make_shared<ShrinkArgs>();
     CLI::App* scmd = app.add_subcommand(
@@ -152,9 +172,16 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
                      "identity (default), or verdict: keep only the verdict, which may end in another bug of the "
                      "same class")
         ->check(CLI::IsMember({"identity", "verdict"}));
+    scmd->add_option("--server", shrink_args->server,
+                     "a server trace's llama-server binary (a server trace keeps its verdict and oracle)");
+    scmd->add_option("--work-dir", shrink_args->work_dir, "a server trace's run files (default: a temporary folder)");
     scmd->callback([shrink_args, &action] {
         action = [shrink_args] {
-            return run_shrink(read_text_file(shrink_args->trace), shrink_args->trace, shrink_args->output,
+            const std::string text = read_text_file(shrink_args->trace);
+            if (sim::server::is_server_trace(text))
+                return run_server_shrink(text, shrink_args->trace, shrink_args->server, shrink_args->output,
+                                         shrink_args->work_dir);
+            return run_shrink(text, shrink_args->trace, shrink_args->output,
                               shrink_args->keep == "verdict" ? ShrinkKeep::verdict : ShrinkKeep::identity);
         };
     });

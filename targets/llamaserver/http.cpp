@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -43,10 +44,25 @@ bool ready(int fd, short events, Clock::time_point deadline) {
     return rc > 0;
 }
 
+// A chunked body decoded; a cut one (the client stopped reading) keeps what came.
+std::string unchunk(const std::string& raw, const std::string& where) {
+    std::string out;
+    for (std::size_t at = 0; at < raw.size();) {
+        const auto eol = raw.find("\r\n", at);
+        if (eol == std::string::npos) break;
+        std::size_t n = 0;
+        require(std::sscanf(raw.c_str() + at, "%zx", &n) == 1, where, ": a chunk size that is not hex at byte ", at);
+        if (n == 0) break;
+        out.append(raw, eol + 2, std::min(n, raw.size() - (eol + 2)));
+        at = eol + 2 + n + 2;
+    }
+    return out;
+}
+
 }  // namespace
 
 HttpAnswer http_request(int port, const std::string& method, const std::string& path, const std::string& body,
-                        double timeout_s) {
+                        double timeout_s, const std::function<bool(const std::string&)>& stop) {
     const std::string where = cat(method, " http://127.0.0.1:", port, path);
     const auto deadline = Clock::now() + std::chrono::milliseconds(long(timeout_s * 1000));
     Socket s;
@@ -82,16 +98,16 @@ HttpAnswer http_request(int port, const std::string& method, const std::string& 
         if (n == 0) break;
         require(n > 0 || errno == EAGAIN || errno == EINTR, where, ": receive failed: ", std::strerror(errno));
         if (n > 0) answer.append(buf, std::size_t(n));
+        if (stop && stop(answer)) break;
     }
     const auto head_end = answer.find("\r\n\r\n");
     int status = 0;
     require(head_end != std::string::npos && std::sscanf(answer.c_str(), "HTTP/1.%*d %d", &status) == 1, where,
             ": not an HTTP answer (", answer.size(), " bytes: '", answer.substr(0, 40), "')");
     const std::string head = answer.substr(0, head_end);
-    require(head.find("Transfer-Encoding: chunked") == std::string::npos &&
-                head.find("transfer-encoding: chunked") == std::string::npos,
-            where, ": a chunked answer (kvweld reads whole answers only)");
-    return {status, answer.substr(head_end + 4)};
+    const bool chunked = head.find("Transfer-Encoding: chunked") != std::string::npos ||
+                         head.find("transfer-encoding: chunked") != std::string::npos;
+    return {status, chunked ? unchunk(answer.substr(head_end + 4), where) : answer.substr(head_end + 4)};
 }
 
 }  // namespace kvweld::targets::llamaserver

@@ -6,6 +6,7 @@
 // limit; a status of 4xx or 5xx is an answer (the caller judges it).
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace kvweld::targets::llamaserver {
@@ -16,7 +17,11 @@ struct HttpAnswer {
 };
 
 // method: "GET" or "POST" (a POST's body is sent as application/json).
+// A chunked answer (a stream of server-sent events) is decoded. `stop`,
+// where given, is asked after each read with the answer's bytes so far:
+// true closes the connection there (a client that cancels a stream), and
+// the answer holds what came, its last chunk maybe cut.
 HttpAnswer http_request(int port, const std::string& method, const std::string& path, const std::string& body,
-                        double timeout_s);
+                        double timeout_s, const std::function<bool(const std::string&)>& stop = {});
 
 }  // namespace kvweld::targets::llamaserver

@@ -7,6 +7,8 @@
 //   hang: /health 200, then never answers a /completion
 //   error: /health 200, /completion 500
 //   ignore_term: as serve, and SIGTERM does nothing
+//   answer=PATH: as serve, each POST /completion answered with PATH's
+//     content (a scripted answer, right or wrong, for an oracle's test)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -15,6 +17,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -69,7 +73,11 @@ int main(int argc, char** argv) {
             continue;  // the connection stays open, unanswered
         else if (mode == "error")
             answer(c, 500, "{\"error\": {\"code\": 500, \"message\": \"stand-in failure\"}}");
-        else
+        else if (mode.rfind("answer=", 0) == 0) {
+            std::ostringstream body;
+            body << std::ifstream(mode.substr(7)).rdbuf();
+            answer(c, 200, body.str());
+        } else
             answer(c, 200, "{\"tokens\": [7]}");
         ::close(c);
     }

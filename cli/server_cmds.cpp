@@ -1,0 +1,108 @@
+// --engine llama-server: sim, swarm, replay and shrink over the server
+// simulator (sim/server/server_run.hpp). Exit 0 pass, 1 a failure (an
+// oracle's, or a server that died, answered 5xx or hung), 2 bad input or a
+// server that could not start.
+#include "cli/commands.hpp"
+
+#include "sim/server/server_run.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+namespace kvweld::cli {
+
+namespace {
+
+using namespace kvweld::sim::server;
+
+std::string need_server(const std::string& server) {
+    require(!server.empty(), "--engine llama-server needs --server PATH, a llama-server binary (scripts/setup-llama builds "
+                             "one into the cache: $KVWELD_CACHE/llama.cpp/install/bin/llama-server)");
+    require(std::filesystem::exists(server), "--server ", server, ": no such file");
+    return server;
+}
+
+std::string work_dir(const std::string& given, const char* what) {
+    return given.empty() ? (std::filesystem::temp_directory_path() / cat("kvweld-", what, "-", ::getpid())).string() : given;
+}
+
+std::string preset(const RunOptions& o) { return o.model.empty() ? "small" : o.model; }
+
+int exit_code(ServerVerdict v) { return v == ServerVerdict::pass ? 0 : 1; }
+
+// The flags that only the library's engines take.
+void refuse_library_flags(const RunOptions& o) {
+    require(o.faults.empty() && o.params.empty() && !o.twin && o.seqs == 0 && o.n_ctx == 0,
+            "--engine llama-server takes --server, --model, --steps and --work-dir; --fault, --params, --twin, --seqs and "
+            "--n-ctx are the library engines' (a server's settings are drawn per seed)");
+}
+
+}  // namespace
+
+bool is_server_engine(const RunOptions& o) { return o.engine == "llama-server"; }
+
+int run_server_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace) {
+    refuse_library_flags(o);
+    const std::string dir = work_dir(o.work_dir, "server-sim");
+    const ServerRunResult r = run_server_generated(server_config(need_server(o.server), preset(o), seed, dir), o.steps);
+    print(server_report(r));
+    if (!trace.empty()) write_text(trace, server_trace_text(r));
+    std::printf("the server's log: %s\n", r.log.c_str());
+    return exit_code(r.verdict);
+}
+
+int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t last, int jobs) {
+    refuse_library_flags(o);
+    ServerSwarmOptions s;
+    s.server = need_server(o.server), s.preset = preset(o), s.first = first, s.last = last, s.steps = o.steps, s.jobs = jobs;
+    s.work_dir = work_dir(o.work_dir, "server-swarm");
+    const std::size_t total = std::size_t(last - first) + 1;
+    std::printf("swarm: seeds %llu..%llu (%zu), %d ops each, %d jobs, engine llama-server %s (a server per seed on "
+                "127.0.0.1, and its ground truth); failing seeds' traces and logs under %s\n",
+                (unsigned long long)first, (unsigned long long)last, total, s.steps, jobs, s.server.c_str(), s.work_dir.c_str());
+    std::fflush(stdout);
+    const auto start = std::chrono::steady_clock::now();
+    const ServerSwarmResult r = run_server_swarm(s, [&](std::size_t done, std::size_t failures) {
+        if (done % 25 != 0 && done != total) return;
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "[swarm] %zu/%zu seeds  %.2f seeds/s  %zu failures\n", done, total, double(done) / std::max(secs, 1e-9),
+                     failures);
+    });
+    print(server_swarm_table(r, s));
+    if (r.ok() && o.work_dir.empty()) std::filesystem::remove_all(s.work_dir);
+    return r.ok() ? 0 : 1;
+}
+
+int run_server_replay(const std::string& text, const std::string& path, const std::string& server, const std::string& dir) {
+    const ServerTrace t = parse_server_trace(text, path);
+    ServerRunConfig c = t.config;
+    c.server = need_server(server), c.work_dir = work_dir(dir, "server-replay");
+    const ServerRunResult r = run_server_ops(c, t.ops, t.observed);
+    print(server_report(r));
+    std::printf("the server's log: %s\n", r.log.c_str());
+    return exit_code(r.verdict);
+}
+
+int run_server_shrink(const std::string& text, const std::string& path, const std::string& server, const std::string& out,
+                      const std::string& dir) {
+    const ServerTrace t = parse_server_trace(text, path);
+    ServerRunConfig c = t.config;
+    c.server = need_server(server), c.work_dir = work_dir(dir, "server-shrink");
+    std::printf("shrink: %s (%zu ops) on llama-server %s; minimizing, keeping the verdict and the oracle...\n", path.c_str(),
+                t.ops.size(), c.server.c_str());
+    std::fflush(stdout);
+    const ServerShrinkResult s = shrink_server(c, t.ops, 400, [](int runs) {
+        if (runs % 10 == 0) std::fprintf(stderr, "[shrink] %d runs\n", runs);
+    });
+    write_text(out, server_trace_text(s.result));
+    std::printf("shrink: %zu ops -> %zu ops in %d runs, still %s (%s)\n%s", s.before, s.result.ops.size(), s.runs,
+                std::string(to_string(s.result.verdict)).c_str(), s.result.failure->oracle.c_str(),
+                server_report(s.result).c_str());
+    std::printf("reproduce: kvweld replay --server %s %s\n", c.server.c_str(), out.c_str());
+    return 0;
+}
+
+}  // namespace kvweld::cli

@@ -1,0 +1,39 @@
+// One completion request, alone: streamed or not, maybe cancelled, greedy
+// or sampled, one completion or several of one prompt (n_cmpl).
+#include "sim/server/server_oracles.hpp"
+#include "sim/server/server_sim.hpp"
+#include "util/cat.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace kvweld::sim::server {
+
+int Complete::weight(const ServerSettings& s) { return s.embeddings() ? 0 : 12; }
+
+Complete Complete::draw(ServerDraw& d) {
+    const int slots = d.settings().slots;
+    Complete op{d.completion(d.chance(0.8) ? int(d.below(std::uint64_t(slots))) : -1)};
+    Completion& c = op.request;
+    if (d.chance(0.25)) c.temperature = 0.8, c.seed = std::uint32_t(d.below(1u << 30));
+    if (slots > 1 && d.chance(0.15)) c.n_cmpl = int(d.range(2, slots));
+    c.stream = d.chance(0.3);
+    // A cut stream leaves the slot holding tokens nobody saw; a shifted chunk
+    // of them could not be mirrored, so cancelling waits for seeds without
+    // chunk reuse. Only a pinned request is cut: a stream's events name the
+    // slot the request asked for (-1 when none), and only the final one, never
+    // read, names the slot that served it.
+    if (c.stream && c.slot >= 0 && c.n_cmpl == 1 && c.n_predict > 1 && d.settings().cache_reuse == 0 && d.chance(0.4))
+        c.cancel_after = int(d.range(1, c.n_predict - 1));
+    return op;
+}
+
+void Complete::write(nlohmann::json& j, const Complete& a) { write_completion(j, a.request); }
+Complete Complete::read(const nlohmann::json& j) { return {read_completion(j)}; }
+
+void ServerSim::run(const Complete& op, std::size_t index, nlohmann::json& observed) {
+    const std::vector<ServerAnswer> answers = send(op.request, cat("op ", index, " (complete)"));
+    observed = observed_json(answers);
+    judge_completion(op.request, answers, index);
+}
+
+}  // namespace kvweld::sim::server

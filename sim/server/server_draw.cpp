@@ -1,0 +1,133 @@
+// The generated run's requests (sim/server/server_sim.hpp ServerDraw): the
+// conversations each slot holds, drawn on from what the server answered.
+#include "sim/server/server_sim.hpp"
+
+#include "util/error.hpp"
+
+#include <array>
+
+namespace kvweld::sim::server {
+
+namespace {
+
+// The generator's PRNG is apart from the one that drew the settings.
+constexpr std::uint64_t kRequestStream = 0x5e5e5e5eULL;
+
+template <std::size_t I = 0>
+ServerOp draw_kind(std::size_t kind, ServerDraw& d) {
+    if constexpr (I + 1 < std::size_t(kServerOpKinds)) {
+        if (kind != I) return draw_kind<I + 1>(kind, d);
+    }
+    return ServerOp{std::variant_alternative_t<I, ServerOpArgs>::draw(d)};
+}
+
+template <std::size_t... I>
+std::array<int, sizeof...(I)> weights(const ServerSettings& s, std::index_sequence<I...>) {
+    return {std::variant_alternative_t<I, ServerOpArgs>::weight(s)...};
+}
+
+}  // namespace
+
+ServerDraw::ServerDraw(std::uint64_t seed, const ServerSettings& settings, int vocab, int max_len)
+    : settings_(settings), vocab_(vocab), max_len_(max_len), last_(std::size_t(settings.slots)),
+      files_(kFiles), rng_(seed ^ kRequestStream) {
+    shared_ = tokens(16);
+}
+
+std::uint64_t ServerDraw::below(std::uint64_t n) { return rng_.below(n); }
+std::int64_t ServerDraw::range(std::int64_t lo, std::int64_t hi) { return rng_.range(lo, hi); }
+bool ServerDraw::chance(double p) { return rng_.chance(p); }
+bool ServerDraw::saved(int file) const { return files_.at(std::size_t(file)).has_value(); }
+
+std::vector<int> ServerDraw::tokens(int n) {
+    std::vector<int> out;
+    for (int i = 0; i < n; ++i) out.push_back(int(rng_.below(std::uint64_t(vocab_))));
+    return out;
+}
+
+// A multi-turn chat (the slot's last prompt, its answer, a few new tokens),
+// an agent's edit (the slot's last prompt with a few tokens cut from its
+// middle, a new tail), a few-shot prompt (the shared prefix, a new tail) or
+// a fresh one; 1 to 6 tokens generated. Unpinned, slot 0's conversation.
+Completion ServerDraw::completion(int slot) {
+    Completion c;
+    c.slot = slot;
+    c.n_predict = int(range(1, 6));
+    const Turn& last = last_[std::size_t(std::max(slot, 0))];
+    auto append = [&](std::vector<int>& v, int n) {
+        const std::vector<int> more = tokens(n);
+        v.insert(v.end(), more.begin(), more.end());
+    };
+    switch (below(4)) {
+        case 0:
+            c.prompt = last.prompt;
+            c.prompt.insert(c.prompt.end(), last.answer.begin(), last.answer.end());
+            append(c.prompt, int(range(1, 4)));
+            break;
+        case 1:
+            c.prompt = last.prompt;
+            if (c.prompt.size() > 8) {
+                const auto at = c.prompt.begin() + std::ptrdiff_t(range(2, std::int64_t(c.prompt.size()) - 4));
+                c.prompt.erase(at, at + std::ptrdiff_t(range(1, 3)));
+            }
+            append(c.prompt, int(range(1, 4)));
+            break;
+        case 2: c.prompt = shared_, append(c.prompt, int(range(2, 8))); break;
+        default: c.prompt = tokens(int(range(4, 16))); break;
+    }
+    // A conversation that no longer fits starts again.
+    if (int(c.prompt.size()) + c.n_predict > max_len_) c.prompt = tokens(int(range(4, 16)));
+    return c;
+}
+
+void ServerDraw::heard(const Completion& c, const ServerAnswer& a) {
+    if (a.slot >= 0 && a.slot < int(last_.size())) last_[std::size_t(a.slot)] = {c.prompt, a.tokens};
+}
+
+// What the server answered, as the trace records it (observed_json): each
+// answer's slot and tokens go on the slot's conversation; a slot action moves it.
+void ServerDraw::observe(const ServerOp& op, const nlohmann::json& observed) {
+    auto answers = [](const nlohmann::json& list) {
+        std::vector<ServerAnswer> out;
+        for (const nlohmann::json& one : list) {
+            ServerAnswer a;
+            a.slot = one.at("slot").get<int>();
+            a.tokens = one.at("tokens").get<std::vector<int>>();
+            out.push_back(a);
+        }
+        return out;
+    };
+    std::visit(
+        [&](const auto& a) {
+            using T = std::decay_t<decltype(a)>;
+            if constexpr (std::is_same_v<T, Complete>) {
+                for (const ServerAnswer& x : answers(observed)) heard(a.request, x);
+            } else if constexpr (std::is_same_v<T, Burst>) {
+                for (std::size_t i = 0; i < a.requests.size() && i < observed.size(); ++i)
+                    for (const ServerAnswer& x : answers(observed[i])) heard(a.requests[i], x);
+            } else if constexpr (std::is_same_v<T, Slot>) {
+                Turn& slot = last_.at(std::size_t(a.slot));
+                switch (a.action) {
+                    case SlotAction::save: files_[std::size_t(a.file)] = slot; break;
+                    case SlotAction::restore: slot = *files_[std::size_t(a.file)]; break;
+                    case SlotAction::erase: slot = {}; break;
+                }
+            } else {
+                static_assert(std::is_same_v<T, Embed>, "every server op kind is handled");  // an embedding holds no conversation
+            }
+        },
+        op.args);
+}
+
+ServerOp ServerDraw::next() {
+    const auto w = weights(settings_, std::make_index_sequence<kServerOpKinds>{});
+    int total = 0;
+    for (int x : w) total += x;
+    require(total > 0, "no server op kind has weight under these settings (", settings_.describe(), ")");
+    int r = int(below(std::uint64_t(total)));
+    std::size_t kind = 0;
+    while (r >= w[kind]) r -= w[kind++];
+    return draw_kind(kind, *this);
+}
+
+}  // namespace kvweld::sim::server

@@ -1,0 +1,408 @@
+// The server simulator's oracles (sim/server/server_oracles.hpp).
+#include "sim/server/server_oracles.hpp"
+
+#include "targets/llamaserver/http.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvweld::sim::server {
+
+namespace {
+
+constexpr int kTop = 4;  // n_probs asked
+
+// Each chunk of `plan` moved as the server moves it (positions [to, from)
+// dropped, the rest moved down) on a mirror of `len` positions.
+void shift_chunks(const ModelConfig& config, ReferenceKv& kv, const ReusePlan& plan, int len) {
+    int removed = 0;
+    for (const ReusePlan::Chunk& c : plan.chunks) {
+        const int p1 = c.from - removed;
+        kv.shift(config, c.to, p1, len);
+        len -= p1 - c.to, removed += p1 - c.to;
+    }
+}
+
+// The tokens a slot holds after an answer: the prompt and every generated
+// token but the last (never decoded).
+std::vector<int> held_after(const Completion& c, const ServerAnswer& a) {
+    std::vector<int> held = c.prompt;
+    held.insert(held.end(), a.tokens.begin(), a.tokens.end());
+    if (!a.tokens.empty()) held.pop_back();
+    return held;
+}
+
+}  // namespace
+
+ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& prompt, int cache_reuse) {
+    ReusePlan plan;
+    std::size_t n_past = 0;
+    while (n_past < held.size() && n_past < prompt.size() && held[n_past] == prompt[n_past]) ++n_past;
+    for (std::size_t from = n_past, to = n_past; cache_reuse > 0 && from < held.size() && to < prompt.size();) {
+        std::size_t n = 0;
+        while (from + n < held.size() && to + n < prompt.size() && held[from + n] == prompt[to + n]) ++n;
+        if (n < std::size_t(cache_reuse)) {
+            ++from;
+            continue;
+        }
+        plan.chunks.push_back({int(from), int(to), int(n)});
+        n_past += n, from += n, to += n;
+    }
+    plan.n_past = int(std::min(n_past, prompt.size() - 1));
+    return plan;
+}
+
+std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& answers) {
+    std::vector<const ServerAnswer*> out;
+    for (const ServerAnswer& a : answers) out.push_back(&a);
+    std::stable_sort(out.begin(), out.end(), [](const ServerAnswer* x, const ServerAnswer* y) { return x->index < y->index; });
+    return out;
+}
+
+// ---- LogprobOracle
+
+LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse, double tolerance)
+    : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse),
+      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config())}) {}
+
+std::string LogprobOracle::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
+    std::string wrong;
+    // The copies (n_cmpl) start from the parent's slot as it was before the prompt.
+    std::optional<Mirror> before;
+    for (const ServerAnswer* a : parent_first(answers)) {
+        require(a->slot >= 0 && a->slot < int(slots_.size()), "answer from slot ", a->slot, ": the server has ", slots_.size());
+        Mirror& m = slots_[std::size_t(a->slot)];
+        if (!before) before = m;
+        else m = *before;
+        const std::string why = judge(m, c, *a);
+        if (a->index > 0) m.held.clear();  // a copy's slot drops its cells when it is released
+        if (wrong.empty() && !why.empty()) wrong = cat(answers.size() > 1 ? cat("completion ", a->index, ": ") : "", why);
+    }
+    return wrong;
+}
+
+std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAnswer& a) {
+    const ReusePlan plan = plan_reuse(m.held, c.prompt, cache_reuse_);
+    shift_chunks(model_.config(), m.kv, plan, int(m.held.size()));
+    std::vector<int> held = c.prompt;
+    held.insert(held.end(), a.tokens.begin(), a.tokens.end());
+    std::string wrong;
+    for (int pos = plan.n_past; pos + 1 < int(held.size()); ++pos) {
+        const std::vector<double> lp = log_probs(reference_forward(model_, m.kv, held[std::size_t(pos)], pos));
+        const int i = pos - int(c.prompt.size()) + 1;  // the generated token this position predicts
+        if (i < 0 || !wrong.empty()) continue;
+        const int token = a.tokens[std::size_t(i)];
+        const double best = *std::max_element(lp.begin(), lp.end());
+        ++judged_;
+        if (c.temperature == 0 && lp[std::size_t(token)] < best - tolerance_)
+            wrong = cat("generated token ", i, " is ", token, " (reference logprob ", lp[std::size_t(token)],
+                        "), but the reference's most likely has ", best);
+        std::vector<std::pair<int, double>> seen = a.top[std::size_t(i)];
+        seen.emplace_back(token, a.chosen[std::size_t(i)]);
+        for (const auto& [id, logprob] : seen) {
+            const double d = std::fabs(logprob - lp[std::size_t(id)]);
+            worst_ = std::max(worst_, d);
+            if (!(d <= tolerance_) && wrong.empty())
+                wrong = cat("generated token ", i, ": token ", id, " logprob ", logprob, ", reference ", lp[std::size_t(id)],
+                            " (|difference| ", d, " > ", tolerance_, ")");
+        }
+    }
+    m.held = held_after(c, a);
+    return wrong;
+}
+
+std::string LogprobOracle::on_slot(const Slot& op, int) {
+    if (files_.size() <= std::size_t(op.file)) files_.resize(std::size_t(op.file) + 1, Mirror{{}, ReferenceKv(model_.config())});
+    Mirror& s = slots_.at(std::size_t(op.slot));
+    switch (op.action) {
+        case SlotAction::save: files_[std::size_t(op.file)] = s; break;
+        case SlotAction::restore: s = files_[std::size_t(op.file)]; break;
+        case SlotAction::erase: s.held.clear(); break;
+    }
+    return "";
+}
+
+std::string LogprobOracle::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // no tokens generated
+
+std::string LogprobOracle::account() const {
+    return cat(judged_, " generated tokens judged against kvweld's reference forward over the slot's KV; max |logprob - "
+               "reference| ", worst_, " (tolerance ", tolerance_, ")");
+}
+
+// ---- SlotCacheModel
+
+SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnswer& a) {
+    // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
+    return {held_after(c, a), a.cut ? c.n_predict - int(a.tokens.size()) : 0};
+}
+
+std::string SlotCacheModel::judge(const Held& before, const Completion& c, const ServerAnswer& a) {
+    const int lo = plan_reuse(before.tokens, c.prompt, cache_reuse_).n_past;
+    // Past the known tokens, the ones a cut stream may have left: the prompt may match them too.
+    const bool to_the_end = before.maybe_more > 0 && lo == int(before.tokens.size());
+    const int hi = to_the_end ? std::min(lo + before.maybe_more, int(c.prompt.size()) - 1) : lo;
+    reused_ += a.cache_n, allowed_ += std::clamp(a.cache_n, lo, hi);
+    if (a.cache_n > hi)
+        return ++stale_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds only ", hi, " of the prompt (a stale read)");
+    if (a.cache_n < lo)
+        return ++lost_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds ", lo, " of the prompt (lost reuse)");
+    return "";
+}
+
+std::string SlotCacheModel::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
+    std::string wrong;
+    std::optional<Held> before;
+    for (const ServerAnswer* a : parent_first(answers)) {
+        require(a->slot >= 0 && a->slot < int(slots_.size()), "answer from slot ", a->slot, ": the server has ", slots_.size());
+        Held& held = slots_[std::size_t(a->slot)];
+        if (!before) before = held;
+        // A copy (n_cmpl) reports the parent's prompt statistics; a cut
+        // stream never got its final event, which carries them.
+        const std::string why = a->cut ? "" : judge(*before, c, *a);
+        if (wrong.empty() && !why.empty()) wrong = cat(answers.size() > 1 ? cat("completion ", a->index, ": ") : "", why);
+        // A copy's slot drops its cells when it is released ("the parent's context is enough").
+        held = a->index > 0 ? Held{} : after(c, *a);
+    }
+    return wrong;
+}
+
+std::string SlotCacheModel::on_slot(const Slot& op, int n) {
+    if (files_.size() <= std::size_t(op.file)) files_.resize(std::size_t(op.file) + 1);
+    Held& held = slots_.at(std::size_t(op.slot));
+    Held& saved = files_[std::size_t(op.file)];
+    const Held& moved = op.action == SlotAction::restore ? saved : held;
+    ++actions_;
+    // A slot whose stream was cut may hold more than the model knows: its count is a range.
+    const int lo = int(moved.tokens.size()), hi = lo + moved.maybe_more;
+    const std::string wrong = n >= lo && n <= hi ? "" : cat("the server's count is ", n, " tokens, but ",
+        op.action == SlotAction::restore ? cat("file ", op.file, " holds ") : cat("slot ", op.slot, " held "), lo,
+        hi > lo ? cat(" to ", hi) : "");
+    switch (op.action) {
+        case SlotAction::save: saved = held; break;
+        case SlotAction::restore: held = saved; break;
+        case SlotAction::erase: held = {}; break;
+    }
+    return wrong;
+}
+
+std::string SlotCacheModel::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // no cache_n
+
+std::string SlotCacheModel::account() const {
+    return cat("cache_n ", reused_, " of the ", allowed_, " prompt tokens the slots held (stale reads ", stale_, ", lost reuse ",
+               lost_, "); ", actions_, " slot actions' counts against the slot or file they moved");
+}
+
+// ---- GroundTruth
+
+GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, double timeout_s,
+                         double tolerance)
+    : process_(std::move(setup)), slots_(std::size_t(slots)), cache_reuse_(cache_reuse), timeout_s_(timeout_s),
+      tolerance_(tolerance) {}
+
+std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth) const {
+    const std::size_t n = got.cut ? std::min(got.tokens.size(), truth.tokens.size()) : truth.tokens.size();
+    if (!got.cut && got.tokens.size() != truth.tokens.size())
+        return cat(got.tokens.size(), " tokens generated, the ground truth ", truth.tokens.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        if (got.tokens[i] != truth.tokens[i])
+            return cat("generated token ", i, " is ", got.tokens[i], ", the ground truth's ", truth.tokens[i]);
+        for (const auto& [id, logprob] : got.top[i]) {
+            const auto it = std::find_if(truth.top[i].begin(), truth.top[i].end(), [&](const auto& p) { return p.first == id; });
+            if (it == truth.top[i].end()) continue;  // a near tie ordered otherwise: the logprob oracle judges it
+            if (!(std::fabs(it->second - logprob) <= tolerance_))
+                return cat("generated token ", i, ": token ", id, " logprob ", logprob, ", the ground truth's ", it->second);
+        }
+    }
+    return "";
+}
+
+std::string GroundTruth::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
+    std::string wrong;
+    std::optional<Held> before;
+    std::optional<ServerAnswer> truth;
+    for (const ServerAnswer* a : parent_first(answers)) {
+        Held& held = slots_.at(std::size_t(a->slot));
+        if (!before) before = held;
+        const ReusePlan plan = plan_reuse(before->tokens, c.prompt, cache_reuse_);
+        const bool fresh = plan.chunks.empty() && plan.n_past <= before->fresh;
+        held.tokens = held_after(c, *a);
+        held.fresh = fresh ? 1 << 30 : std::min(before->fresh, plan.chunks.empty() ? 1 << 30 : plan.chunks.front().to);
+        if (a->index > 0) held = {};  // a copy's slot drops its cells when it is released
+        if (!fresh) {
+            ++skipped_;
+            continue;
+        }
+        if (!truth) {
+            Completion one = c;
+            one.slot = 0, one.n_cmpl = 1, one.stream = false, one.cancel_after = 0;
+            nlohmann::json body = completion_body(one);
+            body["cache_prompt"] = false;
+            const auto got = targets::llamaserver::http_request(process_.port(), "POST", "/completion", body.dump(), timeout_s_);
+            require(got.status == 200, "the ground-truth server answered ", got.status, ": ", got.body.substr(0, 300),
+                    "; its log's last lines:\n", process_.log_tail(8));
+            truth = parse_completion(got.body, false).at(0);
+        }
+        // Sampled copies (n_cmpl) draw their own tokens: only the first is the ground truth's.
+        if (c.temperature > 0 && a->index > 0) continue;
+        ++compared_;
+        const std::string why = compare(*a, *truth);
+        if (wrong.empty() && !why.empty()) wrong = cat(answers.size() > 1 ? cat("completion ", a->index, ": ") : "", why);
+    }
+    return wrong;
+}
+
+std::string GroundTruth::on_slot(const Slot& op, int) {
+    if (files_.size() <= std::size_t(op.file)) files_.resize(std::size_t(op.file) + 1);
+    Held& held = slots_.at(std::size_t(op.slot));
+    switch (op.action) {
+        case SlotAction::save: files_[std::size_t(op.file)] = held; break;
+        case SlotAction::restore: held = files_[std::size_t(op.file)]; break;
+        case SlotAction::erase: held = {}; break;
+    }
+    return "";
+}
+
+std::string GroundTruth::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // the reference judges those
+
+std::string GroundTruth::account() const {
+    return cat(compared_, " completions compared with a ground-truth server (one slot, no cache, each request fresh); ",
+               skipped_, " skipped where the slot reused KV a shifted chunk left");
+}
+
+// ---- EmbeddingOracle
+
+std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling) {
+    ReferenceKv kv(model.config());
+    std::vector<double> sum(std::size_t(model.config().dim), 0.0);
+    std::vector<float> hidden;
+    for (std::size_t pos = 0; pos < tokens.size(); ++pos) {
+        reference_forward(model, kv, tokens[pos], int(pos), Adapters::none(), &hidden);
+        if (pooling == "last") std::fill(sum.begin(), sum.end(), 0.0);
+        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += hidden[i];
+    }
+    double norm = 0;
+    for (double x : sum) norm += x * x;
+    norm = std::sqrt(norm);
+    std::vector<float> out(sum.size());
+    for (std::size_t i = 0; i < sum.size(); ++i) out[i] = norm > 0 ? float(sum[i] / norm) : 0.0f;
+    return out;
+}
+
+EmbeddingOracle::EmbeddingOracle(const Model& model, std::string pooling, double tolerance)
+    : model_(model), pooling_(std::move(pooling)), tolerance_(tolerance) {}
+
+std::string EmbeddingOracle::on_completion(const Completion&, const std::vector<ServerAnswer>&) { return ""; }
+std::string EmbeddingOracle::on_slot(const Slot&, int) { return ""; }
+
+std::string EmbeddingOracle::on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) {
+    for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+        const std::vector<int>& input = op.inputs[k];
+        const std::vector<float>& got = embeddings.at(k);
+        const std::vector<float> want = reference_embedding(model_, input, pooling_);
+        const std::string which = cat("input ", k, " of ", op.inputs.size(), " (", input.size(), " tokens)");
+        if (got.size() != want.size()) return cat(which, ": an embedding of ", got.size(), " floats, the model's is ", want.size());
+        ++judged_;
+        double d = 0;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < got.size(); ++i)
+            if (std::fabs(double(got[i]) - want[i]) > d) d = std::fabs(double(got[i]) - want[i]), at = i;
+        worst_ = std::max(worst_, d);
+        if (!(d <= tolerance_))
+            return cat(which, ": ", pooling_, "-pooled embedding component ", at, " is ", got[at], ", the reference's ", want[at],
+                       " (|difference| ", d, " > ", tolerance_, ")");
+    }
+    return "";
+}
+
+std::string EmbeddingOracle::account() const {
+    return cat(judged_, " pooled embeddings (", pooling_, ") judged against kvweld's reference; max |difference| ", worst_,
+               " (tolerance ", tolerance_, ")");
+}
+
+// ---- the wire format
+
+nlohmann::json completion_body(const Completion& c) {
+    nlohmann::json body = {{"prompt", c.prompt},         {"n_predict", c.n_predict},  {"n_probs", kTop},
+                           {"temperature", c.temperature}, {"return_tokens", true},    {"cache_prompt", true},
+                           {"id_slot", c.slot},          {"stream", c.stream}};
+    if (c.n_cmpl > 1) body["n_cmpl"] = c.n_cmpl;
+    if (c.temperature > 0) body["seed"] = c.seed;
+    return body;
+}
+
+namespace {
+
+// One completion_probabilities entry: the chosen token's logprob and the top ones.
+void add_probs(ServerAnswer& a, const nlohmann::json& step) {
+    a.chosen.push_back(step.at("logprob").get<double>());
+    a.top.emplace_back();
+    for (const nlohmann::json& p : step.at("top_logprobs")) a.top.back().emplace_back(p.at("id").get<int>(), p.at("logprob").get<double>());
+}
+
+ServerAnswer parse_final(const nlohmann::json& j) {
+    require(j.is_object() && j.contains("tokens") && j.contains("completion_probabilities") && j.contains("timings"),
+            "server answer: no tokens, completion_probabilities or timings in '", j.dump().substr(0, 200), "'");
+    ServerAnswer a;
+    a.tokens = j.at("tokens").get<std::vector<int>>();
+    a.cache_n = j.at("timings").at("cache_n").get<int>();
+    a.slot = j.value("id_slot", -1);
+    a.index = j.value("index", 0);
+    for (const nlohmann::json& step : j.at("completion_probabilities")) add_probs(a, step);
+    require(a.top.size() == a.tokens.size(), "server answer: ", a.tokens.size(), " tokens but ", a.top.size(),
+            " completion_probabilities");
+    return a;
+}
+
+// Server-sent events: each partial result adds its tokens to its index's
+// answer; the final one (stop) brings the slot and timings. A stream the
+// client cut has no final event for some: cut.
+std::vector<ServerAnswer> parse_events(const std::string& body) {
+    std::map<int, ServerAnswer> by_index;
+    std::map<int, bool> done;
+    for (std::size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+        const auto end = body.find('\n', at);
+        if (end == std::string::npos) break;  // cut mid-event
+        const nlohmann::json j = nlohmann::json::parse(body.substr(at + 6, end - at - 6), nullptr, false);
+        at = end;
+        if (j.is_discarded()) continue;  // "[DONE]" or a cut event
+        const int index = j.value("index", 0);
+        ServerAnswer& a = by_index[index];
+        a.index = index;
+        if (j.contains("id_slot")) a.slot = j.at("id_slot").get<int>();
+        if (j.value("stop", false)) {
+            done[index] = true;
+            if (j.contains("timings")) a.cache_n = j.at("timings").at("cache_n").get<int>();
+            continue;
+        }
+        const auto tokens = j.value("tokens", std::vector<int>{});
+        a.tokens.insert(a.tokens.end(), tokens.begin(), tokens.end());
+        if (j.contains("completion_probabilities"))
+            for (const nlohmann::json& step : j.at("completion_probabilities")) add_probs(a, step);
+        require(a.top.size() == a.tokens.size(), "server event: ", a.tokens.size(), " tokens but ", a.top.size(),
+                " completion_probabilities");
+    }
+    std::vector<ServerAnswer> out;
+    for (auto& [index, a] : by_index) {
+        a.cut = !done[index];
+        out.push_back(std::move(a));
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<ServerAnswer> parse_completion(const std::string& body, bool stream) {
+    if (stream) return parse_events(body);
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    require(!j.is_discarded(), "server answer: not JSON: '", body.substr(0, 200), "'");
+    std::vector<ServerAnswer> out;
+    if (j.is_array())
+        for (const nlohmann::json& one : j) out.push_back(parse_final(one));
+    else
+        out.push_back(parse_final(j));
+    return out;
+}
+
+}  // namespace kvweld::sim::server

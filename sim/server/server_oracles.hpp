@@ -1,0 +1,165 @@
+// The server simulator's oracles, each with its own state, each told every
+// request and its answers (ServerOracle: one method per kind of exchange,
+// none with a default), each returning "" where the answer is right, else
+// what differs. None judges the server by what it says about itself alone:
+//
+// - LogprobOracle: each generated token's log probabilities against
+//   kvweld's reference forward over the tokens the slot holds (its own
+//   mirror of each slot's KV, chunk shifts included); greedy: the token is
+//   the reference's most likely, or within the tolerance of it.
+// - SlotCacheModel: each answer's timings.cache_n against what its slot
+//   held (the longest common prefix, the chunks --cache-reuse may shift in;
+//   the server evaluates the last prompt token again), and each slot
+//   action's count against what the slot or file held. Higher is a stale
+//   read, lower is lost reuse. The copies of an n_cmpl request hold
+//   nothing once they end (server-context.cpp release(): "do not keep
+//   context of the child slots - the parent's context is enough").
+// - GroundTruth: a second server in lockstep, one slot, caching off, each
+//   request sent to it fresh: the same tokens (sampled ones too: the same
+//   seed), the same log probabilities. Skipped where the slot reuses KV a
+//   shifted chunk left (computed under another context: not the fresh one).
+// - EmbeddingOracle: each pooled embedding against the reference's (the
+//   hidden states after the final norm, mean or last, L2-normalized).
+#pragma once
+
+#include "engine/reference.hpp"
+#include "sim/server/server_sim.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvweld::sim::server {
+
+class ServerOracle {
+public:
+    virtual ~ServerOracle() = default;
+    virtual std::string name() const = 0;
+    virtual std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) = 0;
+    // n: the count the server gave (n_saved, n_restored, n_erased).
+    virtual std::string on_slot(const Slot& op, int n) = 0;
+    virtual std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) = 0;
+    virtual std::string account() const = 0;  // one line: what it checked
+};
+
+// What a slot reuses of its tokens for a new prompt, as the server plans
+// it: the longest common prefix, then (cache_reuse > 0) each later run of
+// at least cache_reuse tokens it holds, shifted into place (tools/server
+// server-context.cpp, "reuse chunks from the cached prompt"); n_past is at
+// most the prompt's length minus one (the last token is evaluated again).
+struct ReusePlan {
+    struct Chunk {
+        int from, to, n;  // held[from, from + n) moves to positions [to, to + n)
+    };
+    int n_past = 0;
+    std::vector<Chunk> chunks;
+};
+ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& prompt, int cache_reuse);
+
+// The answers of a completion in the order the server made them: the one
+// that computed the prompt first (index 0), then the copies (n_cmpl).
+std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& answers);
+
+inline constexpr double kLogprobTolerance = 1e-4;  // |logprob - reference|, as the GGUF test's logits
+
+class LogprobOracle final : public ServerOracle {
+public:
+    LogprobOracle(const Model& model, int slots, int cache_reuse, double tolerance = kLogprobTolerance);
+    std::string name() const override { return "logprobs"; }
+    std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
+    std::string on_slot(const Slot& op, int n) override;
+    std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string account() const override;
+    double worst() const { return worst_; }
+    int tokens_judged() const { return judged_; }
+
+private:
+    struct Mirror {
+        std::vector<int> held;  // tokens at positions 0..
+        ReferenceKv kv;
+    };
+    std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
+    const Model& model_;
+    double tolerance_, worst_ = 0;
+    int cache_reuse_, judged_ = 0;
+    std::vector<Mirror> slots_, files_;
+};
+
+class SlotCacheModel final : public ServerOracle {
+public:
+    SlotCacheModel(int slots, int cache_reuse) : slots_(std::size_t(slots)), cache_reuse_(cache_reuse) {}
+    std::string name() const override { return "reuse"; }
+    std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
+    std::string on_slot(const Slot& op, int n) override;
+    std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string account() const override;
+    int stale() const { return stale_; }
+    int lost() const { return lost_; }
+
+private:
+    // A slot's tokens; after a cancelled stream, up to `maybe_more` tokens
+    // past them that the server may have generated before it stopped.
+    struct Held {
+        std::vector<int> tokens;
+        int maybe_more = 0;
+    };
+    std::string judge(const Held& before, const Completion& c, const ServerAnswer& a);
+    static Held after(const Completion& c, const ServerAnswer& a);
+    std::vector<Held> slots_, files_;
+    int cache_reuse_, stale_ = 0, lost_ = 0, actions_ = 0;
+    long reused_ = 0, allowed_ = 0;
+};
+
+class GroundTruth final : public ServerOracle {
+public:
+    // Starts the ground-truth server (one slot, no cache) with `setup`'s binary and model.
+    GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, double timeout_s,
+                double tolerance = kLogprobTolerance);
+    std::string name() const override { return "ground-truth"; }
+    std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
+    std::string on_slot(const Slot& op, int n) override;
+    std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string account() const override;
+
+private:
+    std::string compare(const ServerAnswer& got, const ServerAnswer& truth) const;
+    // A slot's tokens, and how many of the first its KV holds as a fresh
+    // prompt would: a shifted chunk was computed under another context, and
+    // so is every position after it, until a prompt rewrites them.
+    struct Held {
+        std::vector<int> tokens;
+        int fresh = 1 << 30;
+    };
+    targets::llamaserver::ServerProcess process_;
+    std::vector<Held> slots_, files_;
+    int cache_reuse_;
+    double timeout_s_, tolerance_;
+    int compared_ = 0, skipped_ = 0;
+};
+
+class EmbeddingOracle final : public ServerOracle {
+public:
+    EmbeddingOracle(const Model& model, std::string pooling, double tolerance = kLogprobTolerance);
+    std::string name() const override { return "embeddings"; }
+    std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
+    std::string on_slot(const Slot& op, int n) override;
+    std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string account() const override;
+
+private:
+    const Model& model_;
+    std::string pooling_;
+    double tolerance_, worst_ = 0;
+    int judged_ = 0;
+};
+
+// The reference's pooled embedding of `tokens` (mean or last), L2-normalized.
+std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling);
+
+// One /completion answer's body (streamed: its server-sent events) parsed;
+// throws Error naming what is missing.
+std::vector<ServerAnswer> parse_completion(const std::string& body, bool stream);
+// The request body kvweld sends for `c` (cache_prompt on, n_probs 4).
+nlohmann::json completion_body(const Completion& c);
+
+}  // namespace kvweld::sim::server

@@ -1,0 +1,223 @@
+// Runs of the server simulator: generated, replayed, shrunk, many seeds
+// (sim/server/server_run.hpp).
+#include "sim/server/server_run.hpp"
+
+#include "sim/ddmin.hpp"
+#include "sim/json_field.hpp"
+#include "sim/seed_pool.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace kvweld::sim::server {
+
+namespace {
+
+ServerRunResult finish(ServerSim& sim, int steps, std::vector<ServerOp> ops, std::vector<nlohmann::json> observed) {
+    ServerRunResult r{sim.config(), steps, std::move(ops), std::move(observed), sim.verdict(), sim.failure(),
+                      sim.oracle_lines(), "", sim.log_path()};
+    sim.end();
+    return r;
+}
+
+// The first difference between what a trace recorded and what came, "" none.
+std::string divergence(std::size_t op, const nlohmann::json& recorded, const nlohmann::json& got) {
+    if (recorded.is_null() || recorded == got) return "";
+    return cat("op ", op, ": the trace recorded ", recorded.dump(), ", the server now answered ", got.dump());
+}
+
+}  // namespace
+
+ServerRunConfig server_config(const std::string& server, const std::string& preset, std::uint64_t seed,
+                              const std::string& work_dir) {
+    ServerRunConfig c;
+    c.server = server, c.preset = preset, c.seed = seed, c.work_dir = work_dir;
+    c.settings = ServerSettings::draw(seed);
+    return c;
+}
+
+ServerRunResult run_server_generated(const ServerRunConfig& config, int steps) {
+    ServerSim sim(config);
+    ServerDraw draw(config.seed, config.settings, sim.model().config().vocab, sim.model().config().max_seq_len - 8);
+    std::vector<ServerOp> ops;
+    std::vector<nlohmann::json> observed;
+    for (int i = 0; i < steps; ++i) {
+        ops.push_back(draw.next());
+        observed.emplace_back();
+        const bool ok = sim.apply(ops.back(), ops.size() - 1, observed.back());
+        if (!ok) break;
+        draw.observe(ops.back(), observed.back());
+    }
+    return finish(sim, steps, std::move(ops), std::move(observed));
+}
+
+ServerRunResult run_server_ops(const ServerRunConfig& config, const std::vector<ServerOp>& ops,
+                               const std::vector<nlohmann::json>& recorded, const std::function<void(ServerSim&)>& before) {
+    ServerSim sim(config);
+    if (before) before(sim);
+    std::vector<ServerOp> ran;
+    std::vector<nlohmann::json> observed;
+    std::string diverged;
+    for (const ServerOp& op : ops) {
+        ran.push_back(op);
+        observed.emplace_back();
+        const bool ok = sim.apply(op, ran.size() - 1, observed.back());
+        if (diverged.empty() && ran.size() <= recorded.size())
+            diverged = divergence(ran.size() - 1, recorded[ran.size() - 1], observed.back());
+        if (!ok) break;
+    }
+    ServerRunResult r = finish(sim, int(ops.size()), std::move(ran), std::move(observed));
+    r.diverged = diverged;
+    return r;
+}
+
+// ---- traces
+
+std::string server_trace_text(const ServerRunResult& r) {
+    const nlohmann::json header = {{"format", kServerTraceFormat}, {"version", kServerTraceVersion},
+                                   {"seed", r.config.seed},        {"preset", r.config.preset},
+                                   {"settings", r.config.settings.to_json()}, {"steps", r.steps}};
+    std::string out = header.dump() + "\n";
+    for (std::size_t i = 0; i < r.ops.size(); ++i) {
+        nlohmann::json line;
+        to_json(line, r.ops[i]);
+        if (i < r.observed.size() && !r.observed[i].is_null()) line["got"] = r.observed[i];
+        out += line.dump() + "\n";
+    }
+    return out;
+}
+
+bool is_server_trace(const std::string& text) {
+    const nlohmann::json header = nlohmann::json::parse(text.substr(0, text.find('\n')), nullptr, false);
+    return header.is_object() && header.value("format", "") == kServerTraceFormat;
+}
+
+ServerTrace parse_server_trace(const std::string& text, const std::string& origin) {
+    std::istringstream in(text);
+    std::string line;
+    int number = 0;
+    ServerTrace t;
+    while (std::getline(in, line)) {
+        ++number;
+        if (line.empty()) continue;
+        try {
+            const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+            require(!j.is_discarded(), "not JSON");
+            if (number == 1) {
+                require(json_field<std::string>(j, "format") == kServerTraceFormat, "not a ", kServerTraceFormat);
+                const int version = json_field<int>(j, "version");
+                require(version == kServerTraceVersion, "version ", version, ", this build reads version ", kServerTraceVersion);
+                t.config.seed = json_field<std::uint64_t>(j, "seed");
+                t.config.preset = json_field<std::string>(j, "preset");
+                require(j.contains("settings"), "missing field 'settings'");
+                t.config.settings = ServerSettings::from_json(j.at("settings"));
+                t.steps = json_field<int>(j, "steps");
+                continue;
+            }
+            t.ops.push_back(server_op_from_json(j));
+            t.observed.push_back(j.contains("got") ? j.at("got") : nlohmann::json());
+        } catch (const Error& e) {
+            throw Error(cat(origin, ":", number, ": ", e.what()));
+        }
+    }
+    require(number >= 1, origin, ": empty (a server trace starts with its header line)");
+    return t;
+}
+
+// ---- shrinking
+
+ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vector<ServerOp>& ops, int max_runs,
+                                 const std::function<void(int)>& progress) {
+    ServerShrinkResult out;
+    out.before = ops.size();
+    out.result = run_server_ops(config, ops);
+    out.runs = 1;
+    require(out.result.verdict != ServerVerdict::pass, "shrink: the trace passes (", ops.size(), " ops): nothing to shrink");
+    const ServerVerdict verdict = out.result.verdict;
+    const std::string oracle = out.result.failure->oracle;
+    std::vector<ServerOp> best = out.result.ops;
+    auto try_keep = [&](const std::vector<ServerOp>& candidate) {
+        if (candidate.empty() || out.runs >= max_runs) return false;
+        ServerRunResult r = run_server_ops(config, candidate);
+        ++out.runs;
+        if (progress) progress(out.runs);
+        if (r.verdict != verdict || r.failure->oracle != oracle) return false;
+        best = r.ops;
+        out.result = std::move(r);
+        return true;
+    };
+    ddmin(best, try_keep, [&] { return out.runs >= max_runs; });
+    return out;
+}
+
+// ---- reports
+
+std::string server_report(const ServerRunResult& r) {
+    std::string out = cat("llama-server ", r.config.server, " (", r.config.settings.describe(), "), seed ", r.config.seed,
+                          ", a random ", r.config.preset, " model (test vocabulary): ", r.ops.size(), " ops\n");
+    for (const std::string& line : r.oracle_lines) out += cat("  ", line, "\n");
+    if (!r.diverged.empty()) out += cat("  the server chose otherwise than the trace recorded, from ", r.diverged, "\n");
+    out += cat("verdict: ", to_string(r.verdict));
+    if (r.failure) out += cat(" at op ", r.failure->op, " (", r.failure->oracle, "): ", r.failure->message);
+    return out + "\n";
+}
+
+// ---- the swarm
+
+ServerSwarmResult run_server_swarm(const ServerSwarmOptions& o, const std::function<void(std::size_t, std::size_t)>& progress) {
+    const std::size_t n = std::size_t(o.last - o.first) + 1;
+    ServerSwarmResult out;
+    out.seeds.resize(n);
+    run_indexed(
+        n, o.jobs,
+        [&](std::size_t i) {
+            const std::uint64_t seed = o.first + i;
+            const std::string dir = cat(o.work_dir, "/seed-", seed);
+            ServerRunResult r;
+            try {
+                r = run_server_generated(server_config(o.server, o.preset, seed, dir), o.steps);
+            } catch (const Error& e) {  // the server did not start
+                r.config = server_config(o.server, o.preset, seed, dir);
+                r.steps = o.steps, r.verdict = ServerVerdict::server_error, r.failure = ServerFailure{0, "server", e.what()};
+                r.log = dir + "/llama-server.log";
+            }
+            const bool failed = r.verdict != ServerVerdict::pass;
+            if (failed) {
+                std::ofstream(dir + "/trace.jsonl") << server_trace_text(r);
+            } else {
+                std::filesystem::remove_all(dir);
+            }
+            r.ops.clear(), r.observed.clear();
+            out.seeds[i] = std::move(r);
+            return failed;
+        },
+        progress);
+    for (const ServerRunResult& r : out.seeds) out.failures += r.verdict != ServerVerdict::pass;
+    return out;
+}
+
+std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOptions& o) {
+    std::string out = cat("results over seeds ", o.first, "..", o.last, " on llama-server ", o.server, " (", o.steps,
+                          " ops each, a random ", o.preset, " model):\n");
+    std::map<std::string, int> settings;
+    for (const ServerRunResult& s : r.seeds) ++settings[s.config.settings.embeddings() ? "embeddings" : s.config.settings.cache_reuse ? "completions, chunk reuse" : "completions"];
+    for (const auto& [what, n] : settings) out += cat("  ", what, ": ", n, " seeds\n");
+    for (const ServerRunResult& s : r.seeds) {
+        if (s.verdict == ServerVerdict::pass) continue;
+        const std::string trace = cat(o.work_dir, "/seed-", s.config.seed, "/trace.jsonl");
+        out += cat(to_string(s.verdict), " seed ", s.config.seed, " (", s.config.settings.describe(), ")",
+                   s.failure ? cat(" at op ", s.failure->op, " (", s.failure->oracle, "): ", s.failure->message) : "",
+                   "\n  trace: ", trace, "\n  server log: ", s.log, "\n  reproduce: kvweld replay --server ", o.server, " ", trace,
+                   "\n  shrink: kvweld shrink --server ", o.server, " ", trace, " --out shrunk.jsonl\n");
+    }
+    out += cat("verdict: ", r.ok() ? "PASS" : "FAIL", " (", r.failures, " of ", r.seeds.size(), " seeds failed)\n");
+    return out;
+}
+
+}  // namespace kvweld::sim::server

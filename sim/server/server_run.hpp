@@ -1,0 +1,90 @@
+// Running the server simulator: a seed's generated run, a trace's replay,
+// shrinking a failing trace, many seeds (the swarm of --engine
+// llama-server), and the server script a finding becomes.
+#pragma once
+
+#include "sim/server/server_sim.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvweld::sim::server {
+
+struct ServerRunResult {
+    ServerRunConfig config;
+    int steps = 0;
+    std::vector<ServerOp> ops;              // ops run, the failing one last
+    std::vector<nlohmann::json> observed;   // per op: what the server chose
+    ServerVerdict verdict = ServerVerdict::pass;
+    std::optional<ServerFailure> failure;
+    std::vector<std::string> oracle_lines;
+    // A replay's: the first op where the server chose otherwise than the
+    // trace recorded (another slot, other cache hits, other tokens), "" none.
+    std::string diverged;
+    std::string log;  // the server's log
+};
+
+// The config a seed draws (its settings), its files under work_dir.
+ServerRunConfig server_config(const std::string& server, const std::string& preset, std::uint64_t seed,
+                              const std::string& work_dir);
+ServerRunResult run_server_generated(const ServerRunConfig& config, int steps);
+// `recorded`: what a trace says the server chose (empty: nothing to compare).
+ServerRunResult run_server_ops(const ServerRunConfig& config, const std::vector<ServerOp>& ops,
+                               const std::vector<nlohmann::json>& recorded = {},
+                               const std::function<void(ServerSim&)>& before = {});
+
+// Traces: JSON Lines, a header (format "kvweld-server-trace", version,
+// seed, preset, settings, steps) then one op per line, each with what the
+// server chose ("got"). A corrupt one throws Error naming the line. The
+// server binary is not in it: a trace replays on any build.
+inline constexpr const char* kServerTraceFormat = "kvweld-server-trace";
+inline constexpr int kServerTraceVersion = 1;
+struct ServerTrace {
+    ServerRunConfig config;  // server and work_dir left empty
+    int steps = 0;
+    std::vector<ServerOp> ops;
+    std::vector<nlohmann::json> observed;
+};
+std::string server_trace_text(const ServerRunResult& r);
+ServerTrace parse_server_trace(const std::string& text, const std::string& origin);
+bool is_server_trace(const std::string& text);  // its header names kServerTraceFormat
+
+// The failing ops made fewer (delta debugging), the failure's verdict and
+// oracle kept; at most max_runs runs, each with a server of its own.
+struct ServerShrinkResult {
+    ServerRunResult result;
+    std::size_t before = 0;
+    int runs = 0;
+};
+ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vector<ServerOp>& ops, int max_runs,
+                                 const std::function<void(int)>& progress = {});
+
+// What a run prints: its settings, the oracles' lines, the verdict last.
+std::string server_report(const ServerRunResult& r);
+
+struct ServerSwarmOptions {
+    std::string server;
+    std::string preset = "small";
+    std::uint64_t first = 0, last = 0;
+    int steps = 60;
+    int jobs = 1;
+    std::string work_dir;  // each failing seed's trace and logs under it
+};
+struct ServerSwarmResult {
+    std::vector<ServerRunResult> seeds;  // in seed order, ops dropped
+    std::size_t failures = 0;
+    bool ok() const { return failures == 0; }
+};
+ServerSwarmResult run_server_swarm(const ServerSwarmOptions& options,
+                                   const std::function<void(std::size_t, std::size_t)>& progress = {});
+std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOptions& options);
+
+// A finding's server script: a shell script that starts the server with
+// the run's command line on 127.0.0.1, writes the model with kvweld, sends
+// the trace's requests with curl, prints what the oracle expected against
+// what came, and exits 1 when the finding shows (0 when not, 2 when it
+// cannot run).
+std::string server_script(const ServerRunResult& r);
+
+}  // namespace kvweld::sim::server

@@ -1,0 +1,219 @@
+// The server simulator (sim/server/server_sim.hpp): settings, the server
+// started and driven, every answer told to the oracles, the verdict.
+#include "sim/server/server_sim.hpp"
+
+#include "engine/gguf.hpp"
+#include "sim/json_field.hpp"
+#include "sim/server/server_oracles.hpp"
+#include "targets/llamaserver/http.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <array>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+namespace kvweld::sim::server {
+
+namespace {
+
+using targets::llamaserver::ServerSetup;
+
+// The flags every seed's server gets: F32 KV and flash attention off (the
+// reference's numbers), no host-RAM cache, slot files, the slots endpoint
+// (to wait out a cancelled request), one thread.
+std::vector<std::string> fixed_flags(const std::string& work_dir) {
+    return {"-t", "1", "--no-warmup", "-fa", "off", "-ctk", "f32", "-ctv", "f32", "--cache-ram", "0",
+            "--slot-save-path", work_dir + "/slots/", "--slots"};
+}
+
+// Until no slot is processing (a cancelled stream's task ends after the
+// client has gone); an Error after the limit.
+void await_idle(int port, double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(long(timeout_s * 1000));
+    while (true) {
+        const auto got = targets::llamaserver::http_request(port, "GET", "/slots", "", timeout_s);
+        require(got.status == 200, "GET /slots: status ", got.status, ": ", got.body.substr(0, 200));
+        const nlohmann::json j = nlohmann::json::parse(got.body, nullptr, false);
+        require(j.is_array(), "GET /slots: not an array: '", got.body.substr(0, 200), "'");
+        bool busy = false;
+        for (const nlohmann::json& s : j) busy |= s.value("is_processing", false);
+        if (!busy) return;
+        require(std::chrono::steady_clock::now() < deadline, "a slot still processing ", timeout_s,
+                " s after its client closed the stream");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+}
+
+}  // namespace
+
+std::string_view to_string(ServerVerdict v) {
+    switch (v) {
+        case ServerVerdict::pass: return "PASS";
+        case ServerVerdict::fail: return "FAIL";
+        case ServerVerdict::server_error: return "SERVER_ERROR";
+    }
+    return "?";
+}
+
+// ---- settings
+
+ServerSettings ServerSettings::draw(std::uint64_t seed) {
+    Rng rng(seed ^ 0x5e77165ULL);
+    ServerSettings s;
+    s.slots = int(rng.range(1, 3));
+    s.unified = rng.chance(0.5);
+    s.cache_reuse = std::array<int, 3>{0, 2, 4}[rng.below(3)];
+    if (rng.chance(0.15)) s.pooling = rng.chance(0.5) ? "mean" : "last";
+    s.ctx_extra = rng.chance(0.3) ? int(rng.below(std::uint64_t(s.slots))) : 0;
+    return s;
+}
+
+std::vector<std::string> ServerSettings::flags() const {
+    std::vector<std::string> out = {"-np", std::to_string(slots), unified ? "--kv-unified" : "--no-kv-unified", "--cache-reuse",
+                                    std::to_string(cache_reuse)};
+    if (embeddings()) out.insert(out.end(), {"--embedding", "--pooling", pooling});
+    return out;
+}
+
+std::string ServerSettings::describe() const {
+    std::string out;
+    for (const std::string& f : flags()) out += cat(out.empty() ? "" : " ", f);
+    return ctx_extra ? cat(out, ", -c ", slots, " contexts + ", ctx_extra) : out;
+}
+
+nlohmann::json ServerSettings::to_json() const {
+    return {{"slots", slots}, {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling}, {"ctx_extra", ctx_extra}};
+}
+
+ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
+    ServerSettings s;
+    s.slots = json_int_in(j, "slots", 1, 16);
+    s.unified = json_field<bool>(j, "unified");
+    s.cache_reuse = json_int_in(j, "cache_reuse", 0, 64);
+    s.pooling = json_field<std::string>(j, "pooling");
+    s.ctx_extra = json_int_in(j, "ctx_extra", 0, s.slots - 1);
+    require(s.pooling.empty() || s.pooling == "mean" || s.pooling == "last", "field 'pooling' = '", s.pooling,
+            "': \"\", \"mean\" or \"last\"");
+    return s;
+}
+
+// ---- the simulator
+
+ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::random(config_by_name(c.preset), c.seed)) {
+    std::filesystem::create_directories(c.work_dir + "/slots");
+    const std::string gguf = c.work_dir + "/model.gguf";
+    save_gguf(model_, gguf, Vocab::test);
+    const int n_ctx = model_.config().max_seq_len;
+    std::vector<std::string> args = {"-c", std::to_string(n_ctx * c.settings.slots + c.settings.ctx_extra)};
+    for (const std::string& f : fixed_flags(c.work_dir)) args.push_back(f);
+    for (const std::string& f : c.settings.flags()) args.push_back(f);
+    process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), 60});
+    const ServerSettings& s = c.settings;
+    if (s.embeddings()) {
+        oracles_.push_back(std::make_unique<EmbeddingOracle>(model_, s.pooling));
+        return;
+    }
+    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse));
+    oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse));
+    if (c.lockstep) {
+        std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0"};
+        for (const std::string& f : fixed_flags(c.work_dir + "/truth")) truth.push_back(f);
+        std::filesystem::create_directories(c.work_dir + "/truth/slots");
+        oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", 60},
+                                                         s.slots, s.cache_reuse, c.request_timeout_s));
+    }
+}
+
+ServerSim::~ServerSim() = default;
+
+std::string ServerSim::log_path() const { return config_.work_dir + "/llama-server.log"; }
+
+void ServerSim::add_oracle(std::unique_ptr<ServerOracle> oracle) { oracles_.push_back(std::move(oracle)); }
+
+void ServerSim::end() {
+    if (process_) process_->stop();
+    oracles_.clear();  // the ground truth's server stops with it
+}
+
+ServerVerdict ServerSim::verdict() const {
+    return !failure_ ? ServerVerdict::pass : server_error_ ? ServerVerdict::server_error : ServerVerdict::fail;
+}
+
+std::vector<std::string> ServerSim::oracle_lines() const {
+    std::vector<std::string> out;
+    for (const auto& o : oracles_) out.push_back(cat(o->name(), ": ", o->account()));
+    return out;
+}
+
+void ServerSim::fail(std::size_t index, const std::string& oracle, const std::string& message) {
+    if (!failure_) failure_ = ServerFailure{index, oracle, message};
+}
+
+bool ServerSim::apply(const ServerOp& op, std::size_t index, nlohmann::json& observed) {
+    try {
+        std::visit([&](const auto& a) { run(a, index, observed); }, op.args);
+    } catch (const Error& e) {
+        // A failed exchange, an answer that is not one, a server that died or hung.
+        const bool alive = process_->running();
+        fail(index, "server", cat(e.what(), "; llama-server ", alive ? "still runs" : "has ended", "; its log's last lines (",
+                                  log_path(), "):\n", process_->log_tail(8)));
+        server_error_ = true;
+        return false;
+    }
+    return !failure_;
+}
+
+std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string& what) {
+    // A cancelled stream: the connection is closed once cancel_after tokens have come.
+    std::function<bool(const std::string&)> stop;
+    if (c.cancel_after > 0)
+        stop = [n = c.cancel_after](const std::string& raw) {
+            int events = 0;
+            for (std::size_t at = 0; (at = raw.find("\"completion_probabilities\"", at)) != std::string::npos; ++at) ++events;
+            return events >= n;
+        };
+    const auto got = targets::llamaserver::http_request(process_->port(), "POST", "/completion", completion_body(c).dump(),
+                                                        config_.request_timeout_s, stop);
+    require(got.status == 200, what, ": status ", got.status, ": ", got.body.substr(0, 300));
+    std::vector<ServerAnswer> answers = parse_completion(got.body, c.stream);
+    require(int(answers.size()) == c.n_cmpl, what, ": ", answers.size(), " completions, ", c.n_cmpl, " asked");
+    if (c.cancel_after > 0) {
+        // Only the tokens of the events counted: a later one in the same read came after the client had stopped.
+        // A stream's events name no slot ("id_slot": -1; the final one names
+        // it): a cut one was served by the slot it was pinned to.
+        for (ServerAnswer& a : answers) {
+            if (int(a.tokens.size()) > c.cancel_after) a.tokens.resize(std::size_t(c.cancel_after)), a.top.resize(a.tokens.size()),
+                    a.chosen.resize(a.tokens.size()), a.cut = true;
+            if (a.cut) a.slot = c.slot;
+        }
+        await_idle(process_->port(), config_.request_timeout_s);
+    }
+    for (const ServerAnswer& a : answers)
+        require(a.slot >= 0 && a.slot < config_.settings.slots, what, ": served by slot ", a.slot, ", the server has ",
+                config_.settings.slots);
+    return answers;
+}
+
+void ServerSim::judge_completion(const Completion& c, const std::vector<ServerAnswer>& answers, std::size_t index) {
+    for (const ServerAnswer& a : answers)
+        if (c.slot >= 0 && a.index == 0 && a.slot != c.slot)
+            fail(index, "slots", cat("served by slot ", a.slot, ", not slot ", c.slot, " the request named"));
+    for (const auto& o : oracles_) {
+        const std::string why = o->on_completion(c, answers);
+        if (!why.empty()) fail(index, o->name(), why);
+    }
+}
+
+nlohmann::json observed_json(const std::vector<ServerAnswer>& answers) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const ServerAnswer& a : answers) {
+        nlohmann::json one = {{"slot", a.slot}, {"cache_n", a.cache_n}, {"tokens", a.tokens}};
+        if (a.cut) one["cut"] = true;
+        out.push_back(one);
+    }
+    return out;
+}
+
+}  // namespace kvweld::sim::server

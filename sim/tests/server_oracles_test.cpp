@@ -1,0 +1,216 @@
+// The server simulator's oracles, each shown its own power on a wrong
+// answer only it sees (an answer made here from the reference, or a
+// stand-in ground-truth server's scripted one), and each passing the right
+// answer: both halves.
+#include "sim/server/server_oracles.hpp"
+
+#include "engine/reference.hpp"
+#include "util/error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+namespace kvweld::sim::server {
+namespace {
+
+Completion request(int slot, std::vector<int> prompt, int n_predict = 1) {
+    Completion c;
+    c.slot = slot, c.prompt = std::move(prompt), c.n_predict = n_predict;
+    return c;
+}
+
+ServerAnswer answer(int slot, std::vector<int> tokens, int cache_n = 0) {
+    ServerAnswer a;
+    a.slot = slot, a.tokens = std::move(tokens), a.cache_n = cache_n;
+    return a;
+}
+
+// The right greedy answer to `prompt` on `slot`: n tokens, each one's top 4
+// and own logprob, from the reference.
+ServerAnswer reference_answer(const Model& model, std::vector<int> prompt, int n, int slot = 0) {
+    ServerAnswer a = answer(slot, {});
+    ReferenceKv kv(model.config());
+    for (int pos = 0; int(a.tokens.size()) < n; ++pos) {
+        const std::vector<float> logits = reference_forward(model, kv, prompt[std::size_t(pos)], pos);
+        if (pos + 1 < int(prompt.size())) continue;
+        const std::vector<double> lp = log_probs(logits);
+        std::vector<int> order(logits.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+        std::sort(order.begin(), order.end(), [&](int x, int y) { return logits[std::size_t(x)] > logits[std::size_t(y)]; });
+        a.top.emplace_back();
+        for (int k = 0; k < 4; ++k) a.top.back().emplace_back(order[std::size_t(k)], lp[std::size_t(order[std::size_t(k)])]);
+        a.chosen.push_back(lp[std::size_t(order[0])]);
+        a.tokens.push_back(order[0]);
+        prompt.push_back(order[0]);
+    }
+    return a;
+}
+
+TEST(ServerOracles, LogprobOracleSeesOneWrongLogprobAndOneWrongToken) {
+    const Model model = Model::random(config_by_name("tiny"), 3);
+    const Completion c = request(0, {5, 6, 7, 8}, 4);
+    const ServerAnswer right = reference_answer(model, c.prompt, 4);
+    LogprobOracle oracle(model, 3, 0);
+    EXPECT_EQ(oracle.on_completion(c, {right}), "");
+    EXPECT_EQ(oracle.tokens_judged(), 4);
+    ServerAnswer off = right;
+    off.slot = 1;
+    off.top[2][1].second += 1e-3;  // one logprob of the third token
+    EXPECT_NE(oracle.on_completion(c, {off}).find("generated token 2: token"), std::string::npos);
+    ServerAnswer wrong = right;
+    wrong.slot = 2;
+    wrong.tokens[1] = wrong.top[1][3].first;  // not the most likely
+    EXPECT_NE(oracle.on_completion(c, {wrong}).find("generated token 1 is"), std::string::npos);
+}
+
+TEST(ServerOracles, SlotCacheModelSeesAStaleReadAndLostReuse) {
+    SlotCacheModel model(2, 0);
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3, 4}), {answer(0, {40, 41, 42})}), "");  // fresh: cache_n 0
+    // Slot 0 holds 1 2 3 4 40 41 (42 was never decoded): a chat turn may reuse all 6.
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3, 4, 40, 41, 42, 9}), {answer(0, {7}, 6)}), "");
+    EXPECT_EQ(model.on_completion(request(1, {1, 2, 3, 4, 5}), {answer(1, {7})}), "");  // slot 1 held nothing
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3, 9, 9}), {answer(0, {7}, 3)}), "");  // a shared prefix of 3
+    EXPECT_NE(model.on_completion(request(0, {1, 2, 3, 7, 7, 7}), {answer(0, {7}, 5)}).find("a stale read"), std::string::npos);
+    EXPECT_NE(model.on_completion(request(0, {1, 2, 3, 8}), {answer(0, {7}, 1)}).find("lost reuse"), std::string::npos);
+    // All 3 of a prompt the slot holds: the last token is evaluated again.
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3}), {answer(0, {7}, 2)}), "");
+    EXPECT_EQ(model.stale(), 1);
+    EXPECT_EQ(model.lost(), 1);
+}
+
+// With --cache-reuse 2, an agent's edit (a token cut from the middle) keeps
+// the chunk after the cut: the prefix of 2, then the 3 tokens shifted back.
+TEST(ServerOracles, SlotCacheModelCountsTheChunksTheServerShifts) {
+    SlotCacheModel reuse(1, 2), plain(1, 0);
+    EXPECT_EQ(reuse.on_completion(request(0, {1, 2, 3, 4, 5, 6}), {answer(0, {9})}), "");
+    EXPECT_EQ(plain.on_completion(request(0, {1, 2, 3, 4, 5, 6}), {answer(0, {9})}), "");
+    const Completion edit = request(0, {1, 2, 4, 5, 6, 7});
+    EXPECT_EQ(reuse.on_completion(edit, {answer(0, {9}, 5)}), "");
+    EXPECT_NE(plain.on_completion(edit, {answer(0, {9}, 5)}).find("a stale read"), std::string::npos);
+}
+
+// A slot's tokens move with its state: saved from slot 0, restored into
+// slot 1, which then reuses them; a count that differs is named.
+TEST(ServerOracles, SlotCacheModelFollowsSaveRestoreAndErase) {
+    SlotCacheModel model(2, 0);
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3}), {answer(0, {40, 41})}), "");  // slot 0 holds 1 2 3 40
+    EXPECT_EQ(model.on_slot({SlotAction::save, 0, 2}, 4), "");
+    EXPECT_EQ(model.on_slot({SlotAction::restore, 1, 2}, 4), "");
+    EXPECT_EQ(model.on_completion(request(1, {1, 2, 3, 40, 41, 5}), {answer(1, {6}, 4)}), "");
+    EXPECT_NE(model.on_slot({SlotAction::erase, 0, 0}, 3).find("the server's count is 3 tokens, but slot 0 held 4"),
+              std::string::npos);
+    EXPECT_NE(model.on_completion(request(0, {1, 2, 3}), {answer(0, {6}, 1)}).find("a stale read"), std::string::npos);
+    EXPECT_NE(model.on_slot({SlotAction::restore, 0, 1}, 2).find("file 1 holds 0"), std::string::npos);
+}
+
+// A cut stream: the slot may hold up to n_predict - 1 generated tokens,
+// of which the client saw 2; the next chat turn may reuse into them, and
+// no further.
+TEST(ServerOracles, SlotCacheModelAllowsWhatACutStreamMayHaveLeft) {
+    SlotCacheModel model(1, 0);
+    ServerAnswer cut = answer(0, {40, 41});
+    cut.cut = true;
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3}, 6), {cut}), "");  // holds 1 2 3 40, and maybe 41 + 3 more
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3, 40, 41, 50, 51}), {answer(0, {7}, 5)}), "");
+    EXPECT_EQ(model.on_completion(request(0, {1, 2, 3, 40, 41, 50, 51, 7, 60, 61, 62, 63}), {answer(0, {7}, 7)}), "");
+    EXPECT_NE(model.on_completion(request(0, {1, 2, 3, 40, 41, 50, 51, 7, 70}), {answer(0, {7}, 9)}).find("a stale read"),
+              std::string::npos);
+}
+
+// n_cmpl: the copies start from the parent's slot as it was; each slot
+// then holds its own answer.
+TEST(ServerOracles, CopiesOfOnePromptAreJudgedFromTheParentsSlot) {
+    const Model model = Model::random(config_by_name("tiny"), 4);
+    Completion c = request(0, {5, 6, 7}, 2);
+    c.n_cmpl = 2;
+    ServerAnswer parent = reference_answer(model, c.prompt, 2, 0), child = parent;
+    child.slot = 1, child.index = 1;
+    LogprobOracle logprobs(model, 2, 0);
+    SlotCacheModel reuse(2, 0);
+    EXPECT_EQ(logprobs.on_completion(c, {child, parent}), "");
+    EXPECT_EQ(reuse.on_completion(c, {child, parent}), "");
+    EXPECT_EQ(logprobs.tokens_judged(), 4);
+    // Both slots now hold the prompt and the first generated token.
+    const std::vector<int> turn = {5, 6, 7, parent.tokens[0], parent.tokens[1]};
+    EXPECT_EQ(reuse.on_completion(request(1, turn), {answer(1, {9}, 4)}), "");
+    EXPECT_EQ(reuse.on_completion(request(0, turn), {answer(0, {9}, 4)}), "");
+}
+
+// The ground truth sees what the reference cannot: a sampled token whose
+// logprobs are right but which a fresh server with the same seed did not
+// sample. The logprob oracle passes it; the ground truth does not.
+TEST(ServerOracles, GroundTruthSeesASampledTokenTheFreshServerDidNotDraw) {
+    const Model model = Model::random(config_by_name("tiny"), 5);
+    Completion c = request(0, {5, 6, 7}, 1);
+    c.temperature = 0.8, c.seed = 42;
+    const ServerAnswer truth = reference_answer(model, c.prompt, 1);
+    ServerAnswer other = truth;  // the second most likely token, its logprobs right
+    other.tokens[0] = truth.top[0][1].first, other.chosen[0] = truth.top[0][1].second;
+    const std::string file = (std::filesystem::temp_directory_path() / cat("kvweld-truth-", ::getpid(), ".json")).string();
+    nlohmann::json probs = nlohmann::json::array();
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& [id, lp] : truth.top[0]) top.push_back({{"id", id}, {"logprob", lp}});
+    probs.push_back({{"id", truth.tokens[0]}, {"logprob", truth.chosen[0]}, {"top_logprobs", top}});
+    std::ofstream(file) << nlohmann::json{{"tokens", truth.tokens}, {"id_slot", 0}, {"timings", {{"cache_n", 0}}},
+                                          {"completion_probabilities", probs}}.dump();
+    GroundTruth ground(targets::llamaserver::ServerSetup{KVWELD_STAND_IN_SERVER, "model.gguf", {"answer=" + file}, file + ".log", 10},
+                       1, 0, 10);
+    LogprobOracle logprobs(model, 1, 0);
+    EXPECT_EQ(logprobs.on_completion(c, {other}), "");
+    EXPECT_NE(ground.on_completion(c, {other}).find("generated token 0 is"), std::string::npos);
+    EXPECT_EQ(ground.on_completion(c, {truth}), "");
+    std::filesystem::remove(file);
+}
+
+TEST(ServerOracles, EmbeddingOracleSeesOneComponentOff) {
+    const Model model = Model::random(config_by_name("tiny"), 6);
+    const Embed op{{{3, 4, 5, 6}, {7, 8}}};
+    for (const char* pooling : {"mean", "last"}) {
+        EmbeddingOracle oracle(model, pooling);
+        std::vector<std::vector<float>> got = {reference_embedding(model, op.inputs[0], pooling),
+                                               reference_embedding(model, op.inputs[1], pooling)};
+        EXPECT_EQ(oracle.on_embedding(op, got), "") << pooling;
+        got[1][3] += 1e-3f;
+        EXPECT_NE(oracle.on_embedding(op, got).find("input 1 of 2 (2 tokens): "), std::string::npos) << pooling;
+    }
+    // Mean and last pooling differ: the oracle judges the one the server was started with.
+    EXPECT_NE(reference_embedding(model, op.inputs[0], "mean"), reference_embedding(model, op.inputs[0], "last"));
+}
+
+TEST(ServerOracles, AnAnswerWithoutItsFieldsIsAnError) {
+    EXPECT_THROW(parse_completion("{\"content\": \"x\"}", false), Error);
+    EXPECT_THROW(parse_completion("not json", false), Error);
+    const std::vector<ServerAnswer> a = parse_completion(
+        R"({"tokens": [3], "id_slot": 1, "timings": {"cache_n": 2}, "completion_probabilities": [{"id": 3, "logprob": -0.5, "top_logprobs": [{"id": 3, "logprob": -0.5}]}]})",
+        false);
+    ASSERT_EQ(a.size(), 1u);
+    EXPECT_EQ(a[0].tokens, std::vector<int>{3});
+    EXPECT_EQ(a[0].cache_n, 2);
+    EXPECT_EQ(a[0].slot, 1);
+    EXPECT_EQ(a[0].top[0][0], (std::pair<int, double>{3, -0.5}));
+}
+
+// A stream: each event's tokens in order, the final one's slot and cache_n;
+// one cut before its final event is marked cut.
+TEST(ServerOracles, AStreamIsReadEventByEvent) {
+    const std::string e1 = R"({"index":0,"tokens":[4],"stop":false,"id_slot":2,"completion_probabilities":[{"id":4,"logprob":-1,"top_logprobs":[]}]})";
+    const std::string e2 = R"({"index":0,"tokens":[5],"stop":false,"id_slot":2,"completion_probabilities":[{"id":5,"logprob":-2,"top_logprobs":[]}]})";
+    const std::string end = R"({"index":0,"tokens":[],"stop":true,"id_slot":2,"timings":{"cache_n":3}})";
+    const auto whole = parse_completion("data: " + e1 + "\n\ndata: " + e2 + "\n\ndata: " + end + "\n\n", true);
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_EQ(whole[0].tokens, (std::vector<int>{4, 5}));
+    EXPECT_EQ(whole[0].cache_n, 3);
+    EXPECT_EQ(whole[0].slot, 2);
+    EXPECT_FALSE(whole[0].cut);
+    const auto cut = parse_completion("data: " + e1 + "\n\ndata: {\"ind", true);
+    ASSERT_EQ(cut.size(), 1u);
+    EXPECT_EQ(cut[0].tokens, std::vector<int>{4});
+    EXPECT_TRUE(cut[0].cut);
+}
+
+}  // namespace
+}  // namespace kvweld::sim::server
