@@ -4,7 +4,6 @@
 
 #include "sim/ddmin.hpp"
 #include "sim/json_field.hpp"
-#include "sim/seed_pool.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
 
@@ -32,6 +31,15 @@ std::string divergence(std::size_t op, const nlohmann::json& recorded, const nlo
     return cat("op ", op, ": the trace recorded ", recorded.dump(), ", the server now answered ", got.dump());
 }
 
+// A server that does not start: the run's server error at op 0, its log named.
+ServerRunResult not_started(const ServerRunConfig& config, int steps, const Error& e) {
+    ServerRunResult r;
+    r.config = config, r.steps = steps, r.verdict = ServerVerdict::server_error;
+    r.failure = ServerFailure{0, "server", e.what()};
+    r.log = config.work_dir + "/llama-server.log";
+    return r;
+}
+
 }  // namespace
 
 ServerRunConfig server_config(const std::string& server, const std::string& preset, std::uint64_t seed,
@@ -43,7 +51,13 @@ ServerRunConfig server_config(const std::string& server, const std::string& pres
 }
 
 ServerRunResult run_server_generated(const ServerRunConfig& config, int steps) {
-    ServerSim sim(config);
+    std::optional<ServerSim> started;
+    try {
+        started.emplace(config);
+    } catch (const Error& e) {
+        return not_started(config, steps, e);
+    }
+    ServerSim& sim = *started;
     ServerDraw draw(config.seed, config.settings, sim.model().config().vocab, sim.model().config().max_seq_len - 8);
     std::vector<ServerOp> ops;
     std::vector<nlohmann::json> observed;
@@ -59,7 +73,15 @@ ServerRunResult run_server_generated(const ServerRunConfig& config, int steps) {
 
 ServerRunResult run_server_ops(const ServerRunConfig& config, const std::vector<ServerOp>& ops,
                                const std::vector<nlohmann::json>& recorded, const std::function<void(ServerSim&)>& before) {
-    ServerSim sim(config);
+    std::optional<ServerSim> started;
+    try {
+        started.emplace(config);
+    } catch (const Error& e) {
+        ServerRunResult r = not_started(config, int(ops.size()), e);
+        r.ops.assign(ops.begin(), ops.begin() + std::min<std::ptrdiff_t>(1, std::ptrdiff_t(ops.size())));
+        return r;
+    }
+    ServerSim& sim = *started;
     if (before) before(sim);
     std::vector<ServerOp> ran;
     std::vector<nlohmann::json> observed;
@@ -166,58 +188,6 @@ std::string server_report(const ServerRunResult& r) {
     out += cat("verdict: ", to_string(r.verdict));
     if (r.failure) out += cat(" at op ", r.failure->op, " (", r.failure->oracle, "): ", r.failure->message);
     return out + "\n";
-}
-
-// ---- the swarm
-
-ServerSwarmResult run_server_swarm(const ServerSwarmOptions& o, const std::function<void(std::size_t, std::size_t)>& progress) {
-    const std::size_t n = std::size_t(o.last - o.first) + 1;
-    ServerSwarmResult out;
-    out.seeds.resize(n);
-    run_indexed(
-        n, o.jobs,
-        [&](std::size_t i) {
-            const std::uint64_t seed = o.first + i;
-            const std::string dir = cat(o.work_dir, "/seed-", seed);
-            ServerRunResult r;
-            try {
-                r = run_server_generated(server_config(o.server, o.preset, seed, dir), o.steps);
-            } catch (const Error& e) {  // the server did not start
-                r.config = server_config(o.server, o.preset, seed, dir);
-                r.steps = o.steps, r.verdict = ServerVerdict::server_error, r.failure = ServerFailure{0, "server", e.what()};
-                r.log = dir + "/llama-server.log";
-            }
-            const bool failed = r.verdict != ServerVerdict::pass;
-            if (failed) {
-                std::ofstream(dir + "/trace.jsonl") << server_trace_text(r);
-            } else {
-                std::filesystem::remove_all(dir);
-            }
-            r.ops.clear(), r.observed.clear();
-            out.seeds[i] = std::move(r);
-            return failed;
-        },
-        progress);
-    for (const ServerRunResult& r : out.seeds) out.failures += r.verdict != ServerVerdict::pass;
-    return out;
-}
-
-std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOptions& o) {
-    std::string out = cat("results over seeds ", o.first, "..", o.last, " on llama-server ", o.server, " (", o.steps,
-                          " ops each, a random ", o.preset, " model):\n");
-    std::map<std::string, int> settings;
-    for (const ServerRunResult& s : r.seeds) ++settings[s.config.settings.embeddings() ? "embeddings" : s.config.settings.cache_reuse ? "completions, chunk reuse" : "completions"];
-    for (const auto& [what, n] : settings) out += cat("  ", what, ": ", n, " seeds\n");
-    for (const ServerRunResult& s : r.seeds) {
-        if (s.verdict == ServerVerdict::pass) continue;
-        const std::string trace = cat(o.work_dir, "/seed-", s.config.seed, "/trace.jsonl");
-        out += cat(to_string(s.verdict), " seed ", s.config.seed, " (", s.config.settings.describe(), ")",
-                   s.failure ? cat(" at op ", s.failure->op, " (", s.failure->oracle, "): ", s.failure->message) : "",
-                   "\n  trace: ", trace, "\n  server log: ", s.log, "\n  reproduce: kvweld replay --server ", o.server, " ", trace,
-                   "\n  shrink: kvweld shrink --server ", o.server, " ", trace, " --out shrunk.jsonl\n");
-    }
-    out += cat("verdict: ", r.ok() ? "PASS" : "FAIL", " (", r.failures, " of ", r.seeds.size(), " seeds failed)\n");
-    return out;
 }
 
 }  // namespace kvweld::sim::server

@@ -70,11 +70,18 @@ struct ServerSwarmOptions {
     int steps = 60;
     int jobs = 1;
     std::string work_dir;  // each failing seed's trace and logs under it
+    // Known findings (sim/server/server_known.hpp): "" the pinned release's
+    // file, "none", or a file's path.
+    std::string known_findings;
 };
 struct ServerSwarmResult {
-    std::vector<ServerRunResult> seeds;  // in seed order, ops dropped
-    std::size_t failures = 0;
-    bool ok() const { return failures == 0; }
+    std::vector<ServerRunResult> seeds;      // in seed order, ops dropped
+    std::vector<std::string> known;          // per seed: the known finding its failure is ("" none)
+    std::size_t failures = 0, known_failures = 0;
+    std::string known_path;                  // "" none
+    std::vector<std::string> unreproduced;   // known findings whose trace no longer fails as recorded
+    // No new failure, and every known finding still reproduces: what CI gates on.
+    bool ok() const { return failures == known_failures && unreproduced.empty(); }
 };
 ServerSwarmResult run_server_swarm(const ServerSwarmOptions& options,
                                    const std::function<void(std::size_t, std::size_t)>& progress = {});

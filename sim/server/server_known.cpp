@@ -1,0 +1,162 @@
+// Known findings of a llama-server release (sim/server/server_known.hpp).
+#include "sim/server/server_known.hpp"
+
+#include "sim/json_field.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kvweld::sim::server {
+
+namespace {
+
+// The ops a run made up to its failing one.
+std::vector<ServerOp> up_to_failure(const ServerRunResult& r) {
+    const std::size_t n = r.failure ? std::min(r.ops.size(), r.failure->op + 1) : r.ops.size();
+    return {r.ops.begin(), r.ops.begin() + std::ptrdiff_t(n)};
+}
+
+// state-io-under-queued-copy: one KV stream per slot; a request with
+// several completions (the server copies the prompt's sequence to the
+// copies' slots, a copy between streams that llama.cpp queues for the next
+// decode), then a slot saved or restored with nothing decoded in between.
+bool copy_then_slot_state(const ServerRunResult& r) {
+    if (r.config.settings.unified) return false;
+    bool copy_queued = false;
+    for (const ServerOp& op : up_to_failure(r)) {
+        const auto* c = std::get_if<Complete>(&op.args);
+        const auto* s = std::get_if<Slot>(&op.args);
+        if (s && copy_queued && s->action != SlotAction::erase) return true;
+        if (!s) copy_queued = c && c->request.n_cmpl > 1;
+    }
+    return false;
+}
+
+// pooled-split: mean pooling, one KV stream per slot, and the failing
+// request embeds inputs of unequal lengths (one decode call, split).
+bool unequal_inputs_in_one_request(const ServerRunResult& r) {
+    if (r.config.settings.unified || r.config.settings.pooling != "mean" || r.ops.empty() || !r.failure) return false;
+    const auto* e = std::get_if<Embed>(&r.ops.at(r.failure->op).args);
+    if (!e) return false;
+    return std::any_of(e->inputs.begin(), e->inputs.end(), [&](const auto& in) { return in.size() != e->inputs[0].size(); });
+}
+
+// pooled-mean-reserve-abort: mean pooling and a context the slots do not
+// divide; the server ends while it starts.
+bool context_not_divided_by_slots(const ServerRunResult& r) {
+    return r.config.settings.pooling == "mean" && r.config.settings.ctx_extra > 0 && r.failure && r.failure->op == 0;
+}
+
+struct Precondition {
+    const char* name;
+    const char* says;
+    bool (*holds)(const ServerRunResult&);
+};
+
+constexpr Precondition kPreconditions[] = {
+    {"copy-then-slot-state",
+     "one KV stream per slot; a request with n_cmpl > 1, then a slot saved or restored with no request between",
+     copy_then_slot_state},
+    {"unequal-inputs-in-one-request", "mean pooling, one KV stream per slot; the failing request embeds inputs of unequal lengths",
+     unequal_inputs_in_one_request},
+    {"context-not-divided-by-slots", "mean pooling, -c not a multiple of -np; the server ends while it starts",
+     context_not_divided_by_slots},
+};
+
+const Precondition* precondition_named(const std::string& name) {
+    for (const Precondition& p : kPreconditions)
+        if (name == p.name) return &p;
+    return nullptr;
+}
+
+ServerVerdict verdict_named(const std::string& s) {
+    for (ServerVerdict v : {ServerVerdict::pass, ServerVerdict::fail, ServerVerdict::server_error})
+        if (s == to_string(v)) return v;
+    throw Error(cat("field 'verdict' = '", s, "': FAIL or SERVER_ERROR"));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> server_preconditions() {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const Precondition& p : kPreconditions) out.emplace_back(p.name, p.says);
+    return out;
+}
+
+const ServerKnownFinding* ServerKnownFindings::match(const ServerRunResult& r) const {
+    if (r.verdict == ServerVerdict::pass || !r.failure) return nullptr;
+    for (const ServerKnownFinding& f : findings) {
+        const bool oracle = std::count(f.oracles.begin(), f.oracles.end(), r.failure->oracle) > 0;
+        if (f.verdict == r.verdict && oracle && precondition_named(f.precondition)->holds(r)) return &f;
+    }
+    return nullptr;
+}
+
+ServerKnownFindings load_server_known_findings(const std::string& path) {
+    std::ifstream in(path);
+    require(in.good(), "known findings: cannot read ", path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+    ServerKnownFindings out;
+    out.path = path;
+    try {
+        require(!j.is_discarded(), "not JSON");
+        require(json_field<std::string>(j, "format") == "kvweld-server-known-findings", "not a kvweld-server-known-findings file");
+        require(json_field<int>(j, "version") == 1, "version ", j.at("version").dump(), ": this build reads version 1");
+        out.release = json_field<std::string>(j, "release");
+        out.library = json_field<std::string>(j, "library");
+        require(j.contains("findings") && j.at("findings").is_array(), "missing array 'findings'");
+        for (const nlohmann::json& f : j.at("findings")) {
+            ServerKnownFinding k;
+            k.id = json_field<std::string>(f, "id");
+            k.verdict = verdict_named(json_field<std::string>(f, "verdict"));
+            k.oracles = json_field<std::vector<std::string>>(f, "oracles");
+            k.precondition = json_field<std::string>(f, "precondition");
+            std::string names;
+            for (const auto& [name, says] : server_preconditions()) names += cat(names.empty() ? "" : ", ", name);
+            require(precondition_named(k.precondition), "finding ", k.id, ": precondition '", k.precondition, "' is not one of ", names);
+            k.trace = (std::filesystem::path(path).parent_path() / json_field<std::string>(f, "trace")).string();
+            k.script = json_field<std::string>(f, "script");
+            out.findings.push_back(std::move(k));
+        }
+    } catch (const Error& e) {
+        throw Error(cat("known findings ", path, ": ", e.what()));
+    }
+    return out;
+}
+
+ServerKnownFindings server_known_findings_for(const std::string& choice) {
+    if (choice == "none") return {};
+    return load_server_known_findings(choice.empty() ? KVWELD_SERVER_KNOWN_FINDINGS : choice);
+}
+
+std::vector<std::string> server_unreproduced(const ServerKnownFindings& known, const std::string& server,
+                                             const std::string& work_dir) {
+    std::vector<std::string> out;
+    for (const ServerKnownFinding& f : known.findings) {
+        std::ifstream in(f.trace);
+        require(in.good(), "known finding ", f.id, ": cannot read its trace ", f.trace);
+        std::stringstream text;
+        text << in.rdbuf();
+        const ServerTrace t = parse_server_trace(text.str(), f.trace);
+        ServerRunConfig c = t.config;
+        c.server = server, c.work_dir = cat(work_dir, "/known-", f.id);
+        const ServerRunResult r = run_server_ops(c, t.ops);
+        if (known.match(r) != &f)
+            out.push_back(cat("known finding ", f.id, ": its trace ", f.trace, " no longer fails as recorded (", to_string(f.verdict),
+                              " by ", f.oracles.front(), ", precondition ", f.precondition, "); it ended ", to_string(r.verdict),
+                              r.failure ? cat(" at op ", r.failure->op, " (", r.failure->oracle, ")") : ""));
+        else
+            std::filesystem::remove_all(c.work_dir);
+    }
+    return out;
+}
+
+}  // namespace kvweld::sim::server

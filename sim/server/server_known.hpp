@@ -1,0 +1,58 @@
+// Known findings of a llama-server release: failures the server swarm
+// meets that are bugs in llama.cpp, each minimized to a trace, traced to
+// the library finding it is (targets/llamacpp/known_findings: its source
+// line, explanation and fix are there, in one place), and given its server
+// script. As for the library: a failing seed that matches one is reported
+// as that finding (never a pass), anything else still fails, and a finding
+// whose trace no longer fails as recorded fails the swarm (a fixed server
+// is noticed).
+//
+// A failure matches a finding when its verdict is the finding's, its oracle
+// is one the finding lists, and the finding's precondition holds of the
+// run: a check over the settings and the ops up to the failing one, in one
+// table (server_known.cpp), so a finding is never matched on its message.
+//
+// The file (JSON): {"format": "kvweld-server-known-findings", "version": 1,
+// "release", "library" (the library's findings file, from the repository
+// root), "findings": [{"id" (the library finding's), "verdict", "oracles",
+// "precondition" (a name in the table), "trace" (relative to the file),
+// "script" (from the repository root)}]}.
+#pragma once
+
+#include "sim/server/server_run.hpp"
+
+#include <string>
+#include <vector>
+
+namespace kvweld::sim::server {
+
+struct ServerKnownFinding {
+    std::string id;
+    ServerVerdict verdict = ServerVerdict::fail;
+    std::vector<std::string> oracles;
+    std::string precondition;
+    std::string trace;   // absolute
+    std::string script;  // from the repository root
+};
+
+struct ServerKnownFindings {
+    std::string path;  // "" none loaded
+    std::string release, library;
+    std::vector<ServerKnownFinding> findings;
+    const ServerKnownFinding* match(const ServerRunResult& r) const;  // nullptr: a pass or a new failure
+};
+
+// The preconditions' names, each with what it says (for --help and errors).
+std::vector<std::pair<std::string, std::string>> server_preconditions();
+
+// Throws Error naming the file and the field when it is not one.
+ServerKnownFindings load_server_known_findings(const std::string& path);
+// choice "": the pinned release's file (targets/llamaserver/known_findings/b11434.json);
+// "none": none; else a path.
+ServerKnownFindings server_known_findings_for(const std::string& choice);
+// Each finding's trace replayed on `server`: a line per finding that no
+// longer fails as recorded (its verdict, an oracle it lists, its precondition).
+std::vector<std::string> server_unreproduced(const ServerKnownFindings& known, const std::string& server,
+                                             const std::string& work_dir);
+
+}  // namespace kvweld::sim::server
