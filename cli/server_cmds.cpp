@@ -31,6 +31,12 @@ std::string work_dir(const std::string& given, const char* what) {
 
 std::string preset(const RunOptions& o) { return o.model.empty() ? "small" : o.model; }
 
+ServerRunConfig config_for(const RunOptions& o, std::uint64_t seed, const std::string& dir) {
+    ServerRunConfig c = server_config(need_server(o.server), preset(o), seed, dir);
+    c.request_timeout_s = o.call_timeout;
+    return c;
+}
+
 int exit_code(ServerVerdict v) { return v == ServerVerdict::pass ? 0 : 1; }
 
 // The flags that only the library's engines take.
@@ -47,7 +53,7 @@ bool is_server_engine(const RunOptions& o) { return o.engine == "llama-server"; 
 int run_server_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace) {
     refuse_library_flags(o);
     const std::string dir = work_dir(o.work_dir, "server-sim");
-    const ServerRunResult r = run_server_generated(server_config(need_server(o.server), preset(o), seed, dir), o.steps);
+    const ServerRunResult r = run_server_generated(config_for(o, seed, dir), o.steps);
     print(server_report(r));
     if (!trace.empty()) write_text(trace, server_trace_text(r));
     std::printf("the server's log: %s\n", r.log.c_str());
@@ -60,6 +66,7 @@ int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t las
     s.server = need_server(o.server), s.preset = preset(o), s.first = first, s.last = last, s.steps = o.steps, s.jobs = jobs;
     s.work_dir = work_dir(o.work_dir, "server-swarm");
     s.known_findings = o.known_findings;
+    s.request_timeout_s = o.call_timeout;
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("swarm: seeds %llu..%llu (%zu), %d ops each, %d jobs, engine llama-server %s (a server per seed on "
                 "127.0.0.1, and its ground truth); failing seeds' traces and logs under %s\n",

@@ -86,7 +86,8 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     "with --engine llama-server: where each run's model, server logs, slot files and (failing) trace go "
                     "(default: a temporary folder, removed when every run passes)");
     cmd->add_option("--call-timeout", o.call_timeout,
-                    "in a process of its own, the seconds an engine has to answer one call before it is killed as hung")
+                    "in a process of its own, the seconds an engine has to answer one call before it is killed as hung; "
+                    "with --engine llama-server, the seconds a server has to start and to answer each request")
         ->capture_default_str()
         ->check(CLI::Range(0.1, 86400.0));
 }

@@ -73,6 +73,7 @@ struct ServerSwarmOptions {
     // Known findings (sim/server/server_known.hpp): "" the pinned release's
     // file, "none", or a file's path.
     std::string known_findings;
+    double request_timeout_s = 60;  // each request's, and the server's start
 };
 struct ServerSwarmResult {
     std::vector<ServerRunResult> seeds;      // in seed order, ops dropped

@@ -109,7 +109,7 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     std::vector<std::string> args = {"-c", std::to_string(n_ctx * c.settings.slots + c.settings.ctx_extra)};
     for (const std::string& f : fixed_flags(c.work_dir)) args.push_back(f);
     for (const std::string& f : c.settings.flags()) args.push_back(f);
-    process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), 60});
+    process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), c.request_timeout_s});
     const ServerSettings& s = c.settings;
     if (s.embeddings()) {
         oracles_.push_back(std::make_unique<EmbeddingOracle>(model_, s.pooling));
@@ -121,7 +121,7 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
         std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0"};
         for (const std::string& f : fixed_flags(c.work_dir + "/truth")) truth.push_back(f);
         std::filesystem::create_directories(c.work_dir + "/truth/slots");
-        oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", 60},
+        oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
                                                          s.slots, s.cache_reuse, c.request_timeout_s));
     }
 }

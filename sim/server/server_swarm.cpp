@@ -24,7 +24,9 @@ ServerSwarmResult run_server_swarm(const ServerSwarmOptions& o, const std::funct
     run_indexed(
         n, o.jobs,
         [&](std::size_t i) {
-            ServerRunResult r = run_server_generated(server_config(o.server, o.preset, o.first + i, cat(o.work_dir, "/seed-", o.first + i)), o.steps);
+            ServerRunConfig c = server_config(o.server, o.preset, o.first + i, cat(o.work_dir, "/seed-", o.first + i));
+            c.request_timeout_s = o.request_timeout_s;
+            ServerRunResult r = run_server_generated(c, o.steps);
             const bool failed = r.verdict != ServerVerdict::pass;
             if (const ServerKnownFinding* f = known.match(r)) out.known[i] = f->id;
             if (failed)

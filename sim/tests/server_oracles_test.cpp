@@ -121,8 +121,9 @@ TEST(ServerOracles, SlotCacheModelAllowsWhatACutStreamMayHaveLeft) {
               std::string::npos);
 }
 
-// n_cmpl: the copies start from the parent's slot as it was; each slot
-// then holds its own answer.
+// n_cmpl: the copies start from the parent's slot as it was; the parent's
+// slot then holds its answer, and a copy's nothing (the server drops a
+// copy's cells when it ends).
 TEST(ServerOracles, CopiesOfOnePromptAreJudgedFromTheParentsSlot) {
     const Model model = Model::random(config_by_name("tiny"), 4);
     Completion c = request(0, {5, 6, 7}, 2);
@@ -134,10 +135,10 @@ TEST(ServerOracles, CopiesOfOnePromptAreJudgedFromTheParentsSlot) {
     EXPECT_EQ(logprobs.on_completion(c, {child, parent}), "");
     EXPECT_EQ(reuse.on_completion(c, {child, parent}), "");
     EXPECT_EQ(logprobs.tokens_judged(), 4);
-    // Both slots now hold the prompt and the first generated token.
     const std::vector<int> turn = {5, 6, 7, parent.tokens[0], parent.tokens[1]};
-    EXPECT_EQ(reuse.on_completion(request(1, turn), {answer(1, {9}, 4)}), "");
     EXPECT_EQ(reuse.on_completion(request(0, turn), {answer(0, {9}, 4)}), "");
+    EXPECT_NE(reuse.on_completion(request(1, turn), {answer(1, {9}, 4)}).find("a stale read"), std::string::npos);
+    EXPECT_EQ(logprobs.on_completion(request(1, turn), {reference_answer(model, turn, 1, 1)}), "");
 }
 
 // The ground truth sees what the reference cannot: a sampled token whose

@@ -1,6 +1,8 @@
 // A stand-in for llama-server in kvweld's tests: it prints llama-server's
 // "listening on" line with the port the kernel gave it, and answers as its
-// MODE says, so each test meets one way a server behaves or fails.
+// MODE says (its last argument, or $KVWELD_STAND_IN_MODE where set: a run
+// that passes it llama-server's flags), so each test meets one way a
+// server behaves or fails.
 //   serve: /health 200, POST /completion 200 with {"tokens": [7]}
 //   exit: says why and exits 3 before listening
 //   silent: never listens (no port in its log)
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -50,7 +53,8 @@ void answer(int fd, int status, const std::string& body) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::string mode = argc > 1 ? argv[argc - 1] : "serve";
+    const char* env = std::getenv("KVWELD_STAND_IN_MODE");
+    const std::string mode = env ? env : argc > 1 ? argv[argc - 1] : "serve";
     if (mode == "exit") return std::puts("error: failed to load model 'none.gguf'"), 3;
     if (mode == "silent") return ::sleep(600), 0;
     if (mode == "ignore_term") ::signal(SIGTERM, SIG_IGN);
