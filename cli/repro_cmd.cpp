@@ -4,8 +4,13 @@
 // program's (1 the finding shows, 0 it does not).
 #include "cli/commands.hpp"
 
+#include "engine/gguf.hpp"
+#include "sim/jsonl.hpp"
 #include "sim/repro.hpp"
+#include "sim/server/server_run.hpp"
 #include "util/file_bytes.hpp"
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ReproArgs {
-    std::string trace, output, truth, release;
+    std::string trace, output, truth, release, server;
     bool run = false, upstream_test = false;
 };
 
@@ -49,7 +54,36 @@ std::string compile_command(const fs::path& source, const fs::path& binary, cons
 
 int exit_status(int raw) { return raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : 2; }
 
+// A server trace: replayed on --server to find its failure, then written as
+// a shell script; --run runs it there on the trace's model.
+int run_server_repro(const ReproArgs& a, const std::string& text) {
+    require(!a.server.empty(), "repro: ", a.trace, " is a server trace: give --server PATH (a llama-server) to replay it");
+    const sim::server::ServerTrace t = sim::server::parse_server_trace(text, a.trace);
+    sim::server::ServerRunConfig c = t.config;
+    c.server = a.server;
+    c.work_dir = (fs::temp_directory_path() / cat("kvweld-repro-", ::getpid())).string();
+    const sim::server::ServerRunResult r = sim::server::run_server_ops(c, t.ops, t.observed);
+    std::printf("repro: %s replays on %s as %s\n", a.trace.c_str(), a.server.c_str(), std::string(to_string(r.verdict)).c_str());
+    const std::string script = sim::server::server_script(r, cat("kvweld repro --server <llama-server> ", fs::path(a.trace).filename().string()));
+    const fs::path out = a.output.empty() ? fs::path(a.trace).filename().replace_extension(".sh") : fs::path(a.output);
+    write_text(out.string(), script);
+    fs::remove_all(c.work_dir);
+    std::size_t lines = 0;
+    for (char ch : script) lines += ch == '\n';
+    std::printf("repro: wrote %s (%zu lines) for %s at op %zu\n", out.string().c_str(), lines, r.failure->oracle.c_str(), r.failure->op);
+    if (!a.run) return 0;
+    const fs::path model = fs::temp_directory_path() / cat("kvweld-repro-model-", ::getpid(), ".gguf");
+    save_gguf(Model::random(config_by_name(t.config.preset), t.config.seed), model.string(), Vocab::test);
+    std::printf("repro: running %s %s %s\n", out.string().c_str(), a.server.c_str(), model.string().c_str());
+    std::fflush(stdout);
+    const int rc = exit_status(std::system(cat("bash '", out.string(), "' '", a.server, "' '", model.string(), "'").c_str()));
+    fs::remove(model);
+    return rc;
+}
+
 int run_repro(const ReproArgs& a) {
+    const std::string text = sim::read_text_file(a.trace);
+    if (sim::server::is_server_trace(text)) return run_server_repro(a, text);
     const std::string command = cat("kvweld repro ", a.trace, a.truth.empty() ? "" : " --truth " + a.truth,
                                     a.upstream_test ? " --upstream-test" : "");
     const sim::Repro r = sim::write_repro(a.trace, a.truth, command, a.upstream_test);
@@ -85,7 +119,11 @@ void add_repro_command(CLI::App& app, std::function<int()>& action) {
                  "llamacpp): the same calls on the engine's context and on a ground truth's, the numbers printed, "
                  "exit 1 when the finding shows and 0 when it does not. With --run it is compiled against a cached "
                  "llama.cpp release and run, and its exit code is this command's (2: it did not compile, or bad input)");
-    cmd->add_option("TRACE", a->trace, "a (shrunk) trace of a plugin engine")->required()->check(CLI::ExistingFile);
+    cmd->add_option("TRACE", a->trace, "a (shrunk) trace of a plugin engine, or a server trace (then a shell script is "
+                                       "written: curl against llama-server, the failing answer against kvweld's reference)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--server", a->server, "a server trace's llama-server, to replay it on (and, with --run, run the script on)");
     cmd->add_option("-o,--output", a->output, "where to write the program (default: the trace's name, .cpp, here)");
     cmd->add_option("--truth", a->truth,
                     "the ground truth: engine settings that differ (graph_reuse=0, kv_unified=0|1), skip=N+M (trace "

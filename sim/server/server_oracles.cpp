@@ -126,9 +126,8 @@ std::string LogprobOracle::on_slot(const Slot& op, int) {
 
 std::string LogprobOracle::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // no tokens generated
 
-std::string LogprobOracle::account() const {
-    return cat(judged_, " generated tokens judged against kvweld's reference forward over the slot's KV; max |logprob - "
-               "reference| ", worst_, " (tolerance ", tolerance_, ")");
+void LogprobOracle::tally(ServerTally& t) const {
+    t.tokens_judged += judged_, t.worst_logprob = std::max(t.worst_logprob, worst_);
 }
 
 // ---- SlotCacheModel
@@ -138,11 +137,17 @@ SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnsw
     return {held_after(c, a), a.cut ? c.n_predict - int(a.tokens.size()) : 0};
 }
 
-std::string SlotCacheModel::judge(const Held& before, const Completion& c, const ServerAnswer& a) {
+std::pair<int, int> SlotCacheModel::bounds(const Held& before, const Completion& c) const {
     const int lo = plan_reuse(before.tokens, c.prompt, cache_reuse_).n_past;
     // Past the known tokens, the ones a cut stream may have left: the prompt may match them too.
     const bool to_the_end = before.maybe_more > 0 && lo == int(before.tokens.size());
-    const int hi = to_the_end ? std::min(lo + before.maybe_more, int(c.prompt.size()) - 1) : lo;
+    return {lo, to_the_end ? std::min(lo + before.maybe_more, int(c.prompt.size()) - 1) : lo};
+}
+
+std::pair<int, int> SlotCacheModel::allowed(const Completion& c, int slot) const { return bounds(slots_.at(std::size_t(slot)), c); }
+
+std::string SlotCacheModel::judge(const Held& before, const Completion& c, const ServerAnswer& a) {
+    const auto [lo, hi] = bounds(before, c);
     reused_ += a.cache_n, allowed_ += std::clamp(a.cache_n, lo, hi);
     if (a.cache_n > hi)
         return ++stale_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds only ", hi, " of the prompt (a stale read)");
@@ -189,9 +194,8 @@ std::string SlotCacheModel::on_slot(const Slot& op, int n) {
 
 std::string SlotCacheModel::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // no cache_n
 
-std::string SlotCacheModel::account() const {
-    return cat("cache_n ", reused_, " of the ", allowed_, " prompt tokens the slots held (stale reads ", stale_, ", lost reuse ",
-               lost_, "); ", actions_, " slot actions' counts against the slot or file they moved");
+void SlotCacheModel::tally(ServerTally& t) const {
+    t.cache_n += reused_, t.cache_allowed += allowed_, t.stale += stale_, t.lost += lost_, t.slot_actions += actions_;
 }
 
 // ---- GroundTruth
@@ -266,10 +270,7 @@ std::string GroundTruth::on_slot(const Slot& op, int) {
 
 std::string GroundTruth::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // the reference judges those
 
-std::string GroundTruth::account() const {
-    return cat(compared_, " completions compared with a ground-truth server (one slot, no cache, each request fresh); ",
-               skipped_, " skipped where the slot reused KV a shifted chunk left");
-}
+void GroundTruth::tally(ServerTally& t) const { t.truth_compared += compared_, t.truth_skipped += skipped_; }
 
 // ---- EmbeddingOracle
 
@@ -316,9 +317,8 @@ std::string EmbeddingOracle::on_embedding(const Embed& op, const std::vector<std
     return "";
 }
 
-std::string EmbeddingOracle::account() const {
-    return cat(judged_, " pooled embeddings (", pooling_, ") judged against kvweld's reference; max |difference| ", worst_,
-               " (tolerance ", tolerance_, ")");
+void EmbeddingOracle::tally(ServerTally& t) const {
+    t.embeddings += judged_, t.worst_embedding = std::max(t.worst_embedding, worst_);
 }
 
 // ---- the wire format

@@ -39,7 +39,7 @@ public:
     // n: the count the server gave (n_saved, n_restored, n_erased).
     virtual std::string on_slot(const Slot& op, int n) = 0;
     virtual std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) = 0;
-    virtual std::string account() const = 0;  // one line: what it checked
+    virtual void tally(ServerTally& t) const = 0;  // what it checked, into its own fields
 };
 
 // What a slot reuses of its tokens for a new prompt, as the server plans
@@ -60,8 +60,6 @@ ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& promp
 // that computed the prompt first (index 0), then the copies (n_cmpl).
 std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& answers);
 
-inline constexpr double kLogprobTolerance = 1e-4;  // |logprob - reference|, as the GGUF test's logits
-
 class LogprobOracle final : public ServerOracle {
 public:
     LogprobOracle(const Model& model, int slots, int cache_reuse, double tolerance = kLogprobTolerance);
@@ -69,7 +67,7 @@ public:
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
-    std::string account() const override;
+    void tally(ServerTally& t) const override;
     double worst() const { return worst_; }
     int tokens_judged() const { return judged_; }
 
@@ -92,9 +90,11 @@ public:
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
-    std::string account() const override;
+    void tally(ServerTally& t) const override;
     int stale() const { return stale_; }
     int lost() const { return lost_; }
+    // The least and most cache_n `slot` allows for `c` now (a server script's expectation).
+    std::pair<int, int> allowed(const Completion& c, int slot) const;
 
 private:
     // A slot's tokens; after a cancelled stream, up to `maybe_more` tokens
@@ -104,6 +104,7 @@ private:
         int maybe_more = 0;
     };
     std::string judge(const Held& before, const Completion& c, const ServerAnswer& a);
+    std::pair<int, int> bounds(const Held& before, const Completion& c) const;
     static Held after(const Completion& c, const ServerAnswer& a);
     std::vector<Held> slots_, files_;
     int cache_reuse_, stale_ = 0, lost_ = 0, actions_ = 0;
@@ -119,7 +120,7 @@ public:
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
-    std::string account() const override;
+    void tally(ServerTally& t) const override;
 
 private:
     std::string compare(const ServerAnswer& got, const ServerAnswer& truth) const;
@@ -144,7 +145,7 @@ public:
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
-    std::string account() const override;
+    void tally(ServerTally& t) const override;
 
 private:
     const Model& model_;

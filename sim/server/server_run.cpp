@@ -20,7 +20,7 @@ namespace {
 
 ServerRunResult finish(ServerSim& sim, int steps, std::vector<ServerOp> ops, std::vector<nlohmann::json> observed) {
     ServerRunResult r{sim.config(), steps, std::move(ops), std::move(observed), sim.verdict(), sim.failure(),
-                      sim.oracle_lines(), "", sim.log_path()};
+                      sim.tally(), "", sim.log_path()};
     sim.end();
     return r;
 }
@@ -183,7 +183,7 @@ ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vecto
 std::string server_report(const ServerRunResult& r) {
     std::string out = cat("llama-server ", r.config.server, " (", r.config.settings.describe(), "), seed ", r.config.seed,
                           ", a random ", r.config.preset, " model (test vocabulary): ", r.ops.size(), " ops\n");
-    for (const std::string& line : r.oracle_lines) out += cat("  ", line, "\n");
+    for (const std::string& line : r.tally.lines()) out += cat("  ", line, "\n");
     if (!r.diverged.empty()) out += cat("  the server chose otherwise than the trace recorded, from ", r.diverged, "\n");
     out += cat("verdict: ", to_string(r.verdict));
     if (r.failure) out += cat(" at op ", r.failure->op, " (", r.failure->oracle, "): ", r.failure->message);

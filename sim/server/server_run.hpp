@@ -18,7 +18,7 @@ struct ServerRunResult {
     std::vector<nlohmann::json> observed;   // per op: what the server chose
     ServerVerdict verdict = ServerVerdict::pass;
     std::optional<ServerFailure> failure;
-    std::vector<std::string> oracle_lines;
+    ServerTally tally;
     // A replay's: the first op where the server chose otherwise than the
     // trace recorded (another slot, other cache hits, other tokens), "" none.
     std::string diverged;
@@ -77,6 +77,7 @@ struct ServerSwarmOptions {
 };
 struct ServerSwarmResult {
     std::vector<ServerRunResult> seeds;      // in seed order, ops dropped
+    ServerTally total;
     std::vector<std::string> known;          // per seed: the known finding its failure is ("" none)
     std::size_t failures = 0, known_failures = 0;
     std::string known_path;                  // "" none
@@ -88,11 +89,15 @@ ServerSwarmResult run_server_swarm(const ServerSwarmOptions& options,
                                    const std::function<void(std::size_t, std::size_t)>& progress = {});
 std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOptions& options);
 
-// A finding's server script: a shell script that starts the server with
-// the run's command line on 127.0.0.1, writes the model with kvweld, sends
-// the trace's requests with curl, prints what the oracle expected against
-// what came, and exits 1 when the finding shows (0 when not, 2 when it
-// cannot run).
-std::string server_script(const ServerRunResult& r);
+// A finding's server script (sim/server/server_script.cpp), from a failing
+// run: a standalone shell script that starts llama-server with the run's
+// flags on 127.0.0.1 (an ephemeral port, stopped by its PID), sends the
+// run's requests with curl, prints the failing request's answer against
+// kvweld's reference (and the cache model's cache_n), written in for the
+// run's model, and exits 1 when the finding shows, 0 when not, 2 when it
+// cannot run. `command` is named in its header. Throws Error where the
+// expected answer is not one it computes (a chunk-shifted one, a slot
+// action's count).
+std::string server_script(const ServerRunResult& r, const std::string& command);
 
 }  // namespace kvweld::sim::server

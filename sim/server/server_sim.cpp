@@ -9,6 +9,7 @@
 #include "util/cat.hpp"
 #include "util/error.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <filesystem>
@@ -141,10 +142,33 @@ ServerVerdict ServerSim::verdict() const {
     return !failure_ ? ServerVerdict::pass : server_error_ ? ServerVerdict::server_error : ServerVerdict::fail;
 }
 
-std::vector<std::string> ServerSim::oracle_lines() const {
-    std::vector<std::string> out;
-    for (const auto& o : oracles_) out.push_back(cat(o->name(), ": ", o->account()));
-    return out;
+ServerTally ServerSim::tally() const {
+    ServerTally t;
+    t.ops = ops_run_;
+    for (const auto& o : oracles_) o->tally(t);
+    return t;
+}
+
+void ServerTally::add(const ServerTally& o) {
+    for (std::size_t k = 0; k < ops.size(); ++k) ops[k] += o.ops[k];
+    tokens_judged += o.tokens_judged, worst_logprob = std::max(worst_logprob, o.worst_logprob);
+    cache_n += o.cache_n, cache_allowed += o.cache_allowed, stale += o.stale, lost += o.lost, slot_actions += o.slot_actions;
+    truth_compared += o.truth_compared, truth_skipped += o.truth_skipped;
+    embeddings += o.embeddings, worst_embedding = std::max(worst_embedding, o.worst_embedding);
+}
+
+std::vector<std::string> ServerTally::lines() const {
+    std::string kinds;
+    for (int k = 0; k < kServerOpKinds; ++k) kinds += cat(k ? ", " : "", to_string(ServerOpKind(k)), " ", ops[std::size_t(k)]);
+    return {cat("logprobs: ", tokens_judged, " generated tokens judged against kvweld's reference forward over the slot's KV; max "
+                "|logprob - reference| ", worst_logprob, " (tolerance ", kLogprobTolerance, ")"),
+            cat("reuse: cache_n ", cache_n, " of the ", cache_allowed, " prompt tokens the slots held (stale reads ", stale,
+                ", lost reuse ", lost, "); ", slot_actions, " slot actions' counts against the slot or file they moved"),
+            cat("ground-truth: ", truth_compared, " completions compared with a ground-truth server (one slot, no cache, each "
+                "request fresh); ", truth_skipped, " skipped where the slot reused KV a shifted chunk left"),
+            cat("embeddings: ", embeddings, " pooled embeddings judged against kvweld's reference; max |difference| ",
+                worst_embedding, " (tolerance ", kLogprobTolerance, ")"),
+            cat("ops run: ", kinds)};
 }
 
 void ServerSim::fail(std::size_t index, const std::string& oracle, const std::string& message) {
@@ -152,6 +176,7 @@ void ServerSim::fail(std::size_t index, const std::string& oracle, const std::st
 }
 
 bool ServerSim::apply(const ServerOp& op, std::size_t index, nlohmann::json& observed) {
+    ++ops_run_[std::size_t(op.kind())];
     try {
         std::visit([&](const auto& a) { run(a, index, observed); }, op.args);
     } catch (const Error& e) {

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,6 +25,8 @@
 namespace kvweld::sim::server {
 
 class ServerOracle;
+
+inline constexpr double kLogprobTolerance = 1e-4;  // |logprob - reference|, as the GGUF test's logits
 
 // The server's command line a seed draws: slots, unified KV or one stream
 // per slot, chunk reuse, and whether it serves completions or pooled
@@ -74,6 +77,21 @@ struct ServerFailure {
     std::string message;
 };
 
+// What a run's oracles checked, added up over runs (the swarm's table): each
+// oracle fills its own fields (ServerOracle::tally).
+struct ServerTally {
+    std::array<long, kServerOpKinds> ops{};  // ops run, by kind
+    long tokens_judged = 0;                  // logprobs
+    double worst_logprob = 0;
+    long cache_n = 0, cache_allowed = 0;     // reuse
+    long stale = 0, lost = 0, slot_actions = 0;
+    long truth_compared = 0, truth_skipped = 0;  // ground-truth
+    long embeddings = 0;                     // embeddings
+    double worst_embedding = 0;
+    void add(const ServerTally& o);
+    std::vector<std::string> lines() const;  // a line per oracle, then the ops
+};
+
 // What the server chose for each op (its slots, cache hits, tokens), as a
 // trace records it beside the op.
 nlohmann::json observed_json(const std::vector<ServerAnswer>& answers);
@@ -96,8 +114,7 @@ public:
     const std::optional<ServerFailure>& failure() const { return failure_; }
     ServerVerdict verdict() const;
     std::string log_path() const;
-    // The oracles' account, a line each.
-    std::vector<std::string> oracle_lines() const;
+    ServerTally tally() const;  // the oracles' account and the ops run
     // For the oracles' tests: one more oracle, told after the others.
     void add_oracle(std::unique_ptr<ServerOracle> oracle);
 
@@ -117,6 +134,7 @@ private:
     std::vector<std::unique_ptr<ServerOracle>> oracles_;
     std::optional<ServerFailure> failure_;
     bool server_error_ = false;
+    std::array<long, kServerOpKinds> ops_run_{};
 };
 
 // The next request of a generated run: multi-turn chats that go on from a

@@ -40,6 +40,7 @@ ServerSwarmResult run_server_swarm(const ServerSwarmOptions& o, const std::funct
         progress);
     for (std::size_t i = 0; i < n; ++i) {
         out.failures += out.seeds[i].verdict != ServerVerdict::pass;
+        out.total.add(out.seeds[i].tally);
         out.known_failures += !out.known[i].empty();
     }
     out.unreproduced = server_unreproduced(known, o.server, o.work_dir);
@@ -57,16 +58,24 @@ std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOpti
         if (!id.empty()) ++known[id];
     std::string counts;
     for (const auto& [id, n] : known) counts += cat(counts.empty() ? "" : ", ", id, " ", n);
+    for (const std::string& line : r.total.lines()) out += cat("  ", line, "\n");
     out += cat("  known findings: ", counts.empty() ? "none seen" : counts, " (", r.known_path.empty() ? "no file" : r.known_path, ")\n");
     for (std::size_t i = 0; i < r.seeds.size(); ++i) {
         const ServerRunResult& s = r.seeds[i];
         if (s.verdict == ServerVerdict::pass) continue;
         const std::string trace = s.config.work_dir + "/trace.jsonl";
-        out += cat(r.known[i].empty() ? std::string(to_string(s.verdict)) : cat("KNOWN (", r.known[i], ")"), " seed ",
-                   s.config.seed, " (", s.config.settings.describe(), ")",
+        const std::string what = s.failure ? cat(" at op ", s.failure->op, " (", s.failure->oracle, "): ",
+                                                 s.failure->message.substr(0, s.failure->message.find('\n'))) : "";
+        if (!r.known[i].empty()) {  // a known finding: one line, its trace named
+            out += cat("KNOWN (", r.known[i], ") seed ", s.config.seed, " (", s.config.settings.describe(), ")", what.substr(0, 160),
+                       "\n  trace: ", trace, "\n");
+            continue;
+        }
+        out += cat(to_string(s.verdict), " seed ", s.config.seed, " (", s.config.settings.describe(), ")",
                    s.failure ? cat(" at op ", s.failure->op, " (", s.failure->oracle, "): ", s.failure->message) : "",
                    "\n  trace: ", trace, "\n  server log: ", s.log, "\n  reproduce: kvweld replay --server ", o.server, " ", trace,
-                   "\n  shrink: kvweld shrink --server ", o.server, " ", trace, " --out shrunk.jsonl\n");
+                   "\n  shrink: kvweld shrink --server ", o.server, " ", trace, " --out shrunk.jsonl",
+                   "\n  script: kvweld repro --server ", o.server, " shrunk.jsonl -o finding.sh --run\n");
     }
     for (const std::string& line : r.unreproduced) out += cat("FAIL ", line, "\n");
     const std::size_t fresh = r.failures - r.known_failures;

@@ -1,0 +1,194 @@
+// A server finding as a shell script (sim/server/server_run.hpp
+// server_script): llama-server started with the run's flags, the trace's
+// requests sent with curl, the failing one's answer compared with what
+// kvweld's reference and cache model expect, written into the script.
+#include "sim/server/server_oracles.hpp"
+#include "sim/server/server_run.hpp"
+
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace kvweld::sim::server {
+
+namespace {
+
+std::string quoted(const nlohmann::json& j) { return cat("'", j.dump(), "'"); }
+
+// The reference's top 4 (id, logprob) at each generated position of `tokens` after `prompt`, fresh.
+nlohmann::json expected_logprobs(const Model& model, const std::vector<int>& prompt, const std::vector<int>& tokens) {
+    ReferenceKv kv(model.config());
+    std::vector<int> held = prompt;
+    held.insert(held.end(), tokens.begin(), tokens.end());
+    nlohmann::json out = nlohmann::json::array();
+    for (std::size_t pos = 0; pos + 1 < held.size() && out.size() < tokens.size(); ++pos) {
+        const std::vector<float> logits = reference_forward(model, kv, held[pos], int(pos));
+        if (pos + 1 < prompt.size()) continue;
+        const std::vector<double> lp = log_probs(logits);
+        std::vector<int> order(lp.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+        std::partial_sort(order.begin(), order.begin() + 4, order.end(), [&](int x, int y) { return lp[std::size_t(x)] > lp[std::size_t(y)]; });
+        nlohmann::json top = nlohmann::json::object();
+        for (int k = 0; k < 4; ++k) top[std::to_string(order[std::size_t(k)])] = lp[std::size_t(order[std::size_t(k)])];
+        out.push_back({{"token", tokens[out.size()]}, {"top", top}});
+    }
+    return out;
+}
+
+// The answers the trace recorded for an op's request (observed_json's form).
+std::vector<ServerAnswer> recorded(const nlohmann::json& got) {
+    std::vector<ServerAnswer> out;
+    for (const nlohmann::json& one : got) {
+        ServerAnswer a;
+        a.slot = one.at("slot").get<int>(), a.cache_n = one.at("cache_n").get<int>();
+        a.tokens = one.at("tokens").get<std::vector<int>>();
+        a.cut = one.value("cut", false);
+        out.push_back(a);
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) out[i].index = int(i);  // the server answers in index order
+    return out;
+}
+
+// The shell line that sends one completion; `capture`: into that file.
+std::string send_line(const Completion& c, const std::string& capture) {
+    const nlohmann::json body = completion_body(c);
+    if (c.cancel_after > 0)  // a stream closed after cancel_after events (two lines each), then the slot left to end
+        return cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(body), " | head -n ", 2 * c.cancel_after,
+                   " > /dev/null; idle");
+    return cat("post /completion ", quoted(body), " > ", capture.empty() ? "/dev/null" : capture);
+}
+
+const char* kPrelude = R"(set -u
+(($# >= 2)) || { echo "usage: $0 <llama-server> <model.gguf>"; exit 2; }
+server=$1 model=$2
+dir=$(mktemp -d) pid= url=
+trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
+)";
+
+const char* kHelpers = R"(post() { curl -sf --max-time 60 "$url$1" -d "$2" || { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; exit $FAILED; }; }
+idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(any(s["is_processing"] for s in json.load(sys.stdin)))'; do sleep 0.05; done; }
+)";
+
+}  // namespace
+
+std::string server_script(const ServerRunResult& r, const std::string& command) {
+    require(r.failure.has_value(), "repro: the trace passes: there is no finding to write");
+    const ServerFailure& f = *r.failure;
+    const ServerSettings& s = r.config.settings;
+    require(s.cache_reuse == 0 || f.oracle == "server" || f.oracle == "embeddings",
+            "repro: the trace needs --cache-reuse ", s.cache_reuse, " (the shrinker kept it): its expected answer is a "
+            "chunk-shifted one, which the script writer does not compute; kvweld replay --server judges it");
+    const Model model = Model::random(config_by_name(r.config.preset), r.config.seed);
+    const int n_ctx = model.config().max_seq_len * s.slots + s.ctx_extra;
+    std::string flags = cat("-c ", n_ctx, " -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --cache-ram 0 --slots");
+    for (const std::string& w : s.flags()) flags += " " + w;
+    std::string out = cat("#!/usr/bin/env bash\n# llama-server (", s.describe(), "), ", f.oracle, " at op ", f.op, ": ",
+                          f.message.substr(0, f.message.find('\n')).substr(0, 160), "\n# Written by `", command,
+                          "` from a server trace (seed ", r.config.seed, ", ", r.ops.size(),
+                          " requests). It starts llama-server on 127.0.0.1 at an ephemeral port, sends\n# the requests with curl, "
+                          "and compares the last one's answer with kvweld's reference,\n# written below for the model of:\n"
+                          "#   kvweld convert --config ", r.config.preset, " --seed ", r.config.seed, " --vocab test model.gguf\n"
+                          "#   ", "<this script> <llama-server> model.gguf\n"
+                          "# Exit 1: the finding shows; 0: it does not; 2: it could not run.\n");
+    out += kPrelude;
+    const bool at_start = f.oracle == "server" && r.ops.size() <= 1 && f.op == 0 && f.message.find("while starting") != std::string::npos;
+    out += cat("FAILED=2\nGGML_NO_BACKTRACE=1 \"$server\" -m \"$model\" --host 127.0.0.1 --port 0 ", flags, " --slot-save-path \"$dir/\" > \"$dir/log\" 2>&1 & pid=$!\n",
+               "for _ in $(seq 600); do\n",
+               "  url=$(sed -n 's|.*listening on \\(http://127.0.0.1:[0-9]*\\).*|\\1|p' \"$dir/log\" | head -1)\n",
+               "  [[ -n $url ]] && curl -sf \"$url/health\" > /dev/null && break\n",
+               "  kill -0 \"$pid\" 2> /dev/null || { wait \"$pid\"; rc=$? pid=; echo \"llama-server ended while starting (exit $rc); its log ends:\"; tail -3 \"$dir/log\"; ",
+               at_start ? "echo \"FINDING SHOWN: exit 1\"; exit 1; }\n" : "exit 2; }\n",
+               "  url= && sleep 0.1\ndone\n[[ -n $url ]] || { echo \"llama-server did not answer /health in 60 s\"; exit 2; }\n");
+    if (at_start) return out + "echo \"llama-server started and serves: not shown: exit 0\"\n";
+    out += kHelpers;
+    // Every op before the failing one, as the trace sent it.
+    SlotCacheModel cache(s.slots, s.cache_reuse);
+    for (std::size_t i = 0; i < f.op; ++i) {
+        out += cat("# op ", i, ": ", to_string(r.ops[i].kind()), "\n");
+        std::visit(
+            [&](const auto& a) {
+                using T = std::decay_t<decltype(a)>;
+                if constexpr (std::is_same_v<T, Complete>) {
+                    out += send_line(a.request, "") + "\n";
+                    cache.on_completion(a.request, recorded(r.observed[i]));
+                } else if constexpr (std::is_same_v<T, Burst>) {
+                    for (const Completion& c : a.requests) out += send_line(c, "") + " &\n";
+                    out += "wait\n";
+                    for (std::size_t k = 0; k < a.requests.size(); ++k) cache.on_completion(a.requests[k], recorded(r.observed[i][k]));
+                } else if constexpr (std::is_same_v<T, Slot>) {
+                    out += cat("post \"/slots/", a.slot, "?action=", to_string(a.action), "\" ",
+                               a.action == SlotAction::erase ? "'{}'" : cat("'{\"filename\": \"slot-", a.file, ".bin\"}'"), " > /dev/null\n");
+                    cache.on_slot(a, r.observed[i].begin().value().template get<int>());
+                } else {
+                    static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
+                    out += cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > /dev/null\n");
+                }
+            },
+            r.ops[i].args);
+    }
+    // The failing op: its answers captured, each judged against what the trace's run expected.
+    out += cat("# op ", f.op, ", the failing one: ", to_string(r.ops[f.op].kind()), "\nFAILED=1\n");
+    nlohmann::json expect = nlohmann::json::array();
+    std::visit(
+        [&](const auto& a) {
+            using T = std::decay_t<decltype(a)>;
+            if constexpr (std::is_same_v<T, Complete> || std::is_same_v<T, Burst>) {
+                std::vector<Completion> requests;
+                if constexpr (std::is_same_v<T, Complete>) requests = {a.request};
+                else requests = a.requests;
+                for (std::size_t k = 0; k < requests.size(); ++k) {
+                    Completion c = requests[k];
+                    c.stream = false, c.cancel_after = 0;  // read whole, to compare
+                    const nlohmann::json got = std::is_same_v<T, Burst> ? r.observed[f.op][k] : r.observed[f.op];
+                    const std::vector<ServerAnswer> answers = recorded(got);
+                    const auto [lo, hi] = cache.allowed(c, answers.at(0).slot);
+                    nlohmann::json each = nlohmann::json::array();
+                    for (const ServerAnswer& ans : answers) each.push_back(expected_logprobs(model, c.prompt, ans.tokens));
+                    expect.push_back({{"kind", "completion"}, {"file", cat("$dir/answer-", k)}, {"cache_n", {lo, hi}}, {"answers", each}});
+                    out += send_line(c, cat("\"$dir/answer-", k, "\"")) + (requests.size() > 1 ? " &\n" : "\n");
+                }
+                if (requests.size() > 1) out += "wait\n";
+            } else if constexpr (std::is_same_v<T, Slot>) {
+                throw Error(cat("repro: the failing op is a slot ", to_string(a.action), " (", f.message,
+                                "): the script writer compares answers only; kvweld replay --server shows it"));
+            } else {
+                static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
+                nlohmann::json want = nlohmann::json::array();
+                for (const std::vector<int>& in : a.inputs) want.push_back(reference_embedding(model, in, s.pooling));
+                expect.push_back({{"kind", "embedding"}, {"file", "$dir/answer-0"}, {"want", want}});
+                out += cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > \"$dir/answer-0\"\n");
+            }
+        },
+        r.ops[f.op].args);
+    out += cat("python3 - \"$dir\" <<'PY'\nimport json, sys\nexpect = json.loads(", quoted(expect), ")\n", R"PY(shown = False
+for e in expect:
+    got = json.load(open(e["file"].replace("$dir", sys.argv[1])))
+    if e["kind"] == "embedding":
+        for i, want in enumerate(e["want"]):
+            row = got[i]["embedding"][0]
+            d = max(abs(x - y) for x, y in zip(row, want))
+            print(f"input {i}: max |embedding - kvweld's reference| = {d:.3g} (tolerance 1e-4)")
+            shown |= d > 1e-4
+        continue
+    for n, (answer, want) in enumerate(zip(got if isinstance(got, list) else [got], e["answers"])):
+        lo, hi = e["cache_n"]
+        if n == 0 and not lo <= answer["timings"]["cache_n"] <= hi:
+            print(f"completion {n}: cache_n {answer['timings']['cache_n']}, but the slot held {lo} to {hi} of the prompt")
+            shown = True
+        for i, (step, w) in enumerate(zip(answer["completion_probabilities"], want)):
+            top = {p["id"]: p["logprob"] for p in step["top_logprobs"]}
+            d = max((abs(top[int(t)] - lp) if int(t) in top else float("inf")) for t, lp in w["top"].items())
+            print(f"completion {n}, token {i}: {answer['tokens'][i]} (the reference's most likely: {max(w['top'], key=w['top'].get)}); "
+                  f"max |logprob - reference| over the reference's top 4 = {d:.3g} (tolerance 1e-4)")
+            shown |= d > 1e-4
+            if answer["tokens"][i] != w["token"]:
+                break  # the reference's next values are for the tokens the trace recorded
+print("FINDING SHOWN: exit 1" if shown else "not shown: exit 0")
+sys.exit(1 if shown else 0)
+PY
+)PY");
+    return out;
+}
+
+}  // namespace kvweld::sim::server
