@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
 
 namespace kvweld::sim::server {
 
@@ -154,6 +155,58 @@ ServerTrace parse_server_trace(const std::string& text, const std::string& origi
 
 // ---- shrinking
 
+namespace {
+
+// Simpler forms of one op, simplest first: greedy, whole (not streamed),
+// one completion, one token; an embedding request with an input fewer.
+std::vector<ServerOp> simpler(const ServerOp& op) {
+    std::vector<ServerOp> out;
+    auto each_completion = [&](auto&& change) {
+        ServerOp x = op;
+        bool changed = false;
+        std::visit([&](auto& a) {
+            using T = std::decay_t<decltype(a)>;
+            if constexpr (std::is_same_v<T, Complete>) changed = change(a.request);
+            else if constexpr (std::is_same_v<T, Burst>)
+                for (Completion& c : a.requests) changed |= change(c);
+            else static_assert(std::is_same_v<T, Slot> || std::is_same_v<T, Embed>, "every server op kind is simplified");
+        }, x.args);
+        if (changed) out.push_back(std::move(x));
+    };
+    each_completion([](Completion& c) {
+        const bool sampled = c.temperature != 0;
+        c.temperature = 0, c.seed = 0;
+        return sampled;
+    });
+    each_completion([](Completion& c) {
+        const bool streamed = c.stream;
+        c.stream = false, c.cancel_after = 0;
+        return streamed;
+    });
+    each_completion([](Completion& c) { return std::exchange(c.n_cmpl, 1) != 1; });
+    each_completion([](Completion& c) { return std::exchange(c.n_predict, 1) != 1; });
+    if (const auto* e = std::get_if<Embed>(&op.args); e && e->inputs.size() > 1)
+        for (std::size_t i = 0; i < e->inputs.size(); ++i) {
+            Embed fewer = *e;
+            fewer.inputs.erase(fewer.inputs.begin() + std::ptrdiff_t(i));
+            out.push_back({fewer});
+        }
+    return out;
+}
+
+// Simpler settings: chunk reuse off, a context the slots divide.
+std::vector<ServerSettings> simpler(const ServerSettings& s) {
+    std::vector<ServerSettings> out;
+    if (s.cache_reuse) out.push_back(s), out.back().cache_reuse = 0;
+    if (s.ctx_extra) out.push_back(s), out.back().ctx_extra = 0;
+    return out;
+}
+
+}  // namespace
+
+// Delta debugging over the ops, then simpler settings, then each op made
+// simpler, then delta debugging again; a candidate is kept when it ends
+// with the same verdict by the same oracle.
 ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vector<ServerOp>& ops, int max_runs,
                                  const std::function<void(int)>& progress) {
     ServerShrinkResult out;
@@ -163,18 +216,33 @@ ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vecto
     require(out.result.verdict != ServerVerdict::pass, "shrink: the trace passes (", ops.size(), " ops): nothing to shrink");
     const ServerVerdict verdict = out.result.verdict;
     const std::string oracle = out.result.failure->oracle;
+    ServerRunConfig best_config = config;
     std::vector<ServerOp> best = out.result.ops;
-    auto try_keep = [&](const std::vector<ServerOp>& candidate) {
-        if (candidate.empty() || out.runs >= max_runs) return false;
-        ServerRunResult r = run_server_ops(config, candidate);
+    const auto spent = [&] { return out.runs >= max_runs; };
+    auto try_run = [&](const ServerRunConfig& c, const std::vector<ServerOp>& candidate) {
+        if (spent()) return false;
+        ServerRunResult r = run_server_ops(c, candidate);
         ++out.runs;
         if (progress) progress(out.runs);
         if (r.verdict != verdict || r.failure->oracle != oracle) return false;
-        best = r.ops;
+        best_config = c, best = r.ops;
         out.result = std::move(r);
         return true;
     };
-    ddmin(best, try_keep, [&] { return out.runs >= max_runs; });
+    auto try_keep = [&](const std::vector<ServerOp>& candidate) { return !candidate.empty() && try_run(best_config, candidate); };
+    ddmin(best, try_keep, spent);
+    for (const ServerSettings& s : simpler(best_config.settings)) {
+        ServerRunConfig c = best_config;
+        c.settings = s;
+        try_run(c, best);
+    }
+    for (std::size_t i = 0; i < best.size(); ++i)
+        for (const ServerOp& op : simpler(best[i])) {
+            std::vector<ServerOp> candidate = best;
+            candidate[i] = op;
+            if (try_run(best_config, candidate)) break;
+        }
+    ddmin(best, try_keep, spent);
     return out;
 }
 
