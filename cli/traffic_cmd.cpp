@@ -2,10 +2,13 @@
 // and its steps in order, printing as each ends.
 #include "cli/commands.hpp"
 
+#include "sim/server/server_traffic.hpp"
 #include "sim/traffic_study.hpp"
 #include "targets/registry.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <unistd.h>
 #include <cstdio>
 
 namespace kvweld::cli {
@@ -17,6 +20,8 @@ namespace {
 struct TrafficArgs {
     TrafficParams params;
     TrafficStudyArgs engine;
+    std::string server;    // --engine llama-server: its binary
+    int requests = 60;     // --engine llama-server: per workload and setting
     std::string adapter_switch = "set";
     std::string mode = "churn";
 };
@@ -40,6 +45,32 @@ void print_header(const TrafficParams& p, const TrafficStudyArgs& a, const std::
                     p.adapters,
                     p.adapter_switch == AdapterSwitch::set ? "setting the one adapter (none for the base)"
                                                            : "the scales of one set of every adapter (1 for the call's, 0 for the rest)");
+}
+
+// --engine llama-server: the server's hit rate against the cache model's
+// ideal, per setting and workload (sim/server/server_traffic.hpp).
+int run_server_study(const TrafficArgs& a) {
+    namespace srv = kvweld::sim::server;
+    require(!a.server.empty(), "traffic --engine llama-server needs --server PATH, a llama-server binary");
+    srv::ServerTrafficOptions o;
+    o.server = a.server, o.preset = a.params.model, o.seed = a.params.seed, o.requests = a.requests;
+    o.work_dir = (std::filesystem::temp_directory_path() / cat("kvweld-server-traffic-", ::getpid())).string();
+    std::printf("traffic on llama-server %s: seed %llu, %d requests per workload and setting, unpinned (the server "
+                "chooses each slot), a random %s model; clients: twice the slots. Hit rate: prompt tokens reused "
+                "(timings.cache_n) / prompt tokens; chosen slot allowed: the most the slot the server chose held; "
+                "ideal: the most the best slot held\n",
+                o.server.c_str(), (unsigned long long)o.seed, o.requests, o.preset.c_str());
+    std::fflush(stdout);
+    std::vector<srv::TrafficRow> rows;
+    for (const srv::ServerSettings& s : srv::traffic_settings())
+        for (srv::Workload w : srv::kWorkloads) rows.push_back(srv::run_traffic(o, s, w));
+    std::printf("%s", srv::traffic_table(rows).c_str());
+    if (!a.engine.csv.empty()) srv::write_traffic_csv(a.engine.csv, rows);
+    if (!a.engine.plot.empty()) srv::write_traffic_plot(a.engine.plot, rows), std::printf("plot: %s\n", a.engine.plot.c_str());
+    const bool ok = std::all_of(rows.begin(), rows.end(), [](const srv::TrafficRow& r) { return r.failure.empty(); });
+    if (ok) std::filesystem::remove_all(o.work_dir);
+    std::printf("traffic verdict: %s%s\n", ok ? "PASS" : "FAIL", ok ? "" : cat(" (the runs' files: ", o.work_dir, ")").c_str());
+    return ok ? 0 : 1;
 }
 
 int run_study(const TrafficParams& p, const TrafficStudyArgs& a) {
@@ -138,6 +169,10 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--params", a->engine.params, "one setting to study instead of the engine's own list");
     cmd->add_option("--chunk", a->engine.chunk, "churn: prefill tokens per sequence per step")
         ->capture_default_str()->check(CLI::Range(1, 512));
+    cmd->add_option("--server", a->server, "with --engine llama-server: the llama-server binary (its hit rate against the "
+                                           "cache model's ideal per setting, over chat, few-shot and agent workloads)");
+    cmd->add_option("--requests", a->requests, "with --engine llama-server: requests per workload and setting")
+        ->capture_default_str()->check(CLI::Range(1, 100000));
     cmd->add_option("--repeat", a->engine.repeat, "runs per setting; decode time is the best")
         ->capture_default_str()->check(CLI::Range(1, 100));
     cmd->callback([a, &action, prompt_mean, output_mean, arrival_rate] {
@@ -149,6 +184,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
                 if (!output_mean->count()) a->params.output_mean = kSteadyOutputMean;
                 if (!arrival_rate->count()) a->params.arrival_rate = kSteadyArrivalRate;
             }
+            if (a->engine.engine == "llama-server") return run_server_study(*a);
             return run_study(a->params, a->engine);
         };
     });
