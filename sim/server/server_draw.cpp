@@ -49,10 +49,17 @@ std::vector<int> ServerDraw::tokens(int n) {
 // an agent's edit (the slot's last prompt with a few tokens cut from its
 // middle, a new tail), a few-shot prompt (the shared prefix, a new tail) or
 // a fresh one; 1 to 6 tokens generated. Unpinned, slot 0's conversation.
+std::vector<float> ServerDraw::lora_scales() {
+    std::vector<float> out;
+    for (int i = 0; i < settings_.loras; ++i) out.push_back(std::array<float, 3>{0.0f, 0.5f, 1.0f}[below(3)]);
+    return out;
+}
+
 Completion ServerDraw::completion(int slot) {
     Completion c;
     c.slot = slot;
     c.n_predict = int(range(1, 6));
+    if (settings_.loras > 0 && chance(0.5)) c.lora = lora_scales();
     const Turn& last = last_[std::size_t(std::max(slot, 0))];
     auto append = [&](std::vector<int>& v, int n) {
         const std::vector<int> more = tokens(n);
@@ -113,7 +120,8 @@ void ServerDraw::observe(const ServerOp& op, const nlohmann::json& observed) {
                     case SlotAction::erase: slot = {}; break;
                 }
             } else {
-                static_assert(std::is_same_v<T, Embed>, "every server op kind is handled");  // an embedding holds no conversation
+                // an embedding holds no conversation, nor do the server's scales
+                static_assert(std::is_same_v<T, Embed> || std::is_same_v<T, Lora>, "every server op kind is handled");
             }
         },
         op.args);

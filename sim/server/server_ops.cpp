@@ -54,6 +54,14 @@ ServerOp server_op_from_json(const nlohmann::json& j) {
 void write_completion(nlohmann::json& j, const Completion& c) {
     j["slot"] = c.slot, j["prompt"] = c.prompt, j["n_predict"] = c.n_predict, j["n_cmpl"] = c.n_cmpl;
     j["stream"] = c.stream, j["cancel_after"] = c.cancel_after, j["temperature"] = c.temperature, j["seed"] = c.seed;
+    j["lora"] = c.lora;
+}
+
+std::vector<float> read_scales(const nlohmann::json& j, const char* field) {
+    const std::vector<float> scales = json_field<std::vector<float>>(j, field);
+    require(scales.size() <= 8, "field '", field, "' has ", scales.size(), " scales: at most 8 adapters");
+    for (float s : scales) require(s >= 0 && s <= 4, "field '", field, "' holds scale ", s, ": each in 0..4");
+    return scales;
 }
 
 Completion read_completion(const nlohmann::json& j) {
@@ -69,6 +77,8 @@ Completion read_completion(const nlohmann::json& j) {
     c.temperature = json_field<double>(j, "temperature");
     require(c.temperature >= 0 && c.temperature <= 2, "field 'temperature' = ", c.temperature, ": must be in 0..2");
     c.seed = json_field<std::uint32_t>(j, "seed");
+    // Traces before per-request LoRA have no field: their requests named no adapters.
+    if (j.contains("lora")) c.lora = read_scales(j, "lora");
     return c;
 }
 

@@ -34,7 +34,7 @@ struct ServerSettings;
     static void write(nlohmann::json& j, const T& a);      \
     static T read(const nlohmann::json& j)
 
-enum class ServerOpKind : std::uint8_t { complete, burst, slot, embed };
+enum class ServerOpKind : std::uint8_t { complete, burst, slot, embed, lora };
 
 // One completion request (POST /completion, prompt as token ids, greedy
 // or seeded sampling, the top n_probs log probabilities of each token).
@@ -47,6 +47,9 @@ struct Completion {
     int cancel_after = 0;        // streamed: the connection closed after this many tokens (0: read to the end)
     double temperature = 0;      // 0: greedy
     std::uint32_t seed = 0;      // the sampler's, where temperature > 0
+    // The request's "lora": each of the server's adapters' scale, by id
+    // (empty: no "lora" field, the server's own scales apply).
+    std::vector<float> lora = {};
 };
 
 // One request, alone.
@@ -82,9 +85,18 @@ struct Embed {
     std::vector<std::vector<int>> inputs;
 };
 
-using ServerOpArgs = std::variant<Complete, Burst, Slot, Embed>;
+// The server's own LoRA scales (POST /lora-adapters), for every request
+// that names none.
+struct Lora {
+    static constexpr ServerOpKind kind = ServerOpKind::lora;
+    static constexpr std::string_view name = "lora";
+    KVWELD_SERVER_OP_ROW(Lora);
+    std::vector<float> scales;  // each adapter's, by id
+};
+
+using ServerOpArgs = std::variant<Complete, Burst, Slot, Embed, Lora>;
 inline constexpr int kServerOpKinds = int(std::variant_size_v<ServerOpArgs>);
-static_assert(int(ServerOpKind::embed) + 1 == kServerOpKinds, "ServerOpKind and ServerOpArgs list the same kinds");
+static_assert(int(ServerOpKind::lora) + 1 == kServerOpKinds, "ServerOpKind and ServerOpArgs list the same kinds");
 
 struct ServerOp {
     ServerOpArgs args;
@@ -100,5 +112,7 @@ ServerOp server_op_from_json(const nlohmann::json& j);  // strict: throws Error 
 // Completion's JSON both ways (Complete and Burst share it).
 void write_completion(nlohmann::json& j, const Completion& c);
 Completion read_completion(const nlohmann::json& j);
+// A list of LoRA scales (at most 8, each in 0..4); throws Error naming the field.
+std::vector<float> read_scales(const nlohmann::json& j, const char* field);
 
 }  // namespace kvweld::sim::server

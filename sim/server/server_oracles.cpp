@@ -54,6 +54,10 @@ ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& promp
     return plan;
 }
 
+const std::vector<float>& scales_of(const Completion& c, const std::vector<float>& server_scales) {
+    return c.lora.empty() ? server_scales : c.lora;
+}
+
 std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& answers) {
     std::vector<const ServerAnswer*> out;
     for (const ServerAnswer& a : answers) out.push_back(&a);
@@ -63,9 +67,11 @@ std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& a
 
 // ---- LogprobOracle
 
-LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse, double tolerance)
+LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse,
+                             std::vector<std::shared_ptr<const LoraAdapter>> loras, double tolerance)
     : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse),
-      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config())}) {}
+      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config())}), loras_(std::move(loras)),
+      global_(loras_.size(), kServerLoraScale) {}
 
 std::string LogprobOracle::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
     std::string wrong;
@@ -84,13 +90,17 @@ std::string LogprobOracle::on_completion(const Completion& c, const std::vector<
 }
 
 std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAnswer& a) {
+    // KV computed with other LoRA scales is not this request's: the server must compute it again.
+    const std::vector<float>& scales = scales_of(c, global_);
+    if (m.scales != scales) m.held.clear(), m.scales = scales;
+    const Adapters adapters = adapters_at(model_.config(), loras_, scales);
     const ReusePlan plan = plan_reuse(m.held, c.prompt, cache_reuse_);
     shift_chunks(model_.config(), m.kv, plan, int(m.held.size()));
     std::vector<int> held = c.prompt;
     held.insert(held.end(), a.tokens.begin(), a.tokens.end());
     std::string wrong;
     for (int pos = plan.n_past; pos + 1 < int(held.size()); ++pos) {
-        const std::vector<double> lp = log_probs(reference_forward(model_, m.kv, held[std::size_t(pos)], pos));
+        const std::vector<double> lp = log_probs(reference_forward(model_, m.kv, held[std::size_t(pos)], pos, adapters));
         const int i = pos - int(c.prompt.size()) + 1;  // the generated token this position predicts
         if (i < 0 || !wrong.empty()) continue;
         const int token = a.tokens[std::size_t(i)];
@@ -125,6 +135,7 @@ std::string LogprobOracle::on_slot(const Slot& op, int) {
 }
 
 std::string LogprobOracle::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // no tokens generated
+std::string LogprobOracle::on_lora(const Lora& op) { return global_ = op.scales, ""; }
 
 void LogprobOracle::tally(ServerTally& t) const {
     t.tokens_judged += judged_, t.worst_logprob = std::max(t.worst_logprob, worst_);
@@ -132,12 +143,14 @@ void LogprobOracle::tally(ServerTally& t) const {
 
 // ---- SlotCacheModel
 
-SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnswer& a) {
+SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnswer& a) const {
     // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
-    return {held_after(c, a), a.cut ? c.n_predict - int(a.tokens.size()) : 0};
+    return {held_after(c, a), a.cut ? c.n_predict - int(a.tokens.size()) : 0, scales_of(c, global_)};
 }
 
 std::pair<int, int> SlotCacheModel::bounds(const Held& before, const Completion& c) const {
+    // KV computed with other LoRA scales holds nothing this request may reuse.
+    if (!before.tokens.empty() && before.scales != scales_of(c, global_)) return {0, 0};
     const int lo = plan_reuse(before.tokens, c.prompt, cache_reuse_).n_past;
     // Past the known tokens, the ones a cut stream may have left: the prompt may match them too.
     const bool to_the_end = before.maybe_more > 0 && lo == int(before.tokens.size());
@@ -193,6 +206,7 @@ std::string SlotCacheModel::on_slot(const Slot& op, int n) {
 }
 
 std::string SlotCacheModel::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // no cache_n
+std::string SlotCacheModel::on_lora(const Lora& op) { return global_ = op.scales, ""; }
 
 void SlotCacheModel::tally(ServerTally& t) const {
     t.cache_n += reused_, t.cache_allowed += allowed_, t.stale += stale_, t.lost += lost_, t.slot_actions += actions_;
@@ -200,10 +214,10 @@ void SlotCacheModel::tally(ServerTally& t) const {
 
 // ---- GroundTruth
 
-GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, double timeout_s,
+GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, double timeout_s,
                          double tolerance)
     : process_(std::move(setup)), slots_(std::size_t(slots)), cache_reuse_(cache_reuse), timeout_s_(timeout_s),
-      tolerance_(tolerance) {}
+      tolerance_(tolerance), global_(std::size_t(loras), kServerLoraScale) {}
 
 std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth) const {
     const std::size_t n = got.cut ? std::min(got.tokens.size(), truth.tokens.size()) : truth.tokens.size();
@@ -241,6 +255,7 @@ std::string GroundTruth::on_completion(const Completion& c, const std::vector<Se
         if (!truth) {
             Completion one = c;
             one.slot = 0, one.n_cmpl = 1, one.stream = false, one.cancel_after = 0;
+            one.lora = scales_of(c, global_);  // named: the ground truth's own scales are never set
             nlohmann::json body = completion_body(one);
             body["cache_prompt"] = false;
             const auto got = targets::llamaserver::http_request(process_.port(), "POST", "/completion", body.dump(), timeout_s_);
@@ -269,6 +284,7 @@ std::string GroundTruth::on_slot(const Slot& op, int) {
 }
 
 std::string GroundTruth::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // the reference judges those
+std::string GroundTruth::on_lora(const Lora& op) { return global_ = op.scales, ""; }
 
 void GroundTruth::tally(ServerTally& t) const { t.truth_compared += compared_, t.truth_skipped += skipped_; }
 
@@ -296,6 +312,7 @@ EmbeddingOracle::EmbeddingOracle(const Model& model, std::string pooling, double
 
 std::string EmbeddingOracle::on_completion(const Completion&, const std::vector<ServerAnswer>&) { return ""; }
 std::string EmbeddingOracle::on_slot(const Slot&, int) { return ""; }
+std::string EmbeddingOracle::on_lora(const Lora&) { return ""; }  // an embedding server has no adapters
 
 std::string EmbeddingOracle::on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) {
     for (std::size_t k = 0; k < op.inputs.size(); ++k) {
@@ -328,6 +345,7 @@ nlohmann::json completion_body(const Completion& c) {
                            {"temperature", c.temperature}, {"return_tokens", true},    {"cache_prompt", true},
                            {"id_slot", c.slot},          {"stream", c.stream}};
     if (c.n_cmpl > 1) body["n_cmpl"] = c.n_cmpl;
+    if (!c.lora.empty()) body["lora"] = lora_body(c.lora);
     if (c.temperature > 0) body["seed"] = c.seed;
     return body;
 }

@@ -11,7 +11,8 @@
 //   held (the longest common prefix, the chunks --cache-reuse may shift in;
 //   the server evaluates the last prompt token again), and each slot
 //   action's count against what the slot or file held. Higher is a stale
-//   read, lower is lost reuse. The copies of an n_cmpl request hold
+//   read, lower is lost reuse. KV computed with other LoRA scales than the
+//   request's holds nothing it may reuse. The copies of an n_cmpl request hold
 //   nothing once they end (server-context.cpp release(): "do not keep
 //   context of the child slots - the parent's context is enough").
 // - GroundTruth: a second server in lockstep, one slot, caching off, each
@@ -39,6 +40,7 @@ public:
     // n: the count the server gave (n_saved, n_restored, n_erased).
     virtual std::string on_slot(const Slot& op, int n) = 0;
     virtual std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) = 0;
+    virtual std::string on_lora(const Lora& op) = 0;  // the server's own scales, for requests that name none
     virtual void tally(ServerTally& t) const = 0;  // what it checked, into its own fields
 };
 
@@ -56,17 +58,22 @@ struct ReusePlan {
 };
 ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& prompt, int cache_reuse);
 
+// The LoRA scales a request runs with: its own, or the server's where it names none.
+const std::vector<float>& scales_of(const Completion& c, const std::vector<float>& server_scales);
+
 // The answers of a completion in the order the server made them: the one
 // that computed the prompt first (index 0), then the copies (n_cmpl).
 std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& answers);
 
 class LogprobOracle final : public ServerOracle {
 public:
-    LogprobOracle(const Model& model, int slots, int cache_reuse, double tolerance = kLogprobTolerance);
+    LogprobOracle(const Model& model, int slots, int cache_reuse,
+                  std::vector<std::shared_ptr<const LoraAdapter>> loras = {}, double tolerance = kLogprobTolerance);
     std::string name() const override { return "logprobs"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string on_lora(const Lora& op) override;
     void tally(ServerTally& t) const override;
     double worst() const { return worst_; }
     int tokens_judged() const { return judged_; }
@@ -75,21 +82,26 @@ private:
     struct Mirror {
         std::vector<int> held;  // tokens at positions 0..
         ReferenceKv kv;
+        std::vector<float> scales = {};  // the LoRA scales its KV was computed with
     };
     std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
     const Model& model_;
     double tolerance_, worst_ = 0;
     int cache_reuse_, judged_ = 0;
     std::vector<Mirror> slots_, files_;
+    std::vector<std::shared_ptr<const LoraAdapter>> loras_;
+    std::vector<float> global_;  // the server's own scales
 };
 
 class SlotCacheModel final : public ServerOracle {
 public:
-    SlotCacheModel(int slots, int cache_reuse) : slots_(std::size_t(slots)), cache_reuse_(cache_reuse) {}
+    SlotCacheModel(int slots, int cache_reuse, int loras = 0)
+        : slots_(std::size_t(slots)), cache_reuse_(cache_reuse), global_(std::size_t(loras), kServerLoraScale) {}
     std::string name() const override { return "reuse"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string on_lora(const Lora& op) override;
     void tally(ServerTally& t) const override;
     int stale() const { return stale_; }
     int lost() const { return lost_; }
@@ -102,24 +114,27 @@ private:
     struct Held {
         std::vector<int> tokens;
         int maybe_more = 0;
+        std::vector<float> scales = {};  // the LoRA scales its KV was computed with
     };
     std::string judge(const Held& before, const Completion& c, const ServerAnswer& a);
     std::pair<int, int> bounds(const Held& before, const Completion& c) const;
-    static Held after(const Completion& c, const ServerAnswer& a);
+    Held after(const Completion& c, const ServerAnswer& a) const;
     std::vector<Held> slots_, files_;
     int cache_reuse_, stale_ = 0, lost_ = 0, actions_ = 0;
+    std::vector<float> global_;  // the server's own scales
     long reused_ = 0, allowed_ = 0;
 };
 
 class GroundTruth final : public ServerOracle {
 public:
     // Starts the ground-truth server (one slot, no cache) with `setup`'s binary and model.
-    GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, double timeout_s,
+    GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, double timeout_s,
                 double tolerance = kLogprobTolerance);
     std::string name() const override { return "ground-truth"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string on_lora(const Lora& op) override;
     void tally(ServerTally& t) const override;
 
 private:
@@ -136,6 +151,7 @@ private:
     int cache_reuse_;
     double timeout_s_, tolerance_;
     int compared_ = 0, skipped_ = 0;
+    std::vector<float> global_;  // the server's own scales: each request is sent with its scales named
 };
 
 class EmbeddingOracle final : public ServerOracle {
@@ -145,6 +161,7 @@ public:
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
     std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) override;
+    std::string on_lora(const Lora& op) override;
     void tally(ServerTally& t) const override;
 
 private:

@@ -169,7 +169,8 @@ std::vector<ServerOp> simpler(const ServerOp& op) {
             if constexpr (std::is_same_v<T, Complete>) changed = change(a.request);
             else if constexpr (std::is_same_v<T, Burst>)
                 for (Completion& c : a.requests) changed |= change(c);
-            else static_assert(std::is_same_v<T, Slot> || std::is_same_v<T, Embed>, "every server op kind is simplified");
+            else static_assert(std::is_same_v<T, Slot> || std::is_same_v<T, Embed> || std::is_same_v<T, Lora>,
+                               "every server op kind is simplified");
         }, x.args);
         if (changed) out.push_back(std::move(x));
     };

@@ -76,6 +76,8 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     require(r.failure.has_value(), "repro: the trace passes: there is no finding to write");
     const ServerFailure& f = *r.failure;
     const ServerSettings& s = r.config.settings;
+    require(s.loras == 0, "repro: the trace's server loads ", s.loras, " LoRA adapters, which the script writer does not "
+            "write; kvweld replay --server shows it");
     require(s.cache_reuse == 0 || f.oracle == "server" || f.oracle == "embeddings",
             "repro: the trace needs --cache-reuse ", s.cache_reuse, " (the shrinker kept it): its expected answer is a "
             "chunk-shifted one, which the script writer does not compute; kvweld replay --server judges it");
@@ -120,9 +122,11 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                     out += cat("post \"/slots/", a.slot, "?action=", to_string(a.action), "\" ",
                                a.action == SlotAction::erase ? "'{}'" : cat("'{\"filename\": \"slot-", a.file, ".bin\"}'"), " > /dev/null\n");
                     cache.on_slot(a, r.observed[i].begin().value().template get<int>());
-                } else {
-                    static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
+                } else if constexpr (std::is_same_v<T, Embed>) {
                     out += cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > /dev/null\n");
+                } else {
+                    static_assert(std::is_same_v<T, Lora>, "every server op kind is written");
+                    out += cat("post /lora-adapters ", quoted(lora_body(a.scales)), " > /dev/null\n");
                 }
             },
             r.ops[i].args);
@@ -149,8 +153,8 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                     out += send_line(c, cat("\"$dir/answer-", k, "\"")) + (requests.size() > 1 ? " &\n" : "\n");
                 }
                 if (requests.size() > 1) out += "wait\n";
-            } else if constexpr (std::is_same_v<T, Slot>) {
-                throw Error(cat("repro: the failing op is a slot ", to_string(a.action), " (", f.message,
+            } else if constexpr (std::is_same_v<T, Slot> || std::is_same_v<T, Lora>) {
+                throw Error(cat("repro: the failing op is a ", T::name, " op (", f.message,
                                 "): the script writer compares answers only; kvweld replay --server shows it"));
             } else {
                 static_assert(std::is_same_v<T, Embed>, "every server op kind is written");

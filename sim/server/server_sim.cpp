@@ -13,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 namespace kvweld::sim::server {
@@ -47,6 +48,22 @@ void await_idle(int port, double timeout_s) {
     }
 }
 
+// The run's adapters written beside the model, and the flags that load them
+// at the server's default scale, 1 (not --lora-init-without-apply: b11434
+// leaves its scales at 1 all the same, against its README; llama.cpp issue
+// 28674, reported upstream).
+std::vector<std::string> write_loras(const Model& model, const ServerRunConfig& c) {
+    std::vector<std::string> flags;
+    const auto loras = server_loras(model.config(), c.seed, c.settings.loras);
+    for (std::size_t i = 0; i < loras.size(); ++i) {
+        const std::string path = cat(c.work_dir, "/lora-", i, ".gguf");
+        const std::vector<std::byte> bytes = serialize_gguf_lora(*loras[i]);
+        std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+        flags.insert(flags.end(), {"--lora", path});
+    }
+    return flags;
+}
+
 }  // namespace
 
 std::string_view to_string(ServerVerdict v) {
@@ -68,6 +85,7 @@ ServerSettings ServerSettings::draw(std::uint64_t seed) {
     s.cache_reuse = std::array<int, 3>{0, 2, 4}[rng.below(3)];
     if (rng.chance(0.15)) s.pooling = rng.chance(0.5) ? "mean" : "last";
     s.ctx_extra = rng.chance(0.3) ? int(rng.below(std::uint64_t(s.slots))) : 0;
+    s.loras = !s.embeddings() && rng.chance(0.3) ? int(rng.range(1, 2)) : 0;
     return s;
 }
 
@@ -81,11 +99,12 @@ std::vector<std::string> ServerSettings::flags() const {
 std::string ServerSettings::describe() const {
     std::string out;
     for (const std::string& f : flags()) out += cat(out.empty() ? "" : " ", f);
+    if (loras) out += cat(", ", loras, " LoRA adapter", loras > 1 ? "s" : "");
     return ctx_extra ? cat(out, ", -c ", slots, " contexts + ", ctx_extra) : out;
 }
 
 nlohmann::json ServerSettings::to_json() const {
-    return {{"slots", slots}, {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling}, {"ctx_extra", ctx_extra}};
+    return {{"slots", slots}, {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling}, {"ctx_extra", ctx_extra}, {"loras", loras}};
 }
 
 ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
@@ -95,9 +114,35 @@ ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
     s.cache_reuse = json_int_in(j, "cache_reuse", 0, 64);
     s.pooling = json_field<std::string>(j, "pooling");
     s.ctx_extra = json_int_in(j, "ctx_extra", 0, s.slots - 1);
+    // Traces before per-request LoRA have no field: their servers loaded no adapters.
+    s.loras = j.contains("loras") ? json_int_in(j, "loras", 0, 8) : 0;
     require(s.pooling.empty() || s.pooling == "mean" || s.pooling == "last", "field 'pooling' = '", s.pooling,
             "': \"\", \"mean\" or \"last\"");
     return s;
+}
+
+// ---- LoRA adapters
+
+std::vector<std::shared_ptr<const LoraAdapter>> server_loras(const ModelConfig& config, std::uint64_t seed, int n) {
+    std::vector<std::shared_ptr<const LoraAdapter>> out;
+    for (int i = 0; i < n; ++i) out.push_back(LoraAdapter::random(config, 2 << i, float(2 << i), seed ^ (0x10a0ULL + std::uint64_t(i))));
+    return out;
+}
+
+Adapters adapters_at(const ModelConfig& config, const std::vector<std::shared_ptr<const LoraAdapter>>& loras,
+                     const std::vector<float>& scales) {
+    std::vector<LoraUse> uses;
+    for (std::size_t i = 0; i < loras.size() && i < scales.size(); ++i)
+        if (scales[i] != 0) uses.push_back({loras[i], scales[i]});
+    Adapters a;
+    a.set_loras(config, std::move(uses));
+    return a;
+}
+
+nlohmann::json lora_body(const std::vector<float>& scales) {
+    nlohmann::json out = nlohmann::json::array();
+    for (std::size_t i = 0; i < scales.size(); ++i) out.push_back({{"id", i}, {"scale", scales[i]}});
+    return out;
 }
 
 // ---- the simulator
@@ -110,20 +155,24 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     std::vector<std::string> args = {"-c", std::to_string(n_ctx * c.settings.slots + c.settings.ctx_extra)};
     for (const std::string& f : fixed_flags(c.work_dir)) args.push_back(f);
     for (const std::string& f : c.settings.flags()) args.push_back(f);
+    const std::vector<std::string> lora_flags = write_loras(model_, c);
+    args.insert(args.end(), lora_flags.begin(), lora_flags.end());
     process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), c.request_timeout_s});
     const ServerSettings& s = c.settings;
     if (s.embeddings()) {
         oracles_.push_back(std::make_unique<EmbeddingOracle>(model_, s.pooling));
         return;
     }
-    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse));
-    oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse));
+    const auto loras = server_loras(model_.config(), c.seed, s.loras);
+    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse, loras));
+    oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse, s.loras));
     if (c.lockstep) {
         std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0"};
+        truth.insert(truth.end(), lora_flags.begin(), lora_flags.end());
         for (const std::string& f : fixed_flags(c.work_dir + "/truth")) truth.push_back(f);
         std::filesystem::create_directories(c.work_dir + "/truth/slots");
         oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
-                                                         s.slots, s.cache_reuse, c.request_timeout_s));
+                                                         s.slots, s.cache_reuse, s.loras, c.request_timeout_s));
     }
 }
 
@@ -191,6 +240,8 @@ bool ServerSim::apply(const ServerOp& op, std::size_t index, nlohmann::json& obs
 }
 
 std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string& what) {
+    require(c.lora.empty() || int(c.lora.size()) == config_.settings.loras, what, ": ", c.lora.size(), " LoRA scales, the server has ",
+            config_.settings.loras, " adapters");
     // A cancelled stream: the connection is closed once cancel_after tokens have come.
     std::function<bool(const std::string&)> stop;
     if (c.cancel_after > 0)

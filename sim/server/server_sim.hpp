@@ -8,6 +8,7 @@
 // verdict server_error, naming the op and quoting its log.
 #pragma once
 
+#include "engine/adapters.hpp"
 #include "engine/model.hpp"
 #include "sim/server/server_ops.hpp"
 #include "targets/llamaserver/server_process.hpp"
@@ -27,6 +28,7 @@ namespace kvweld::sim::server {
 class ServerOracle;
 
 inline constexpr double kLogprobTolerance = 1e-4;  // |logprob - reference|, as the GGUF test's logits
+inline constexpr float kServerLoraScale = 1.0f;     // each --lora adapter's scale until POST /lora-adapters sets one
 
 // The server's command line a seed draws: slots, unified KV or one stream
 // per slot, chunk reuse, and whether it serves completions or pooled
@@ -38,6 +40,7 @@ struct ServerSettings {
     bool unified = false;
     int cache_reuse = 0;     // --cache-reuse (0: off)
     int ctx_extra = 0;       // -c is slots * the model's context, plus this (0 .. slots - 1: a context the slots do not divide)
+    int loras = 0;           // LoRA adapters (--lora each; the server's own scales start at kServerLoraScale)
     std::string pooling;     // "" completions; "mean" or "last": --embedding --pooling P
     static ServerSettings draw(std::uint64_t seed);
     bool embeddings() const { return !pooling.empty(); }
@@ -76,6 +79,15 @@ struct ServerFailure {
     std::string oracle;   // which oracle, or "server"
     std::string message;
 };
+
+// The LoRA adapters of a run (`n`, from the weights seed): llama-server
+// loads each from a file (--lora), and the oracles' reference runs with them.
+std::vector<std::shared_ptr<const LoraAdapter>> server_loras(const ModelConfig& config, std::uint64_t seed, int n);
+// Adapters at `scales` (by id) for the reference.
+Adapters adapters_at(const ModelConfig& config, const std::vector<std::shared_ptr<const LoraAdapter>>& loras,
+                     const std::vector<float>& scales);
+// [{"id": i, "scale": s}, ...]: a request's "lora" and POST /lora-adapters' body.
+nlohmann::json lora_body(const std::vector<float>& scales);
 
 // What a run's oracles checked, added up over runs (the swarm's table): each
 // oracle fills its own fields (ServerOracle::tally).
@@ -123,6 +135,7 @@ private:
     void run(const Burst& op, std::size_t index, nlohmann::json& observed);
     void run(const Slot& op, std::size_t index, nlohmann::json& observed);
     void run(const Embed& op, std::size_t index, nlohmann::json& observed);
+    void run(const Lora& op, std::size_t index, nlohmann::json& observed);
     // One completion request sent and its answers parsed (several for n_cmpl).
     std::vector<ServerAnswer> send(const Completion& c, const std::string& what);
     void judge_completion(const Completion& c, const std::vector<ServerAnswer>& answers, std::size_t index);
@@ -156,6 +169,7 @@ public:
     std::int64_t range(std::int64_t lo, std::int64_t hi);  // inclusive
     bool chance(double p);
     std::vector<int> tokens(int n);
+    std::vector<float> lora_scales();  // a scale per adapter, each 0, 0.5 or 1
     Completion completion(int slot);  // a request pinned to `slot` (-1: none), its prompt drawn from the conversations
     bool saved(int file) const;
     static constexpr int kFiles = 3;

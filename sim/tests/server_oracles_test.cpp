@@ -30,12 +30,15 @@ ServerAnswer answer(int slot, std::vector<int> tokens, int cache_n = 0) {
 }
 
 // The right greedy answer to `prompt` on `slot`: n tokens, each one's top 4
-// and own logprob, from the reference.
-ServerAnswer reference_answer(const Model& model, std::vector<int> prompt, int n, int slot = 0) {
+// and own logprob, from the reference (with `adapters`; `stale`: the first
+// `stale_n` positions' KV computed with those instead).
+ServerAnswer reference_answer(const Model& model, std::vector<int> prompt, int n, int slot = 0,
+                              const Adapters& adapters = Adapters::none(), const Adapters* stale = nullptr, int stale_n = 0) {
     ServerAnswer a = answer(slot, {});
     ReferenceKv kv(model.config());
     for (int pos = 0; int(a.tokens.size()) < n; ++pos) {
-        const std::vector<float> logits = reference_forward(model, kv, prompt[std::size_t(pos)], pos);
+        const Adapters& with = stale && pos < stale_n ? *stale : adapters;
+        const std::vector<float> logits = reference_forward(model, kv, prompt[std::size_t(pos)], pos, with);
         if (pos + 1 < int(prompt.size())) continue;
         const std::vector<double> lp = log_probs(logits);
         std::vector<int> order(logits.size());
@@ -159,12 +162,47 @@ TEST(ServerOracles, GroundTruthSeesASampledTokenTheFreshServerDidNotDraw) {
     std::ofstream(file) << nlohmann::json{{"tokens", truth.tokens}, {"id_slot", 0}, {"timings", {{"cache_n", 0}}},
                                           {"completion_probabilities", probs}}.dump();
     GroundTruth ground(targets::llamaserver::ServerSetup{KVWELD_STAND_IN_SERVER, "model.gguf", {"answer=" + file}, file + ".log", 10},
-                       1, 0, 10);
+                       1, 0, 0, 10);
     LogprobOracle logprobs(model, 1, 0);
     EXPECT_EQ(logprobs.on_completion(c, {other}), "");
     EXPECT_NE(ground.on_completion(c, {other}).find("generated token 0 is"), std::string::npos);
     EXPECT_EQ(ground.on_completion(c, {truth}), "");
     std::filesystem::remove(file);
+}
+
+// A slot's KV computed with one LoRA scale is not another request's to
+// reuse: a request that names no adapters (the server's scale, 1) after one
+// at scale 0.5 must be computed afresh. Both halves: the fresh answer and
+// cache_n 0 pass; an answer over the scale-0.5 KV, and cache_n > 0, do not.
+// With the server's own scale set to 0.5 it may reuse it all.
+TEST(ServerOracles, KvOfOtherLoraScalesIsNotReused) {
+    const Model model = Model::random(config_by_name("tiny"), 7);
+    const auto loras = server_loras(model.config(), 7, 1);
+    const Adapters half = adapters_at(model.config(), loras, {0.5f}), full = adapters_at(model.config(), loras, {1.0f});
+    Completion first = request(0, {5, 6, 7, 8}, 2);
+    first.lora = {0.5f};
+    const ServerAnswer a1 = reference_answer(model, first.prompt, 2, 0, half);
+    const Completion next = request(0, {5, 6, 7, 8, a1.tokens[0], 9}, 1);  // no "lora": the server's scale, 1
+    const ServerAnswer fresh = reference_answer(model, next.prompt, 1, 0, full);
+    ServerAnswer stale = reference_answer(model, next.prompt, 1, 0, full, &half, 5);
+    stale.cache_n = 5;
+    for (const bool right : {true, false}) {
+        LogprobOracle logprobs(model, 1, 0, loras);
+        SlotCacheModel reuse(1, 0, 1);
+        EXPECT_EQ(logprobs.on_completion(first, {a1}), "");
+        EXPECT_EQ(reuse.on_completion(first, {a1}), "");
+        if (right) {
+            EXPECT_EQ(logprobs.on_completion(next, {fresh}), "");
+            EXPECT_EQ(reuse.on_completion(next, {fresh}), "");
+        } else {
+            EXPECT_NE(logprobs.on_completion(next, {stale}).find("generated token 0"), std::string::npos);
+            EXPECT_NE(reuse.on_completion(next, {stale}).find("a stale read"), std::string::npos);
+        }
+    }
+    SlotCacheModel reuse(1, 0, 1);
+    reuse.on_completion(first, {a1});
+    EXPECT_EQ(reuse.on_lora(Lora{{0.5f}}), "");
+    EXPECT_EQ(reuse.on_completion(next, {answer(0, {3}, 5)}), "");
 }
 
 TEST(ServerOracles, EmbeddingOracleSeesOneComponentOff) {
