@@ -6,6 +6,9 @@
 
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
+#include "sim/server/server_sim.hpp"
+
+#include <fstream>
 
 #include <cstdio>
 
@@ -18,6 +21,7 @@ struct ConvertArgs {
     std::string config;
     std::uint64_t seed = 1;
     std::string vocab = "none";
+    int lora = -1;  // --lora I: the server simulator's I-th adapter of the model instead
 };
 
 int run_convert(const ConvertArgs& a) {
@@ -25,6 +29,18 @@ int run_convert(const ConvertArgs& a) {
     require(a.input.empty() != a.config.empty(), "convert: give either a checkpoint or --config (a random model)");
     require(a.vocab == "none" || !a.output.ends_with(".bin"), "convert: --vocab ", a.vocab,
             ": a llama2.c checkpoint carries no vocabulary (give a .gguf OUTPUT)");
+    if (a.lora >= 0) {
+        require(!a.config.empty() && !a.output.ends_with(".bin"), "convert: --lora needs --config and a .gguf OUTPUT");
+        const ModelConfig config = config_by_name(a.config);
+        const auto loras = sim::server::server_loras(config, a.seed, a.lora + 1);
+        const std::vector<std::byte> bytes = serialize_gguf_lora(*loras.back());
+        std::ofstream out(a.output, std::ios::binary);
+        require(out.good(), "convert: cannot write ", a.output);
+        out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+        std::printf("convert: LoRA adapter %d of random %s seed %llu (the server simulator's) -> %s (rank %d)\n", a.lora,
+                    a.config.c_str(), (unsigned long long)a.seed, a.output.c_str(), loras.back()->rank());
+        return 0;
+    }
     const Model model = a.config.empty() ? load_llama2c(a.input) : Model::random(config_by_name(a.config), a.seed);
     if (a.output.ends_with(".bin"))
         save_llama2c(model, a.output);
@@ -53,6 +69,10 @@ void add_convert_command(CLI::App& app, std::function<int()>& action) {
                     "0.3.36 load it, 0.3.16 refuses it")
         ->capture_default_str()
         ->check(CLI::IsMember({"none", "test"}));
+    cmd->add_option("--lora", args->lora,
+                    "write the I-th LoRA adapter a server run of --config and --seed loads (--engine llama-server: "
+                    "its server script's adapter files) instead of the model")
+        ->check(CLI::Range(0, 7));
     cmd->callback([args, &action] {
         // One positional means OUTPUT (with --config); two mean INPUT OUTPUT.
         if (args->output.empty()) std::swap(args->input, args->output);

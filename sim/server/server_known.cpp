@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace kvweld::sim::server {
@@ -53,6 +54,65 @@ bool context_not_divided_by_slots(const ServerRunResult& r) {
     return r.config.settings.pooling == "mean" && r.config.settings.ctx_extra > 0 && r.failure && r.failure->op == 0;
 }
 
+// lora-default-keeps-cache: a request that names no LoRA adapters (the
+// server's own scales) on a slot whose cache was computed with other
+// scales (a request's own, or the server's before a POST /lora-adapters).
+bool server_scales_over_other_scales(const ServerRunResult& r) {
+    if (r.config.settings.loras == 0 || !r.failure) return false;
+    std::vector<float> server(std::size_t(r.config.settings.loras), kServerLoraScale);
+    std::map<int, std::vector<float>> slot_scales;  // the scales each slot's cache was computed with
+    const std::vector<ServerOp> ops = up_to_failure(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        std::vector<Completion> requests;
+        if (const auto* c = std::get_if<Complete>(&ops[i].args)) requests = {c->request};
+        if (const auto* b = std::get_if<Burst>(&ops[i].args)) requests = b->requests;
+        if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
+        for (std::size_t k = 0; k < requests.size() && i < r.observed.size(); ++k) {
+            const nlohmann::json& got = std::holds_alternative<Burst>(ops[i].args) ? r.observed[i].at(k) : r.observed[i];
+            if (got.empty()) continue;
+            const int slot = got.at(0).at("slot").get<int>();
+            const auto held = slot_scales.find(slot);
+            if (i == r.failure->op && requests[k].lora.empty() && held != slot_scales.end() && held->second != server) return true;
+            slot_scales[slot] = requests[k].lora.empty() ? server : requests[k].lora;
+        }
+    }
+    return false;
+}
+
+// slot-restore-ignores-lora: the failing request's slot holds KV restored
+// from a file that was computed with other LoRA scales than the slot's
+// adapters (llama-server's slot.lora: its last request's scales), with no
+// request on it since. A file's KV keeps the scales it was computed with
+// through saves and restores.
+bool restore_over_other_scales(const ServerRunResult& r) {
+    if (r.config.settings.loras == 0 || !r.failure) return false;
+    std::vector<float> server(std::size_t(r.config.settings.loras), kServerLoraScale);
+    std::map<int, std::vector<float>> adapters, kv, file_kv;  // per slot: slot.lora, its KV's scales; per file: its KV's
+    std::map<int, bool> restored;                               // per slot: restored, no request since
+    const std::vector<ServerOp> ops = up_to_failure(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
+        if (const auto* s = std::get_if<Slot>(&ops[i].args)) {
+            if (s->action == SlotAction::save) file_kv[s->file] = kv[s->slot];
+            if (s->action == SlotAction::restore) kv[s->slot] = file_kv[s->file], restored[s->slot] = true;
+            if (s->action == SlotAction::erase) restored[s->slot] = false;
+        }
+        std::vector<Completion> requests;
+        if (const auto* c = std::get_if<Complete>(&ops[i].args)) requests = {c->request};
+        if (const auto* b = std::get_if<Burst>(&ops[i].args)) requests = b->requests;
+        for (std::size_t k = 0; k < requests.size() && i < r.observed.size(); ++k) {
+            const nlohmann::json& got = std::holds_alternative<Burst>(ops[i].args) ? r.observed[i].at(k) : r.observed[i];
+            for (std::size_t a = 0; a < got.size(); ++a) {
+                const int slot = got.at(a).at("slot").get<int>();
+                if (i == r.failure->op && a == 0 && restored[slot] && kv[slot] != adapters[slot]) return true;
+                restored[slot] = false;
+                adapters[slot] = kv[slot] = requests[k].lora.empty() ? server : requests[k].lora;
+            }
+        }
+    }
+    return false;
+}
+
 struct Precondition {
     const char* name;
     const char* says;
@@ -67,6 +127,12 @@ constexpr Precondition kPreconditions[] = {
      unequal_inputs_in_one_request},
     {"context-not-divided-by-slots", "mean pooling, -c not a multiple of -np; the server ends while it starts",
      context_not_divided_by_slots},
+    {"restore-over-other-scales",
+     "LoRA adapters; the failing request's slot was restored from a file computed with other scales than the slot's last "
+     "request ran with", restore_over_other_scales},
+    {"server-scales-over-other-scales",
+     "LoRA adapters; the failing request names none (the server's scales) on a slot whose cache was computed with other "
+     "scales", server_scales_over_other_scales},
 };
 
 const Precondition* precondition_named(const std::string& name) {
@@ -124,6 +190,14 @@ ServerKnownFindings load_server_known_findings(const std::string& path) {
             require(precondition_named(k.precondition), "finding ", k.id, ": precondition '", k.precondition, "' is not one of ", names);
             k.trace = (std::filesystem::path(path).parent_path() / json_field<std::string>(f, "trace")).string();
             k.script = json_field<std::string>(f, "script");
+            const std::string in = json_field<std::string>(f, "in");
+            require(in == "library" || in == "server", "finding ", k.id, ": field 'in' = '", in, "': library or server");
+            k.in_server = in == "server";
+            if (k.in_server) {
+                k.title = json_field<std::string>(f, "title"), k.source = json_field<std::string>(f, "source");
+                k.explanation = json_field<std::string>(f, "explanation");
+                k.patch = f.contains("patch") ? json_field<std::string>(f, "patch") : "";  // none: no fix yet
+            }
             out.findings.push_back(std::move(k));
         }
     } catch (const Error& e) {
@@ -134,7 +208,21 @@ ServerKnownFindings load_server_known_findings(const std::string& path) {
 
 ServerKnownFindings server_known_findings_for(const std::string& choice) {
     if (choice == "none") return {};
-    return load_server_known_findings(choice.empty() ? KVWELD_SERVER_KNOWN_FINDINGS : choice);
+    if (choice != "fixed") return load_server_known_findings(choice.empty() ? KVWELD_SERVER_KNOWN_FINDINGS : choice);
+    // The pinned build with its checked fixes: the findings that have none.
+    ServerKnownFindings known = load_server_known_findings(KVWELD_SERVER_KNOWN_FINDINGS);
+    std::ifstream in(std::filesystem::path(KVWELD_SERVER_KNOWN_FINDINGS).parent_path().parent_path().parent_path().parent_path() / known.library);
+    const nlohmann::json library = nlohmann::json::parse(in, nullptr, false);
+    require(library.is_object() && library.contains("findings"), "known findings: cannot read the library's file ", known.library);
+    auto has_fix = [&](const ServerKnownFinding& f) {
+        if (f.in_server) return !f.patch.empty();
+        for (const nlohmann::json& g : library.at("findings"))
+            if (g.value("id", "") == f.id) return g.contains("patch");
+        return false;
+    };
+    std::erase_if(known.findings, has_fix);
+    known.path += " (the findings without a fix: a build with the checked fixes)";
+    return known;
 }
 
 std::vector<std::string> server_unreproduced(const ServerKnownFindings& known, const std::string& server,

@@ -14,9 +14,13 @@
 //
 // The file (JSON): {"format": "kvweld-server-known-findings", "version": 1,
 // "release", "library" (the library's findings file, from the repository
-// root), "findings": [{"id" (the library finding's), "verdict", "oracles",
-// "precondition" (a name in the table), "trace" (relative to the file),
-// "script" (from the repository root)}]}.
+// root), "findings": [{"id", "verdict", "oracles", "precondition" (a name in
+// the table), "trace" (relative to the file), "script" (from the repository
+// root), and either "in": "library" (the id is the library finding's, whose
+// entry holds its source lines, explanation and fix) or "in": "server" (a
+// bug of llama-server's own code, described here: "title", "source",
+// "explanation", and "patch", docs/findings/server/<id>.patch, where it
+// has a fix)}]}.
 #pragma once
 
 #include "sim/server/server_run.hpp"
@@ -33,6 +37,8 @@ struct ServerKnownFinding {
     std::string precondition;
     std::string trace;   // absolute
     std::string script;  // from the repository root
+    bool in_server = false;  // a bug of llama-server's own code (else the library finding of the same id)
+    std::string title, source, explanation, patch;  // in_server: its facts
 };
 
 struct ServerKnownFindings {
@@ -48,7 +54,9 @@ std::vector<std::pair<std::string, std::string>> server_preconditions();
 // Throws Error naming the file and the field when it is not one.
 ServerKnownFindings load_server_known_findings(const std::string& path);
 // choice "": the pinned release's file (targets/llamaserver/known_findings/b11434.json);
-// "none": none; else a path.
+// "fixed": its findings without a fix (a build with the checked fixes:
+// a library finding's fix is its "patch" in the library's file, a server
+// finding's its own); "none": none; else a path.
 ServerKnownFindings server_known_findings_for(const std::string& choice);
 // Each finding's trace replayed on `server`: a line per finding that no
 // longer fails as recorded (its verdict, an oracle it lists, its precondition).

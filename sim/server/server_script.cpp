@@ -17,13 +17,14 @@ namespace {
 std::string quoted(const nlohmann::json& j) { return cat("'", j.dump(), "'"); }
 
 // The reference's top 4 (id, logprob) at each generated position of `tokens` after `prompt`, fresh.
-nlohmann::json expected_logprobs(const Model& model, const std::vector<int>& prompt, const std::vector<int>& tokens) {
+nlohmann::json expected_logprobs(const Model& model, const Adapters& adapters, const std::vector<int>& prompt,
+                                 const std::vector<int>& tokens) {
     ReferenceKv kv(model.config());
     std::vector<int> held = prompt;
     held.insert(held.end(), tokens.begin(), tokens.end());
     nlohmann::json out = nlohmann::json::array();
     for (std::size_t pos = 0; pos + 1 < held.size() && out.size() < tokens.size(); ++pos) {
-        const std::vector<float> logits = reference_forward(model, kv, held[pos], int(pos));
+        const std::vector<float> logits = reference_forward(model, kv, held[pos], int(pos), adapters);
         if (pos + 1 < prompt.size()) continue;
         const std::vector<double> lp = log_probs(logits);
         std::vector<int> order(lp.size());
@@ -59,9 +60,7 @@ std::string send_line(const Completion& c, const std::string& capture) {
     return cat("post /completion ", quoted(body), " > ", capture.empty() ? "/dev/null" : capture);
 }
 
-const char* kPrelude = R"(set -u
-(($# >= 2)) || { echo "usage: $0 <llama-server> <model.gguf>"; exit 2; }
-server=$1 model=$2
+const char* kPrelude = R"(server=$1 model=$2
 dir=$(mktemp -d) pid= url=
 trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
 )";
@@ -76,8 +75,6 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     require(r.failure.has_value(), "repro: the trace passes: there is no finding to write");
     const ServerFailure& f = *r.failure;
     const ServerSettings& s = r.config.settings;
-    require(s.loras == 0, "repro: the trace's server loads ", s.loras, " LoRA adapters, which the script writer does not "
-            "write; kvweld replay --server shows it");
     require(s.cache_reuse == 0 || f.oracle == "server" || f.oracle == "embeddings",
             "repro: the trace needs --cache-reuse ", s.cache_reuse, " (the shrinker kept it): its expected answer is a "
             "chunk-shifted one, which the script writer does not compute; kvweld replay --server judges it");
@@ -85,15 +82,22 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     const int n_ctx = model.config().max_seq_len * s.slots + s.ctx_extra;
     std::string flags = cat("-c ", n_ctx, " -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --cache-ram 0 --slots");
     for (const std::string& w : s.flags()) flags += " " + w;
+    std::string lora_files, lora_args;
+    for (int i = 0; i < s.loras; ++i) {
+        flags += cat(" --lora \"$", 3 + i, "\"");
+        lora_files += cat("#   kvweld convert --config ", r.config.preset, " --seed ", r.config.seed, " --lora ", i, " lora-", i, ".gguf\n");
+        lora_args += cat(" lora-", i, ".gguf");
+    }
     std::string out = cat("#!/usr/bin/env bash\n# llama-server (", s.describe(), "), ", f.oracle, " at op ", f.op, ": ",
                           f.message.substr(0, f.message.find('\n')).substr(0, 160), "\n# Written by `", command,
                           "` from a server trace (seed ", r.config.seed, ", ", r.ops.size(),
                           " requests). It starts llama-server on 127.0.0.1 at an ephemeral port, sends\n# the requests with curl, "
                           "and compares the last one's answer with kvweld's reference,\n# written below for the model of:\n"
-                          "#   kvweld convert --config ", r.config.preset, " --seed ", r.config.seed, " --vocab test model.gguf\n"
-                          "#   ", "<this script> <llama-server> model.gguf\n"
+                          "#   kvweld convert --config ", r.config.preset, " --seed ", r.config.seed, " --vocab test model.gguf\n",
+                          lora_files, "#   <this script> <llama-server> model.gguf", lora_args, "\n"
                           "# Exit 1: the finding shows; 0: it does not; 2: it could not run.\n");
-    out += kPrelude;
+    out += cat("set -u\n(($# >= ", 2 + s.loras, ")) || { echo \"usage: $0 <llama-server> <model.gguf>", lora_args,
+               "\"; exit 2; }\n", kPrelude);
     const bool at_start = f.oracle == "server" && r.ops.size() <= 1 && f.op == 0 && f.message.find("while starting") != std::string::npos;
     out += cat("FAILED=2\nGGML_NO_BACKTRACE=1 \"$server\" -m \"$model\" --host 127.0.0.1 --port 0 ", flags, " --slot-save-path \"$dir/\" > \"$dir/log\" 2>&1 & pid=$!\n",
                "for _ in $(seq 600); do\n",
@@ -105,7 +109,9 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     if (at_start) return out + "echo \"llama-server started and serves: not shown: exit 0\"\n";
     out += kHelpers;
     // Every op before the failing one, as the trace sent it.
-    SlotCacheModel cache(s.slots, s.cache_reuse);
+    SlotCacheModel cache(s.slots, s.cache_reuse, s.loras);
+    const auto loras = server_loras(model.config(), r.config.seed, s.loras);
+    std::vector<float> server_scales(std::size_t(s.loras), kServerLoraScale);
     for (std::size_t i = 0; i < f.op; ++i) {
         out += cat("# op ", i, ": ", to_string(r.ops[i].kind()), "\n");
         std::visit(
@@ -127,6 +133,8 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                 } else {
                     static_assert(std::is_same_v<T, Lora>, "every server op kind is written");
                     out += cat("post /lora-adapters ", quoted(lora_body(a.scales)), " > /dev/null\n");
+                    cache.on_lora(a);
+                    server_scales = a.scales;
                 }
             },
             r.ops[i].args);
@@ -148,7 +156,8 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                     const std::vector<ServerAnswer> answers = recorded(got);
                     const auto [lo, hi] = cache.allowed(c, answers.at(0).slot);
                     nlohmann::json each = nlohmann::json::array();
-                    for (const ServerAnswer& ans : answers) each.push_back(expected_logprobs(model, c.prompt, ans.tokens));
+                    const Adapters adapters = adapters_at(model.config(), loras, scales_of(c, server_scales));
+                    for (const ServerAnswer& ans : answers) each.push_back(expected_logprobs(model, adapters, c.prompt, ans.tokens));
                     expect.push_back({{"kind", "completion"}, {"file", cat("$dir/answer-", k)}, {"cache_n", {lo, hi}}, {"answers", each}});
                     out += send_line(c, cat("\"$dir/answer-", k, "\"")) + (requests.size() > 1 ? " &\n" : "\n");
                 }

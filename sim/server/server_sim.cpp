@@ -148,6 +148,9 @@ nlohmann::json lora_body(const std::vector<float>& scales) {
 // ---- the simulator
 
 ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::random(config_by_name(c.preset), c.seed)) {
+    // A run starts with no slot file: a replay or a shrinker's run in the same folder must not restore an earlier run's.
+    std::filesystem::remove_all(c.work_dir + "/slots");
+    std::filesystem::remove_all(c.work_dir + "/truth/slots");
     std::filesystem::create_directories(c.work_dir + "/slots");
     const std::string gguf = c.work_dir + "/model.gguf";
     save_gguf(model_, gguf, Vocab::test);
