@@ -6,7 +6,7 @@
 
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
-#include "sim/server/server_sim.hpp"
+#include "sim/server/server_exchange.hpp"
 
 #include <fstream>
 

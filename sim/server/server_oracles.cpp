@@ -34,6 +34,11 @@ std::vector<int> held_after(const Completion& c, const ServerAnswer& a) {
     return held;
 }
 
+// The first answer's complaint of a completion's (n_cmpl: named by its index).
+void keep_first(std::string& wrong, const std::string& why, std::size_t answers, const ServerAnswer& a) {
+    if (wrong.empty() && !why.empty()) wrong = cat(answers > 1 ? cat("completion ", a.index, ": ") : "", why);
+}
+
 }  // namespace
 
 ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& prompt, int cache_reuse) {
@@ -84,7 +89,7 @@ std::string LogprobOracle::on_completion(const Completion& c, const std::vector<
         else m = *before;
         const std::string why = judge(m, c, *a);
         if (a->index > 0) m.held.clear();  // a copy's slot drops its cells when it is released
-        if (wrong.empty() && !why.empty()) wrong = cat(answers.size() > 1 ? cat("completion ", a->index, ": ") : "", why);
+        keep_first(wrong, why, answers.size(), *a);
     }
     return wrong;
 }
@@ -179,7 +184,7 @@ std::string SlotCacheModel::on_completion(const Completion& c, const std::vector
         // A copy (n_cmpl) reports the parent's prompt statistics; a cut
         // stream never got its final event, which carries them.
         const std::string why = a->cut ? "" : judge(*before, c, *a);
-        if (wrong.empty() && !why.empty()) wrong = cat(answers.size() > 1 ? cat("completion ", a->index, ": ") : "", why);
+        keep_first(wrong, why, answers.size(), *a);
         // A copy's slot drops its cells when it is released ("the parent's context is enough").
         held = a->index > 0 ? Held{} : after(c, *a);
     }
@@ -267,7 +272,7 @@ std::string GroundTruth::on_completion(const Completion& c, const std::vector<Se
         if (c.temperature > 0 && a->index > 0) continue;
         ++compared_;
         const std::string why = compare(*a, *truth);
-        if (wrong.empty() && !why.empty()) wrong = cat(answers.size() > 1 ? cat("completion ", a->index, ": ") : "", why);
+        keep_first(wrong, why, answers.size(), *a);
     }
     return wrong;
 }

@@ -24,7 +24,8 @@
 #pragma once
 
 #include "engine/reference.hpp"
-#include "sim/server/server_sim.hpp"
+#include "sim/server/server_exchange.hpp"
+#include "targets/llamaserver/server_process.hpp"
 
 #include <memory>
 #include <string>

@@ -10,6 +10,7 @@
 
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
+#include "sim/server/server_exchange.hpp"
 #include "sim/server/server_ops.hpp"
 #include "targets/llamaserver/server_process.hpp"
 #include "util/rng.hpp"
@@ -27,8 +28,6 @@ namespace kvweld::sim::server {
 
 class ServerOracle;
 
-inline constexpr double kLogprobTolerance = 1e-4;  // |logprob - reference|, as the GGUF test's logits
-inline constexpr float kServerLoraScale = 1.0f;     // each --lora adapter's scale until POST /lora-adapters sets one
 
 // The server's command line a seed draws: slots, unified KV or one stream
 // per slot, chunk reuse, and whether it serves completions or pooled
@@ -60,17 +59,6 @@ struct ServerRunConfig {
     double request_timeout_s = 60;
 };
 
-// One completion as the server answered it.
-struct ServerAnswer {
-    std::vector<int> tokens;                                // generated
-    std::vector<std::vector<std::pair<int, double>>> top;   // per generated token: (id, logprob), most likely first
-    std::vector<double> chosen;                             // per generated token: its own logprob
-    int cache_n = 0;                                        // prompt tokens the server did not compute again
-    int slot = -1;                                          // the slot that served it
-    int index = 0;                                          // which of n_cmpl
-    bool cut = false;                                       // a stream the client closed early
-};
-
 enum class ServerVerdict { pass, fail, server_error };
 std::string_view to_string(ServerVerdict v);
 
@@ -78,30 +66,6 @@ struct ServerFailure {
     std::size_t op = 0;   // its index in the run
     std::string oracle;   // which oracle, or "server"
     std::string message;
-};
-
-// The LoRA adapters of a run (`n`, from the weights seed): llama-server
-// loads each from a file (--lora), and the oracles' reference runs with them.
-std::vector<std::shared_ptr<const LoraAdapter>> server_loras(const ModelConfig& config, std::uint64_t seed, int n);
-// Adapters at `scales` (by id) for the reference.
-Adapters adapters_at(const ModelConfig& config, const std::vector<std::shared_ptr<const LoraAdapter>>& loras,
-                     const std::vector<float>& scales);
-// [{"id": i, "scale": s}, ...]: a request's "lora" and POST /lora-adapters' body.
-nlohmann::json lora_body(const std::vector<float>& scales);
-
-// What a run's oracles checked, added up over runs (the swarm's table): each
-// oracle fills its own fields (ServerOracle::tally).
-struct ServerTally {
-    std::array<long, kServerOpKinds> ops{};  // ops run, by kind
-    long tokens_judged = 0;                  // logprobs
-    double worst_logprob = 0;
-    long cache_n = 0, cache_allowed = 0;     // reuse
-    long stale = 0, lost = 0, slot_actions = 0;
-    long truth_compared = 0, truth_skipped = 0;  // ground-truth
-    long embeddings = 0;                     // embeddings
-    double worst_embedding = 0;
-    void add(const ServerTally& o);
-    std::vector<std::string> lines() const;  // a line per oracle, then the ops
 };
 
 // What the server chose for each op (its slots, cache hits, tokens), as a
