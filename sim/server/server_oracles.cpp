@@ -232,7 +232,8 @@ std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& tr
         if (got.tokens[i] != truth.tokens[i])
             return cat("generated token ", i, " is ", got.tokens[i], ", the ground truth's ", truth.tokens[i]);
         for (const auto& [id, logprob] : got.top[i]) {
-            const auto it = std::find_if(truth.top[i].begin(), truth.top[i].end(), [&](const auto& p) { return p.first == id; });
+            const int want = id;  // clang 14 cannot capture a structured binding in a lambda
+            const auto it = std::find_if(truth.top[i].begin(), truth.top[i].end(), [want](const auto& p) { return p.first == want; });
             if (it == truth.top[i].end()) continue;  // a near tie ordered otherwise: the logprob oracle judges it
             if (!(std::fabs(it->second - logprob) <= tolerance_))
                 return cat("generated token ", i, ": token ", id, " logprob ", logprob, ", the ground truth's ", it->second);

@@ -3,6 +3,8 @@
 #include "sim/server/server_oracles.hpp"
 #include "sim/server/server_sim.hpp"
 #include "targets/llamaserver/http.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
 
 #include <nlohmann/json.hpp>
 
