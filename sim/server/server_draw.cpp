@@ -94,25 +94,12 @@ void ServerDraw::heard(const Completion& c, const ServerAnswer& a) {
 // What the server answered, as the trace records it (observed_json): each
 // answer's slot and tokens go on the slot's conversation; a slot action moves it.
 void ServerDraw::observe(const ServerOp& op, const nlohmann::json& observed) {
-    auto answers = [](const nlohmann::json& list) {
-        std::vector<ServerAnswer> out;
-        for (const nlohmann::json& one : list) {
-            ServerAnswer a;
-            a.slot = one.at("slot").get<int>();
-            a.tokens = one.at("tokens").get<std::vector<int>>();
-            out.push_back(a);
-        }
-        return out;
-    };
+    for (const Answered& a : answered(op, observed))
+        for (const ServerAnswer& x : a.answers) heard(a.request, x);
     std::visit(
         [&](const auto& a) {
             using T = std::decay_t<decltype(a)>;
-            if constexpr (std::is_same_v<T, Complete>) {
-                for (const ServerAnswer& x : answers(observed)) heard(a.request, x);
-            } else if constexpr (std::is_same_v<T, Burst>) {
-                for (std::size_t i = 0; i < a.requests.size() && i < observed.size(); ++i)
-                    for (const ServerAnswer& x : answers(observed[i])) heard(a.requests[i], x);
-            } else if constexpr (std::is_same_v<T, Slot>) {
+            if constexpr (std::is_same_v<T, Slot>) {
                 Turn& slot = last_.at(std::size_t(a.slot));
                 switch (a.action) {
                     case SlotAction::save: files_[std::size_t(a.file)] = slot; break;
@@ -120,8 +107,10 @@ void ServerDraw::observe(const ServerOp& op, const nlohmann::json& observed) {
                     case SlotAction::erase: slot = {}; break;
                 }
             } else {
-                // an embedding holds no conversation, nor do the server's scales
-                static_assert(std::is_same_v<T, Embed> || std::is_same_v<T, Lora>, "every server op kind is handled");
+                // a completion's answers were heard above; an embedding holds no conversation, nor do the server's scales
+                static_assert(std::is_same_v<T, Complete> || std::is_same_v<T, Burst> || std::is_same_v<T, Embed> ||
+                                  std::is_same_v<T, Lora>,
+                              "every server op kind is handled");
             }
         },
         op.args);

@@ -8,6 +8,40 @@
 
 namespace kvweld::sim::server {
 
+// ---- what the server chose
+
+nlohmann::json observed_json(const std::vector<ServerAnswer>& answers) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const ServerAnswer& a : answers) {
+        nlohmann::json one = {{"slot", a.slot}, {"cache_n", a.cache_n}, {"tokens", a.tokens}};
+        if (a.cut) one["cut"] = true;
+        out.push_back(one);
+    }
+    return out;
+}
+
+std::vector<ServerAnswer> answers_from_observed(const nlohmann::json& got) {
+    std::vector<ServerAnswer> out;
+    for (const nlohmann::json& one : got) {
+        ServerAnswer a;
+        a.slot = one.at("slot").get<int>(), a.cache_n = one.at("cache_n").get<int>();
+        a.tokens = one.at("tokens").get<std::vector<int>>();
+        a.cut = one.value("cut", false);
+        a.index = int(out.size());
+        out.push_back(std::move(a));
+    }
+    return out;
+}
+
+std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observed) {
+    std::vector<Answered> out;
+    if (const auto* c = std::get_if<Complete>(&op.args)) out.push_back({c->request, answers_from_observed(observed)});
+    if (const auto* b = std::get_if<Burst>(&op.args))
+        for (std::size_t k = 0; k < b->requests.size() && k < observed.size(); ++k)
+            out.push_back({b->requests[k], answers_from_observed(observed[k])});
+    return out;
+}
+
 // ---- LoRA adapters
 
 std::vector<std::shared_ptr<const LoraAdapter>> server_loras(const ModelConfig& config, std::uint64_t seed, int n) {

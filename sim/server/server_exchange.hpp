@@ -32,6 +32,20 @@ struct ServerAnswer {
     bool cut = false;                                       // a stream the client closed early
 };
 
+// What the server chose for each op (its slots, cache hits, tokens), as a
+// trace records it beside the op ("got"), and back: the answers in the
+// server's order (n_cmpl: index order), without their log probabilities.
+nlohmann::json observed_json(const std::vector<ServerAnswer>& answers);
+std::vector<ServerAnswer> answers_from_observed(const nlohmann::json& got);
+
+// Each completion an op sent, with the answers a trace recorded for it: one
+// per request of a complete or a burst, none for the other kinds.
+struct Answered {
+    Completion request;
+    std::vector<ServerAnswer> answers;
+};
+std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observed);
+
 // The LoRA adapters of a run (`n`, from the weights seed): llama-server
 // loads each from a file (--lora), and the oracles' reference runs with them.
 std::vector<std::shared_ptr<const LoraAdapter>> server_loras(const ModelConfig& config, std::uint64_t seed, int n);

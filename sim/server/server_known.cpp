@@ -1,6 +1,8 @@
 // Known findings of a llama-server release (sim/server/server_known.hpp).
 #include "sim/server/server_known.hpp"
 
+#include "sim/server/server_oracles.hpp"
+
 #include "sim/json_field.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
@@ -63,17 +65,13 @@ bool server_scales_over_other_scales(const ServerRunResult& r) {
     std::map<int, std::vector<float>> slot_scales;  // the scales each slot's cache was computed with
     const std::vector<ServerOp> ops = up_to_failure(r);
     for (std::size_t i = 0; i < ops.size(); ++i) {
-        std::vector<Completion> requests;
-        if (const auto* c = std::get_if<Complete>(&ops[i].args)) requests = {c->request};
-        if (const auto* b = std::get_if<Burst>(&ops[i].args)) requests = b->requests;
         if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
-        for (std::size_t k = 0; k < requests.size() && i < r.observed.size(); ++k) {
-            const nlohmann::json& got = std::holds_alternative<Burst>(ops[i].args) ? r.observed[i].at(k) : r.observed[i];
-            if (got.empty()) continue;
-            const int slot = got.at(0).at("slot").get<int>();
+        for (const Answered& a : answered(ops[i], i < r.observed.size() ? r.observed[i] : nlohmann::json())) {
+            if (a.answers.empty()) continue;
+            const int slot = a.answers[0].slot;
             const auto held = slot_scales.find(slot);
-            if (i == r.failure->op && requests[k].lora.empty() && held != slot_scales.end() && held->second != server) return true;
-            slot_scales[slot] = requests[k].lora.empty() ? server : requests[k].lora;
+            if (i == r.failure->op && a.request.lora.empty() && held != slot_scales.end() && held->second != server) return true;
+            slot_scales[slot] = scales_of(a.request, server);
         }
     }
     return false;
@@ -97,18 +95,12 @@ bool restore_over_other_scales(const ServerRunResult& r) {
             if (s->action == SlotAction::restore) kv[s->slot] = file_kv[s->file], restored[s->slot] = true;
             if (s->action == SlotAction::erase) restored[s->slot] = false;
         }
-        std::vector<Completion> requests;
-        if (const auto* c = std::get_if<Complete>(&ops[i].args)) requests = {c->request};
-        if (const auto* b = std::get_if<Burst>(&ops[i].args)) requests = b->requests;
-        for (std::size_t k = 0; k < requests.size() && i < r.observed.size(); ++k) {
-            const nlohmann::json& got = std::holds_alternative<Burst>(ops[i].args) ? r.observed[i].at(k) : r.observed[i];
-            for (std::size_t a = 0; a < got.size(); ++a) {
-                const int slot = got.at(a).at("slot").get<int>();
-                if (i == r.failure->op && a == 0 && restored[slot] && kv[slot] != adapters[slot]) return true;
-                restored[slot] = false;
-                adapters[slot] = kv[slot] = requests[k].lora.empty() ? server : requests[k].lora;
+        for (const Answered& a : answered(ops[i], i < r.observed.size() ? r.observed[i] : nlohmann::json()))
+            for (const ServerAnswer& x : a.answers) {
+                if (i == r.failure->op && x.index == 0 && restored[x.slot] && kv[x.slot] != adapters[x.slot]) return true;
+                restored[x.slot] = false;
+                adapters[x.slot] = kv[x.slot] = scales_of(a.request, server);
             }
-        }
     }
     return false;
 }

@@ -37,20 +37,6 @@ nlohmann::json expected_logprobs(const Model& model, const Adapters& adapters, c
     return out;
 }
 
-// The answers the trace recorded for an op's request (observed_json's form).
-std::vector<ServerAnswer> recorded(const nlohmann::json& got) {
-    std::vector<ServerAnswer> out;
-    for (const nlohmann::json& one : got) {
-        ServerAnswer a;
-        a.slot = one.at("slot").get<int>(), a.cache_n = one.at("cache_n").get<int>();
-        a.tokens = one.at("tokens").get<std::vector<int>>();
-        a.cut = one.value("cut", false);
-        out.push_back(a);
-    }
-    for (std::size_t i = 0; i < out.size(); ++i) out[i].index = int(i);  // the server answers in index order
-    return out;
-}
-
 // The shell line that sends one completion; `capture`: into that file.
 std::string send_line(const Completion& c, const std::string& capture) {
     const nlohmann::json body = completion_body(c);
@@ -119,11 +105,9 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                 using T = std::decay_t<decltype(a)>;
                 if constexpr (std::is_same_v<T, Complete>) {
                     out += send_line(a.request, "") + "\n";
-                    cache.on_completion(a.request, recorded(r.observed[i]));
                 } else if constexpr (std::is_same_v<T, Burst>) {
                     for (const Completion& c : a.requests) out += send_line(c, "") + " &\n";
                     out += "wait\n";
-                    for (std::size_t k = 0; k < a.requests.size(); ++k) cache.on_completion(a.requests[k], recorded(r.observed[i][k]));
                 } else if constexpr (std::is_same_v<T, Slot>) {
                     out += cat("post \"/slots/", a.slot, "?action=", to_string(a.action), "\" ",
                                a.action == SlotAction::erase ? "'{}'" : cat("'{\"filename\": \"slot-", a.file, ".bin\"}'"), " > /dev/null\n");
@@ -138,6 +122,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                 }
             },
             r.ops[i].args);
+        for (const Answered& a : answered(r.ops[i], r.observed[i])) cache.on_completion(a.request, a.answers);
     }
     // The failing op: its answers captured, each judged against what the trace's run expected.
     out += cat("# op ", f.op, ", the failing one: ", to_string(r.ops[f.op].kind()), "\nFAILED=1\n");
@@ -146,14 +131,11 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
         [&](const auto& a) {
             using T = std::decay_t<decltype(a)>;
             if constexpr (std::is_same_v<T, Complete> || std::is_same_v<T, Burst>) {
-                std::vector<Completion> requests;
-                if constexpr (std::is_same_v<T, Complete>) requests = {a.request};
-                else requests = a.requests;
+                const std::vector<Answered> requests = answered(r.ops[f.op], r.observed[f.op]);
                 for (std::size_t k = 0; k < requests.size(); ++k) {
-                    Completion c = requests[k];
+                    Completion c = requests[k].request;
                     c.stream = false, c.cancel_after = 0;  // read whole, to compare
-                    const nlohmann::json got = std::is_same_v<T, Burst> ? r.observed[f.op][k] : r.observed[f.op];
-                    const std::vector<ServerAnswer> answers = recorded(got);
+                    const std::vector<ServerAnswer>& answers = requests[k].answers;
                     const auto [lo, hi] = cache.allowed(c, answers.at(0).slot);
                     nlohmann::json each = nlohmann::json::array();
                     const Adapters adapters = adapters_at(model.config(), loras, scales_of(c, server_scales));

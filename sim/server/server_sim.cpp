@@ -240,14 +240,4 @@ void ServerSim::judge_completion(const Completion& c, const std::vector<ServerAn
     }
 }
 
-nlohmann::json observed_json(const std::vector<ServerAnswer>& answers) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const ServerAnswer& a : answers) {
-        nlohmann::json one = {{"slot", a.slot}, {"cache_n", a.cache_n}, {"tokens", a.tokens}};
-        if (a.cut) one["cut"] = true;
-        out.push_back(one);
-    }
-    return out;
-}
-
 }  // namespace kvweld::sim::server

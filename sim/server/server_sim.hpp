@@ -68,9 +68,6 @@ struct ServerFailure {
     std::string message;
 };
 
-// What the server chose for each op (its slots, cache hits, tokens), as a
-// trace records it beside the op.
-nlohmann::json observed_json(const std::vector<ServerAnswer>& answers);
 
 class ServerSim {
 public:

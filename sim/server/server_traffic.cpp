@@ -109,19 +109,18 @@ TrafficRow run_traffic(const ServerTrafficOptions& o, const ServerSettings& s, W
     std::vector<std::vector<int>> every_state;  // each slot state the run left, for the unbounded cache
     const ServerRunResult r = run_server_ops(c, ops);
     for (std::size_t i = 0; i < r.ops.size() && i < r.observed.size() && !r.observed[i].is_null(); ++i) {
-        const Completion& q = std::get<Complete>(r.ops[i].args).request;
-        const nlohmann::json& got = r.observed[i].at(0);
-        const int slot = got.at("slot").get<int>();
+        const Answered one = answered(r.ops[i], r.observed[i]).at(0);
+        const Completion& q = one.request;
+        const ServerAnswer& a = one.answers.at(0);
+        const int slot = a.slot;
         int best = 0;
         for (int k = 0; k < s.slots; ++k) best = std::max(best, cache.allowed(q, k).second);
-        row.prompt_tokens += long(q.prompt.size()), row.reused += got.at("cache_n").get<long>();
+        row.prompt_tokens += long(q.prompt.size()), row.reused += a.cache_n;
         row.chosen_allowed += cache.allowed(q, slot).second, row.ideal += best;
         int any = best;
         for (const std::vector<int>& held : every_state) any = std::max(any, plan_reuse(held, q.prompt, s.cache_reuse).n_past);
         row.unbounded += any;
-        ServerAnswer a;
-        a.slot = slot, a.cache_n = got.at("cache_n").get<int>(), a.tokens = got.at("tokens").get<std::vector<int>>();
-        cache.on_completion(q, {a});
+        cache.on_completion(q, one.answers);
         every_state.push_back(q.prompt);
         every_state.back().insert(every_state.back().end(), a.tokens.begin(), a.tokens.end() - (a.tokens.empty() ? 0 : 1));
     }
