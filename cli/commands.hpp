@@ -90,7 +90,7 @@ int run_server_sim(const RunOptions& options, std::uint64_t seed, const std::str
 int run_server_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs);
 int run_server_replay(const std::string& text, const std::string& path, const std::string& server, const std::string& dir);
 int run_server_shrink(const std::string& text, const std::string& path, const std::string& server, const std::string& out,
-                      const std::string& dir);
+                      const std::string& dir, bool keep_identity);
 int run_shrink(const std::string& text, const std::string& path, const std::string& out, sim::ShrinkKeep keep);
 int run_mutants(const RunOptions& options, std::uint64_t seeds, int jobs, const std::string& json, bool until_killed);
 struct TrafficStudyArgs {

@@ -7,6 +7,7 @@
 #include "engine/gguf.hpp"
 #include "sim/jsonl.hpp"
 #include "sim/repro.hpp"
+#include "sim/server/server_exchange.hpp"
 #include "sim/server/server_run.hpp"
 #include "util/file_bytes.hpp"
 
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sys/wait.h>
 
 namespace kvweld::cli {
@@ -72,12 +74,23 @@ int run_server_repro(const ReproArgs& a, const std::string& text) {
     for (char ch : script) lines += ch == '\n';
     std::printf("repro: wrote %s (%zu lines) for %s at op %zu\n", out.string().c_str(), lines, r.failure->oracle.c_str(), r.failure->op);
     if (!a.run) return 0;
+    // The trace's model, and its LoRA adapters (the script's arguments after the model).
     const fs::path model = fs::temp_directory_path() / cat("kvweld-repro-model-", ::getpid(), ".gguf");
-    save_gguf(Model::random(config_by_name(t.config.preset), t.config.seed), model.string(), Vocab::test);
-    std::printf("repro: running %s %s %s\n", out.string().c_str(), a.server.c_str(), model.string().c_str());
+    const ModelConfig config = config_by_name(t.config.preset);
+    save_gguf(Model::random(config, t.config.seed), model.string(), Vocab::test);
+    std::vector<fs::path> files = {model};
+    const auto loras = sim::server::server_loras(config, t.config.seed, t.config.settings.loras);
+    for (std::size_t i = 0; i < loras.size(); ++i) {
+        files.push_back(fs::temp_directory_path() / cat("kvweld-repro-lora-", ::getpid(), "-", i, ".gguf"));
+        const std::vector<std::byte> bytes = serialize_gguf_lora(*loras[i]);
+        std::ofstream(files.back(), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    }
+    std::string args;
+    for (const fs::path& f : files) args += cat(" '", f.string(), "'");
+    std::printf("repro: running %s %s%s\n", out.string().c_str(), a.server.c_str(), args.c_str());
     std::fflush(stdout);
-    const int rc = exit_status(std::system(cat("bash '", out.string(), "' '", a.server, "' '", model.string(), "'").c_str()));
-    fs::remove(model);
+    const int rc = exit_status(std::system(cat("bash '", out.string(), "' '", a.server, "'", args).c_str()));
+    for (const fs::path& f : files) fs::remove(f);
     return rc;
 }
 

@@ -4,6 +4,7 @@
 // server that could not start.
 #include "cli/commands.hpp"
 
+#include "sim/server/server_known.hpp"
 #include "sim/server/server_run.hpp"
 
 #include <unistd.h>
@@ -95,16 +96,23 @@ int run_server_replay(const std::string& text, const std::string& path, const st
 }
 
 int run_server_shrink(const std::string& text, const std::string& path, const std::string& server, const std::string& out,
-                      const std::string& dir) {
+                      const std::string& dir, bool keep_identity) {
     const ServerTrace t = parse_server_trace(text, path);
     ServerRunConfig c = t.config;
     c.server = need_server(server), c.work_dir = work_dir(dir, "server-shrink");
-    std::printf("shrink: %s (%zu ops) on llama-server %s; minimizing, keeping the verdict and the oracle...\n", path.c_str(),
-                t.ops.size(), c.server.c_str());
+    // Identity: the known finding of the pinned release the failure is (or none), kept through the shrink.
+    const ServerKnownFindings known = server_known_findings_for("");
+    const ServerRunResult first = run_server_ops(c, t.ops);
+    const ServerKnownFinding* is = known.match(first);
+    const std::string which = is ? cat("known finding ", is->id) : "no known finding";
+    std::printf("shrink: %s (%zu ops) on llama-server %s; minimizing, keeping the verdict, the oracle%s...\n", path.c_str(),
+                t.ops.size(), c.server.c_str(), keep_identity ? cat(" and what it is (", which, ")").c_str() : "");
     std::fflush(stdout);
+    std::function<bool(const ServerRunResult&)> same;
+    if (keep_identity) same = [&](const ServerRunResult& r) { return known.match(r) == is; };
     const ServerShrinkResult s = shrink_server(c, t.ops, 400, [](int runs) {
         if (runs % 10 == 0) std::fprintf(stderr, "[shrink] %d runs\n", runs);
-    });
+    }, same);
     write_text(out, server_trace_text(s.result));
     std::printf("shrink: %zu ops -> %zu ops in %d runs, still %s (%s)\n%s", s.before, s.result.ops.size(), s.runs,
                 std::string(to_string(s.result.verdict)).c_str(), s.result.failure->oracle.c_str(),

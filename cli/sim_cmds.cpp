@@ -174,14 +174,15 @@ void add_sim_commands(CLI::App& app, std::function<int()>& action) {
                      "same class")
         ->check(CLI::IsMember({"identity", "verdict"}));
     scmd->add_option("--server", shrink_args->server,
-                     "a server trace's llama-server binary (a server trace keeps its verdict and oracle)");
+                     "a server trace's llama-server binary (a server trace keeps its verdict, its oracle and, with --keep identity, "
+                     "the known finding of the pinned release it is, or none)");
     scmd->add_option("--work-dir", shrink_args->work_dir, "a server trace's run files (default: a temporary folder)");
     scmd->callback([shrink_args, &action] {
         action = [shrink_args] {
             const std::string text = read_text_file(shrink_args->trace);
             if (sim::server::is_server_trace(text))
                 return run_server_shrink(text, shrink_args->trace, shrink_args->server, shrink_args->output,
-                                         shrink_args->work_dir);
+                                         shrink_args->work_dir, shrink_args->keep == "identity");
             return run_shrink(text, shrink_args->trace, shrink_args->output,
                               shrink_args->keep == "verdict" ? ShrinkKeep::verdict : ShrinkKeep::identity);
         };

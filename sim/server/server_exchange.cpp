@@ -14,7 +14,7 @@ nlohmann::json observed_json(const std::vector<ServerAnswer>& answers) {
     nlohmann::json out = nlohmann::json::array();
     for (const ServerAnswer& a : answers) {
         nlohmann::json one = {{"slot", a.slot}, {"cache_n", a.cache_n}, {"tokens", a.tokens}};
-        if (a.cut) one["cut"] = true;
+        if (a.cut) one["cut"] = true, one["held"] = a.held;
         out.push_back(one);
     }
     return out;
@@ -27,10 +27,19 @@ std::vector<ServerAnswer> answers_from_observed(const nlohmann::json& got) {
         a.slot = one.at("slot").get<int>(), a.cache_n = one.at("cache_n").get<int>();
         a.tokens = one.at("tokens").get<std::vector<int>>();
         a.cut = one.value("cut", false);
+        a.held = one.value("held", -1);
         a.index = int(out.size());
         out.push_back(std::move(a));
     }
     return out;
+}
+
+std::vector<int> held_after(const Completion& c, const ServerAnswer& a) {
+    std::vector<int> held = c.prompt;
+    held.insert(held.end(), a.tokens.begin(), a.tokens.end());
+    if (a.cut && a.held >= 0 && std::size_t(a.held) <= held.size()) held.resize(std::size_t(a.held));
+    else if (!a.tokens.empty()) held.pop_back();
+    return held;
 }
 
 std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observed) {

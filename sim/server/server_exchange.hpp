@@ -30,7 +30,14 @@ struct ServerAnswer {
     int slot = -1;                                          // the slot that served it
     int index = 0;                                          // which of n_cmpl
     bool cut = false;                                       // a stream the client closed early
+    int held = -1;                                          // cut: the tokens its slot holds once idle (GET /slots), else -1
 };
+
+// The tokens a slot holds after an answer: the prompt and every generated
+// token but the last (never decoded). After a cut stream the server may
+// have decoded on past what the client saw: where its count (held) names
+// no token the client did not see, exactly that many.
+std::vector<int> held_after(const Completion& c, const ServerAnswer& a);
 
 // What the server chose for each op (its slots, cache hits, tokens), as a
 // trace records it beside the op ("got"), and back: the answers in the

@@ -105,6 +105,71 @@ bool restore_over_other_scales(const ServerRunResult& r) {
     return false;
 }
 
+// What the host-RAM prompt cache did before the failing request, walked
+// with the oracles' model of it (prompt_cache.hpp) as the server served
+// it: whether its slot was one it pinned and found empty, and whether the
+// slot took a prompt whose KV was computed with other LoRA scales than
+// the slot's adapters (llama-server's slot.lora: its last request's).
+struct RamCacheAtFailure {
+    bool pinned_empty = false;
+    bool loaded_other_scales = false;
+};
+
+RamCacheAtFailure ram_cache_at_failure(const ServerRunResult& r) {
+    const ServerSettings& s = r.config.settings;
+    RamCacheAtFailure out;
+    if (s.cache_ram == 0 || !r.failure) return out;
+    struct State {
+        std::vector<int> tokens;
+        std::vector<float> scales;  // its KV's
+        void clear() { *this = {}; }
+    };
+    std::vector<float> server(std::size_t(s.loras), kServerLoraScale);
+    std::vector<State> slots(std::size_t(s.slots)), files(std::size_t(ServerDraw::kFiles));
+    std::vector<std::vector<float>> adapters(std::size_t(s.slots), server);  // per slot: slot.lora
+    PromptCacheModel<State> ram(s.prompt_cache(config_by_name(r.config.preset).max_seq_len));
+    const std::vector<ServerOp> ops = up_to_failure(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
+        if (const auto* a = std::get_if<Slot>(&ops[i].args)) {
+            State& slot = slots.at(std::size_t(a->slot));
+            State& file = files.at(std::size_t(a->file));
+            if (a->action == SlotAction::save) file = slot;
+            if (a->action == SlotAction::restore) slot = file;
+            if (a->action == SlotAction::erase) slot.clear();
+        }
+        for (const Answered& a : answered(ops[i], i < r.observed.size() ? r.observed[i] : nlohmann::json())) {
+            if (a.answers.empty()) continue;
+            const int parent = parent_first(a.answers).front()->slot;
+            const std::vector<int> before = slots.at(std::size_t(parent)).tokens;
+            ram.before_launch(slots, a.request, a.answers, true);
+            const State& now = slots[std::size_t(parent)];
+            if (i == r.failure->op) {
+                out.pinned_empty = a.request.slot >= 0 && before.empty();
+                out.loaded_other_scales = now.tokens != before && !now.tokens.empty() && now.scales != adapters[std::size_t(parent)];
+                return out;
+            }
+            for (const ServerAnswer& x : a.answers) {
+                adapters.at(std::size_t(x.slot)) = scales_of(a.request, server);
+                slots[std::size_t(x.slot)] = x.index > 0 ? State{} : State{held_after(a.request, x), scales_of(a.request, server)};
+            }
+        }
+    }
+    return out;
+}
+
+// ram-cache-ignores-lora: LoRA adapters, a RAM prompt cache, and the
+// failing request's slot took a cached prompt computed with other scales
+// than the slot's adapters.
+bool ram_load_over_other_scales(const ServerRunResult& r) {
+    return r.config.settings.loras > 0 && ram_cache_at_failure(r).loaded_other_scales;
+}
+
+// pinned-empty-slot-skips-cache: a RAM prompt cache, and the failing
+// request is pinned to a slot that holds nothing (cleared as an idle slot
+// under unified KV, erased, a copy's, or never used).
+bool pinned_to_an_empty_slot(const ServerRunResult& r) { return ram_cache_at_failure(r).pinned_empty; }
+
 struct Precondition {
     const char* name;
     const char* says;
@@ -122,6 +187,11 @@ constexpr Precondition kPreconditions[] = {
     {"restore-over-other-scales",
      "LoRA adapters; the failing request's slot was restored from a file computed with other scales than the slot's last "
      "request ran with", restore_over_other_scales},
+    {"pinned-to-an-empty-slot", "a RAM prompt cache; the failing request is pinned to a slot that holds nothing",
+     pinned_to_an_empty_slot},
+    {"ram-load-over-other-scales",
+     "LoRA adapters, a RAM prompt cache; the failing request's slot took a cached prompt computed with other scales than "
+     "the slot's last request ran with", ram_load_over_other_scales},
     {"server-scales-over-other-scales",
      "LoRA adapters; the failing request names none (the server's scales) on a slot whose cache was computed with other "
      "scales", server_scales_over_other_scales},

@@ -25,15 +25,6 @@ void shift_chunks(const ModelConfig& config, ReferenceKv& kv, const ReusePlan& p
     }
 }
 
-// The tokens a slot holds after an answer: the prompt and every generated
-// token but the last (never decoded).
-std::vector<int> held_after(const Completion& c, const ServerAnswer& a) {
-    std::vector<int> held = c.prompt;
-    held.insert(held.end(), a.tokens.begin(), a.tokens.end());
-    if (!a.tokens.empty()) held.pop_back();
-    return held;
-}
-
 // The first answer's complaint of a completion's (n_cmpl: named by its index).
 void keep_first(std::string& wrong, const std::string& why, std::size_t answers, const ServerAnswer& a) {
     if (wrong.empty() && !why.empty()) wrong = cat(answers > 1 ? cat("completion ", a.index, ": ") : "", why);
@@ -73,13 +64,14 @@ std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& a
 // ---- LogprobOracle
 
 LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse,
-                             std::vector<std::shared_ptr<const LoraAdapter>> loras, double tolerance)
+                             std::vector<std::shared_ptr<const LoraAdapter>> loras, PromptCacheSettings ram, double tolerance)
     : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse),
-      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config())}), loras_(std::move(loras)),
+      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config())}), ram_(ram), loras_(std::move(loras)),
       global_(loras_.size(), kServerLoraScale) {}
 
 std::string LogprobOracle::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
     std::string wrong;
+    ram_.before_launch(slots_, c, answers, true);
     // The copies (n_cmpl) start from the parent's slot as it was before the prompt.
     std::optional<Mirror> before;
     for (const ServerAnswer* a : parent_first(answers)) {
@@ -88,7 +80,7 @@ std::string LogprobOracle::on_completion(const Completion& c, const std::vector<
         if (!before) before = m;
         else m = *before;
         const std::string why = judge(m, c, *a);
-        if (a->index > 0) m.held.clear();  // a copy's slot drops its cells when it is released
+        if (a->index > 0) m.clear();  // a copy's slot drops its cells when it is released
         keep_first(wrong, why, answers.size(), *a);
     }
     return wrong;
@@ -97,10 +89,10 @@ std::string LogprobOracle::on_completion(const Completion& c, const std::vector<
 std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAnswer& a) {
     // KV computed with other LoRA scales is not this request's: the server must compute it again.
     const std::vector<float>& scales = scales_of(c, global_);
-    if (m.scales != scales) m.held.clear(), m.scales = scales;
+    if (m.scales != scales) m.clear(), m.scales = scales;
     const Adapters adapters = adapters_at(model_.config(), loras_, scales);
-    const ReusePlan plan = plan_reuse(m.held, c.prompt, cache_reuse_);
-    shift_chunks(model_.config(), m.kv, plan, int(m.held.size()));
+    const ReusePlan plan = plan_reuse(m.tokens, c.prompt, cache_reuse_);
+    shift_chunks(model_.config(), m.kv, plan, int(m.tokens.size()));
     std::vector<int> held = c.prompt;
     held.insert(held.end(), a.tokens.begin(), a.tokens.end());
     std::string wrong;
@@ -124,7 +116,9 @@ std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAns
                             " (|difference| ", d, " > ", tolerance_, ")");
         }
     }
-    m.held = held_after(c, a);
+    m.tokens = held_after(c, a);
+    // A cut stream's slot may hold the last token the client saw: decoded, so its KV is there.
+    if (m.tokens.size() == held.size()) reference_forward(model_, m.kv, held.back(), int(held.size()) - 1, adapters);
     return wrong;
 }
 
@@ -134,7 +128,7 @@ std::string LogprobOracle::on_slot(const Slot& op, int) {
     switch (op.action) {
         case SlotAction::save: files_[std::size_t(op.file)] = s; break;
         case SlotAction::restore: s = files_[std::size_t(op.file)]; break;
-        case SlotAction::erase: s.held.clear(); break;
+        case SlotAction::erase: s.clear(); break;
     }
     return "";
 }
@@ -150,7 +144,9 @@ void LogprobOracle::tally(ServerTally& t) const {
 
 SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnswer& a) const {
     // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
-    return {held_after(c, a), a.cut ? c.n_predict - int(a.tokens.size()) : 0, scales_of(c, global_)};
+    const std::vector<int> held = held_after(c, a);
+    const bool counted = int(held.size()) == a.held;  // the server's count named only tokens the client saw
+    return {held, a.cut && !counted ? c.n_predict - int(a.tokens.size()) : 0, scales_of(c, global_)};
 }
 
 std::pair<int, int> SlotCacheModel::bounds(const Held& before, const Completion& c) const {
@@ -162,7 +158,15 @@ std::pair<int, int> SlotCacheModel::bounds(const Held& before, const Completion&
     return {lo, to_the_end ? std::min(lo + before.maybe_more, int(c.prompt.size()) - 1) : lo};
 }
 
-std::pair<int, int> SlotCacheModel::allowed(const Completion& c, int slot) const { return bounds(slots_.at(std::size_t(slot)), c); }
+std::pair<int, int> SlotCacheModel::allowed(const Completion& c, int slot) const {
+    // The RAM cache's part first, on copies: what `slot` would hold once the server took it.
+    std::vector<Held> slots = slots_;
+    PromptCacheModel<Held> ram = ram_;
+    ServerAnswer there;
+    there.slot = slot;
+    ram.before_launch(slots, c, {there});
+    return bounds(slots.at(std::size_t(slot)), c);
+}
 
 std::string SlotCacheModel::judge(const Held& before, const Completion& c, const ServerAnswer& a) {
     const auto [lo, hi] = bounds(before, c);
@@ -174,8 +178,37 @@ std::string SlotCacheModel::judge(const Held& before, const Completion& c, const
     return "";
 }
 
+// An unpinned request goes to the slot holding the most of its prompt,
+// where one holds over a tenth of it (get_available_slot). Not judged
+// while a slot holds tokens of a cut stream the model does not know.
+std::string SlotCacheModel::similar_slot(const Completion& c, const std::vector<ServerAnswer>& answers) const {
+    std::vector<const std::vector<int>*> held;
+    for (const Held& h : slots_) {
+        if (h.maybe_more > 0) return "";
+        held.push_back(&h.tokens);
+    }
+    const int want = choose_slot(held, c).by_similarity;
+    for (const ServerAnswer& a : answers)
+        if (a.index == 0 && want >= 0 && a.slot != want)
+            return cat("served by slot ", a.slot, ", but slot ", want, " holds the most of the prompt (", common_prefix(slots_[std::size_t(want)].tokens, c.prompt),
+                       " of ", c.prompt.size(), " tokens): the server takes the most similar slot");
+    return "";
+}
+
+// What a cut stream's slot holds once idle: what the client saw but the
+// last token, up to the n_predict - 1 the server may have decoded.
+std::string SlotCacheModel::judge_cut(const Completion& c, const ServerAnswer& a) {
+    if (a.held < 0) return "";  // a trace from before the count was read
+    const int lo = int(c.prompt.size() + a.tokens.size()) - 1, hi = int(c.prompt.size()) + c.n_predict - 1;
+    if (a.held >= lo && a.held <= hi) return "";
+    ++stale_;
+    return cat("slot ", a.slot, " holds ", a.held, " tokens after the stream was cut at ", a.tokens.size(), " of ", c.n_predict,
+               ": the prompt's ", c.prompt.size(), " and what it generated allow ", lo, " to ", hi);
+}
+
 std::string SlotCacheModel::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
-    std::string wrong;
+    std::string wrong = similar_slot(c, answers);
+    ram_.before_launch(slots_, c, answers);
     std::optional<Held> before;
     for (const ServerAnswer* a : parent_first(answers)) {
         require(a->slot >= 0 && a->slot < int(slots_.size()), "answer from slot ", a->slot, ": the server has ", slots_.size());
@@ -183,7 +216,7 @@ std::string SlotCacheModel::on_completion(const Completion& c, const std::vector
         if (!before) before = held;
         // A copy (n_cmpl) reports the parent's prompt statistics; a cut
         // stream never got its final event, which carries them.
-        const std::string why = a->cut ? "" : judge(*before, c, *a);
+        const std::string why = a->cut ? judge_cut(c, *a) : judge(*before, c, *a);
         keep_first(wrong, why, answers.size(), *a);
         // A copy's slot drops its cells when it is released ("the parent's context is enough").
         held = a->index > 0 ? Held{} : after(c, *a);
@@ -219,9 +252,9 @@ void SlotCacheModel::tally(ServerTally& t) const {
 
 // ---- GroundTruth
 
-GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, double timeout_s,
-                         double tolerance)
-    : process_(std::move(setup)), slots_(std::size_t(slots)), cache_reuse_(cache_reuse), timeout_s_(timeout_s),
+GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, PromptCacheSettings ram,
+                         double timeout_s, double tolerance)
+    : process_(std::move(setup)), slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), timeout_s_(timeout_s),
       tolerance_(tolerance), global_(std::size_t(loras), kServerLoraScale) {}
 
 std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth) const {
@@ -244,6 +277,7 @@ std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& tr
 
 std::string GroundTruth::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
     std::string wrong;
+    ram_.before_launch(slots_, c, answers, true);
     std::optional<Held> before;
     std::optional<ServerAnswer> truth;
     for (const ServerAnswer* a : parent_first(answers)) {

@@ -14,16 +14,22 @@
 //   read, lower is lost reuse. KV computed with other LoRA scales than the
 //   request's holds nothing it may reuse. The copies of an n_cmpl request hold
 //   nothing once they end (server-context.cpp release(): "do not keep
-//   context of the child slots - the parent's context is enough").
+//   context of the child slots - the parent's context is enough"). A cut
+//   stream's slot holds what the client saw, give or take the tokens the
+//   server decoded before it heard.
 // - GroundTruth: a second server in lockstep, one slot, caching off, each
 //   request sent to it fresh: the same tokens (sampled ones too: the same
 //   seed), the same log probabilities. Skipped where the slot reuses KV a
 //   shifted chunk left (computed under another context: not the fresh one).
+// The three that follow slots also follow the host-RAM prompt cache, each
+// over its own slot states (prompt_cache.hpp): a state saved there and
+// loaded into another slot keeps its tokens, its KV and its LoRA scales.
 // - EmbeddingOracle: each pooled embedding against the reference's (the
 //   hidden states after the final norm, mean or last, L2-normalized).
 #pragma once
 
 #include "engine/reference.hpp"
+#include "sim/server/prompt_cache.hpp"
 #include "sim/server/server_exchange.hpp"
 #include "targets/llamaserver/server_process.hpp"
 
@@ -69,7 +75,8 @@ std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& a
 class LogprobOracle final : public ServerOracle {
 public:
     LogprobOracle(const Model& model, int slots, int cache_reuse,
-                  std::vector<std::shared_ptr<const LoraAdapter>> loras = {}, double tolerance = kLogprobTolerance);
+                  std::vector<std::shared_ptr<const LoraAdapter>> loras = {}, PromptCacheSettings ram = {},
+                  double tolerance = kLogprobTolerance);
     std::string name() const override { return "logprobs"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -81,23 +88,25 @@ public:
 
 private:
     struct Mirror {
-        std::vector<int> held;  // tokens at positions 0..
+        std::vector<int> tokens;  // at positions 0..
         ReferenceKv kv;
         std::vector<float> scales = {};  // the LoRA scales its KV was computed with
+        void clear() { tokens.clear(); }
     };
     std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
     const Model& model_;
     double tolerance_, worst_ = 0;
     int cache_reuse_, judged_ = 0;
     std::vector<Mirror> slots_, files_;
+    PromptCacheModel<Mirror> ram_;
     std::vector<std::shared_ptr<const LoraAdapter>> loras_;
     std::vector<float> global_;  // the server's own scales
 };
 
 class SlotCacheModel final : public ServerOracle {
 public:
-    SlotCacheModel(int slots, int cache_reuse, int loras = 0)
-        : slots_(std::size_t(slots)), cache_reuse_(cache_reuse), global_(std::size_t(loras), kServerLoraScale) {}
+    SlotCacheModel(int slots, int cache_reuse, int loras = 0, PromptCacheSettings ram = {})
+        : slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), global_(std::size_t(loras), kServerLoraScale) {}
     std::string name() const override { return "reuse"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -106,7 +115,8 @@ public:
     void tally(ServerTally& t) const override;
     int stale() const { return stale_; }
     int lost() const { return lost_; }
-    // The least and most cache_n `slot` allows for `c` now (a server script's expectation).
+    // The least and most cache_n `slot` allows for `c` now, were it served
+    // there (a server script's expectation; the traffic study's).
     std::pair<int, int> allowed(const Completion& c, int slot) const;
 
 private:
@@ -116,11 +126,15 @@ private:
         std::vector<int> tokens;
         int maybe_more = 0;
         std::vector<float> scales = {};  // the LoRA scales its KV was computed with
+        void clear() { *this = {}; }
     };
     std::string judge(const Held& before, const Completion& c, const ServerAnswer& a);
+    std::string judge_cut(const Completion& c, const ServerAnswer& a);
+    std::string similar_slot(const Completion& c, const std::vector<ServerAnswer>& answers) const;
     std::pair<int, int> bounds(const Held& before, const Completion& c) const;
     Held after(const Completion& c, const ServerAnswer& a) const;
     std::vector<Held> slots_, files_;
+    PromptCacheModel<Held> ram_;
     int cache_reuse_, stale_ = 0, lost_ = 0, actions_ = 0;
     std::vector<float> global_;  // the server's own scales
     long reused_ = 0, allowed_ = 0;
@@ -129,8 +143,8 @@ private:
 class GroundTruth final : public ServerOracle {
 public:
     // Starts the ground-truth server (one slot, no cache) with `setup`'s binary and model.
-    GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, double timeout_s,
-                double tolerance = kLogprobTolerance);
+    GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, PromptCacheSettings ram,
+                double timeout_s, double tolerance = kLogprobTolerance);
     std::string name() const override { return "ground-truth"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -146,9 +160,11 @@ private:
     struct Held {
         std::vector<int> tokens;
         int fresh = 1 << 30;
+        void clear() { *this = {}; }
     };
     targets::llamaserver::ServerProcess process_;
     std::vector<Held> slots_, files_;
+    PromptCacheModel<Held> ram_;
     int cache_reuse_;
     double timeout_s_, tolerance_;
     int compared_ = 0, skipped_ = 0;

@@ -207,9 +207,10 @@ std::vector<ServerSettings> simpler(const ServerSettings& s) {
 
 // Delta debugging over the ops, then simpler settings, then each op made
 // simpler, then delta debugging again; a candidate is kept when it ends
-// with the same verdict by the same oracle.
+// with the same verdict by the same oracle, and `same` holds.
 ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vector<ServerOp>& ops, int max_runs,
-                                 const std::function<void(int)>& progress) {
+                                 const std::function<void(int)>& progress,
+                                 const std::function<bool(const ServerRunResult&)>& same) {
     ServerShrinkResult out;
     out.before = ops.size();
     out.result = run_server_ops(config, ops);
@@ -225,7 +226,7 @@ ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vecto
         ServerRunResult r = run_server_ops(c, candidate);
         ++out.runs;
         if (progress) progress(out.runs);
-        if (r.verdict != verdict || r.failure->oracle != oracle) return false;
+        if (r.verdict != verdict || r.failure->oracle != oracle || (same && !same(r))) return false;
         best_config = c, best = r.ops;
         out.result = std::move(r);
         return true;

@@ -51,14 +51,17 @@ ServerTrace parse_server_trace(const std::string& text, const std::string& origi
 bool is_server_trace(const std::string& text);  // its header names kServerTraceFormat
 
 // The failing ops made fewer (delta debugging), the failure's verdict and
-// oracle kept; at most max_runs runs, each with a server of its own.
+// oracle kept, and what `same` asks of a candidate's run besides (the CLI:
+// the known finding it is, or none, so a shrink does not drift into
+// another bug); at most max_runs runs, each with a server of its own.
 struct ServerShrinkResult {
     ServerRunResult result;
     std::size_t before = 0;
     int runs = 0;
 };
 ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vector<ServerOp>& ops, int max_runs,
-                                 const std::function<void(int)>& progress = {});
+                                 const std::function<void(int)>& progress = {},
+                                 const std::function<bool(const ServerRunResult&)>& same = {});
 
 // What a run prints: its settings, the oracles' lines, the verdict last.
 std::string server_report(const ServerRunResult& r);

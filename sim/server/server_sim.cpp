@@ -23,16 +23,15 @@ namespace {
 using targets::llamaserver::ServerSetup;
 
 // The flags every seed's server gets: F32 KV and flash attention off (the
-// reference's numbers), no host-RAM cache, slot files, the slots endpoint
-// (to wait out a cancelled request), one thread.
+// reference's numbers), slot files, the slots endpoint (to wait out a
+// cancelled request), one thread.
 std::vector<std::string> fixed_flags(const std::string& work_dir) {
-    return {"-t", "1", "--no-warmup", "-fa", "off", "-ctk", "f32", "-ctv", "f32", "--cache-ram", "0",
-            "--slot-save-path", work_dir + "/slots/", "--slots"};
+    return {"-t", "1", "--no-warmup", "-fa", "off", "-ctk", "f32", "-ctv", "f32", "--slot-save-path", work_dir + "/slots/", "--slots"};
 }
 
 // Until no slot is processing (a cancelled stream's task ends after the
-// client has gone); an Error after the limit.
-void await_idle(int port, double timeout_s) {
+// client has gone); then GET /slots' answer. An Error after the limit.
+nlohmann::json await_idle(int port, double timeout_s) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(long(timeout_s * 1000));
     while (true) {
         const auto got = targets::llamaserver::http_request(port, "GET", "/slots", "", timeout_s);
@@ -41,7 +40,7 @@ void await_idle(int port, double timeout_s) {
         require(j.is_array(), "GET /slots: not an array: '", got.body.substr(0, 200), "'");
         bool busy = false;
         for (const nlohmann::json& s : j) busy |= s.value("is_processing", false);
-        if (!busy) return;
+        if (!busy) return j;
         require(std::chrono::steady_clock::now() < deadline, "a slot still processing ", timeout_s,
                 " s after its client closed the stream");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -86,12 +85,15 @@ ServerSettings ServerSettings::draw(std::uint64_t seed) {
     if (rng.chance(0.15)) s.pooling = rng.chance(0.5) ? "mean" : "last";
     s.ctx_extra = rng.chance(0.3) ? int(rng.below(std::uint64_t(s.slots))) : 0;
     s.loras = !s.embeddings() && rng.chance(0.3) ? int(rng.range(1, 2)) : 0;
+    // The server's default is a RAM cache of 8192 MiB with idle slots saved: half the seeds run it, or with no size limit.
+    if (rng.chance(0.5)) s.cache_ram = rng.chance(0.5) ? 8192 : -1, s.idle_slots = rng.chance(0.6);
     return s;
 }
 
 std::vector<std::string> ServerSettings::flags() const {
     std::vector<std::string> out = {"-np", std::to_string(slots), unified ? "--kv-unified" : "--no-kv-unified", "--cache-reuse",
-                                    std::to_string(cache_reuse)};
+                                    std::to_string(cache_reuse), "--cache-ram", std::to_string(cache_ram),
+                                    idle_slots ? "--cache-idle-slots" : "--no-cache-idle-slots"};
     if (embeddings()) out.insert(out.end(), {"--embedding", "--pooling", pooling});
     return out;
 }
@@ -103,8 +105,13 @@ std::string ServerSettings::describe() const {
     return ctx_extra ? cat(out, ", -c ", slots, " contexts + ", ctx_extra) : out;
 }
 
+PromptCacheSettings ServerSettings::prompt_cache(int model_ctx) const {
+    return {cache_ram, idle_slots && cache_ram != 0, unified, padded_n_ctx(ctx(model_ctx), slots, unified)};
+}
+
 nlohmann::json ServerSettings::to_json() const {
-    return {{"slots", slots}, {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling}, {"ctx_extra", ctx_extra}, {"loras", loras}};
+    return {{"slots", slots},         {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling},
+            {"ctx_extra", ctx_extra}, {"loras", loras},     {"cache_ram", cache_ram},     {"idle_slots", idle_slots}};
 }
 
 ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
@@ -116,6 +123,9 @@ ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
     s.ctx_extra = json_int_in(j, "ctx_extra", 0, s.slots - 1);
     // Traces before per-request LoRA have no field: their servers loaded no adapters.
     s.loras = j.contains("loras") ? json_int_in(j, "loras", 0, 8) : 0;
+    // Traces before the RAM cache have neither: their servers ran with --cache-ram 0.
+    s.cache_ram = j.contains("cache_ram") ? json_int_in(j, "cache_ram", -1, 1 << 20) : 0;
+    s.idle_slots = j.contains("idle_slots") && json_field<bool>(j, "idle_slots");
     require(s.pooling.empty() || s.pooling == "mean" || s.pooling == "last", "field 'pooling' = '", s.pooling,
             "': \"\", \"mean\" or \"last\"");
     return s;
@@ -131,7 +141,7 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     const std::string gguf = c.work_dir + "/model.gguf";
     save_gguf(model_, gguf, Vocab::test);
     const int n_ctx = model_.config().max_seq_len;
-    std::vector<std::string> args = {"-c", std::to_string(n_ctx * c.settings.slots + c.settings.ctx_extra)};
+    std::vector<std::string> args = {"-c", std::to_string(c.settings.ctx(n_ctx))};
     for (const std::string& f : fixed_flags(c.work_dir)) args.push_back(f);
     for (const std::string& f : c.settings.flags()) args.push_back(f);
     const std::vector<std::string> lora_flags = write_loras(model_, c);
@@ -143,15 +153,16 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
         return;
     }
     const auto loras = server_loras(model_.config(), c.seed, s.loras);
-    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse, loras));
-    oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse, s.loras));
+    const PromptCacheSettings ram = s.prompt_cache(n_ctx);
+    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse, loras, ram));
+    oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse, s.loras, ram));
     if (c.lockstep) {
-        std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0"};
+        std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0", "--cache-ram", "0"};
         truth.insert(truth.end(), lora_flags.begin(), lora_flags.end());
         for (const std::string& f : fixed_flags(c.work_dir + "/truth")) truth.push_back(f);
         std::filesystem::create_directories(c.work_dir + "/truth/slots");
         oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
-                                                         s.slots, s.cache_reuse, s.loras, c.request_timeout_s));
+                                                         s.slots, s.cache_reuse, s.loras, ram, c.request_timeout_s));
     }
 }
 
@@ -222,7 +233,11 @@ std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string
                     a.chosen.resize(a.tokens.size()), a.cut = true;
             if (a.cut) a.slot = c.slot;
         }
-        await_idle(process_->port(), config_.request_timeout_s);
+        // What the cut slot holds: the RAM cache's choices depend on it.
+        const nlohmann::json slots = await_idle(process_->port(), config_.request_timeout_s);
+        for (ServerAnswer& a : answers)
+            for (const nlohmann::json& s : slots)
+                if (a.cut && s.value("id", -1) == a.slot) a.held = s.value("n_prompt_tokens", -1);
     }
     for (const ServerAnswer& a : answers)
         require(a.slot >= 0 && a.slot < config_.settings.slots, what, ": served by slot ", a.slot, ", the server has ",

@@ -10,6 +10,7 @@
 
 #include "engine/adapters.hpp"
 #include "engine/model.hpp"
+#include "sim/server/prompt_cache.hpp"
 #include "sim/server/server_exchange.hpp"
 #include "sim/server/server_ops.hpp"
 #include "targets/llamaserver/server_process.hpp"
@@ -30,10 +31,9 @@ class ServerOracle;
 
 
 // The server's command line a seed draws: slots, unified KV or one stream
-// per slot, chunk reuse, and whether it serves completions or pooled
-// embeddings. Fixed for every seed: F32 KV and flash attention off (the
-// reference's numbers), no host-RAM cache (the slots are the caches the
-// models follow), a slot save path, one thread.
+// per slot, chunk reuse, the host-RAM prompt cache, and whether it serves
+// completions or pooled embeddings. Fixed for every seed: F32 KV and flash
+// attention off (the reference's numbers), a slot save path, one thread.
 struct ServerSettings {
     int slots = 1;
     bool unified = false;
@@ -41,10 +41,15 @@ struct ServerSettings {
     int ctx_extra = 0;       // -c is slots * the model's context, plus this (0 .. slots - 1: a context the slots do not divide)
     int loras = 0;           // LoRA adapters (--lora each; the server's own scales start at kServerLoraScale)
     std::string pooling;     // "" completions; "mean" or "last": --embedding --pooling P
+    int cache_ram = 0;       // --cache-ram: 0 off, -1 no size limit, 8192 the server's default (MiB)
+    bool idle_slots = false; // --cache-idle-slots (with a RAM cache; the server's default)
     static ServerSettings draw(std::uint64_t seed);
     bool embeddings() const { return !pooling.empty(); }
     std::vector<std::string> flags() const;  // the drawn flags but -c (it depends on the model)
     std::string describe() const;            // the drawn settings, in a line
+    // The RAM cache as the oracles model it, for a model of context `model_ctx`.
+    PromptCacheSettings prompt_cache(int model_ctx) const;
+    int ctx(int model_ctx) const { return model_ctx * slots + ctx_extra; }  // -c
     nlohmann::json to_json() const;
     static ServerSettings from_json(const nlohmann::json& j);  // strict: throws Error naming the field
 };

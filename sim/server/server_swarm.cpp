@@ -74,7 +74,7 @@ std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOpti
         out += cat(to_string(s.verdict), " seed ", s.config.seed, " (", s.config.settings.describe(), ")",
                    s.failure ? cat(" at op ", s.failure->op, " (", s.failure->oracle, "): ", s.failure->message) : "",
                    "\n  trace: ", trace, "\n  server log: ", s.log, "\n  reproduce: kvweld replay --server ", o.server, " ", trace,
-                   "\n  shrink: kvweld shrink --server ", o.server, " ", trace, " --out shrunk.jsonl",
+                   "\n  shrink: kvweld shrink --server ", o.server, " ", trace, " -o shrunk.jsonl",
                    "\n  script: kvweld repro --server ", o.server, " shrunk.jsonl -o finding.sh --run\n");
     }
     for (const std::string& line : r.unreproduced) out += cat("FAIL ", line, "\n");

@@ -33,6 +33,12 @@ std::vector<ServerSettings> traffic_settings() {
                 s.slots = slots, s.unified = unified, s.cache_reuse = reuse;
                 out.push_back(s);
             }
+    // The server's default RAM cache (8192 MiB, idle slots saved) on two slots, with and without unified KV.
+    for (bool unified : {false, true}) {
+        ServerSettings s;
+        s.slots = 2, s.unified = unified, s.cache_ram = 8192, s.idle_slots = true;
+        out.push_back(s);
+    }
     return out;
 }
 
@@ -99,13 +105,14 @@ std::vector<ServerOp> traffic_ops(Workload w, std::uint64_t seed, int requests, 
 TrafficRow run_traffic(const ServerTrafficOptions& o, const ServerSettings& s, Workload w) {
     ServerRunConfig c;
     c.server = o.server, c.preset = o.preset, c.seed = o.seed, c.settings = s, c.request_timeout_s = o.request_timeout_s;
-    c.work_dir = cat(o.work_dir, "/", to_string(w), "-np", s.slots, s.unified ? "-unified" : "", "-reuse", s.cache_reuse);
+    c.work_dir = cat(o.work_dir, "/", to_string(w), "-np", s.slots, s.unified ? "-unified" : "", "-reuse", s.cache_reuse,
+                     s.cache_ram ? cat("-ram", s.cache_ram, s.idle_slots ? "-idle" : "") : "");
     const Model model = Model::random(config_by_name(o.preset), o.seed);
     const std::vector<ServerOp> ops = traffic_ops(w, o.seed, o.requests, 2 * s.slots, model);
     TrafficRow row;
     row.settings = s, row.workload = w, row.requests = int(ops.size());
     // The cache model beside the run: per request, what the chosen slot and the best slot allowed.
-    SlotCacheModel cache(s.slots, s.cache_reuse);
+    SlotCacheModel cache(s.slots, s.cache_reuse, 0, s.prompt_cache(model.config().max_seq_len));
     std::vector<std::vector<int>> every_state;  // each slot state the run left, for the unbounded cache
     const ServerRunResult r = run_server_ops(c, ops);
     for (std::size_t i = 0; i < r.ops.size() && i < r.observed.size() && !r.observed[i].is_null(); ++i) {
@@ -130,10 +137,10 @@ TrafficRow run_traffic(const ServerTrafficOptions& o, const ServerSettings& s, W
 }
 
 std::string traffic_table(const std::vector<TrafficRow>& rows) {
-    std::string out = "setting                                 workload  requests  prompt  reused  hit rate  chosen slot  best slot  any state\n";
+    std::string out = "setting                                                                     workload  requests  prompt  reused  hit rate  chosen slot  best slot  any state\n";
     for (const TrafficRow& r : rows) {
         char line[256];
-        std::snprintf(line, sizeof line, "%-40s %-9s %8d %7ld %7ld %8.3f %12.3f %10.3f %10.3f%s\n", r.settings.describe().c_str(),
+        std::snprintf(line, sizeof line, "%-75s %-9s %8d %7ld %7ld %8.3f %12.3f %10.3f %10.3f%s\n", r.settings.describe().c_str(),
                       std::string(to_string(r.workload)).c_str(), r.requests, r.prompt_tokens, r.reused, r.rate(r.reused),
                       r.rate(r.chosen_allowed), r.rate(r.ideal), r.rate(r.unbounded), r.failure.empty() ? "" : cat("  FAIL ", r.failure).c_str());
         out += line;
@@ -144,9 +151,10 @@ std::string traffic_table(const std::vector<TrafficRow>& rows) {
 void write_traffic_csv(const std::string& path, const std::vector<TrafficRow>& rows) {
     std::ofstream f(path);
     require(f.good(), "--csv ", path, ": cannot write");
-    f << "slots,unified,cache_reuse,workload,requests,prompt_tokens,reused,chosen_allowed,ideal,unbounded,verdict\n";
+    f << "slots,unified,cache_reuse,cache_ram,idle_slots,workload,requests,prompt_tokens,reused,chosen_allowed,ideal,unbounded,verdict\n";
     for (const TrafficRow& r : rows)
-        f << r.settings.slots << ',' << r.settings.unified << ',' << r.settings.cache_reuse << ',' << to_string(r.workload) << ','
+        f << r.settings.slots << ',' << r.settings.unified << ',' << r.settings.cache_reuse << ',' << r.settings.cache_ram << ','
+          << r.settings.idle_slots << ',' << to_string(r.workload) << ','
           << r.requests << ',' << r.prompt_tokens << ',' << r.reused << ',' << r.chosen_allowed << ',' << r.ideal << ','
           << r.unbounded << ',' << to_string(r.verdict) << '\n';
 }
@@ -162,6 +170,7 @@ void write_traffic_plot(const std::string& png, const std::vector<TrafficRow>& r
         for (const TrafficRow& r : rows)
             if (r.workload == w)
                 gp << x++ << " \"np" << r.settings.slots << (r.settings.unified ? " unified" : "") << " reuse " << r.settings.cache_reuse
+                   << (r.settings.cache_ram ? " ram" : "")
                    << "\" " << r.rate(r.reused) << ' ' << r.rate(r.ideal) << ' ' << r.rate(r.unbounded) << '\n';
         gp << "EOD\n";
     }

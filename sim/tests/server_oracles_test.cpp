@@ -162,7 +162,7 @@ TEST(ServerOracles, GroundTruthSeesASampledTokenTheFreshServerDidNotDraw) {
     std::ofstream(file) << nlohmann::json{{"tokens", truth.tokens}, {"id_slot", 0}, {"timings", {{"cache_n", 0}}},
                                           {"completion_probabilities", probs}}.dump();
     GroundTruth ground(targets::llamaserver::ServerSetup{KVWELD_STAND_IN_SERVER, "model.gguf", {"answer=" + file}, file + ".log", 10},
-                       1, 0, 0, 10);
+                       1, 0, 0, PromptCacheSettings{}, 10);
     LogprobOracle logprobs(model, 1, 0);
     EXPECT_EQ(logprobs.on_completion(c, {other}), "");
     EXPECT_NE(ground.on_completion(c, {other}).find("generated token 0 is"), std::string::npos);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# llama-server (-np 1 --kv-unified --cache-reuse 0, 2 LoRA adapters), logprobs at op 5: generated token 0: token 71 logprob -1.72992, reference -1.76354 (|difference| 0.0336178 > 0.0001)
-# Written by `kvweld repro --server <llama-server> targets/llamaserver/known_findings/slot_restore_ignores_lora.jsonl` from a server trace (seed 32, 6 requests). It starts llama-server on 127.0.0.1 at an ephemeral port, sends
+# llama-server (-np 1 --kv-unified --cache-reuse 0 --cache-ram 0 --no-cache-idle-slots, 2 LoRA adapters), logprobs at op 5: generated token 0: token 71 logprob -1.72992, reference -1.76354 (|difference| 0.0336178 > 0.0001)
+# Written by `kvweld repro --server <llama-server> slot_restore_ignores_lora.jsonl` from a server trace (seed 32, 6 requests). It starts llama-server on 127.0.0.1 at an ephemeral port, sends
 # the requests with curl, and compares the last one's answer with kvweld's reference,
 # written below for the model of:
 #   kvweld convert --config small --seed 32 --vocab test model.gguf
@@ -14,7 +14,7 @@ server=$1 model=$2
 dir=$(mktemp -d) pid= url=
 trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
 FAILED=2
-GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 128 -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --cache-ram 0 --slots -np 1 --kv-unified --cache-reuse 0 --lora "$3" --lora "$4" --slot-save-path "$dir/" > "$dir/log" 2>&1 & pid=$!
+GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 128 -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --slots -np 1 --kv-unified --cache-reuse 0 --cache-ram 0 --no-cache-idle-slots --lora "$3" --lora "$4" --slot-save-path "$dir/" > "$dir/log" 2>&1 & pid=$!
 for _ in $(seq 600); do
   url=$(sed -n 's|.*listening on \(http://127.0.0.1:[0-9]*\).*|\1|p' "$dir/log" | head -1)
   [[ -n $url ]] && curl -sf "$url/health" > /dev/null && break

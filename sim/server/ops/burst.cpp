@@ -11,7 +11,10 @@
 
 namespace kvweld::sim::server {
 
-int Burst::weight(const ServerSettings& s) { return s.embeddings() || s.slots < 2 ? 0 : 3; }
+// Not with a RAM cache: which request took its slot first, and whether
+// one had ended before another began, decide what the cache holds, and
+// neither is seen from outside.
+int Burst::weight(const ServerSettings& s) { return s.embeddings() || s.slots < 2 || s.cache_ram != 0 ? 0 : 3; }
 
 // Each request pinned to its own slot, greedy, one completion each. Not
 // unpinned: two requests the server may put on one slot run in an order it

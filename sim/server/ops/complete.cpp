@@ -22,8 +22,11 @@ Complete Complete::draw(ServerDraw& d) {
     // chunk reuse. Only a pinned request is cut: a stream's events name the
     // slot the request asked for (-1 when none), and only the final one, never
     // read, names the slot that served it.
+    // With a RAM cache, the slot's tokens decide what is saved and loaded:
+    // the stream is cut one token short, so the server holds none the
+    // client did not see (how many it holds, GET /slots tells).
     if (c.stream && c.slot >= 0 && c.n_cmpl == 1 && c.n_predict > 1 && d.settings().cache_reuse == 0 && d.chance(0.4))
-        c.cancel_after = int(d.range(1, c.n_predict - 1));
+        c.cancel_after = d.settings().cache_ram != 0 ? c.n_predict - 1 : int(d.range(1, c.n_predict - 1));
     return op;
 }
 
