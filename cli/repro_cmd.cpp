@@ -7,7 +7,6 @@
 #include "engine/gguf.hpp"
 #include "sim/jsonl.hpp"
 #include "sim/repro.hpp"
-#include "sim/server/server_exchange.hpp"
 #include "sim/server/server_run.hpp"
 #include "util/file_bytes.hpp"
 
@@ -74,16 +73,11 @@ int run_server_repro(const ReproArgs& a, const std::string& text) {
     for (char ch : script) lines += ch == '\n';
     std::printf("repro: wrote %s (%zu lines) for %s at op %zu\n", out.string().c_str(), lines, r.failure->oracle.c_str(), r.failure->op);
     if (!a.run) return 0;
-    // The trace's model, and its LoRA adapters (the script's arguments after the model).
-    const fs::path model = fs::temp_directory_path() / cat("kvweld-repro-model-", ::getpid(), ".gguf");
-    const ModelConfig config = config_by_name(t.config.preset);
-    save_gguf(Model::random(config, t.config.seed), model.string(), Vocab::test);
-    std::vector<fs::path> files = {model};
-    const auto loras = sim::server::server_loras(config, t.config.seed, t.config.settings.loras);
-    for (std::size_t i = 0; i < loras.size(); ++i) {
-        files.push_back(fs::temp_directory_path() / cat("kvweld-repro-lora-", ::getpid(), "-", i, ".gguf"));
-        const std::vector<std::byte> bytes = serialize_gguf_lora(*loras[i]);
-        std::ofstream(files.back(), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    // The script's files (the trace's model, its LoRA adapters, its draft model), in its argument order.
+    std::vector<fs::path> files;
+    for (const sim::server::ServerScriptFile& f : sim::server::server_script_files(t.config)) {
+        files.push_back(fs::temp_directory_path() / cat("kvweld-repro-", ::getpid(), "-", f.name));
+        std::ofstream(files.back(), std::ios::binary).write(reinterpret_cast<const char*>(f.bytes.data()), std::streamsize(f.bytes.size()));
     }
     std::string args;
     for (const fs::path& f : files) args += cat(" '", f.string(), "'");

@@ -51,6 +51,8 @@ std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observe
     return out;
 }
 
+std::uint64_t draft_seed(std::uint64_t seed, int draft) { return draft == 1 ? seed : seed ^ 0xd4af7ULL; }
+
 // ---- LoRA adapters
 
 std::vector<std::shared_ptr<const LoraAdapter>> server_loras(const ModelConfig& config, std::uint64_t seed, int n) {
@@ -80,6 +82,7 @@ nlohmann::json lora_body(const std::vector<float>& scales) {
 void ServerTally::add(const ServerTally& o) {
     for (std::size_t k = 0; k < ops.size(); ++k) ops[k] += o.ops[k];
     tokens_judged += o.tokens_judged, worst_logprob = std::max(worst_logprob, o.worst_logprob);
+    drafted += o.drafted, accepted += o.accepted;
     cache_n += o.cache_n, cache_allowed += o.cache_allowed, stale += o.stale, lost += o.lost, slot_actions += o.slot_actions;
     truth_compared += o.truth_compared, truth_skipped += o.truth_skipped;
     embeddings += o.embeddings, worst_embedding = std::max(worst_embedding, o.worst_embedding);
@@ -89,7 +92,8 @@ std::vector<std::string> ServerTally::lines() const {
     std::string kinds;
     for (int k = 0; k < kServerOpKinds; ++k) kinds += cat(k ? ", " : "", to_string(ServerOpKind(k)), " ", ops[std::size_t(k)]);
     return {cat("logprobs: ", tokens_judged, " generated tokens judged against kvweld's reference forward over the slot's KV; max "
-                "|logprob - reference| ", worst_logprob, " (tolerance ", kLogprobTolerance, ")"),
+                "|logprob - reference| ", worst_logprob, " (tolerance ", kLogprobTolerance, "); drafts (-md): ", accepted, " of ",
+                drafted, " accepted"),
             cat("reuse: cache_n ", cache_n, " of the ", cache_allowed, " prompt tokens the slots held (stale reads ", stale,
                 ", lost reuse ", lost, "); ", slot_actions, " slot actions' counts against the slot or file they moved"),
             cat("ground-truth: ", truth_compared, " completions compared with a ground-truth server (one slot, no cache, each "

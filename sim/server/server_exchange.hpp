@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ struct ServerAnswer {
     int index = 0;                                          // which of n_cmpl
     bool cut = false;                                       // a stream the client closed early
     int held = -1;                                          // cut: the tokens its slot holds once idle (GET /slots), else -1
+    int drafted = 0, accepted = 0;                          // speculative (-md): draft tokens proposed, accepted
 };
 
 // The tokens a slot holds after an answer: the prompt and every generated
@@ -59,6 +61,13 @@ std::vector<std::shared_ptr<const LoraAdapter>> server_loras(const ModelConfig& 
 // Adapters at `scales` (by id) for the reference.
 Adapters adapters_at(const ModelConfig& config, const std::vector<std::shared_ptr<const LoraAdapter>>& loras,
                      const std::vector<float>& scales);
+// A run's draft model (-md): the model's own weights (draft 1: the target
+// accepts every draft, so each verification batch holds several tokens)
+// or other weights of the same shape and vocabulary (draft 2: most
+// rejected, so the server removes them from its KV). Drafts of kDraftMax.
+std::uint64_t draft_seed(std::uint64_t seed, int draft);
+inline constexpr int kDraftMax = 4;
+
 // [{"id": i, "scale": s}, ...]: a request's "lora" and POST /lora-adapters' body.
 nlohmann::json lora_body(const std::vector<float>& scales);
 
@@ -67,6 +76,7 @@ nlohmann::json lora_body(const std::vector<float>& scales);
 struct ServerTally {
     std::array<long, kServerOpKinds> ops{};  // ops run, by kind
     long tokens_judged = 0;                  // logprobs
+    long drafted = 0, accepted = 0;          // of them, speculative drafts proposed and accepted
     double worst_logprob = 0;
     long cache_n = 0, cache_allowed = 0;     // reuse
     long stale = 0, lost = 0, slot_actions = 0;

@@ -170,6 +170,13 @@ bool ram_load_over_other_scales(const ServerRunResult& r) {
 // under unified KV, erased, a copy's, or never used).
 bool pinned_to_an_empty_slot(const ServerRunResult& r) { return ram_cache_at_failure(r).pinned_empty; }
 
+// speculative-logprobs-unset: a draft model, and the failing token's
+// logprob is reported as exactly 0 (probability 1: what the server gives
+// every token a verification batch accepted).
+bool drafted_token_at_probability_one(const ServerRunResult& r) {
+    return r.config.settings.draft > 0 && r.failure && r.failure->message.find(" logprob 0, reference") != std::string::npos;
+}
+
 struct Precondition {
     const char* name;
     const char* says;
@@ -187,6 +194,9 @@ constexpr Precondition kPreconditions[] = {
     {"restore-over-other-scales",
      "LoRA adapters; the failing request's slot was restored from a file computed with other scales than the slot's last "
      "request ran with", restore_over_other_scales},
+    {"drafted-token-at-probability-one",
+     "a draft model (-md); the failing token's log probability is reported as 0 (the server's value for an accepted draft)",
+     drafted_token_at_probability_one},
     {"pinned-to-an-empty-slot", "a RAM prompt cache; the failing request is pinned to a slot that holds nothing",
      pinned_to_an_empty_slot},
     {"ram-load-over-other-scales",

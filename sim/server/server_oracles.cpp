@@ -80,6 +80,7 @@ std::string LogprobOracle::on_completion(const Completion& c, const std::vector<
         if (!before) before = m;
         else m = *before;
         const std::string why = judge(m, c, *a);
+        drafted_ += a->drafted, accepted_ += a->accepted;
         if (a->index > 0) m.clear();  // a copy's slot drops its cells when it is released
         keep_first(wrong, why, answers.size(), *a);
     }
@@ -138,6 +139,7 @@ std::string LogprobOracle::on_lora(const Lora& op) { return global_ = op.scales,
 
 void LogprobOracle::tally(ServerTally& t) const {
     t.tokens_judged += judged_, t.worst_logprob = std::max(t.worst_logprob, worst_);
+    t.drafted += drafted_, t.accepted += accepted_;
 }
 
 // ---- SlotCacheModel
@@ -405,6 +407,7 @@ ServerAnswer parse_final(const nlohmann::json& j) {
     ServerAnswer a;
     a.tokens = j.at("tokens").get<std::vector<int>>();
     a.cache_n = j.at("timings").at("cache_n").get<int>();
+    a.drafted = j.at("timings").value("draft_n", 0), a.accepted = j.at("timings").value("draft_n_accepted", 0);
     a.slot = j.value("id_slot", -1);
     a.index = j.value("index", 0);
     for (const nlohmann::json& step : j.at("completion_probabilities")) add_probs(a, step);
@@ -431,15 +434,22 @@ std::vector<ServerAnswer> parse_events(const std::string& body) {
         if (j.contains("id_slot")) a.slot = j.at("id_slot").get<int>();
         if (j.value("stop", false)) {
             done[index] = true;
-            if (j.contains("timings")) a.cache_n = j.at("timings").at("cache_n").get<int>();
+            if (j.contains("timings")) {
+                a.cache_n = j.at("timings").at("cache_n").get<int>();
+                a.drafted = j.at("timings").value("draft_n", 0), a.accepted = j.at("timings").value("draft_n_accepted", 0);
+            }
             continue;
         }
         const auto tokens = j.value("tokens", std::vector<int>{});
         a.tokens.insert(a.tokens.end(), tokens.begin(), tokens.end());
         if (j.contains("completion_probabilities"))
             for (const nlohmann::json& step : j.at("completion_probabilities")) add_probs(a, step);
-        require(a.top.size() == a.tokens.size(), "server event: ", a.tokens.size(), " tokens but ", a.top.size(),
+        require(a.top.size() <= a.tokens.size(), "server event: ", a.tokens.size(), " tokens but ", a.top.size(),
                 " completion_probabilities");
+        // An event of several tokens (a draft's, accepted) carries one entry:
+        // the others get what the whole answer reports for them, probability
+        // 1 and no top list (finding speculative-logprobs-unset).
+        while (a.top.size() < a.tokens.size()) a.chosen.push_back(0.0), a.top.emplace_back();
     }
     std::vector<ServerAnswer> out;
     for (auto& [index, a] : by_index) {

@@ -96,7 +96,7 @@ private:
     std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
     const Model& model_;
     double tolerance_, worst_ = 0;
-    int cache_reuse_, judged_ = 0;
+    int cache_reuse_, judged_ = 0, drafted_ = 0, accepted_ = 0;
     std::vector<Mirror> slots_, files_;
     PromptCacheModel<Mirror> ram_;
     std::vector<std::shared_ptr<const LoraAdapter>> loras_;

@@ -103,4 +103,13 @@ std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOpti
 // action's count).
 std::string server_script(const ServerRunResult& r, const std::string& command);
 
+// The files a run's server script takes, in order (the model, each LoRA
+// adapter, the draft model): each one's name, the command that writes it,
+// the flags that load it ($N: its argument), and its bytes.
+struct ServerScriptFile {
+    std::string name, convert, flags;
+    std::vector<std::byte> bytes;
+};
+std::vector<ServerScriptFile> server_script_files(const ServerRunConfig& config);
+
 }  // namespace kvweld::sim::server

@@ -2,6 +2,7 @@
 // server_script): llama-server started with the run's flags, the trace's
 // requests sent with curl, the failing one's answer compared with what
 // kvweld's reference and cache model expect, written into the script.
+#include "engine/gguf.hpp"
 #include "sim/server/server_oracles.hpp"
 #include "sim/server/server_run.hpp"
 
@@ -57,6 +58,24 @@ idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(an
 
 }  // namespace
 
+std::vector<ServerScriptFile> server_script_files(const ServerRunConfig& c) {
+    const ModelConfig config = config_by_name(c.preset);
+    const std::string at = cat("kvweld convert --config ", c.preset, " --seed ");
+    std::vector<ServerScriptFile> out = {{"model.gguf", cat(at, c.seed, " --vocab test model.gguf"), "",
+                                          serialize_gguf(Model::random(config, c.seed), Vocab::test)}};
+    const auto loras = server_loras(config, c.seed, c.settings.loras);
+    for (std::size_t i = 0; i < loras.size(); ++i)
+        out.push_back({cat("lora-", i, ".gguf"), cat(at, c.seed, " --lora ", i, " lora-", i, ".gguf"), "--lora \"$N\"",
+                       serialize_gguf_lora(*loras[i])});
+    if (c.settings.draft) {
+        const std::uint64_t seed = draft_seed(c.seed, c.settings.draft);
+        out.push_back({"draft.gguf", cat(at, seed, " --vocab test draft.gguf"),
+                       cat("-md \"$N\" --spec-type draft-simple --spec-draft-n-max ", kDraftMax),
+                       serialize_gguf(Model::random(config, seed), Vocab::test)});
+    }
+    return out;
+}
+
 std::string server_script(const ServerRunResult& r, const std::string& command) {
     require(r.failure.has_value(), "repro: the trace passes: there is no finding to write");
     const ServerFailure& f = *r.failure;
@@ -69,20 +88,23 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     std::string flags = cat("-c ", n_ctx, " -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --slots");
     for (const std::string& w : s.flags()) flags += " " + w;
     std::string lora_files, lora_args;
-    for (int i = 0; i < s.loras; ++i) {
-        flags += cat(" --lora \"$", 3 + i, "\"");
-        lora_files += cat("#   kvweld convert --config ", r.config.preset, " --seed ", r.config.seed, " --lora ", i, " lora-", i, ".gguf\n");
-        lora_args += cat(" lora-", i, ".gguf");
+    const std::vector<ServerScriptFile> files = server_script_files(r.config);
+    for (std::size_t i = 1; i < files.size(); ++i) {
+        std::string load = files[i].flags;
+        load.replace(load.find("$N"), 2, cat("$", 2 + i));
+        flags += " " + load;
+        lora_files += cat("#   ", files[i].convert, "\n");
+        lora_args += " " + files[i].name;
     }
     std::string out = cat("#!/usr/bin/env bash\n# llama-server (", s.describe(), "), ", f.oracle, " at op ", f.op, ": ",
                           f.message.substr(0, f.message.find('\n')).substr(0, 160), "\n# Written by `", command,
                           "` from a server trace (seed ", r.config.seed, ", ", r.ops.size(),
                           " requests). It starts llama-server on 127.0.0.1 at an ephemeral port, sends\n# the requests with curl, "
                           "and compares the last one's answer with kvweld's reference,\n# written below for the model of:\n"
-                          "#   kvweld convert --config ", r.config.preset, " --seed ", r.config.seed, " --vocab test model.gguf\n",
+                          "#   ", files[0].convert, "\n",
                           lora_files, "#   <this script> <llama-server> model.gguf", lora_args, "\n"
                           "# Exit 1: the finding shows; 0: it does not; 2: it could not run.\n");
-    out += cat("set -u\n(($# >= ", 2 + s.loras, ")) || { echo \"usage: $0 <llama-server> <model.gguf>", lora_args,
+    out += cat("set -u\n(($# >= ", 1 + files.size(), ")) || { echo \"usage: $0 <llama-server> <model.gguf>", lora_args,
                "\"; exit 2; }\n", kPrelude);
     const bool at_start = f.oracle == "server" && r.ops.size() <= 1 && f.op == 0 && f.message.find("while starting") != std::string::npos;
     out += cat("FAILED=2\nGGML_NO_BACKTRACE=1 \"$server\" -m \"$model\" --host 127.0.0.1 --port 0 ", flags, " --slot-save-path \"$dir/\" > \"$dir/log\" 2>&1 & pid=$!\n",
@@ -174,8 +196,12 @@ for e in expect:
         for i, (step, w) in enumerate(zip(answer["completion_probabilities"], want)):
             top = {p["id"]: p["logprob"] for p in step["top_logprobs"]}
             d = max((abs(top[int(t)] - lp) if int(t) in top else float("inf")) for t, lp in w["top"].items())
+            own = w["top"].get(str(answer["tokens"][i]))  # the token's own logprob, where it is in the reference's top 4
+            if own is not None:
+                d = max(d, abs(step["logprob"] - own))
             print(f"completion {n}, token {i}: {answer['tokens'][i]} (the reference's most likely: {max(w['top'], key=w['top'].get)}); "
-                  f"max |logprob - reference| over the reference's top 4 = {d:.3g} (tolerance 1e-4)")
+                  f"its logprob {step['logprob']:.6g}" + ("" if own is None else f" (the reference's {own:.6g})") + f", "
+                  f"{len(top)} top logprobs; max |logprob - reference| over the reference's top 4 = {d:.3g} (tolerance 1e-4)")
             shown |= d > 1e-4
             if answer["tokens"][i] != w["token"]:
                 break  # the reference's next values are for the tokens the trace recorded

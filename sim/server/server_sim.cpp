@@ -87,6 +87,8 @@ ServerSettings ServerSettings::draw(std::uint64_t seed) {
     s.loras = !s.embeddings() && rng.chance(0.3) ? int(rng.range(1, 2)) : 0;
     // The server's default is a RAM cache of 8192 MiB with idle slots saved: half the seeds run it, or with no size limit.
     if (rng.chance(0.5)) s.cache_ram = rng.chance(0.5) ? 8192 : -1, s.idle_slots = rng.chance(0.6);
+    // A draft model in one seed in ten: on b11434 every accepted draft token reports probability 1 (speculative-logprobs-unset).
+    if (!s.embeddings() && rng.chance(0.1)) s.draft = int(rng.range(1, 2));
     return s;
 }
 
@@ -102,6 +104,7 @@ std::string ServerSettings::describe() const {
     std::string out;
     for (const std::string& f : flags()) out += cat(out.empty() ? "" : " ", f);
     if (loras) out += cat(", ", loras, " LoRA adapter", loras > 1 ? "s" : "");
+    if (draft) out += draft == 1 ? ", a draft model of the same weights" : ", a draft model of other weights";
     return ctx_extra ? cat(out, ", -c ", slots, " contexts + ", ctx_extra) : out;
 }
 
@@ -111,7 +114,8 @@ PromptCacheSettings ServerSettings::prompt_cache(int model_ctx) const {
 
 nlohmann::json ServerSettings::to_json() const {
     return {{"slots", slots},         {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling},
-            {"ctx_extra", ctx_extra}, {"loras", loras},     {"cache_ram", cache_ram},     {"idle_slots", idle_slots}};
+            {"ctx_extra", ctx_extra}, {"loras", loras},     {"cache_ram", cache_ram},     {"idle_slots", idle_slots},
+            {"draft", draft}};
 }
 
 ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
@@ -126,6 +130,7 @@ ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
     // Traces before the RAM cache have neither: their servers ran with --cache-ram 0.
     s.cache_ram = j.contains("cache_ram") ? json_int_in(j, "cache_ram", -1, 1 << 20) : 0;
     s.idle_slots = j.contains("idle_slots") && json_field<bool>(j, "idle_slots");
+    s.draft = j.contains("draft") ? json_int_in(j, "draft", 0, 2) : 0;  // traces before draft models: none
     require(s.pooling.empty() || s.pooling == "mean" || s.pooling == "last", "field 'pooling' = '", s.pooling,
             "': \"\", \"mean\" or \"last\"");
     return s;
@@ -146,6 +151,11 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     for (const std::string& f : c.settings.flags()) args.push_back(f);
     const std::vector<std::string> lora_flags = write_loras(model_, c);
     args.insert(args.end(), lora_flags.begin(), lora_flags.end());
+    if (c.settings.draft) {
+        const std::string draft = c.work_dir + "/draft.gguf";
+        save_gguf(Model::random(model_.config(), draft_seed(c.seed, c.settings.draft)), draft, Vocab::test);
+        args.insert(args.end(), {"-md", draft, "--spec-type", "draft-simple", "--spec-draft-n-max", std::to_string(kDraftMax)});
+    }
     process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), c.request_timeout_s});
     const ServerSettings& s = c.settings;
     if (s.embeddings()) {

@@ -42,6 +42,7 @@ struct ServerSettings {
     int loras = 0;           // LoRA adapters (--lora each; the server's own scales start at kServerLoraScale)
     std::string pooling;     // "" completions; "mean" or "last": --embedding --pooling P
     int cache_ram = 0;       // --cache-ram: 0 off, -1 no size limit, 8192 the server's default (MiB)
+    int draft = 0;           // -md: 0 none; 1 a draft with the model's weights (its drafts accepted); 2 other weights (mostly rejected)
     bool idle_slots = false; // --cache-idle-slots (with a RAM cache; the server's default)
     static ServerSettings draw(std::uint64_t seed);
     bool embeddings() const { return !pooling.empty(); }

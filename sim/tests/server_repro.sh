@@ -9,19 +9,16 @@ kvweld=$1 trace=$2 pinned=$3 fixed=$4 want_fixed=$5
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$kvweld" repro --server "$pinned" "$trace" -o "$dir/finding.sh" || { echo "server_repro: kvweld repro failed"; exit 1; }
-seed=$(head -1 "$trace" | python3 -c 'import json, sys; print(json.load(sys.stdin)["seed"])')
-preset=$(head -1 "$trace" | python3 -c 'import json, sys; print(json.load(sys.stdin)["preset"])')
-"$kvweld" convert --config "$preset" --seed "$seed" --vocab test "$dir/model.gguf" > /dev/null || exit 1
-loras=$(head -1 "$trace" | python3 -c 'import json, sys; print(json.load(sys.stdin)["settings"].get("loras", 0))')
-adapters=()
-for ((i = 0; i < loras; i++)); do
-  "$kvweld" convert --config "$preset" --seed "$seed" --lora "$i" "$dir/lora-$i.gguf" > /dev/null || exit 1
-  adapters+=("$dir/lora-$i.gguf")
-done
+# The files the script takes, as its header names them ("#   kvweld convert ARGS FILE": the model, each LoRA adapter, a draft model).
+files=()
+while read -r -a words; do
+  "$kvweld" "${words[@]:2:${#words[@]}-3}" "$dir/${words[-1]}" > /dev/null || { echo "kvweld ${words[*]:2} failed"; exit 1; }
+  files+=("$dir/${words[-1]}")
+done < <(grep -E '^#   kvweld convert .* [A-Za-z0-9_.-]+\.gguf$' "$dir/finding.sh")
 status=0
 for side in "$pinned 1" "$fixed $want_fixed"; do
   read -r server want <<< "$side"
-  out=$(bash "$dir/finding.sh" "$server" "$dir/model.gguf" "${adapters[@]}" 2>&1); rc=$?
+  out=$(bash "$dir/finding.sh" "$server" "${files[@]}" 2>&1); rc=$?
   printf '%s\n' "$out" | grep -v "Aborted" | tail -4
   echo "server_repro: $(basename "$trace") on $server exited $rc (expected $want)"
   [[ $rc == "$want" ]] || status=1

@@ -16,7 +16,7 @@ fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 # A script kvweld repro wrote names the files it needs in its header
-# ("#   kvweld convert ARGS FILE", the model first, then each LoRA adapter):
+# ("#   kvweld convert ARGS FILE", the model first, then each LoRA adapter, then a draft model):
 # made here, in that order. Any other is given the reports' model.
 files=()
 while read -r -a words; do

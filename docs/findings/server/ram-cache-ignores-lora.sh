@@ -47,13 +47,17 @@ for e in expect:
     for n, (answer, want) in enumerate(zip(got if isinstance(got, list) else [got], e["answers"])):
         lo, hi = e["cache_n"]
         if n == 0 and not lo <= answer["timings"]["cache_n"] <= hi:
-            print(f"completion {n}: cache_n {answer['timings']['cache_n']}, but the slot held {lo} to {hi} of the prompt")
+            print(f"completion {n}: cache_n {answer['timings']['cache_n']}, but kvweld's cache model allows {lo} to {hi} (what the slot held, or the prompt cache gave it)")
             shown = True
         for i, (step, w) in enumerate(zip(answer["completion_probabilities"], want)):
             top = {p["id"]: p["logprob"] for p in step["top_logprobs"]}
             d = max((abs(top[int(t)] - lp) if int(t) in top else float("inf")) for t, lp in w["top"].items())
+            own = w["top"].get(str(answer["tokens"][i]))  # the token's own logprob, where it is in the reference's top 4
+            if own is not None:
+                d = max(d, abs(step["logprob"] - own))
             print(f"completion {n}, token {i}: {answer['tokens'][i]} (the reference's most likely: {max(w['top'], key=w['top'].get)}); "
-                  f"max |logprob - reference| over the reference's top 4 = {d:.3g} (tolerance 1e-4)")
+                  f"its logprob {step['logprob']:.6g}" + ("" if own is None else f" (the reference's {own:.6g})") + f", "
+                  f"{len(top)} top logprobs; max |logprob - reference| over the reference's top 4 = {d:.3g} (tolerance 1e-4)")
             shown |= d > 1e-4
             if answer["tokens"][i] != w["token"]:
                 break  # the reference's next values are for the tokens the trace recorded

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# llama-server (-np 1 --kv-unified --cache-reuse 0 --cache-ram 0 --no-cache-idle-slots, a draft model of the same weights), logprobs at op 0: generated token 1: token 60 logprob 0, reference -1.69923 (|difference| 1.69923 > 0.0001)
+# Written by `kvweld repro --server <llama-server> speculative_logprobs_unset.jsonl` from a server trace (seed 47, 1 requests). It starts llama-server on 127.0.0.1 at an ephemeral port, sends
+# the requests with curl, and compares the last one's answer with kvweld's reference,
+# written below for the model of:
+#   kvweld convert --config small --seed 47 --vocab test model.gguf
+#   kvweld convert --config small --seed 47 --vocab test draft.gguf
+#   <this script> <llama-server> model.gguf draft.gguf
+# Exit 1: the finding shows; 0: it does not; 2: it could not run.
+set -u
+(($# >= 3)) || { echo "usage: $0 <llama-server> <model.gguf> draft.gguf"; exit 2; }
+server=$1 model=$2
+dir=$(mktemp -d) pid= url=
+trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
+FAILED=2
+GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 128 -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --slots -np 1 --kv-unified --cache-reuse 0 --cache-ram 0 --no-cache-idle-slots -md "$3" --spec-type draft-simple --spec-draft-n-max 4 --slot-save-path "$dir/" > "$dir/log" 2>&1 & pid=$!
+for _ in $(seq 600); do
+  url=$(sed -n 's|.*listening on \(http://127.0.0.1:[0-9]*\).*|\1|p' "$dir/log" | head -1)
+  [[ -n $url ]] && curl -sf "$url/health" > /dev/null && break
+  kill -0 "$pid" 2> /dev/null || { wait "$pid"; rc=$? pid=; echo "llama-server ended while starting (exit $rc); its log ends:"; tail -3 "$dir/log"; exit 2; }
+  url= && sleep 0.1
+done
+[[ -n $url ]] || { echo "llama-server did not answer /health in 60 s"; exit 2; }
+post() { curl -sf --max-time 60 "$url$1" -d "$2" || { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; exit $FAILED; }; }
+idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(any(s["is_processing"] for s in json.load(sys.stdin)))'; do sleep 0.05; done; }
+# op 0, the failing one: complete
+FAILED=1
+post /completion '{"cache_prompt":true,"id_slot":0,"n_predict":5,"n_probs":4,"prompt":[79,67,76,69,60,14,68,69,32,29,64,72],"return_tokens":true,"stream":false,"temperature":0.0}' > "$dir/answer-0"
+python3 - "$dir" <<'PY'
+import json, sys
+expect = json.loads('[{"answers":[[{"token":82,"top":{"42":-2.625952955939347,"47":-2.9957289664526527,"82":-1.3072822062750402,"93":-1.6125447718878332}},{"token":60,"top":{"37":-1.869695483906055,"57":-1.7055590741465334,"60":-1.699231445057178,"61":-2.809451638920093}},{"token":60,"top":{"5":-3.4827303639950924,"60":-0.3171639195981197,"82":-3.319931959301489,"84":-3.6743573895993404}},{"token":60,"top":{"12":-3.1685784416989096,"60":-0.3449767189816244,"8":-3.8636844712094076,"84":-3.487490470965267}},{"token":60,"top":{"12":-3.313522640395043,"51":-3.6273811494587638,"60":-0.351786914992211,"8":-3.7206283246754386}}]],"cache_n":[0,0],"file":"$dir/answer-0","kind":"completion"}]')
+shown = False
+for e in expect:
+    got = json.load(open(e["file"].replace("$dir", sys.argv[1])))
+    if e["kind"] == "embedding":
+        for i, want in enumerate(e["want"]):
+            row = got[i]["embedding"][0]
+            d = max(abs(x - y) for x, y in zip(row, want))
+            print(f"input {i}: max |embedding - kvweld's reference| = {d:.3g} (tolerance 1e-4)")
+            shown |= d > 1e-4
+        continue
+    for n, (answer, want) in enumerate(zip(got if isinstance(got, list) else [got], e["answers"])):
+        lo, hi = e["cache_n"]
+        if n == 0 and not lo <= answer["timings"]["cache_n"] <= hi:
+            print(f"completion {n}: cache_n {answer['timings']['cache_n']}, but kvweld's cache model allows {lo} to {hi} (what the slot held, or the prompt cache gave it)")
+            shown = True
+        for i, (step, w) in enumerate(zip(answer["completion_probabilities"], want)):
+            top = {p["id"]: p["logprob"] for p in step["top_logprobs"]}
+            d = max((abs(top[int(t)] - lp) if int(t) in top else float("inf")) for t, lp in w["top"].items())
+            own = w["top"].get(str(answer["tokens"][i]))  # the token's own logprob, where it is in the reference's top 4
+            if own is not None:
+                d = max(d, abs(step["logprob"] - own))
+            print(f"completion {n}, token {i}: {answer['tokens'][i]} (the reference's most likely: {max(w['top'], key=w['top'].get)}); "
+                  f"its logprob {step['logprob']:.6g}" + ("" if own is None else f" (the reference's {own:.6g})") + f", "
+                  f"{len(top)} top logprobs; max |logprob - reference| over the reference's top 4 = {d:.3g} (tolerance 1e-4)")
+            shown |= d > 1e-4
+            if answer["tokens"][i] != w["token"]:
+                break  # the reference's next values are for the tokens the trace recorded
+print("FINDING SHOWN: exit 1" if shown else "not shown: exit 0")
+sys.exit(1 if shown else 0)
+PY
