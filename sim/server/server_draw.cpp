@@ -38,6 +38,9 @@ std::uint64_t ServerDraw::below(std::uint64_t n) { return rng_.below(n); }
 std::int64_t ServerDraw::range(std::int64_t lo, std::int64_t hi) { return rng_.range(lo, hi); }
 bool ServerDraw::chance(double p) { return rng_.chance(p); }
 bool ServerDraw::saved(int file) const { return files_.at(std::size_t(file)).has_value(); }
+bool ServerDraw::fills_slot(const Completion& c) const {
+    return int(c.prompt.size()) + c.n_predict - 1 >= settings_.slot_ctx(max_len_);
+}
 
 std::vector<int> ServerDraw::tokens(int n) {
     std::vector<int> out;
@@ -84,6 +87,15 @@ Completion ServerDraw::completion(int slot) {
     }
     // A conversation that no longer fits starts again.
     if (int(c.prompt.size()) + c.n_predict > max_len_) c.prompt = tokens(int(range(4, 16)));
+    // With context shift, sometimes a request that fills its slot: the
+    // server drops half of what is past n_keep (0, 4, or the prompt) and
+    // generates on.
+    if (settings_.context_shift && chance(0.2)) {
+        const int grown = int(range(64, 100));
+        if (int(c.prompt.size()) < grown) append(c.prompt, grown - int(c.prompt.size()));
+        c.n_predict = settings_.slot_ctx(max_len_) - int(c.prompt.size()) + int(range(1, 24));
+        c.n_keep = std::array<int, 3>{0, 4, -1}[below(3)];
+    }
     return c;
 }
 

@@ -34,9 +34,34 @@ std::vector<ServerAnswer> answers_from_observed(const nlohmann::json& got) {
     return out;
 }
 
-std::vector<int> held_after(const Completion& c, const ServerAnswer& a) {
+std::vector<ContextShift> context_shifts(const Completion& c, const ServerAnswer& a, int shift_ctx) {
+    std::vector<ContextShift> out;
+    if (shift_ctx <= 0) return out;
+    int len = int(c.prompt.size());
+    const int keep = std::min(shift_ctx - 4, c.n_keep < 0 ? int(c.prompt.size()) : c.n_keep);  // no BOS: nothing added
+    for (int k = 0; k + 1 < int(a.tokens.size()); ++k) {  // each generated token but the last is decoded
+        if (len + 1 >= shift_ctx) {
+            const int left = len - keep;
+            const int discard = std::clamp(left / 2, 0, std::max(0, left - 1));
+            out.push_back({k, len, keep, discard});
+            len -= discard;
+        }
+        ++len;
+    }
+    return out;
+}
+
+std::vector<int> held_after(const Completion& c, const ServerAnswer& a, int shift_ctx) {
     std::vector<int> held = c.prompt;
-    held.insert(held.end(), a.tokens.begin(), a.tokens.end());
+    const std::vector<ContextShift> shifts = context_shifts(c, a, shift_ctx);
+    std::size_t next = 0;
+    for (std::size_t k = 0; k < a.tokens.size(); ++k) {
+        if (next < shifts.size() && shifts[next].before == int(k)) {
+            const ContextShift& s = shifts[next++];
+            held.erase(held.begin() + s.keep, held.begin() + s.keep + s.discard);
+        }
+        held.push_back(a.tokens[k]);
+    }
     if (a.cut && a.held >= 0 && std::size_t(a.held) <= held.size()) held.resize(std::size_t(a.held));
     else if (!a.tokens.empty()) held.pop_back();
     return held;
@@ -82,7 +107,7 @@ nlohmann::json lora_body(const std::vector<float>& scales) {
 void ServerTally::add(const ServerTally& o) {
     for (std::size_t k = 0; k < ops.size(); ++k) ops[k] += o.ops[k];
     tokens_judged += o.tokens_judged, worst_logprob = std::max(worst_logprob, o.worst_logprob);
-    drafted += o.drafted, accepted += o.accepted;
+    drafted += o.drafted, accepted += o.accepted, context_shifts += o.context_shifts;
     cache_n += o.cache_n, cache_allowed += o.cache_allowed, stale += o.stale, lost += o.lost, slot_actions += o.slot_actions;
     truth_compared += o.truth_compared, truth_skipped += o.truth_skipped;
     embeddings += o.embeddings, worst_embedding = std::max(worst_embedding, o.worst_embedding);
@@ -93,7 +118,7 @@ std::vector<std::string> ServerTally::lines() const {
     for (int k = 0; k < kServerOpKinds; ++k) kinds += cat(k ? ", " : "", to_string(ServerOpKind(k)), " ", ops[std::size_t(k)]);
     return {cat("logprobs: ", tokens_judged, " generated tokens judged against kvweld's reference forward over the slot's KV; max "
                 "|logprob - reference| ", worst_logprob, " (tolerance ", kLogprobTolerance, "); drafts (-md): ", accepted, " of ",
-                drafted, " accepted"),
+                drafted, " accepted; context shifts: ", context_shifts),
             cat("reuse: cache_n ", cache_n, " of the ", cache_allowed, " prompt tokens the slots held (stale reads ", stale,
                 ", lost reuse ", lost, "); ", slot_actions, " slot actions' counts against the slot or file they moved"),
             cat("ground-truth: ", truth_compared, " completions compared with a ground-truth server (one slot, no cache, each "

@@ -35,11 +35,23 @@ struct ServerAnswer {
     int drafted = 0, accepted = 0;                          // speculative (-md): draft tokens proposed, accepted
 };
 
+// Context shift (--context-shift): before it decodes a generated token
+// into a slot holding n_ctx - 1 tokens, the server drops the first half of
+// those past n_keep and moves the rest down (server-context.cpp:3112-3172,
+// pre_decode). Each shift of an answer: before decoding generated token
+// `before`, positions [keep, keep + discard) of `len` are dropped.
+// shift_ctx: the slot's context (0: no shifting).
+struct ContextShift {
+    int before, len, keep, discard;
+};
+std::vector<ContextShift> context_shifts(const Completion& c, const ServerAnswer& a, int shift_ctx);
+
 // The tokens a slot holds after an answer: the prompt and every generated
-// token but the last (never decoded). After a cut stream the server may
-// have decoded on past what the client saw: where its count (held) names
-// no token the client did not see, exactly that many.
-std::vector<int> held_after(const Completion& c, const ServerAnswer& a);
+// token but the last (never decoded), less what context shifts dropped.
+// After a cut stream the server may have decoded on past what the client
+// saw: where its count (held) names no token the client did not see,
+// exactly that many.
+std::vector<int> held_after(const Completion& c, const ServerAnswer& a, int shift_ctx = 0);
 
 // What the server chose for each op (its slots, cache hits, tokens), as a
 // trace records it beside the op ("got"), and back: the answers in the
@@ -77,6 +89,7 @@ struct ServerTally {
     std::array<long, kServerOpKinds> ops{};  // ops run, by kind
     long tokens_judged = 0;                  // logprobs
     long drafted = 0, accepted = 0;          // of them, speculative drafts proposed and accepted
+    long context_shifts = 0;                 // context shifts the judged answers went through
     double worst_logprob = 0;
     long cache_n = 0, cache_allowed = 0;     // reuse
     long stale = 0, lost = 0, slot_actions = 0;

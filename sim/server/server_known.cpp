@@ -127,7 +127,9 @@ RamCacheAtFailure ram_cache_at_failure(const ServerRunResult& r) {
     std::vector<float> server(std::size_t(s.loras), kServerLoraScale);
     std::vector<State> slots(std::size_t(s.slots)), files(std::size_t(ServerDraw::kFiles));
     std::vector<std::vector<float>> adapters(std::size_t(s.slots), server);  // per slot: slot.lora
-    PromptCacheModel<State> ram(s.prompt_cache(config_by_name(r.config.preset).max_seq_len));
+    const int model_ctx = config_by_name(r.config.preset).max_seq_len;
+    PromptCacheModel<State> ram(s.prompt_cache(model_ctx));
+    const int shift = s.shift_ctx(model_ctx);
     const std::vector<ServerOp> ops = up_to_failure(r);
     for (std::size_t i = 0; i < ops.size(); ++i) {
         if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
@@ -151,7 +153,8 @@ RamCacheAtFailure ram_cache_at_failure(const ServerRunResult& r) {
             }
             for (const ServerAnswer& x : a.answers) {
                 adapters.at(std::size_t(x.slot)) = scales_of(a.request, server);
-                slots[std::size_t(x.slot)] = x.index > 0 ? State{} : State{held_after(a.request, x), scales_of(a.request, server)};
+                slots[std::size_t(x.slot)] =
+                    x.index > 0 ? State{} : State{held_after(a.request, x, shift), scales_of(a.request, server)};
             }
         }
     }

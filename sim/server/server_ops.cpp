@@ -55,6 +55,7 @@ void write_completion(nlohmann::json& j, const Completion& c) {
     j["slot"] = c.slot, j["prompt"] = c.prompt, j["n_predict"] = c.n_predict, j["n_cmpl"] = c.n_cmpl;
     j["stream"] = c.stream, j["cancel_after"] = c.cancel_after, j["temperature"] = c.temperature, j["seed"] = c.seed;
     j["lora"] = c.lora;
+    if (c.n_keep != 0) j["n_keep"] = c.n_keep;
 }
 
 std::vector<float> read_scales(const nlohmann::json& j, const char* field) {
@@ -69,7 +70,7 @@ Completion read_completion(const nlohmann::json& j) {
     c.slot = json_int_in(j, "slot", -1, 63);
     c.prompt = json_field<std::vector<int>>(j, "prompt");
     require(!c.prompt.empty(), "field 'prompt' is empty: a completion needs at least one token");
-    c.n_predict = json_int_in(j, "n_predict", 1, 64);
+    c.n_predict = json_int_in(j, "n_predict", 1, 128);
     c.n_cmpl = json_int_in(j, "n_cmpl", 1, 64);
     c.stream = json_field<bool>(j, "stream");
     c.cancel_after = json_int_in(j, "cancel_after", 0, 64);
@@ -79,6 +80,7 @@ Completion read_completion(const nlohmann::json& j) {
     c.seed = json_field<std::uint32_t>(j, "seed");
     // Traces before per-request LoRA have no field: their requests named no adapters.
     if (j.contains("lora")) c.lora = read_scales(j, "lora");
+    c.n_keep = j.contains("n_keep") ? json_int_in(j, "n_keep", -1, 1 << 20) : 0;
     return c;
 }
 

@@ -50,6 +50,9 @@ struct Completion {
     // The request's "lora": each of the server's adapters' scale, by id
     // (empty: no "lora" field, the server's own scales apply).
     std::vector<float> lora = {};
+    // "n_keep": the tokens a context shift keeps at the front (-1: the
+    // prompt); the rest's first half is discarded when the slot is full.
+    int n_keep = 0;
 };
 
 // One request, alone.

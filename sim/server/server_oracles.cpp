@@ -64,8 +64,9 @@ std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& a
 // ---- LogprobOracle
 
 LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse,
-                             std::vector<std::shared_ptr<const LoraAdapter>> loras, PromptCacheSettings ram, double tolerance)
-    : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse),
+                             std::vector<std::shared_ptr<const LoraAdapter>> loras, PromptCacheSettings ram, int shift_ctx,
+                             double tolerance)
+    : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
       slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config())}), ram_(ram), loras_(std::move(loras)),
       global_(loras_.size(), kServerLoraScale) {}
 
@@ -97,8 +98,17 @@ std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAns
     std::vector<int> held = c.prompt;
     held.insert(held.end(), a.tokens.begin(), a.tokens.end());
     std::string wrong;
+    // Each token decoded at its KV position: its index less what context shifts dropped before it.
+    const std::vector<ContextShift> shifts = context_shifts(c, a, shift_ctx_);
+    std::size_t next = 0;
+    int dropped = 0;
     for (int pos = plan.n_past; pos + 1 < int(held.size()); ++pos) {
-        const std::vector<double> lp = log_probs(reference_forward(model_, m.kv, held[std::size_t(pos)], pos, adapters));
+        if (next < shifts.size() && shifts[next].before == pos - int(c.prompt.size())) {
+            const ContextShift& s = shifts[next++];
+            m.kv.shift(model_.config(), s.keep, s.keep + s.discard, s.len);
+            dropped += s.discard, ++shifts_;
+        }
+        const std::vector<double> lp = log_probs(reference_forward(model_, m.kv, held[std::size_t(pos)], pos - dropped, adapters));
         const int i = pos - int(c.prompt.size()) + 1;  // the generated token this position predicts
         if (i < 0 || !wrong.empty()) continue;
         const int token = a.tokens[std::size_t(i)];
@@ -117,9 +127,10 @@ std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAns
                             " (|difference| ", d, " > ", tolerance_, ")");
         }
     }
-    m.tokens = held_after(c, a);
+    m.tokens = held_after(c, a, shift_ctx_);
     // A cut stream's slot may hold the last token the client saw: decoded, so its KV is there.
-    if (m.tokens.size() == held.size()) reference_forward(model_, m.kv, held.back(), int(held.size()) - 1, adapters);
+    if (m.tokens.size() + std::size_t(dropped) == held.size())
+        reference_forward(model_, m.kv, held.back(), int(held.size()) - 1 - dropped, adapters);
     return wrong;
 }
 
@@ -139,14 +150,14 @@ std::string LogprobOracle::on_lora(const Lora& op) { return global_ = op.scales,
 
 void LogprobOracle::tally(ServerTally& t) const {
     t.tokens_judged += judged_, t.worst_logprob = std::max(t.worst_logprob, worst_);
-    t.drafted += drafted_, t.accepted += accepted_;
+    t.drafted += drafted_, t.accepted += accepted_, t.context_shifts += shifts_;
 }
 
 // ---- SlotCacheModel
 
 SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnswer& a) const {
     // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
-    const std::vector<int> held = held_after(c, a);
+    const std::vector<int> held = held_after(c, a, shift_ctx_);
     const bool counted = int(held.size()) == a.held;  // the server's count named only tokens the client saw
     return {held, a.cut && !counted ? c.n_predict - int(a.tokens.size()) : 0, scales_of(c, global_)};
 }
@@ -255,8 +266,9 @@ void SlotCacheModel::tally(ServerTally& t) const {
 // ---- GroundTruth
 
 GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, PromptCacheSettings ram,
-                         double timeout_s, double tolerance)
-    : process_(std::move(setup)), slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), timeout_s_(timeout_s),
+                         int shift_ctx, double timeout_s, double tolerance)
+    : process_(std::move(setup)), slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
+      timeout_s_(timeout_s),
       tolerance_(tolerance), global_(std::size_t(loras), kServerLoraScale) {}
 
 std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth) const {
@@ -287,8 +299,11 @@ std::string GroundTruth::on_completion(const Completion& c, const std::vector<Se
         if (!before) before = held;
         const ReusePlan plan = plan_reuse(before->tokens, c.prompt, cache_reuse_);
         const bool fresh = plan.chunks.empty() && plan.n_past <= before->fresh;
-        held.tokens = held_after(c, *a);
+        held.tokens = held_after(c, *a, shift_ctx_);
         held.fresh = fresh ? 1 << 30 : std::min(before->fresh, plan.chunks.empty() ? 1 << 30 : plan.chunks.front().to);
+        // A context shift moved every row past its kept front: not what a fresh prompt computes there.
+        const std::vector<ContextShift> shifts = context_shifts(c, *a, shift_ctx_);
+        if (!shifts.empty()) held.fresh = std::min(held.fresh, shifts.front().keep);
         if (a->index > 0) held = {};  // a copy's slot drops its cells when it is released
         if (!fresh) {
             ++skipped_;
@@ -387,6 +402,7 @@ nlohmann::json completion_body(const Completion& c) {
                            {"temperature", c.temperature}, {"return_tokens", true},    {"cache_prompt", true},
                            {"id_slot", c.slot},          {"stream", c.stream}};
     if (c.n_cmpl > 1) body["n_cmpl"] = c.n_cmpl;
+    if (c.n_keep != 0) body["n_keep"] = c.n_keep;
     if (!c.lora.empty()) body["lora"] = lora_body(c.lora);
     if (c.temperature > 0) body["seed"] = c.seed;
     return body;

@@ -5,7 +5,7 @@
 //
 // - LogprobOracle: each generated token's log probabilities against
 //   kvweld's reference forward over the tokens the slot holds (its own
-//   mirror of each slot's KV, chunk shifts included); greedy: the token is
+//   mirror of each slot's KV, chunk shifts and context shifts included); greedy: the token is
 //   the reference's most likely, or within the tolerance of it.
 // - SlotCacheModel: each answer's timings.cache_n against what its slot
 //   held (the longest common prefix, the chunks --cache-reuse may shift in;
@@ -76,7 +76,7 @@ class LogprobOracle final : public ServerOracle {
 public:
     LogprobOracle(const Model& model, int slots, int cache_reuse,
                   std::vector<std::shared_ptr<const LoraAdapter>> loras = {}, PromptCacheSettings ram = {},
-                  double tolerance = kLogprobTolerance);
+                  int shift_ctx = 0, double tolerance = kLogprobTolerance);
     std::string name() const override { return "logprobs"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -96,7 +96,7 @@ private:
     std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
     const Model& model_;
     double tolerance_, worst_ = 0;
-    int cache_reuse_, judged_ = 0, drafted_ = 0, accepted_ = 0;
+    int cache_reuse_, shift_ctx_, judged_ = 0, drafted_ = 0, accepted_ = 0, shifts_ = 0;
     std::vector<Mirror> slots_, files_;
     PromptCacheModel<Mirror> ram_;
     std::vector<std::shared_ptr<const LoraAdapter>> loras_;
@@ -105,8 +105,9 @@ private:
 
 class SlotCacheModel final : public ServerOracle {
 public:
-    SlotCacheModel(int slots, int cache_reuse, int loras = 0, PromptCacheSettings ram = {})
-        : slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), global_(std::size_t(loras), kServerLoraScale) {}
+    SlotCacheModel(int slots, int cache_reuse, int loras = 0, PromptCacheSettings ram = {}, int shift_ctx = 0)
+        : slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
+          global_(std::size_t(loras), kServerLoraScale) {}
     std::string name() const override { return "reuse"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -135,7 +136,7 @@ private:
     Held after(const Completion& c, const ServerAnswer& a) const;
     std::vector<Held> slots_, files_;
     PromptCacheModel<Held> ram_;
-    int cache_reuse_, stale_ = 0, lost_ = 0, actions_ = 0;
+    int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0;
     std::vector<float> global_;  // the server's own scales
     long reused_ = 0, allowed_ = 0;
 };
@@ -144,7 +145,7 @@ class GroundTruth final : public ServerOracle {
 public:
     // Starts the ground-truth server (one slot, no cache) with `setup`'s binary and model.
     GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, PromptCacheSettings ram,
-                double timeout_s, double tolerance = kLogprobTolerance);
+                int shift_ctx, double timeout_s, double tolerance = kLogprobTolerance);
     std::string name() const override { return "ground-truth"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -165,7 +166,7 @@ private:
     targets::llamaserver::ServerProcess process_;
     std::vector<Held> slots_, files_;
     PromptCacheModel<Held> ram_;
-    int cache_reuse_;
+    int cache_reuse_, shift_ctx_;
     double timeout_s_, tolerance_;
     int compared_ = 0, skipped_ = 0;
     std::vector<float> global_;  // the server's own scales: each request is sent with its scales named

@@ -117,7 +117,8 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     if (at_start) return out + "echo \"llama-server started and serves: not shown: exit 0\"\n";
     out += kHelpers;
     // Every op before the failing one, as the trace sent it.
-    SlotCacheModel cache(s.slots, s.cache_reuse, s.loras, s.prompt_cache(model.config().max_seq_len));
+    SlotCacheModel cache(s.slots, s.cache_reuse, s.loras, s.prompt_cache(model.config().max_seq_len),
+                         s.shift_ctx(model.config().max_seq_len));
     const auto loras = server_loras(model.config(), r.config.seed, s.loras);
     std::vector<float> server_scales(std::size_t(s.loras), kServerLoraScale);
     for (std::size_t i = 0; i < f.op; ++i) {
@@ -161,7 +162,12 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                     const auto [lo, hi] = cache.allowed(c, answers.at(0).slot);
                     nlohmann::json each = nlohmann::json::array();
                     const Adapters adapters = adapters_at(model.config(), loras, scales_of(c, server_scales));
-                    for (const ServerAnswer& ans : answers) each.push_back(expected_logprobs(model, adapters, c.prompt, ans.tokens));
+                    for (const ServerAnswer& ans : answers) {
+                        require(context_shifts(c, ans, s.shift_ctx(model.config().max_seq_len)).empty(),
+                                "repro: the failing request fills its slot and the server shifts its context: its expected "
+                                "answer is over shifted KV, which the script writer does not compute; kvweld replay --server judges it");
+                        each.push_back(expected_logprobs(model, adapters, c.prompt, ans.tokens));
+                    }
                     expect.push_back({{"kind", "completion"}, {"file", cat("$dir/answer-", k)}, {"cache_n", {lo, hi}}, {"answers", each}});
                     out += send_line(c, cat("\"$dir/answer-", k, "\"")) + (requests.size() > 1 ? " &\n" : "\n");
                 }

@@ -89,6 +89,7 @@ ServerSettings ServerSettings::draw(std::uint64_t seed) {
     if (rng.chance(0.5)) s.cache_ram = rng.chance(0.5) ? 8192 : -1, s.idle_slots = rng.chance(0.6);
     // A draft model in one seed in ten: on b11434 every accepted draft token reports probability 1 (speculative-logprobs-unset).
     if (!s.embeddings() && rng.chance(0.1)) s.draft = int(rng.range(1, 2));
+    s.context_shift = !s.embeddings() && rng.chance(0.25);
     return s;
 }
 
@@ -96,6 +97,7 @@ std::vector<std::string> ServerSettings::flags() const {
     std::vector<std::string> out = {"-np", std::to_string(slots), unified ? "--kv-unified" : "--no-kv-unified", "--cache-reuse",
                                     std::to_string(cache_reuse), "--cache-ram", std::to_string(cache_ram),
                                     idle_slots ? "--cache-idle-slots" : "--no-cache-idle-slots"};
+    if (context_shift) out.push_back("--context-shift");
     if (embeddings()) out.insert(out.end(), {"--embedding", "--pooling", pooling});
     return out;
 }
@@ -108,6 +110,11 @@ std::string ServerSettings::describe() const {
     return ctx_extra ? cat(out, ", -c ", slots, " contexts + ", ctx_extra) : out;
 }
 
+int ServerSettings::slot_ctx(int model_ctx) const {
+    const int n = padded_n_ctx(ctx(model_ctx), slots, unified);
+    return std::min(unified ? n : n / slots, model_ctx);
+}
+
 PromptCacheSettings ServerSettings::prompt_cache(int model_ctx) const {
     return {cache_ram, idle_slots && cache_ram != 0, unified, padded_n_ctx(ctx(model_ctx), slots, unified)};
 }
@@ -115,7 +122,7 @@ PromptCacheSettings ServerSettings::prompt_cache(int model_ctx) const {
 nlohmann::json ServerSettings::to_json() const {
     return {{"slots", slots},         {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling},
             {"ctx_extra", ctx_extra}, {"loras", loras},     {"cache_ram", cache_ram},     {"idle_slots", idle_slots},
-            {"draft", draft}};
+            {"draft", draft}, {"context_shift", context_shift}};
 }
 
 ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
@@ -131,6 +138,7 @@ ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
     s.cache_ram = j.contains("cache_ram") ? json_int_in(j, "cache_ram", -1, 1 << 20) : 0;
     s.idle_slots = j.contains("idle_slots") && json_field<bool>(j, "idle_slots");
     s.draft = j.contains("draft") ? json_int_in(j, "draft", 0, 2) : 0;  // traces before draft models: none
+    s.context_shift = j.contains("context_shift") && json_field<bool>(j, "context_shift");
     require(s.pooling.empty() || s.pooling == "mean" || s.pooling == "last", "field 'pooling' = '", s.pooling,
             "': \"\", \"mean\" or \"last\"");
     return s;
@@ -164,15 +172,18 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     }
     const auto loras = server_loras(model_.config(), c.seed, s.loras);
     const PromptCacheSettings ram = s.prompt_cache(n_ctx);
-    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse, loras, ram));
-    oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse, s.loras, ram));
+    const int shift = s.shift_ctx(n_ctx);
+    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse, loras, ram, shift));
+    oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse, s.loras, ram, shift));
     if (c.lockstep) {
+        // The same slot context (the model's), and the same context shifts on a fresh prompt.
         std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0", "--cache-ram", "0"};
+        if (s.context_shift) truth.push_back("--context-shift");
         truth.insert(truth.end(), lora_flags.begin(), lora_flags.end());
         for (const std::string& f : fixed_flags(c.work_dir + "/truth")) truth.push_back(f);
         std::filesystem::create_directories(c.work_dir + "/truth/slots");
         oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
-                                                         s.slots, s.cache_reuse, s.loras, ram, c.request_timeout_s));
+                                                         s.slots, s.cache_reuse, s.loras, ram, shift, c.request_timeout_s));
     }
 }
 

@@ -42,6 +42,7 @@ struct ServerSettings {
     int loras = 0;           // LoRA adapters (--lora each; the server's own scales start at kServerLoraScale)
     std::string pooling;     // "" completions; "mean" or "last": --embedding --pooling P
     int cache_ram = 0;       // --cache-ram: 0 off, -1 no size limit, 8192 the server's default (MiB)
+    bool context_shift = false;  // --context-shift: a full slot drops half its tokens past n_keep and goes on
     int draft = 0;           // -md: 0 none; 1 a draft with the model's weights (its drafts accepted); 2 other weights (mostly rejected)
     bool idle_slots = false; // --cache-idle-slots (with a RAM cache; the server's default)
     static ServerSettings draw(std::uint64_t seed);
@@ -51,6 +52,10 @@ struct ServerSettings {
     // The RAM cache as the oracles model it, for a model of context `model_ctx`.
     PromptCacheSettings prompt_cache(int model_ctx) const;
     int ctx(int model_ctx) const { return model_ctx * slots + ctx_extra; }  // -c
+    // A slot's context: the library's per-sequence one, capped at the
+    // model's training context (server-context.cpp n_ctx_slot).
+    int slot_ctx(int model_ctx) const;
+    int shift_ctx(int model_ctx) const { return context_shift ? slot_ctx(model_ctx) : 0; }
     nlohmann::json to_json() const;
     static ServerSettings from_json(const nlohmann::json& j);  // strict: throws Error naming the field
 };
@@ -139,6 +144,8 @@ public:
     std::vector<float> lora_scales();  // a scale per adapter, each 0, 0.5 or 1
     Completion completion(int slot);  // a request pinned to `slot` (-1: none), its prompt drawn from the conversations
     bool saved(int file) const;
+    // Whether `c` fills its slot's context (the model's): a context shift, or the server stops it.
+    bool fills_slot(const Completion& c) const;
     static constexpr int kFiles = 3;
 
 private:

@@ -162,7 +162,7 @@ TEST(ServerOracles, GroundTruthSeesASampledTokenTheFreshServerDidNotDraw) {
     std::ofstream(file) << nlohmann::json{{"tokens", truth.tokens}, {"id_slot", 0}, {"timings", {{"cache_n", 0}}},
                                           {"completion_probabilities", probs}}.dump();
     GroundTruth ground(targets::llamaserver::ServerSetup{KVWELD_STAND_IN_SERVER, "model.gguf", {"answer=" + file}, file + ".log", 10},
-                       1, 0, 0, PromptCacheSettings{}, 10);
+                       1, 0, 0, PromptCacheSettings{}, 0, 10);
     LogprobOracle logprobs(model, 1, 0);
     EXPECT_EQ(logprobs.on_completion(c, {other}), "");
     EXPECT_NE(ground.on_completion(c, {other}).find("generated token 0 is"), std::string::npos);
@@ -203,6 +203,51 @@ TEST(ServerOracles, KvOfOtherLoraScalesIsNotReused) {
     reuse.on_completion(first, {a1});
     EXPECT_EQ(reuse.on_lora(Lora{{0.5f}}), "");
     EXPECT_EQ(reuse.on_completion(next, {answer(0, {3}, 5)}), "");
+}
+
+// Context shift on a slot of 16: a prompt of 12, n_keep 4, 8 tokens
+// generated. Before the 4th generated token is decoded the slot holds 15,
+// one short of full: the server drops 5 (half of the 11 past n_keep) at
+// positions 4..8 and decodes on at 10.
+TEST(ServerOracles, AContextShiftIsScheduledAsTheServerShifts) {
+    Completion c = request(0, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 8);
+    c.n_keep = 4;
+    const ServerAnswer a = answer(0, {20, 21, 22, 23, 24, 25, 26, 27});
+    const std::vector<ContextShift> shifts = context_shifts(c, a, 16);
+    ASSERT_EQ(shifts.size(), 1u);
+    EXPECT_EQ(shifts[0].before, 3);
+    EXPECT_EQ(shifts[0].len, 15);
+    EXPECT_EQ(shifts[0].keep, 4);
+    EXPECT_EQ(shifts[0].discard, 5);
+    EXPECT_EQ(held_after(c, a, 16), (std::vector<int>{1, 2, 3, 4, 10, 11, 12, 20, 21, 22, 23, 24, 25, 26}));
+    EXPECT_TRUE(context_shifts(c, a, 0).empty());  // no --context-shift
+}
+
+// The logprob oracle over a shifted slot: the answer of a server that
+// shifted as scheduled passes; one that kept the rows it should have
+// dropped (every position after the shift wrong) is caught.
+TEST(ServerOracles, LogprobOracleFollowsAContextShift) {
+    const Model model = Model::random(config_by_name("tiny"), 9);
+    Completion c = request(0, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 8);
+    c.n_keep = 4;
+    for (const bool shifted : {true, false}) {
+        // The reference's greedy answer, decoded as the server decodes it: the shift before token 3, or none.
+        ReferenceKv kv(model.config());
+        ServerAnswer a = answer(0, {});
+        std::vector<double> lp;
+        int pos = 0;
+        for (int t : c.prompt) lp = log_probs(reference_forward(model, kv, t, pos++));
+        for (int k = 0; k < 8; ++k) {
+            const int best = int(std::max_element(lp.begin(), lp.end()) - lp.begin());
+            a.tokens.push_back(best), a.chosen.push_back(lp[std::size_t(best)]), a.top.push_back({{best, lp[std::size_t(best)]}});
+            if (k == 7) break;
+            if (shifted && k == 3) kv.shift(model.config(), 4, 9, 15), pos -= 5;
+            lp = log_probs(reference_forward(model, kv, best, pos++));
+        }
+        LogprobOracle oracle(model, 1, 0, {}, {}, 16);
+        const std::string why = oracle.on_completion(c, {a});
+        EXPECT_EQ(why.empty(), shifted) << why;
+    }
 }
 
 TEST(ServerOracles, EmbeddingOracleSeesOneComponentOff) {

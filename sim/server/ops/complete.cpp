@@ -15,7 +15,8 @@ Complete Complete::draw(ServerDraw& d) {
     Complete op{d.completion(d.chance(0.8) ? int(d.below(std::uint64_t(slots))) : -1)};
     Completion& c = op.request;
     if (d.chance(0.25)) c.temperature = 0.8, c.seed = std::uint32_t(d.below(1u << 30));
-    if (slots > 1 && d.chance(0.15)) c.n_cmpl = int(d.range(2, slots));
+    // n_cmpl shares a prompt, which a context shift refuses ("cannot be used for shared prompt").
+    if (slots > 1 && !d.fills_slot(c) && d.chance(0.15)) c.n_cmpl = int(d.range(2, slots));
     c.stream = d.chance(0.3);
     // A cut stream leaves the slot holding tokens nobody saw; a shifted chunk
     // of them could not be mirrored, so cancelling waits for seeds without
@@ -25,7 +26,8 @@ Complete Complete::draw(ServerDraw& d) {
     // With a RAM cache, the slot's tokens decide what is saved and loaded:
     // the stream is cut one token short, so the server holds none the
     // client did not see (how many it holds, GET /slots tells).
-    if (c.stream && c.slot >= 0 && c.n_cmpl == 1 && c.n_predict > 1 && d.settings().cache_reuse == 0 && d.chance(0.4))
+    if (c.stream && c.slot >= 0 && c.n_cmpl == 1 && c.n_predict > 1 && !d.fills_slot(c) && d.settings().cache_reuse == 0 &&
+        d.chance(0.4))
         c.cancel_after = d.settings().cache_ram != 0 ? c.n_predict - 1 : int(d.range(1, c.n_predict - 1));
     return op;
 }
