@@ -4,14 +4,37 @@
 #include "util/error.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <span>
 
 namespace kvweld {
 
-ReferenceKv::ReferenceKv(const ModelConfig& c)
-    : key(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
+float round_to(KvType type, float x) {
+    std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+    switch (type) {
+        case KvType::f32: return x;
+        case KvType::bf16:
+            if ((bits & 0x7f800000u) == 0x7f800000u) return x;  // inf, nan
+            bits += 0x7fffu + ((bits >> 16) & 1u);
+            return std::bit_cast<float>(bits & 0xffff0000u);
+        case KvType::f16: {
+            // Round to 10 mantissa bits at the f16 exponent: normals keep 13 fewer bits than f32; f16
+            // subnormals (|x| < 2^-14) are multiples of 2^-24. Magnitudes past 65504 become inf.
+            const float a = std::fabs(x);
+            if (!(a < 65520.0f)) return std::isnan(x) ? x : std::copysign(std::numeric_limits<float>::infinity(), x);
+            const float quantum = a < 0x1p-14f ? 0x1p-24f : std::ldexp(1.0f, std::ilogb(a) - 10);
+            return std::copysign(std::nearbyint(a / quantum) * quantum, x);
+        }
+    }
+    return x;
+}
+
+ReferenceKv::ReferenceKv(const ModelConfig& c, KvType t)
+    : type(t),
+      key(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
       value(c.n_layers, std::vector<float>(static_cast<std::size_t>(c.max_seq_len) * c.kv_dim())),
       raw_key(value),
       routing_tie(static_cast<std::size_t>(c.max_seq_len), 0) {}
@@ -82,8 +105,15 @@ void ReferenceKv::shift(const ModelConfig& c, int p0, int p1, int len) {
             for (auto* m : {&raw_key[std::size_t(l)], &value[std::size_t(l)]})
                 std::copy_n(m->begin() + long(std::size_t(from) * row), row, m->begin() + long(std::size_t(to) * row));
             float* k = key[std::size_t(l)].data() + std::size_t(to) * row;
-            std::copy_n(raw_key[std::size_t(l)].data() + std::size_t(to) * row, row, k);
-            rope(k, c.n_kv_heads, c.head_dim, to, c.rope_theta);
+            if (type == KvType::f32) {
+                std::copy_n(raw_key[std::size_t(l)].data() + std::size_t(to) * row, row, k);
+                rope(k, c.n_kv_heads, c.head_dim, to, c.rope_theta);
+                continue;
+            }
+            // 16-bit rows: ggml's K-shift rotates the stored row by the distance moved and rounds it again.
+            std::copy_n(key[std::size_t(l)].data() + std::size_t(from) * row, row, k);
+            rope(k, c.n_kv_heads, c.head_dim, to - from, c.rope_theta);
+            for (std::size_t i = 0; i < row; ++i) k[i] = round_to(type, k[i]);
         }
     for (int from = p1, to = p0; from < len; ++from, ++to) routing_tie[std::size_t(to)] = routing_tie[std::size_t(from)];
 }
@@ -171,15 +201,17 @@ namespace {
 // One head's attention for q over positions [0, span) of layer l's rows.
 void attend(float* out, const float* q, const ReferenceKv& kv, int l, int kvh, int span, const ModelConfig& c) {
     const int hd = c.head_dim, kv_dim = c.kv_dim();
-    std::vector<float> att(span);
+    std::vector<float> att(span), qr(q, q + hd);
+    for (float& x : qr) x = round_to(kv.type, x);
     for (int t = 0; t < span; t++) {
         const float* kt = kv.key[l].data() + t * kv_dim + kvh * hd;
         double score = 0.0;
 #pragma omp simd reduction(+ : score)
-        for (int i = 0; i < hd; i++) score += static_cast<double>(q[i]) * kt[i];
+        for (int i = 0; i < hd; i++) score += static_cast<double>(qr[i]) * kt[i];
         att[t] = static_cast<float>(score / std::sqrt(double(hd)));
     }
     softmax(att.data(), span);
+    for (float& w : att) w = round_to(kv.type, w);
     for (int i = 0; i < hd; i++) {
         double sum = 0.0;
         for (int t = 0; t < span; t++) sum += static_cast<double>(att[t]) * kv.value[l][t * kv_dim + kvh * hd + i];
@@ -209,6 +241,7 @@ std::vector<float> query_and_kv(const std::vector<float>& x, ReferenceKv& kv, in
     std::copy_n(k, kv_dim, kv.raw_key[l].data() + pos * kv_dim);
     rope(q.data(), c.n_heads, hd, pos, c.rope_theta);
     rope(k, c.n_kv_heads, hd, pos, c.rope_theta);
+    for (int i = 0; i < kv_dim; ++i) k[i] = round_to(kv.type, k[i]), v[i] = round_to(kv.type, v[i]);
     return q;
 }
 

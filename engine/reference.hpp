@@ -13,11 +13,19 @@
 
 namespace kvweld {
 
+// The type a KV cache stores its rows in (llama.cpp's -ctk/-ctv). In a
+// 16-bit one, ggml's CPU attention (flash attention off) also rounds the
+// query to it for q.k and the softmax weights for their sum over V: the
+// reference rounds the same four, each to nearest even.
+enum class KvType { f32, f16, bf16 };
+float round_to(KvType type, float x);
+
 // A plain KV: key[layer][pos * kv_dim + i], value likewise; raw_key holds
 // each key before its rotation, so that a context shift can rotate a moved
 // key afresh for its new position.
 struct ReferenceKv {
-    explicit ReferenceKv(const ModelConfig& config);
+    explicit ReferenceKv(const ModelConfig& config, KvType type = KvType::f32);
+    KvType type;
     std::vector<std::vector<float>> key;
     std::vector<std::vector<float>> value;
     std::vector<std::vector<float>> raw_key;
@@ -32,7 +40,8 @@ struct ReferenceKv {
     // A context shift of a history of `len` positions: [p0, p1) removed, the
     // later rows moved down, each moved key rotated from its raw row for its
     // new position (one rotation from scratch, where an engine composes two:
-    // the data oracle judges the composition against it).
+    // the data oracle judges the composition against it). A 16-bit KV
+    // rotates its stored row by the distance and rounds it, as ggml does.
     void shift(const ModelConfig& config, int p0, int p1, int len);
 };
 

@@ -180,6 +180,20 @@ bool drafted_token_at_probability_one(const ServerRunResult& r) {
     return r.config.settings.draft > 0 && r.failure && r.failure->message.find(" logprob 0, reference") != std::string::npos;
 }
 
+// bf16-kshift-abort: bf16 K rows, a KV shift drawn (chunk reuse or
+// context shift), and the server aborted where ggml's CPU RoPE has no bf16
+// case (b11434's ggml/src/ggml-cpu/ops.cpp:6485, which ggml_abort prints
+// whether or not a backtrace follows).
+bool aborted_rotating_bf16_keys(const ServerRunResult& r) {
+    const ServerSettings& s = r.config.settings;
+    if (s.kv_type != KvType::bf16 || (s.cache_reuse == 0 && !s.context_shift) || r.verdict != ServerVerdict::server_error)
+        return false;
+    std::ifstream in(r.log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str().find("ggml-cpu/ops.cpp:6485: fatal error") != std::string::npos;
+}
+
 struct Precondition {
     const char* name;
     const char* says;
@@ -200,6 +214,9 @@ constexpr Precondition kPreconditions[] = {
     {"drafted-token-at-probability-one",
      "a draft model (-md); the failing token's log probability is reported as 0 (the server's value for an accepted draft)",
      drafted_token_at_probability_one},
+    {"aborted-rotating-bf16-keys",
+     "bf16 KV (-ctk bf16) with chunk reuse or context shift; the server aborted at ggml-cpu/ops.cpp:6485 (RoPE's type switch)",
+     aborted_rotating_bf16_keys},
     {"pinned-to-an-empty-slot", "a RAM prompt cache; the failing request is pinned to a slot that holds nothing",
      pinned_to_an_empty_slot},
     {"ram-load-over-other-scales",
@@ -266,9 +283,10 @@ ServerKnownFindings load_server_known_findings(const std::string& path) {
             k.trace = (std::filesystem::path(path).parent_path() / json_field<std::string>(f, "trace")).string();
             k.script = json_field<std::string>(f, "script");
             const std::string in = json_field<std::string>(f, "in");
-            require(in == "library" || in == "server", "finding ", k.id, ": field 'in' = '", in, "': library or server");
-            k.in_server = in == "server";
-            if (k.in_server) {
+            require(in == "library" || in == "server" || in == "ggml", "finding ", k.id, ": field 'in' = '", in,
+                    "': library, server or ggml");
+            k.own_facts = in != "library";
+            if (k.own_facts) {
                 k.title = json_field<std::string>(f, "title"), k.source = json_field<std::string>(f, "source");
                 k.explanation = json_field<std::string>(f, "explanation");
                 k.patch = f.contains("patch") ? json_field<std::string>(f, "patch") : "";  // none: no fix yet
@@ -290,7 +308,7 @@ ServerKnownFindings server_known_findings_for(const std::string& choice) {
     const nlohmann::json library = nlohmann::json::parse(in, nullptr, false);
     require(library.is_object() && library.contains("findings"), "known findings: cannot read the library's file ", known.library);
     auto has_fix = [&](const ServerKnownFinding& f) {
-        if (f.in_server) return !f.patch.empty();
+        if (f.own_facts) return !f.patch.empty();
         for (const nlohmann::json& g : library.at("findings"))
             if (g.value("id", "") == f.id) return g.contains("patch");
         return false;

@@ -37,8 +37,11 @@ struct ServerKnownFinding {
     std::string precondition;
     std::string trace;   // absolute
     std::string script;  // from the repository root
-    bool in_server = false;  // a bug of llama-server's own code (else the library finding of the same id)
-    std::string title, source, explanation, patch;  // in_server: its facts
+    // "in": "server" (llama-server's own code) or "ggml" (met only through
+    // the server: kvweld's library simulator does not reach it): its facts
+    // are here. "library": the library finding of the same id has them.
+    bool own_facts = false;
+    std::string title, source, explanation, patch;  // own_facts: its facts
 };
 
 struct ServerKnownFindings {

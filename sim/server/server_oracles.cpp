@@ -65,9 +65,9 @@ std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& a
 
 LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse,
                              std::vector<std::shared_ptr<const LoraAdapter>> loras, PromptCacheSettings ram, int shift_ctx,
-                             double tolerance)
-    : model_(model), tolerance_(tolerance), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
-      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config())}), ram_(ram), loras_(std::move(loras)),
+                             KvType kv_type, double tolerance)
+    : model_(model), kv_type_(kv_type), tolerance_(tolerance), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
+      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config(), kv_type)}), ram_(ram), loras_(std::move(loras)),
       global_(loras_.size(), kServerLoraScale) {}
 
 std::string LogprobOracle::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
@@ -135,7 +135,7 @@ std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAns
 }
 
 std::string LogprobOracle::on_slot(const Slot& op, int) {
-    if (files_.size() <= std::size_t(op.file)) files_.resize(std::size_t(op.file) + 1, Mirror{{}, ReferenceKv(model_.config())});
+    if (files_.size() <= std::size_t(op.file)) files_.resize(std::size_t(op.file) + 1, Mirror{{}, ReferenceKv(model_.config(), kv_type_)});
     Mirror& s = slots_.at(std::size_t(op.slot));
     switch (op.action) {
         case SlotAction::save: files_[std::size_t(op.file)] = s; break;
@@ -347,8 +347,9 @@ void GroundTruth::tally(ServerTally& t) const { t.truth_compared += compared_, t
 
 // ---- EmbeddingOracle
 
-std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling) {
-    ReferenceKv kv(model.config());
+std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling,
+                                       KvType kv_type) {
+    ReferenceKv kv(model.config(), kv_type);
     std::vector<double> sum(std::size_t(model.config().dim), 0.0);
     std::vector<float> hidden;
     for (std::size_t pos = 0; pos < tokens.size(); ++pos) {
@@ -364,8 +365,8 @@ std::vector<float> reference_embedding(const Model& model, const std::vector<int
     return out;
 }
 
-EmbeddingOracle::EmbeddingOracle(const Model& model, std::string pooling, double tolerance)
-    : model_(model), pooling_(std::move(pooling)), tolerance_(tolerance) {}
+EmbeddingOracle::EmbeddingOracle(const Model& model, std::string pooling, KvType kv_type, double tolerance)
+    : model_(model), pooling_(std::move(pooling)), kv_type_(kv_type), tolerance_(tolerance) {}
 
 std::string EmbeddingOracle::on_completion(const Completion&, const std::vector<ServerAnswer>&) { return ""; }
 std::string EmbeddingOracle::on_slot(const Slot&, int) { return ""; }
@@ -375,7 +376,7 @@ std::string EmbeddingOracle::on_embedding(const Embed& op, const std::vector<std
     for (std::size_t k = 0; k < op.inputs.size(); ++k) {
         const std::vector<int>& input = op.inputs[k];
         const std::vector<float>& got = embeddings.at(k);
-        const std::vector<float> want = reference_embedding(model_, input, pooling_);
+        const std::vector<float> want = reference_embedding(model_, input, pooling_, kv_type_);
         const std::string which = cat("input ", k, " of ", op.inputs.size(), " (", input.size(), " tokens)");
         if (got.size() != want.size()) return cat(which, ": an embedding of ", got.size(), " floats, the model's is ", want.size());
         ++judged_;

@@ -76,7 +76,7 @@ class LogprobOracle final : public ServerOracle {
 public:
     LogprobOracle(const Model& model, int slots, int cache_reuse,
                   std::vector<std::shared_ptr<const LoraAdapter>> loras = {}, PromptCacheSettings ram = {},
-                  int shift_ctx = 0, double tolerance = kLogprobTolerance);
+                  int shift_ctx = 0, KvType kv_type = KvType::f32, double tolerance = kLogprobTolerance);
     std::string name() const override { return "logprobs"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -95,6 +95,7 @@ private:
     };
     std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
     const Model& model_;
+    KvType kv_type_;
     double tolerance_, worst_ = 0;
     int cache_reuse_, shift_ctx_, judged_ = 0, drafted_ = 0, accepted_ = 0, shifts_ = 0;
     std::vector<Mirror> slots_, files_;
@@ -174,7 +175,7 @@ private:
 
 class EmbeddingOracle final : public ServerOracle {
 public:
-    EmbeddingOracle(const Model& model, std::string pooling, double tolerance = kLogprobTolerance);
+    EmbeddingOracle(const Model& model, std::string pooling, KvType kv_type = KvType::f32, double tolerance = kLogprobTolerance);
     std::string name() const override { return "embeddings"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -185,12 +186,14 @@ public:
 private:
     const Model& model_;
     std::string pooling_;
+    KvType kv_type_;
     double tolerance_, worst_ = 0;
     int judged_ = 0;
 };
 
 // The reference's pooled embedding of `tokens` (mean or last), L2-normalized.
-std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling);
+std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling,
+                                       KvType kv_type = KvType::f32);
 
 // One /completion answer's body (streamed: its server-sent events) parsed;
 // throws Error naming what is missing.

@@ -19,8 +19,8 @@ std::string quoted(const nlohmann::json& j) { return cat("'", j.dump(), "'"); }
 
 // The reference's top 4 (id, logprob) at each generated position of `tokens` after `prompt`, fresh.
 nlohmann::json expected_logprobs(const Model& model, const Adapters& adapters, const std::vector<int>& prompt,
-                                 const std::vector<int>& tokens) {
-    ReferenceKv kv(model.config());
+                                 const std::vector<int>& tokens, KvType kv_type) {
+    ReferenceKv kv(model.config(), kv_type);
     std::vector<int> held = prompt;
     held.insert(held.end(), tokens.begin(), tokens.end());
     nlohmann::json out = nlohmann::json::array();
@@ -52,9 +52,33 @@ dir=$(mktemp -d) pid= url=
 trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
 )";
 
-const char* kHelpers = R"(post() { curl -sf --max-time 60 "$url$1" -d "$2" || { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; exit $FAILED; }; }
+const char* kHelpers = R"(post() { curl -sf --max-time 60 "$url$1" -d "$2" || { { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; ((FAILED != 1)) || echo "FINDING SHOWN: exit 1"; } >&2; exit $FAILED; }; }
 idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(any(s["is_processing"] for s in json.load(sys.stdin)))'; do sleep 0.05; done; }
 )";
+
+// An op's requests as the script sends them (a burst's at once), their answers discarded.
+std::string op_lines(const ServerOp& op) {
+    return std::visit(
+        [&](const auto& a) -> std::string {
+            using T = std::decay_t<decltype(a)>;
+            if constexpr (std::is_same_v<T, Complete>) {
+                return send_line(a.request, "") + "\n";
+            } else if constexpr (std::is_same_v<T, Burst>) {
+                std::string out;
+                for (const Completion& c : a.requests) out += send_line(c, "") + " &\n";
+                return out + "wait\n";
+            } else if constexpr (std::is_same_v<T, Slot>) {
+                return cat("post \"/slots/", a.slot, "?action=", to_string(a.action), "\" ",
+                           a.action == SlotAction::erase ? "'{}'" : cat("'{\"filename\": \"slot-", a.file, ".bin\"}'"), " > /dev/null\n");
+            } else if constexpr (std::is_same_v<T, Embed>) {
+                return cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > /dev/null\n");
+            } else {
+                static_assert(std::is_same_v<T, Lora>, "every server op kind is written");
+                return cat("post /lora-adapters ", quoted(lora_body(a.scales)), " > /dev/null\n");
+            }
+        },
+        op.args);
+}
 
 }  // namespace
 
@@ -85,7 +109,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
             "chunk-shifted one, which the script writer does not compute; kvweld replay --server judges it");
     const Model model = Model::random(config_by_name(r.config.preset), r.config.seed);
     const int n_ctx = model.config().max_seq_len * s.slots + s.ctx_extra;
-    std::string flags = cat("-c ", n_ctx, " -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --slots");
+    std::string flags = cat("-c ", n_ctx, " -t 1 --no-warmup -fa off --slots");
     for (const std::string& w : s.flags()) flags += " " + w;
     std::string lora_files, lora_args;
     const std::vector<ServerScriptFile> files = server_script_files(r.config);
@@ -122,31 +146,15 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     const auto loras = server_loras(model.config(), r.config.seed, s.loras);
     std::vector<float> server_scales(std::size_t(s.loras), kServerLoraScale);
     for (std::size_t i = 0; i < f.op; ++i) {
-        out += cat("# op ", i, ": ", to_string(r.ops[i].kind()), "\n");
-        std::visit(
-            [&](const auto& a) {
-                using T = std::decay_t<decltype(a)>;
-                if constexpr (std::is_same_v<T, Complete>) {
-                    out += send_line(a.request, "") + "\n";
-                } else if constexpr (std::is_same_v<T, Burst>) {
-                    for (const Completion& c : a.requests) out += send_line(c, "") + " &\n";
-                    out += "wait\n";
-                } else if constexpr (std::is_same_v<T, Slot>) {
-                    out += cat("post \"/slots/", a.slot, "?action=", to_string(a.action), "\" ",
-                               a.action == SlotAction::erase ? "'{}'" : cat("'{\"filename\": \"slot-", a.file, ".bin\"}'"), " > /dev/null\n");
-                    cache.on_slot(a, r.observed[i].begin().value().template get<int>());
-                } else if constexpr (std::is_same_v<T, Embed>) {
-                    out += cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > /dev/null\n");
-                } else {
-                    static_assert(std::is_same_v<T, Lora>, "every server op kind is written");
-                    out += cat("post /lora-adapters ", quoted(lora_body(a.scales)), " > /dev/null\n");
-                    cache.on_lora(a);
-                    server_scales = a.scales;
-                }
-            },
-            r.ops[i].args);
+        out += cat("# op ", i, ": ", to_string(r.ops[i].kind()), "\n", op_lines(r.ops[i]));
+        if (const auto* a = std::get_if<Slot>(&r.ops[i].args)) cache.on_slot(*a, r.observed[i].begin().value().template get<int>());
+        if (const auto* a = std::get_if<Lora>(&r.ops[i].args)) cache.on_lora(*a), server_scales = a->scales;
         for (const Answered& a : answered(r.ops[i], r.observed[i])) cache.on_completion(a.request, a.answers);
     }
+    // A server that died or hung at the failing op: the finding shows where its requests fail (post exits 1).
+    if (f.oracle == "server")
+        return out + cat("# op ", f.op, ", the failing one: ", to_string(r.ops[f.op].kind()), "\nFAILED=1\n", op_lines(r.ops[f.op]),
+                         "echo \"llama-server answered every request: not shown: exit 0\"\n");
     // The failing op: its answers captured, each judged against what the trace's run expected.
     out += cat("# op ", f.op, ", the failing one: ", to_string(r.ops[f.op].kind()), "\nFAILED=1\n");
     nlohmann::json expect = nlohmann::json::array();
@@ -166,7 +174,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                         require(context_shifts(c, ans, s.shift_ctx(model.config().max_seq_len)).empty(),
                                 "repro: the failing request fills its slot and the server shifts its context: its expected "
                                 "answer is over shifted KV, which the script writer does not compute; kvweld replay --server judges it");
-                        each.push_back(expected_logprobs(model, adapters, c.prompt, ans.tokens));
+                        each.push_back(expected_logprobs(model, adapters, c.prompt, ans.tokens, s.kv_type));
                     }
                     expect.push_back({{"kind", "completion"}, {"file", cat("$dir/answer-", k)}, {"cache_n", {lo, hi}}, {"answers", each}});
                     out += send_line(c, cat("\"$dir/answer-", k, "\"")) + (requests.size() > 1 ? " &\n" : "\n");
@@ -178,7 +186,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
             } else {
                 static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
                 nlohmann::json want = nlohmann::json::array();
-                for (const std::vector<int>& in : a.inputs) want.push_back(reference_embedding(model, in, s.pooling));
+                for (const std::vector<int>& in : a.inputs) want.push_back(reference_embedding(model, in, s.pooling, s.kv_type));
                 expect.push_back({{"kind", "embedding"}, {"file", "$dir/answer-0"}, {"want", want}});
                 out += cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > \"$dir/answer-0\"\n");
             }

@@ -22,11 +22,20 @@ namespace {
 
 using targets::llamaserver::ServerSetup;
 
-// The flags every seed's server gets: F32 KV and flash attention off (the
+// The flags every seed's server gets: flash attention off (the
 // reference's numbers), slot files, the slots endpoint (to wait out a
 // cancelled request), one thread.
 std::vector<std::string> fixed_flags(const std::string& work_dir) {
-    return {"-t", "1", "--no-warmup", "-fa", "off", "-ctk", "f32", "-ctv", "f32", "--slot-save-path", work_dir + "/slots/", "--slots"};
+    return {"-t", "1", "--no-warmup", "-fa", "off", "--slot-save-path", work_dir + "/slots/", "--slots"};
+}
+
+constexpr std::array<std::pair<KvType, const char*>, 3> kKvTypes = {
+    {{KvType::f32, "f32"}, {KvType::f16, "f16"}, {KvType::bf16, "bf16"}}};
+
+const char* kv_type_name(KvType t) {
+    for (const auto& [type, name] : kKvTypes)
+        if (type == t) return name;
+    return "?";
 }
 
 // Until no slot is processing (a cancelled stream's task ends after the
@@ -90,11 +99,12 @@ ServerSettings ServerSettings::draw(std::uint64_t seed) {
     // A draft model in one seed in ten: on b11434 every accepted draft token reports probability 1 (speculative-logprobs-unset).
     if (!s.embeddings() && rng.chance(0.1)) s.draft = int(rng.range(1, 2));
     s.context_shift = !s.embeddings() && rng.chance(0.25);
+    if (rng.chance(0.3)) s.kv_type = rng.chance(0.5) ? KvType::f16 : KvType::bf16;
     return s;
 }
 
 std::vector<std::string> ServerSettings::flags() const {
-    std::vector<std::string> out = {"-np", std::to_string(slots), unified ? "--kv-unified" : "--no-kv-unified", "--cache-reuse",
+    std::vector<std::string> out = {"-ctk", kv_type_name(kv_type), "-ctv", kv_type_name(kv_type), "-np", std::to_string(slots), unified ? "--kv-unified" : "--no-kv-unified", "--cache-reuse",
                                     std::to_string(cache_reuse), "--cache-ram", std::to_string(cache_ram),
                                     idle_slots ? "--cache-idle-slots" : "--no-cache-idle-slots"};
     if (context_shift) out.push_back("--context-shift");
@@ -122,7 +132,7 @@ PromptCacheSettings ServerSettings::prompt_cache(int model_ctx) const {
 nlohmann::json ServerSettings::to_json() const {
     return {{"slots", slots},         {"unified", unified}, {"cache_reuse", cache_reuse}, {"pooling", pooling},
             {"ctx_extra", ctx_extra}, {"loras", loras},     {"cache_ram", cache_ram},     {"idle_slots", idle_slots},
-            {"draft", draft}, {"context_shift", context_shift}};
+            {"draft", draft}, {"context_shift", context_shift}, {"kv_type", kv_type_name(kv_type)}};
 }
 
 ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
@@ -139,6 +149,10 @@ ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
     s.idle_slots = j.contains("idle_slots") && json_field<bool>(j, "idle_slots");
     s.draft = j.contains("draft") ? json_int_in(j, "draft", 0, 2) : 0;  // traces before draft models: none
     s.context_shift = j.contains("context_shift") && json_field<bool>(j, "context_shift");
+    const std::string kv = j.contains("kv_type") ? json_field<std::string>(j, "kv_type") : "f32";  // traces before: F32 KV
+    const auto it = std::find_if(kKvTypes.begin(), kKvTypes.end(), [&](const auto& t) { return kv == t.second; });
+    require(it != kKvTypes.end(), "field 'kv_type' = '", kv, "': f32, f16 or bf16");
+    s.kv_type = it->first;
     require(s.pooling.empty() || s.pooling == "mean" || s.pooling == "last", "field 'pooling' = '", s.pooling,
             "': \"\", \"mean\" or \"last\"");
     return s;
@@ -167,23 +181,26 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), c.request_timeout_s});
     const ServerSettings& s = c.settings;
     if (s.embeddings()) {
-        oracles_.push_back(std::make_unique<EmbeddingOracle>(model_, s.pooling));
+        oracles_.push_back(std::make_unique<EmbeddingOracle>(model_, s.pooling, s.kv_type, kv_tolerance(s.kv_type)));
         return;
     }
     const auto loras = server_loras(model_.config(), c.seed, s.loras);
     const PromptCacheSettings ram = s.prompt_cache(n_ctx);
     const int shift = s.shift_ctx(n_ctx);
-    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse, loras, ram, shift));
+    oracles_.push_back(std::make_unique<LogprobOracle>(model_, s.slots, s.cache_reuse, loras, ram, shift, s.kv_type,
+                                                       kv_tolerance(s.kv_type)));
     oracles_.push_back(std::make_unique<SlotCacheModel>(s.slots, s.cache_reuse, s.loras, ram, shift));
     if (c.lockstep) {
         // The same slot context (the model's), and the same context shifts on a fresh prompt.
-        std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0", "--cache-ram", "0"};
+        std::vector<std::string> truth = {"-c", std::to_string(n_ctx), "-np", "1", "--cache-reuse", "0", "--cache-ram", "0",
+                                          "-ctk", kv_type_name(s.kv_type), "-ctv", kv_type_name(s.kv_type)};
         if (s.context_shift) truth.push_back("--context-shift");
         truth.insert(truth.end(), lora_flags.begin(), lora_flags.end());
         for (const std::string& f : fixed_flags(c.work_dir + "/truth")) truth.push_back(f);
         std::filesystem::create_directories(c.work_dir + "/truth/slots");
         oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
-                                                         s.slots, s.cache_reuse, s.loras, ram, shift, c.request_timeout_s));
+                                                         s.slots, s.cache_reuse, s.loras, ram, shift, c.request_timeout_s,
+                                                         kv_tolerance(s.kv_type)));
     }
 }
 

@@ -32,8 +32,8 @@ class ServerOracle;
 
 // The server's command line a seed draws: slots, unified KV or one stream
 // per slot, chunk reuse, the host-RAM prompt cache, and whether it serves
-// completions or pooled embeddings. Fixed for every seed: F32 KV and flash
-// attention off (the reference's numbers), a slot save path, one thread.
+// completions or pooled embeddings, the KV type. Fixed for every seed:
+// flash attention off (the reference's numbers), a slot save path, one thread.
 struct ServerSettings {
     int slots = 1;
     bool unified = false;
@@ -42,6 +42,7 @@ struct ServerSettings {
     int loras = 0;           // LoRA adapters (--lora each; the server's own scales start at kServerLoraScale)
     std::string pooling;     // "" completions; "mean" or "last": --embedding --pooling P
     int cache_ram = 0;       // --cache-ram: 0 off, -1 no size limit, 8192 the server's default (MiB)
+    KvType kv_type = KvType::f32;  // -ctk/-ctv (16-bit rows: the reference rounds as ggml does)
     bool context_shift = false;  // --context-shift: a full slot drops half its tokens past n_keep and goes on
     int draft = 0;           // -md: 0 none; 1 a draft with the model's weights (its drafts accepted); 2 other weights (mostly rejected)
     bool idle_slots = false; // --cache-idle-slots (with a RAM cache; the server's default)

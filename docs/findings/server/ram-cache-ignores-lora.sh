@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama-server (-np 1 --kv-unified --cache-reuse 0 --cache-ram -1 --no-cache-idle-slots, 2 LoRA adapters), logprobs at op 2: generated token 0: token 81 logprob -1.48488, reference -1.19672 (|difference| 0.288156 > 0.0001)
+# llama-server (-ctk f32 -ctv f32 -np 1 --kv-unified --cache-reuse 0 --cache-ram -1 --no-cache-idle-slots, 2 LoRA adapters), logprobs at op 2: generated token 0: token 81 logprob -1.48488, reference -1.19672 (|difference| 0.288156 > 0.0001)
 # Written by `kvweld repro --server <llama-server> ram_cache_ignores_lora.jsonl` from a server trace (seed 168, 3 requests). It starts llama-server on 127.0.0.1 at an ephemeral port, sends
 # the requests with curl, and compares the last one's answer with kvweld's reference,
 # written below for the model of:
@@ -14,7 +14,7 @@ server=$1 model=$2
 dir=$(mktemp -d) pid= url=
 trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
 FAILED=2
-GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 128 -t 1 --no-warmup -fa off -ctk f32 -ctv f32 --slots -np 1 --kv-unified --cache-reuse 0 --cache-ram -1 --no-cache-idle-slots --lora "$3" --lora "$4" --slot-save-path "$dir/" > "$dir/log" 2>&1 & pid=$!
+GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 128 -t 1 --no-warmup -fa off --slots -ctk f32 -ctv f32 -np 1 --kv-unified --cache-reuse 0 --cache-ram -1 --no-cache-idle-slots --lora "$3" --lora "$4" --slot-save-path "$dir/" > "$dir/log" 2>&1 & pid=$!
 for _ in $(seq 600); do
   url=$(sed -n 's|.*listening on \(http://127.0.0.1:[0-9]*\).*|\1|p' "$dir/log" | head -1)
   [[ -n $url ]] && curl -sf "$url/health" > /dev/null && break
@@ -22,7 +22,7 @@ for _ in $(seq 600); do
   url= && sleep 0.1
 done
 [[ -n $url ]] || { echo "llama-server did not answer /health in 60 s"; exit 2; }
-post() { curl -sf --max-time 60 "$url$1" -d "$2" || { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; exit $FAILED; }; }
+post() { curl -sf --max-time 60 "$url$1" -d "$2" || { { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; ((FAILED != 1)) || echo "FINDING SHOWN: exit 1"; } >&2; exit $FAILED; }; }
 idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(any(s["is_processing"] for s in json.load(sys.stdin)))'; do sleep 0.05; done; }
 # op 0: complete
 post /completion '{"cache_prompt":true,"id_slot":0,"lora":[{"id":0,"scale":0.5},{"id":1,"scale":1.0}],"n_predict":1,"n_probs":4,"prompt":[21,40,85,44,48,49,87,49,19,32,12,15,42,31,37,81,9,18,0,59,18,26],"return_tokens":true,"stream":false,"temperature":0.0}' > /dev/null
