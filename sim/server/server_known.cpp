@@ -125,7 +125,7 @@ RamCacheAtFailure ram_cache_at_failure(const ServerRunResult& r) {
         void clear() { *this = {}; }
     };
     std::vector<float> server(std::size_t(s.loras), kServerLoraScale);
-    std::vector<State> slots(std::size_t(s.slots)), files(std::size_t(ServerDraw::kFiles));
+    std::vector<State> slots(static_cast<std::size_t>(s.slots)), files(static_cast<std::size_t>(ServerDraw::kFiles));
     std::vector<std::vector<float>> adapters(std::size_t(s.slots), server);  // per slot: slot.lora
     const int model_ctx = config_by_name(r.config.preset).max_seq_len;
     PromptCacheModel<State> ram(s.prompt_cache(model_ctx));

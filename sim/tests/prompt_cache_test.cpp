@@ -6,6 +6,7 @@
 #include "sim/server/server_oracles.hpp"
 
 #include "engine/reference.hpp"
+#include "sim/tests/server_test_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,17 +22,8 @@ struct State {
     void clear() { tokens.clear(); }
 };
 
-Completion request(int slot, std::vector<int> prompt, int n_predict = 1) {
-    Completion c;
-    c.slot = slot, c.prompt = std::move(prompt), c.n_predict = n_predict;
-    return c;
-}
-
-ServerAnswer answer(int slot, std::vector<int> tokens, int cache_n = 0) {
-    ServerAnswer a;
-    a.slot = slot, a.tokens = std::move(tokens), a.cache_n = cache_n;
-    return a;
-}
+using test::answer;
+using test::request;
 
 std::vector<int> run_of(int from, int n) {
     std::vector<int> v(static_cast<std::size_t>(n));

@@ -5,6 +5,7 @@
 #include "sim/server/server_oracles.hpp"
 
 #include "engine/reference.hpp"
+#include "sim/tests/server_test_util.hpp"
 #include "util/error.hpp"
 
 #include <gtest/gtest.h>
@@ -17,17 +18,8 @@
 namespace kvweld::sim::server {
 namespace {
 
-Completion request(int slot, std::vector<int> prompt, int n_predict = 1) {
-    Completion c;
-    c.slot = slot, c.prompt = std::move(prompt), c.n_predict = n_predict;
-    return c;
-}
-
-ServerAnswer answer(int slot, std::vector<int> tokens, int cache_n = 0) {
-    ServerAnswer a;
-    a.slot = slot, a.tokens = std::move(tokens), a.cache_n = cache_n;
-    return a;
-}
+using test::answer;
+using test::request;
 
 // The right greedy answer to `prompt` on `slot`: n tokens, each one's top 4
 // and own logprob, from the reference (with `adapters`; `stale`: the first
