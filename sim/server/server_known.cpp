@@ -56,27 +56,6 @@ bool context_not_divided_by_slots(const ServerRunResult& r) {
     return r.config.settings.pooling == "mean" && r.config.settings.ctx_extra > 0 && r.failure && r.failure->op == 0;
 }
 
-// lora-default-keeps-cache: a request that names no LoRA adapters (the
-// server's own scales) on a slot whose cache was computed with other
-// scales (a request's own, or the server's before a POST /lora-adapters).
-bool server_scales_over_other_scales(const ServerRunResult& r) {
-    if (r.config.settings.loras == 0 || !r.failure) return false;
-    std::vector<float> server(std::size_t(r.config.settings.loras), kServerLoraScale);
-    std::map<int, std::vector<float>> slot_scales;  // the scales each slot's cache was computed with
-    const std::vector<ServerOp> ops = up_to_failure(r);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
-        for (const Answered& a : answered(ops[i], i < r.observed.size() ? r.observed[i] : nlohmann::json())) {
-            if (a.answers.empty()) continue;
-            const int slot = a.answers[0].slot;
-            const auto held = slot_scales.find(slot);
-            if (i == r.failure->op && a.request.lora.empty() && held != slot_scales.end() && held->second != server) return true;
-            slot_scales[slot] = scales_of(a.request, server);
-        }
-    }
-    return false;
-}
-
 // slot-restore-ignores-lora: the failing request's slot holds KV restored
 // from a file that was computed with other LoRA scales than the slot's
 // adapters (llama-server's slot.lora: its last request's scales), with no
@@ -105,31 +84,39 @@ bool restore_over_other_scales(const ServerRunResult& r) {
     return false;
 }
 
-// What the host-RAM prompt cache did before the failing request, walked
-// with the oracles' model of it (prompt_cache.hpp) as the server served
-// it: whether its slot was one it pinned and found empty, and whether the
-// slot took a prompt whose KV was computed with other LoRA scales than
-// the slot's adapters (llama-server's slot.lora: its last request's).
-struct RamCacheAtFailure {
-    bool pinned_empty = false;
-    bool loaded_other_scales = false;
+// The slots and the host-RAM prompt cache up to the failing request,
+// walked with the oracles' model of the cache (prompt_cache.hpp) as the
+// server served it, each slot state with the LoRA scales its KV was
+// computed with and each slot's adapters (llama-server's slot.lora: its
+// last request's scales). At the failing request: what its slot holds
+// once the server took it, and whether a request before it or it was
+// pinned to an empty slot with a RAM cache on (from there on the server's
+// cache holds what the reuse model moved: pinned-empty-slot-skips-cache),
+// the cache holding a prompt the model loads there.
+struct WalkAtFailure {
+    bool pinned_empty_so_far = false;
+    bool loaded = false;             // the failing request's slot took a prompt from the RAM cache
+    bool names_no_lora = false;      // the failing request has no "lora": the server's scales
+    std::vector<float> kv_scales;    // its slot's KV's scales, once taken (empty KV: none)
+    std::vector<float> adapters;     // its slot's adapters then
+    std::vector<float> server;       // the server's own scales then
 };
 
-RamCacheAtFailure ram_cache_at_failure(const ServerRunResult& r) {
+WalkAtFailure walk_to_failure(const ServerRunResult& r) {
     const ServerSettings& s = r.config.settings;
-    RamCacheAtFailure out;
-    if (s.cache_ram == 0 || !r.failure) return out;
+    WalkAtFailure out;
+    if (!r.failure) return out;
     struct State {
         std::vector<int> tokens;
         std::vector<float> scales;  // its KV's
         void clear() { *this = {}; }
     };
-    std::vector<float> server(std::size_t(s.loras), kServerLoraScale);
-    std::vector<State> slots(static_cast<std::size_t>(s.slots)), files(static_cast<std::size_t>(ServerDraw::kFiles));
-    std::vector<std::vector<float>> adapters(std::size_t(s.slots), server);  // per slot: slot.lora
     const int model_ctx = config_by_name(r.config.preset).max_seq_len;
-    PromptCacheModel<State> ram(s.prompt_cache(model_ctx));
     const int shift = s.shift_ctx(model_ctx);
+    std::vector<float> server(static_cast<std::size_t>(s.loras), kServerLoraScale);
+    std::vector<State> slots(static_cast<std::size_t>(s.slots)), files(static_cast<std::size_t>(ServerDraw::kFiles));
+    std::vector<std::vector<float>> adapters(static_cast<std::size_t>(s.slots), server);
+    PromptCacheModel<State> ram(s.prompt_cache(model_ctx));
     const std::vector<ServerOp> ops = up_to_failure(r);
     for (std::size_t i = 0; i < ops.size(); ++i) {
         if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
@@ -144,11 +131,18 @@ RamCacheAtFailure ram_cache_at_failure(const ServerRunResult& r) {
             if (a.answers.empty()) continue;
             const int parent = parent_first(a.answers).front()->slot;
             const std::vector<int> before = slots.at(std::size_t(parent)).tokens;
+            // Pinned to an empty slot where the cache holds a prompt the model would load: b11434 leaves it there.
+            if (s.cache_ram != 0 && a.request.slot >= 0 && before.empty()) {
+                PromptCacheModel<State> probe = ram;
+                out.pinned_empty_so_far |= probe.load({}, a.request.prompt).has_value();
+            }
             ram.before_launch(slots, a.request, a.answers, true);
             const State& now = slots[std::size_t(parent)];
             if (i == r.failure->op) {
-                out.pinned_empty = a.request.slot >= 0 && before.empty();
-                out.loaded_other_scales = now.tokens != before && !now.tokens.empty() && now.scales != adapters[std::size_t(parent)];
+                out.loaded = now.tokens != before && !now.tokens.empty();
+                out.names_no_lora = a.request.lora.empty();
+                out.kv_scales = now.tokens.empty() ? std::vector<float>{} : now.scales;
+                out.adapters = adapters[std::size_t(parent)], out.server = server;
                 return out;
             }
             for (const ServerAnswer& x : a.answers) {
@@ -161,17 +155,29 @@ RamCacheAtFailure ram_cache_at_failure(const ServerRunResult& r) {
     return out;
 }
 
+// lora-default-keeps-cache: the failing request names no LoRA adapters
+// (the server's own scales) and its slot holds KV computed with other
+// scales (a request's own, or the server's before a POST /lora-adapters;
+// its own or loaded from the RAM cache).
+bool server_scales_over_other_scales(const ServerRunResult& r) {
+    if (r.config.settings.loras == 0) return false;
+    const WalkAtFailure w = walk_to_failure(r);
+    return w.names_no_lora && !w.kv_scales.empty() && w.kv_scales != w.server;
+}
+
 // ram-cache-ignores-lora: LoRA adapters, a RAM prompt cache, and the
 // failing request's slot took a cached prompt computed with other scales
 // than the slot's adapters.
 bool ram_load_over_other_scales(const ServerRunResult& r) {
-    return r.config.settings.loras > 0 && ram_cache_at_failure(r).loaded_other_scales;
+    if (r.config.settings.loras == 0 || r.config.settings.cache_ram == 0) return false;
+    const WalkAtFailure w = walk_to_failure(r);
+    return w.loaded && w.kv_scales != w.adapters;
 }
 
 // pinned-empty-slot-skips-cache: a RAM prompt cache, and the failing
-// request is pinned to a slot that holds nothing (cleared as an idle slot
-// under unified KV, erased, a copy's, or never used).
-bool pinned_to_an_empty_slot(const ServerRunResult& r) { return ram_cache_at_failure(r).pinned_empty; }
+// request or one before it pinned to a slot that held nothing while the
+// cache held a prompt the reuse model loads there.
+bool pinned_to_an_empty_slot(const ServerRunResult& r) { return walk_to_failure(r).pinned_empty_so_far; }
 
 // speculative-logprobs-unset: a draft model, and the failing token's
 // logprob is reported as exactly 0 (probability 1: what the server gives
@@ -217,7 +223,9 @@ constexpr Precondition kPreconditions[] = {
     {"aborted-rotating-bf16-keys",
      "bf16 KV (-ctk bf16) with chunk reuse or context shift; the server aborted at ggml-cpu/ops.cpp:6485 (RoPE's type switch)",
      aborted_rotating_bf16_keys},
-    {"pinned-to-an-empty-slot", "a RAM prompt cache; the failing request is pinned to a slot that holds nothing",
+    {"pinned-to-an-empty-slot",
+     "a RAM prompt cache; the failing request, or one before it, pinned to a slot that held nothing while the cache held a "
+     "prompt to load there (from there the server's prompt cache holds what the reuse model moved)",
      pinned_to_an_empty_slot},
     {"ram-load-over-other-scales",
      "LoRA adapters, a RAM prompt cache; the failing request's slot took a cached prompt computed with other scales than "
