@@ -14,7 +14,7 @@ nlohmann::json observed_json(const std::vector<ServerAnswer>& answers) {
     nlohmann::json out = nlohmann::json::array();
     for (const ServerAnswer& a : answers) {
         nlohmann::json one = {{"slot", a.slot}, {"cache_n", a.cache_n}, {"tokens", a.tokens}};
-        if (a.cut) one["cut"] = true, one["held"] = a.held;  // cache_n: GET /slots' n_prompt_tokens_cache
+        if (a.cut) one["cut"] = true, one["held"] = a.held;
         out.push_back(one);
     }
     return out;

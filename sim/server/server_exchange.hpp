@@ -36,7 +36,7 @@ struct ServerAnswer {
     int slot = -1;                                          // the slot that served it
     int index = 0;                                          // which of n_cmpl
     bool cut = false;                                       // a stream the client closed early
-    int held = -1;                                          // cut: the tokens its slot holds once idle (GET /slots; cache_n from there too), else -1
+    int held = -1;                                          // cut: the tokens its slot holds once idle (GET /slots), else -1
     int drafted = 0, accepted = 0;                          // speculative (-md): draft tokens proposed, accepted
 };
 

@@ -227,11 +227,9 @@ std::string SlotCacheModel::on_completion(const Completion& c, const std::vector
         require(a->slot >= 0 && a->slot < int(slots_.size()), "answer from slot ", a->slot, ": the server has ", slots_.size());
         Held& held = slots_[std::size_t(a->slot)];
         if (!before) before = held;
-        // A copy (n_cmpl) reports the parent's prompt statistics. A cut
-        // stream never got its final event, which carries them: GET /slots
-        // gave them (held >= 0), else (an older trace) they are not judged.
-        std::string why = a->cut ? judge_cut(c, *a) : "";
-        if (why.empty() && (!a->cut || a->held >= 0)) why = judge(*before, c, *a);
+        // A copy (n_cmpl) reports the parent's prompt statistics; a cut
+        // stream never got its final event, which carries them.
+        const std::string why = a->cut ? judge_cut(c, *a) : judge(*before, c, *a);
         keep_first(wrong, why, answers.size(), *a);
         // A copy's slot drops its cells when it is released ("the parent's context is enough").
         held = a->index > 0 ? Held{} : after(c, *a);

@@ -271,13 +271,13 @@ std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string
                     a.chosen.resize(a.tokens.size()), a.cut = true;
             if (a.cut) a.slot = c.slot;
         }
-        // What the cut slot holds (the RAM cache's choices depend on it), and
-        // its prompt's cache_n, which the final event it never sent carries.
+        // What the cut slot holds: the RAM cache's choices depend on it. (Not
+        // its prompt's cache_n: the slot's statistics are reset when the
+        // cancelled task is released, server-context.cpp:404.)
         const nlohmann::json slots = await_idle(process_->port(), config_.request_timeout_s);
         for (ServerAnswer& a : answers)
             for (const nlohmann::json& s : slots)
-                if (a.cut && s.value("id", -1) == a.slot)
-                    a.held = s.value("n_prompt_tokens", -1), a.cache_n = s.value("n_prompt_tokens_cache", 0);
+                if (a.cut && s.value("id", -1) == a.slot) a.held = s.value("n_prompt_tokens", -1);
     }
     for (const ServerAnswer& a : answers)
         require(a.slot >= 0 && a.slot < config_.settings.slots, what, ": served by slot ", a.slot, ", the server has ",
