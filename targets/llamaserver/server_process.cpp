@@ -10,8 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <mutex>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -32,6 +35,42 @@ int port_in_log(const std::string& log) {
     for (std::string line; std::getline(in, line);)
         if (const auto at = line.find(marker); at != std::string::npos) return std::atoi(line.c_str() + at + marker.size());
     return 0;
+}
+
+// The servers this process started and has not reaped: if kvweld itself
+// is stopped by SIGINT, SIGTERM or SIGHUP, its handler kills each (kill is
+// async-signal-safe; the slots are lock-free atomics) and then lets the
+// signal end kvweld as it would have, so no server outlives a run.
+std::array<std::atomic<pid_t>, 256> g_live{};
+
+extern "C" void kill_live_servers(int sig) {
+    for (std::atomic<pid_t>& p : g_live)
+        if (const pid_t pid = p.load(); pid > 0) ::kill(pid, SIGKILL);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+
+void remember(pid_t pid) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        for (const int s : {SIGINT, SIGTERM, SIGHUP}) {
+            struct sigaction a = {};
+            a.sa_handler = kill_live_servers;
+            sigemptyset(&a.sa_mask);
+            ::sigaction(s, &a, nullptr);
+        }
+    });
+    for (std::atomic<pid_t>& p : g_live) {
+        pid_t empty = 0;
+        if (p.compare_exchange_strong(empty, pid)) return;
+    }
+}
+
+void forget(pid_t pid) {
+    for (std::atomic<pid_t>& p : g_live) {
+        pid_t was = pid;
+        if (p.compare_exchange_strong(was, 0)) return;
+    }
 }
 
 std::string describe(int status) {
@@ -58,6 +97,7 @@ ServerProcess::ServerProcess(ServerSetup setup) : setup_(std::move(setup)) {
     ::close(log);
     if (rc != 0) pid_ = -1;
     require(rc == 0, "llama-server: cannot start ", setup_.binary, ": ", std::strerror(rc));
+    remember(pid_);
     try {
         await_health();
     } catch (const Error& e) {
@@ -90,6 +130,7 @@ bool ServerProcess::running() {
     const pid_t got = ::waitpid(pid_, &status, WNOHANG);
     if (got == 0) return true;
     if (got == pid_) status_ = status;
+    forget(pid_);
     pid_ = -1;
     return false;
 }
@@ -105,6 +146,7 @@ void ServerProcess::stop(double grace_s) {
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
     status_ = status;
+    forget(pid_);
     pid_ = -1;
 }
 
