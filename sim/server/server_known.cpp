@@ -93,13 +93,16 @@ bool restore_over_other_scales(const ServerRunResult& r) {
 // pinned to an empty slot with a RAM cache on (from there on the server's
 // cache holds what the reuse model moved: pinned-empty-slot-skips-cache),
 // the cache holding a prompt the model loads there.
-struct WalkAtFailure {
-    bool pinned_empty_so_far = false;
-    bool loaded = false;             // the failing request's slot took a prompt from the RAM cache
-    bool names_no_lora = false;      // the failing request has no "lora": the server's scales
+struct AtFailingRequest {
+    bool loaded = false;             // its slot took a prompt from the RAM cache
+    bool names_no_lora = false;      // it has no "lora": the server's scales
     std::vector<float> kv_scales;    // its slot's KV's scales, once taken (empty KV: none)
     std::vector<float> adapters;     // its slot's adapters then
     std::vector<float> server;       // the server's own scales then
+};
+struct WalkAtFailure {
+    bool pinned_empty_so_far = false;
+    std::vector<AtFailingRequest> requests;  // each request of the failing op (a burst's several)
 };
 
 WalkAtFailure walk_to_failure(const ServerRunResult& r) {
@@ -138,13 +141,10 @@ WalkAtFailure walk_to_failure(const ServerRunResult& r) {
             }
             ram.before_launch(slots, a.request, a.answers, true);
             const State& now = slots[std::size_t(parent)];
-            if (i == r.failure->op) {
-                out.loaded = now.tokens != before && !now.tokens.empty();
-                out.names_no_lora = a.request.lora.empty();
-                out.kv_scales = now.tokens.empty() ? std::vector<float>{} : now.scales;
-                out.adapters = adapters[std::size_t(parent)], out.server = server;
-                return out;
-            }
+            if (i == r.failure->op)
+                out.requests.push_back({now.tokens != before && !now.tokens.empty(), a.request.lora.empty(),
+                                        now.tokens.empty() ? std::vector<float>{} : now.scales, adapters[std::size_t(parent)],
+                                        server});
             for (const ServerAnswer& x : a.answers) {
                 adapters.at(std::size_t(x.slot)) = scales_of(a.request, server);
                 slots[std::size_t(x.slot)] =
@@ -162,7 +162,9 @@ WalkAtFailure walk_to_failure(const ServerRunResult& r) {
 bool server_scales_over_other_scales(const ServerRunResult& r) {
     if (r.config.settings.loras == 0) return false;
     const WalkAtFailure w = walk_to_failure(r);
-    return w.names_no_lora && !w.kv_scales.empty() && w.kv_scales != w.server;
+    return std::any_of(w.requests.begin(), w.requests.end(), [](const AtFailingRequest& q) {
+        return q.names_no_lora && !q.kv_scales.empty() && q.kv_scales != q.server;
+    });
 }
 
 // ram-cache-ignores-lora: LoRA adapters, a RAM prompt cache, and the
@@ -171,7 +173,8 @@ bool server_scales_over_other_scales(const ServerRunResult& r) {
 bool ram_load_over_other_scales(const ServerRunResult& r) {
     if (r.config.settings.loras == 0 || r.config.settings.cache_ram == 0) return false;
     const WalkAtFailure w = walk_to_failure(r);
-    return w.loaded && w.kv_scales != w.adapters;
+    return std::any_of(w.requests.begin(), w.requests.end(),
+                       [](const AtFailingRequest& q) { return q.loaded && q.kv_scales != q.adapters; });
 }
 
 // pinned-empty-slot-skips-cache: a RAM prompt cache, and the failing
