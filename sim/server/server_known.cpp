@@ -60,23 +60,31 @@ bool context_not_divided_by_slots(const ServerRunResult& r) {
 // from a file that was computed with other LoRA scales than the slot's
 // adapters (llama-server's slot.lora: its last request's scales), with no
 // request on it since. A file's KV keeps the scales it was computed with
-// through saves and restores.
+// through saves and restores. With a RAM prompt cache, such a restore
+// before the failing request is enough: the slot's prompt goes into the
+// cache labelled with the slot's adapters, not its KV's (with the
+// ram-cache-ignores-lora fix), and comes out in any slot.
 bool restore_over_other_scales(const ServerRunResult& r) {
     if (r.config.settings.loras == 0 || !r.failure) return false;
     std::vector<float> server(std::size_t(r.config.settings.loras), kServerLoraScale);
     std::map<int, std::vector<float>> adapters, kv, file_kv;  // per slot: slot.lora, its KV's scales; per file: its KV's
     std::map<int, bool> restored;                               // per slot: restored, no request since
+    bool into_ram = false;                                      // a mismatched restore, with a RAM cache
     const std::vector<ServerOp> ops = up_to_failure(r);
     for (std::size_t i = 0; i < ops.size(); ++i) {
         if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
         if (const auto* s = std::get_if<Slot>(&ops[i].args)) {
             if (s->action == SlotAction::save) file_kv[s->file] = kv[s->slot];
-            if (s->action == SlotAction::restore) kv[s->slot] = file_kv[s->file], restored[s->slot] = true;
+            if (s->action == SlotAction::restore) {
+                kv[s->slot] = file_kv[s->file], restored[s->slot] = true;
+                into_ram |= r.config.settings.cache_ram != 0 && !kv[s->slot].empty() && kv[s->slot] != adapters[s->slot];
+            }
             if (s->action == SlotAction::erase) restored[s->slot] = false;
         }
         for (const Answered& a : answered(ops[i], i < r.observed.size() ? r.observed[i] : nlohmann::json()))
             for (const ServerAnswer& x : a.answers) {
-                if (i == r.failure->op && x.index == 0 && restored[x.slot] && kv[x.slot] != adapters[x.slot]) return true;
+                if (i == r.failure->op && x.index == 0 && (into_ram || (restored[x.slot] && kv[x.slot] != adapters[x.slot])))
+                    return true;
                 restored[x.slot] = false;
                 adapters[x.slot] = kv[x.slot] = scales_of(a.request, server);
             }
