@@ -106,17 +106,13 @@ public:
 
     // What the server does before `c` runs on `slots` (the answers name the
     // parent's slot and its copies'): get_available_slot's save and load,
-    // then each idle slot saved and, unified, cleared.
-    //
-    // A request pinned to an empty slot loads from the cache in the model
-    // (the reuse oracle holds the server to it), not on b11434 (finding
-    // pinned-empty-slot-skips-cache). An oracle that judges the answer over
-    // what the slot holds (`as_served`) follows whichever the server did:
-    // the parent's cache_n is 0 exactly where it did not load (a load
-    // brings a prefix of the prompt), and either way the tokens it holds
-    // are the same.
-    void before_launch(std::vector<Entry>& slots, const Completion& c, const std::vector<ServerAnswer>& answers,
-                       bool as_served = false) {
+    // then each idle slot saved and, unified, cleared. A request pinned to
+    // an empty slot loads from the cache, as the server's comment says it
+    // does; b11434 does not (finding pinned-empty-slot-skips-cache), and
+    // from there its cache holds what the model moved. (Whether it loaded
+    // cannot be told from its answer: a load that the request's LoRA
+    // scales then clear reuses nothing either.)
+    void before_launch(std::vector<Entry>& slots, const Completion& c, const std::vector<ServerAnswer>& answers) {
         if (!settings_.on()) return;
         std::vector<bool> busy(slots.size(), false);
         int parent = -1;
@@ -128,9 +124,7 @@ public:
         if (parent < 0) return;
         std::vector<const std::vector<int>*> held;
         for (const Entry& e : slots) held.push_back(&e.tokens);
-        const SlotChoice choice = choose_slot(held, c);
-        const bool skipped = as_served && choice.pinned_empty && parent_answer(answers).cache_n == 0;
-        if (choice.update_cache && !skipped) {
+        if (choose_slot(held, c).update_cache) {
             Entry& slot = slots[std::size_t(parent)];
             save(slot);
             if (std::optional<Entry> got = load(slot.tokens, c.prompt)) slot = std::move(*got);
@@ -145,11 +139,6 @@ public:
     }
 
 private:
-    static const ServerAnswer& parent_answer(const std::vector<ServerAnswer>& answers) {
-        for (const ServerAnswer& a : answers)
-            if (a.index == 0) return a;
-        return answers.front();
-    }
     PromptCacheSettings settings_;
     std::list<Entry> states_;
 };

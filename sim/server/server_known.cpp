@@ -93,8 +93,8 @@ bool restore_over_other_scales(const ServerRunResult& r) {
 }
 
 // The slots and the host-RAM prompt cache up to the failing request,
-// walked with the oracles' model of the cache (prompt_cache.hpp) as the
-// server served it, each slot state with the LoRA scales its KV was
+// walked with the oracles' model of the cache (prompt_cache.hpp),
+// each slot state with the LoRA scales its KV was
 // computed with and each slot's adapters (llama-server's slot.lora: its
 // last request's scales). At the failing request: what its slot holds
 // once the server took it, and whether a request before it or it was
@@ -147,7 +147,7 @@ WalkAtFailure walk_to_failure(const ServerRunResult& r) {
                 PromptCacheModel<State> probe = ram;
                 out.pinned_empty_so_far |= probe.load({}, a.request.prompt).has_value();
             }
-            ram.before_launch(slots, a.request, a.answers, true);
+            ram.before_launch(slots, a.request, a.answers);
             const State& now = slots[std::size_t(parent)];
             if (i == r.failure->op)
                 out.requests.push_back({now.tokens != before && !now.tokens.empty(), a.request.lora.empty(),

@@ -72,7 +72,7 @@ LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse,
 
 std::string LogprobOracle::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
     std::string wrong;
-    ram_.before_launch(slots_, c, answers, true);
+    ram_.before_launch(slots_, c, answers);
     // The copies (n_cmpl) start from the parent's slot as it was before the prompt.
     std::optional<Mirror> before;
     for (const ServerAnswer* a : parent_first(answers)) {
@@ -291,7 +291,7 @@ std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& tr
 
 std::string GroundTruth::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
     std::string wrong;
-    ram_.before_launch(slots_, c, answers, true);
+    ram_.before_launch(slots_, c, answers);
     std::optional<Held> before;
     std::optional<ServerAnswer> truth;
     for (const ServerAnswer* a : parent_first(answers)) {
