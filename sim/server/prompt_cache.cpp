@@ -41,7 +41,7 @@ SlotChoice choose_slot(const std::vector<const std::vector<int>*>& held, const C
     }
     const int chosen = c.slot >= 0 ? c.slot : best;
     if (chosen < 0) return {-1, true};  // least recently used: its prompt is saved
-    if (held[std::size_t(chosen)]->empty()) return {-1, true, true};  // pinned to an empty slot
+    if (held[std::size_t(chosen)]->empty()) return {-1, true};  // pinned to an empty slot
     const float keep = (sim_best * n) / float(held[std::size_t(chosen)]->size());
     return {c.slot >= 0 ? -1 : best, keep < 0.5f};
 }

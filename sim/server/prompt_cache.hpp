@@ -53,7 +53,6 @@ int common_prefix(const std::vector<int>& a, const std::vector<int>& b);
 struct SlotChoice {
     int by_similarity = -1;
     bool update_cache = false;
-    bool pinned_empty = false;  // pinned to an empty slot: the model updates, b11434 does not
 };
 SlotChoice choose_slot(const std::vector<const std::vector<int>*>& held, const Completion& c);
 
