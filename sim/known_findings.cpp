@@ -30,6 +30,9 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
     f.explanation = json_field<std::string>(j, "explanation");
     f.patch = j.value("patch", "");
     f.repro_truth = j.value("repro_truth", "");
+    if (j.contains("upstream")) f.upstream = upstream_from_json(j.at("upstream"), f.id);
+    f.program = j.value("program", "");
+    f.sheet = j.value("sheet", "");
     for (const std::string& also : j.value("also", std::vector<std::string>{})) {
         f.also.push_back(verdict_from_string(also));
         require(f.also.back() != Verdict::pass, "finding '", f.id, "': 'also' class pass is not a failure");

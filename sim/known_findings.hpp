@@ -14,7 +14,8 @@
 // to), "explanation" (one line), optionally "repro_truth" (the ground truth
 // kvweld repro writes its program with: targets/repro.hpp) and the report's
 // hand-written parts, "title", "kind", "server", "fix", "newest_source"
-// (what was read or built of the newest source: scripts/finding-reports)}]}. Each trace runs on the engine the file
+// (what was read or built of the newest source: scripts/finding-reports),
+// "upstream" (sim/upstream.hpp), "program" and "sheet"}]}. Each trace runs on the engine the file
 // names, so a release's file may list another release's traces (the
 // releases of llama.cpp that share 0.3.36's findings: their files name
 // llamacpp@V and each source line as read in that release). A failure matches a finding when its
@@ -24,7 +25,9 @@
 #pragma once
 
 #include "sim/run.hpp"
+#include "sim/upstream.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,13 @@ struct KnownFinding {
     std::vector<OpKind> steer_ops;
     std::string steer_params;  // k=v,... set over the drawn ones
     bool steerable() const { return !steer_ops.empty() || !steer_params.empty(); }
+    // Optional ("upstream", sim/upstream.hpp): what upstream already knows.
+    // A release's file that lists the pinned release's findings leaves it to
+    // the pinned file, where each fact is kept once.
+    std::optional<Upstream> upstream;
+    // Optional, from the repository root: the finding's standalone program
+    // and its data sheet (scripts/finding-reports writes both).
+    std::string program, sheet;
 };
 
 struct KnownFindings {

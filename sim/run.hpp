@@ -115,6 +115,17 @@ struct SwarmOptions {
     bool steer = true;
 };
 inline constexpr int kMaxSteers = 4;
+// A known finding the swarm met: its seeds, the command that replays the
+// first, and where its minimized trace, program and data sheet are.
+struct FindingMet {
+    std::string id;
+    std::vector<std::uint64_t> seeds;
+    std::string replay;                 // reruns the first seed up to the finding (--steer past the ones before)
+    std::string trace;                  // the finding's minimized trace
+    std::string program, sheet;         // from the repository root; "" where the file names none
+    std::string upstream;               // Upstream::summary(); "" where the file says nothing
+};
+
 struct SwarmResult {
     std::vector<RunResult> seeds;  // in seed order, ops dropped
     RunStats total;
@@ -122,6 +133,7 @@ struct SwarmResult {
     std::size_t known = 0;     // of them, seeds whose failure is a known finding
     std::size_t steered = 0;   // seeds steered past a known finding (SwarmOptions::steer)
     std::string known_path;    // the known findings file ("" none)
+    std::vector<FindingMet> met;  // the known findings met, in the file's order
     std::vector<std::string> unreproduced;  // known findings whose trace no longer fails as recorded
     std::vector<std::string> unexercised;   // with require_terms: the reuse terms never exercised
     std::vector<std::string> uncovered;     // with require_coverage: what never ran, took effect or was met

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 namespace kvweld::sim {
 
@@ -99,6 +100,32 @@ std::vector<std::string> coverage_gaps(const SwarmResult& out, const KnownFindin
     return gaps;
 }
 
+// Where seed `s` met finding `id`: the findings it was steered past before
+// it (its replay steers past them), or nullopt where it did not meet it.
+std::optional<std::vector<std::string>> steers_before(const RunResult& s, const std::string& id) {
+    const auto it = std::find(s.steered_past.begin(), s.steered_past.end(), id);
+    if (it != s.steered_past.end()) return std::vector<std::string>(s.steered_past.begin(), it);
+    if (s.known_finding == id) return s.steered_past;
+    return std::nullopt;
+}
+
+std::vector<FindingMet> findings_met(const std::vector<RunResult>& seeds, const KnownFindings& known, int steps) {
+    std::vector<FindingMet> out;
+    for (const KnownFinding& f : known.findings) {
+        FindingMet m{f.id, {}, {}, f.trace, f.program, f.sheet, f.upstream ? f.upstream->summary() : ""};
+        for (const RunResult& s : seeds) {
+            const auto steers = steers_before(s, f.id);
+            if (!steers) continue;
+            if (m.seeds.empty())
+                m.replay = cat(reproduce_command(s.config, steps),
+                               steers->empty() ? "" : cat(" --steer ", join_list(*steers, ",")));
+            m.seeds.push_back(s.config.seed);
+        }
+        if (!m.seeds.empty()) out.push_back(std::move(m));
+    }
+    return out;
+}
+
 }  // namespace
 
 SwarmResult run_swarm(const SwarmOptions& o,
@@ -136,6 +163,7 @@ SwarmResult run_swarm(const SwarmOptions& o,
         out.known += !s.known_finding.empty() && !fresh;
         out.steered += !s.steered_past.empty();
     }
+    out.met = findings_met(out.seeds, known, o.steps);
     out.unreproduced = unreproduced(known);
     out.oracles = out.seeds.front().oracles;  // the same engine and capabilities for every seed
     if (o.require_coverage) out.uncovered = coverage_gaps(out, known);
@@ -160,6 +188,37 @@ std::string known_counts(const SwarmResult& r) {
     std::string out;
     for (const auto& [id, n] : by_id) out += cat(out.empty() ? "" : ", ", id, " ", n);
     return cat(out.empty() ? "none seen" : out, " (", r.known_path, ")");
+}
+
+// `path` from the working directory where it lies beneath it (the demo runs
+// from the repository root), else as it is.
+std::string shown_path(const std::string& path) {
+    const std::filesystem::path rel = std::filesystem::path(path).lexically_relative(std::filesystem::current_path());
+    return rel.empty() || *rel.begin() == ".." ? path : rel.string();
+}
+
+std::string seeds_text(const std::vector<std::uint64_t>& seeds) {
+    constexpr std::size_t kShown = 8;
+    std::string out;
+    for (std::size_t i = 0; i < seeds.size() && i < kShown; ++i) out += cat(i ? ", " : "", seeds[i]);
+    return seeds.size() > kShown ? cat(out, ", ... (", seeds.size(), " seeds)") : out;
+}
+
+// The closing table of known findings met: what a newcomer reruns, reads
+// and files.
+std::string met_table(const std::vector<FindingMet>& met) {
+    if (met.empty()) return "";
+    std::string out = cat("known findings met: ", met.size(),
+                          " (each: its seeds, a command that replays the first, its minimized trace, its standalone "
+                          "program and data sheet, and what upstream knows)\n");
+    for (const FindingMet& m : met) {
+        out += cat("  ", m.id, ": seeds ", seeds_text(m.seeds), "\n", "    replay    ", m.replay, "\n",
+                   "    trace     kvweld replay ", shown_path(m.trace), "\n");
+        if (!m.program.empty()) out += cat("    program   ", m.program, " (llama.h alone; exits 1 while the bug shows)\n");
+        if (!m.sheet.empty()) out += cat("    sheet     ", m.sheet, "\n");
+        if (!m.upstream.empty()) out += cat("    upstream  ", m.upstream, "\n");
+    }
+    return out;
 }
 
 }  // namespace
@@ -195,6 +254,7 @@ std::string swarm_table(const SwarmResult& r, const SwarmOptions& o) {
                    r.total.terms.count(term) && r.total.terms.at(term).tied ? "no pair of plans where it changed"
                                                                              : "no pair of plans where it alone changed",
                    "\n");
+    out += met_table(r.met);
     const std::size_t fresh = r.failures - r.known;
     if (!r.ok())
         return out + cat("swarm verdict: FAIL (", fresh, " seeds with new failures",

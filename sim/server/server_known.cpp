@@ -309,6 +309,8 @@ ServerKnownFindings load_server_known_findings(const std::string& path) {
                 k.title = json_field<std::string>(f, "title"), k.source = json_field<std::string>(f, "source");
                 k.explanation = json_field<std::string>(f, "explanation");
                 k.patch = f.contains("patch") ? json_field<std::string>(f, "patch") : "";  // none: no fix yet
+                require(f.contains("upstream"), "finding ", k.id, ": no 'upstream' (what llama.cpp's tracker already knows)");
+                k.upstream = upstream_from_json(f.at("upstream"), k.id);
             }
             out.findings.push_back(std::move(k));
         }

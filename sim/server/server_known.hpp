@@ -19,11 +19,12 @@
 // root), and either "in": "library" (the id is the library finding's, whose
 // entry holds its source lines, explanation and fix) or "in": "server" (a
 // bug of llama-server's own code, described here: "title", "source",
-// "explanation", and "patch", docs/findings/server/<id>.patch, where it
-// has a fix)}]}.
+// "explanation", "upstream" (sim/upstream.hpp), and "patch",
+// docs/findings/server/<id>.patch, where it has a fix)}]}.
 #pragma once
 
 #include "sim/server/server_run.hpp"
+#include "sim/upstream.hpp"
 
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@ struct ServerKnownFinding {
     // are here. "library": the library finding of the same id has them.
     bool own_facts = false;
     std::string title, source, explanation, patch;  // own_facts: its facts
+    Upstream upstream;                               // own_facts: what upstream knows (sim/upstream.hpp)
 };
 
 struct ServerKnownFindings {

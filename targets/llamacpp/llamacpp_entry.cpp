@@ -64,8 +64,9 @@ const char* llamacpp_reference_blind(const std::string& params) {
     if (p.count("rope_scale") && p.at("rope_scale") != "1")
         return "llama.cpp rope_scale: kvweld's reference does not model RoPE scaling";
     if (p.count("kv_type") && p.at("kv_type") != "f32")
-        return "llama.cpp kv_type other than f32: kvweld's reference keeps its KV in f32 (and llama.cpp is not bitwise "
-               "reproducible across contexts there: the twin may differ)";
+        return "llama.cpp kv_type other than f32: the library swarm's reference is not given the KV type (the "
+               "server's rounds 16-bit rows, engine/reference.hpp; here the twin judges), and llama.cpp is not "
+               "bitwise reproducible across contexts there: the twin may differ";
     if (abi::flag_param(p, "flash_attn", false))
         return "llama.cpp flash_attn=1: kvweld's reference does not model flash attention (and llama.cpp is not "
                "bitwise reproducible across contexts there: the twin may differ)";
