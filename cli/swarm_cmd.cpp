@@ -74,8 +74,11 @@ void add_merge_command(CLI::App& app, std::function<int()>& action) {
 
 void add_swarm_command(CLI::App& app, std::function<int()>& action) {
     auto args = std::make_shared<SwarmArgs>();
-    CLI::App* cmd = app.add_subcommand("swarm", "Many seeds in parallel; ends with a table and the reproduce "
-                                                "command of every failure. Exit 0 all pass, 1 any failure");
+    CLI::App* cmd = app.add_subcommand("swarm", "Many seeds in parallel; ends with a table, the reproduce command of "
+                                                "every failure, and the known findings met (each with its seeds, a "
+                                                "replay command, its trace, program, data sheet and upstream status). "
+                                                "Exit 0 when every failure is a known finding of the engine (NO NEW "
+                                                "FINDINGS) or none failed, 1 on a new failure or a failed gate");
     cmd->add_option("--seeds", args->seeds, "seed range A..B, inclusive")->capture_default_str();
     cmd->add_option("--shard", args->shard,
                     "run only shard i of n of the range (a contiguous block; merge the reports with kvweld merge)")
