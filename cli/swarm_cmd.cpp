@@ -66,7 +66,8 @@ void add_merge_command(CLI::App& app, std::function<int()>& action) {
     CLI::App* cmd = app.add_subcommand(
         "merge", "Merge the JSON reports of every shard of one swarm (swarm --shard i/n --json) into the report "
                  "the unsharded run writes; prints its table and the reproduce command of every failure. "
-                 "Exit 0 all pass, 1 any failure, 2 reports that are not the shards of one campaign");
+                 "Exit 0 when every failure is a known finding of the engine (NO NEW FINDINGS) or none failed, 1 "
+                 "on a new failure or a failed gate, 2 reports that are not the shards of one campaign");
     cmd->add_option("REPORTS", *paths, "the shards' JSON reports")->required();
     cmd->add_option("--json", *json, "write the merged report here");
     cmd->callback([paths, json, &action] { action = [paths, json] { return run_merge_cmd(*paths, *json); }; });
