@@ -32,6 +32,8 @@ constexpr struct {
     {"reuse_more", &RunStats::reuse_more}, {"reuse_fewer", &RunStats::reuse_fewer},
     {"prepared_otherwise", &RunStats::prepared_otherwise},
     {"routing_tie_rows", &RunStats::routing_tie_rows},
+    {"fresh_rows", &RunStats::fresh_rows}, {"fresh_unjudged", &RunStats::fresh_unjudged},
+    {"memory_refused", &RunStats::memory_refused},
 };
 
 nlohmann::json oracles_json(const OracleReport& o) {
@@ -43,6 +45,7 @@ nlohmann::json oracles_json(const OracleReport& o) {
             {"blocks", o.blocks},
             {"white_box", o.white_box},
             {"twin", o.twin},
+            {"fresh", o.fresh},
             {"peer", o.peer},
             {"unavailable",
              {{"accounting", o.accounting_why_not},
@@ -51,7 +54,8 @@ nlohmann::json oracles_json(const OracleReport& o) {
               {"weld", o.weld_why_not},
               {"blocks", o.blocks_why_not},
               {"white_box", o.white_box_why_not},
-              {"twin", o.twin_why_not}}}};
+              {"twin", o.twin_why_not},
+              {"fresh", o.fresh_why_not}}}};
 }
 
 OracleReport oracles_from_json(const nlohmann::json& j) {
@@ -64,6 +68,7 @@ OracleReport oracles_from_json(const nlohmann::json& j) {
     o.white_box = json_field<bool>(j, "white_box");
     o.twin = json_field<bool>(j, "twin");
     o.peer = j.contains("peer") && json_field<bool>(j, "peer");
+    o.fresh = json_field<bool>(j, "fresh");
     const nlohmann::json& why = j.at("unavailable");
     o.accounting_why_not = json_field<std::string>(why, "accounting");
     o.plan_identity_why_not = json_field<std::string>(why, "plan_identity");
@@ -72,6 +77,7 @@ OracleReport oracles_from_json(const nlohmann::json& j) {
     o.blocks_why_not = json_field<std::string>(why, "blocks");
     o.white_box_why_not = json_field<std::string>(why, "white_box");
     o.twin_why_not = json_field<std::string>(why, "twin");
+    o.fresh_why_not = json_field<std::string>(why, "fresh");
     return o;
 }
 
@@ -88,6 +94,7 @@ nlohmann::json json_report(const RunResult& r) {
     stats["max_logit_error"] = r.stats.max_logit_error;
     stats["max_kv_error"] = r.stats.max_kv_error;
     stats["max_peer_error"] = r.stats.max_peer_error;
+    stats["max_fresh_error"] = r.stats.max_fresh_error;
     nlohmann::json j = {{"seed", r.config.seed},          {"config", r.config}, {"steps", r.steps},
                         {"verdict", to_string(r.verdict)}, {"oracles", oracles_json(r.oracles)}, {"stats", stats}};
     if (r.failure) j["failure"] = failure_json(*r.failure);
@@ -112,6 +119,7 @@ RunResult run_result_from_json(const nlohmann::json& j) {
     r.stats.max_logit_error = json_field<double>(stats, "max_logit_error");
     r.stats.max_kv_error = json_field<double>(stats, "max_kv_error");
     r.stats.max_peer_error = json_field<double>(stats, "max_peer_error");
+    r.stats.max_fresh_error = json_field<double>(stats, "max_fresh_error");
     if (j.contains("failure")) r.failure = failure_from_json(j.at("failure"));
     if (j.contains("known_finding")) r.known_finding = json_field<std::string>(j, "known_finding");
     if (j.contains("steered_past")) r.steered_past = json_field<std::vector<std::string>>(j, "steered_past");

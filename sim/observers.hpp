@@ -9,6 +9,9 @@
 //                 counts call by call)
 //   DataShadow    (data_shadow.cpp) the reference's KV per sequence from its
 //                 own token history, and every row against it (the data oracle)
+//   FreshPrefill  (oracle_fresh.cpp) where the reference cannot follow the
+//                 engine: every row against a fresh context's prefill of the
+//                 tokens the sequence holds (any architecture)
 //   Blindness     (blindness.cpp) white box: decodes no data oracle could judge
 //   StorageLedger (oracle_weld.cpp) the storage each slot holds, the weld of
 //                 the held plan to it; white box, the storage pinned and its
@@ -233,6 +236,41 @@ private:
     std::map<int, std::unique_ptr<ReferenceKv>> shadows_;  // per open sequence
     std::deque<std::pair<int, ReferenceKv>> saved_;        // per saved state id, as the simulator keeps them
 };
+
+class FreshPrefill final : public Observer {
+public:
+    // `fresh`: the same engine, plan reuse off, no fault switch.
+    FreshPrefill(const World& world, Judge& judge, RunStats& stats, std::unique_ptr<targets::Engine> fresh);
+    // The calls that change no sequence's tokens and no setting a fresh
+    // context needs (white box storage moves, refused loads; a sequence
+    // with a sampler chain is judged by the twin, its rows not read).
+    using IgnoredCalls = Ignored<calls::SwapLayer, calls::PoolOp, calls::LoadRefused, calls::SetSampler>;
+
+    void on_call(const targets::MemoryCall& call) override;
+    void on_decode(Decoded& d) override;
+
+private:
+    // What a sequence holds by the simulator's log, and why it cannot be
+    // judged ("": it can).
+    struct Held {
+        std::vector<int> tokens;
+        std::string unjudged;
+    };
+    void judge_span(const Decoded& d, int seq, const std::vector<std::size_t>& at,
+                    const std::map<std::size_t, std::size_t>& row_of, bool causal, bool embeddings, std::size_t v);
+    std::vector<float> prefill(const std::vector<int>& before, const std::vector<int>& span,
+                               const std::vector<std::uint8_t>& outputs, bool causal);
+
+    const World& world_;
+    Judge& judge_;
+    RunStats& stats_;
+    std::unique_ptr<targets::Engine> fresh_;
+    std::map<int, Held> held_;                   // per open sequence
+    std::deque<std::pair<int, Held>> saved_;     // per saved state id, as the simulator keeps them
+    std::map<std::string, std::string> live_;    // the live settings given
+};
+// On where the data oracle is off (nullptr, and the report says why, elsewhere).
+std::unique_ptr<FreshPrefill> open_fresh(const World& world, Judge& judge, RunStats& stats, OracleReport& oracles);
 
 class StorageLedger final : public Observer {
 public:

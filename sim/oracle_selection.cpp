@@ -95,6 +95,10 @@ void Simulator::open_observers(bool checked) {
     accounting_ = accounting.get();
     lockstep_ = second.get();
     auto shadow = std::make_unique<DataShadow>(world_, judge_, stats_, oracles_.data);
+    std::unique_ptr<FreshPrefill> fresh;
+    if (config_.engine.peer) oracles_.fresh_why_not = "kvweld diff: the peer engine is the oracle";
+    else if (!checked) oracles_.fresh_why_not = "an unchecked run (--no-oracles)";
+    else fresh = open_fresh(world_, judge_, stats_, oracles_);
     auto ledger = std::make_unique<StorageLedger>(world_, judge_, accounting_->rule(), white_box_, seen_serials_,
                                                   oracles_.weld);
     std::unique_ptr<Observer> blindness, kv, blocks;
@@ -109,7 +113,8 @@ void Simulator::open_observers(bool checked) {
     // names its clause), the second engine and the reference next (their
     // rows are what later ones read), storage and blocks after.
     std::unique_ptr<Observer> in_order[] = {std::move(accounting), std::move(second), std::move(shadow),
-                                            std::move(blindness),  std::move(ledger), std::move(kv), std::move(blocks)};
+                                            std::move(fresh),      std::move(blindness), std::move(ledger),
+                                            std::move(kv),         std::move(blocks)};
     for (auto& o : in_order)
         if (o) observers_.push_back(std::move(o));
 }

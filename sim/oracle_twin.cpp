@@ -27,7 +27,7 @@ using namespace targets;
 // and where the engine's reuse rule does not apply to its release.
 std::unique_ptr<Lockstep> open_twin(const World& world, Judge& judge, RunStats& stats, OracleReport& oracles) {
     const EngineChoice& e = world.config.engine;
-    const bool unruled = !rule_gap(world.engine.name(), engine_build(e.engine)).empty();
+    const bool unruled = !rule_gap(world.engine.name(), engine_build(e.engine), e.params).empty();
     if (!e.twin && oracles.data && !unruled) {
         oracles.twin_why_not = "not asked for: --twin runs the engine again with plan reuse off, at about three times the cost";
         return nullptr;

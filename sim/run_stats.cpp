@@ -38,8 +38,12 @@ void RunStats::add(const RunStats& o) {
     drafts += o.drafts;
     rejected += o.rejected;
     refused += o.refused;
+    memory_refused += o.memory_refused;
     twin_rows += o.twin_rows;
     twin_within_tolerance += o.twin_within_tolerance;
+    fresh_rows += o.fresh_rows;
+    fresh_unjudged += o.fresh_unjudged;
+    max_fresh_error = std::max(max_fresh_error, o.max_fresh_error);
     plans += o.plans;
     reused += o.reused;
     must_reuse += o.must_reuse;
@@ -76,15 +80,15 @@ std::string OracleReport::describe() const {
                one("weld and ledger", weld, weld_why_not), one("blocks", blocks, blocks_why_not),
                one("white box (pinned storage, poisoned dead rows, blindness counts, capacities, migrate, adapters)", white_box,
                    white_box_why_not),
-               one("twin", twin, twin_why_not),
+               one("twin", twin, twin_why_not), one("fresh prefill", fresh, fresh_why_not),
                peer ? cat("; peer on", peer_reuse_why_not.empty() ? "" : cat(" (rows only: ", peer_reuse_why_not, ")"))
                     : "");
 }
 
 void OracleReport::all_off(const std::string& why) {
-    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks, &white_box, &twin}) *on = false;
+    for (bool* on : {&data, &accounting, &plan_identity, &kv, &weld, &blocks, &white_box, &twin, &fresh}) *on = false;
     for (std::string* w : {&data_why_not, &accounting_why_not, &plan_identity_why_not, &kv_why_not, &weld_why_not,
-                           &blocks_why_not, &white_box_why_not, &twin_why_not})
+                           &blocks_why_not, &white_box_why_not, &twin_why_not, &fresh_why_not})
         *w = why;
 }
 

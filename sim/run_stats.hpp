@@ -35,8 +35,14 @@ struct RunStats {
     // not judge (an engine that stops inside a plan it prepared).
     std::uint64_t aborted_calls = 0, aborted_fed = 0, aborted_kept = 0, unjudged_aborted = 0;
     std::uint64_t refused = 0;      // invalid calls the engine refused, naming the bad value
+    std::uint64_t memory_refused = 0;  // calls the engine's memory may refuse (a recurrent rewind), refused
     std::uint64_t twin_rows = 0;    // rows compared with the twin's
     std::uint64_t twin_within_tolerance = 0;  // of them, not bitwise equal but within the engine's declared tolerance
+    // The fresh-prefill oracle: rows judged, rows it could not (a sequence
+    // holding rows of other adapters or of a non-causal span, or with a
+    // sampler chain), and the largest error it saw.
+    std::uint64_t fresh_rows = 0, fresh_unjudged = 0;
+    double max_fresh_error = 0.0;
     // accounting, over the calls the rule judged
     std::uint64_t plans = 0;       // plans the rule says the calls ran
     std::uint64_t reused = 0;      // reuses the engine counted
@@ -113,6 +119,10 @@ struct OracleReport {
     // kvweld diff: every row and every call's plan counts against a peer
     // engine driven in lockstep (the other oracles are off then).
     bool peer = false;
+    // Where the reference cannot follow the engine: every row against a
+    // fresh context's prefill of the tokens its sequence holds.
+    bool fresh = false;
+    std::string fresh_why_not;
     std::string peer_reuse_why_not;  // why calls' reuse could not be compared ("": it was)
     std::string accounting_why_not, weld_why_not, kv_why_not, blocks_why_not, plan_identity_why_not, data_why_not,
         white_box_why_not, twin_why_not;

@@ -3,6 +3,7 @@
 #include "util/cat.hpp"
 #include "util/error.hpp"
 #include "sim/observers.hpp"
+#include "sim/ops/invalid_call.hpp"
 #include "targets/registry.hpp"
 
 #include <algorithm>
@@ -159,6 +160,34 @@ void Simulator::make(const MemoryCall& call) {
     judge_.standing = nullptr;
 }
 
+bool Simulator::make_refusable(const MemoryCall& call) {
+    const targets::PartialRemoval partial = partial_removal(config_.engine.engine, config_.engine.params, call);
+    const std::string may = partial.may_refuse ? partial.may_refuse : "";
+    const int named = partial.named;
+    if (may.empty()) {
+        make(call);
+        return true;
+    }
+    for (const auto& o : observers_) o->before_call(call);
+    try {
+        engine_->apply(call);
+    } catch (const targets::Crashed&) {
+        throw;  // a process that died refused nothing
+    } catch (const Error& e) {
+        judge_.standing = nullptr;
+        if (!names(e.what(), std::to_string(named)))
+            judge_.fail(Verdict::engine_error, Oracle::engine,
+                        cat("the engine refused a call its memory may refuse (", may, ") without naming ", named, ": ",
+                            e.what()));
+        // The twin is refused it too, and keeps what it held as the engine must.
+        for (const auto& o : observers_) o->expect_refusal([&](Engine& other) { other.apply(call); }, cat("a call the engine refused (", e.what(), ")"));
+        ++stats_.memory_refused;
+        return false;
+    }
+    judge_.standing = nullptr;
+    return true;
+}
+
 void Simulator::publish(const MemoryCall& call) {
     for (const auto& o : observers_)
         if (o->dropped_call != int(call.index())) o->on_call(call);
@@ -265,7 +294,17 @@ void Simulator::rewrite_requeued(const ops::Rewrite& rewrite, Request& r, std::s
 void Simulator::truncate_rejected(int seq, int n) {
     const int kept = spec_reject_fault_ ? n + 1 : n;  // the scheduler's fault keeps one rejected row
     const calls::Truncate call{seq, kept, true};
+    if (make_refusable(call)) return publish(call);
+    reprefill(seq);
+}
+
+// A rewind the memory refused: as a server does then, the sequence is
+// emptied and what it accepted is fed again (llama-server's "forcing full
+// prompt re-processing").
+void Simulator::reprefill(int seq) {
+    const calls::Clear call{seq};
     make(call);
+    requeue_from(*requests_[std::size_t(seq)], 0);
     publish(call);
 }
 
@@ -281,8 +320,8 @@ void Simulator::adopt_kept(int seq, bool prefill, int length, const std::vector<
     r.queue.erase(r.queue.begin(), r.queue.begin() + long(adopt));
     if (kept == adopt) return;
     const calls::Truncate call{seq, int(held + adopt)};
-    make(call);
-    publish(call);
+    if (make_refusable(call)) return publish(call);
+    reprefill(seq);
 }
 
 }  // namespace kvweld::sim

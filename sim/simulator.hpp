@@ -149,7 +149,7 @@ private:
         ++stats_.variants[cat(T::name, ".", T::variants[v.index])];
     }
     int fork_destination(const ops::Fork& op, int src) const;
-    void shift_once(int seq, int p0, int p1);
+    bool shift_once(int seq, int p0, int p1);  // false: the memory refused it (make_refusable)
 
     // A memory call: made of the engine (every observer told before it, a
     // refusal carrying the rule's standing clause), then, once the
@@ -181,6 +181,11 @@ private:
     // The engine's truncate after a step's rejected drafts (the scheduler's
     // spec_reject_off_by_one fault keeps one rejected row).
     void truncate_rejected(int seq, int n);
+    // Makes a call the engine's memory may refuse (targets/registry.hpp
+    // may_refuse: a recurrent state asked to drop a suffix): false where it
+    // did, naming the position; the twin must refuse it too, and nothing changes.
+    bool make_refusable(const targets::MemoryCall& call);
+    void reprefill(int seq);  // after a refused rewind: emptied, and its history fed again
 
     SimConfig config_;
     Model model_;

@@ -119,9 +119,13 @@ std::string stats_rows(const RunStats& s, const OracleReport& oracles) {
         out += table_row("calls aborted (tokens kept of those fed; not judged)",
                          cat(s.aborted_calls, " (", s.aborted_kept, " of ", s.aborted_fed, "; ", s.unjudged_aborted, ")"));
     out += table_row("invalid calls refused", cat(s.refused));
+    if (s.memory_refused) out += table_row("rewinds and shifts the memory refused (may)", cat(s.memory_refused));
     if (oracles.twin)
         out += table_row("rows equal to the twin's", cat(s.twin_rows, s.twin_within_tolerance ? cat(" (", s.twin_within_tolerance,
                                                                       " within the engine's declared tolerance)") : ""));
+    if (oracles.fresh)
+        out += table_row("rows by a fresh prefill (max logit error; unjudged)",
+                         cat(s.fresh_rows, " (", s.max_fresh_error, "; ", s.fresh_unjudged, ")"));
     if (oracles.peer) {
         out += peer_rows(s, oracles);
     } else if (!accounting && s.reused + s.builds + s.rebinds > 0) {

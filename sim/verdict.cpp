@@ -28,6 +28,7 @@ constexpr NameTable<Oracle, kOracles> kOracleNames{{
     {Oracle::blocks, "blocks"},
     {Oracle::twin, "twin"},
     {Oracle::peer, "peer"},
+    {Oracle::fresh, "fresh"},
 }};
 }  // namespace
 

@@ -28,8 +28,8 @@ inline constexpr int kVerdicts = 7;
 // the per-decode oracles.
 // twin: a row differs from the one the engine's twin (reuse off) returned;
 // peer: kvweld diff's comparison with another engine run in lockstep.
-enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks, twin, peer };
-inline constexpr int kOracles = 9;
+enum class Oracle : std::uint8_t { data, kv, weld, accounting, ledger, engine, blocks, twin, peer, fresh };
+inline constexpr int kOracles = 10;
 
 std::string_view to_string(Verdict v);
 std::string_view to_string(Oracle o);

@@ -102,7 +102,7 @@ std::vector<ReleaseRow> run_versions(const VersionsOptions& o, const std::functi
         row.release = o.releases[i];
         row.engine = release_engine(o, row.release);
         row.build = build_of(row.engine);
-        row.rule_gap = targets::rule_gap(row.engine, row.build);
+        row.rule_gap = targets::rule_gap(row.engine, row.build, "");
         const std::string where = cat(row.release, " (", i + 1, "/", o.releases.size(), ")");
         say(cat(where, ": swarm over seeds ", o.first, "..", o.last, ", twin on"));
         SwarmOptions swarm;

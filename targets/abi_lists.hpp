@@ -213,6 +213,15 @@ inline std::vector<std::string> lora_paths(const char* const* paths, const float
 }
 
 // An integer setting in lo..hi; anything else throws naming the key and the value.
+// `params` ("k=v,...") with `key` set to `value`: any earlier value of it
+// taken out, the new one last.
+inline std::string with_param(const std::string& params, const std::string& key, const std::string& value) {
+    std::string out;
+    for (const std::string& item : split_list(params.c_str()))
+        if (item.rfind(key + "=", 0) != 0) out += (out.empty() ? "" : ",") + item;
+    return out + (out.empty() ? "" : ",") + key + "=" + value;
+}
+
 inline int int_param(const std::map<std::string, std::string>& params, const std::string& key, int fallback, int lo,
                      int hi) {
     const auto it = params.find(key);

@@ -36,6 +36,16 @@ struct StudyTraffic {
     int mean_request = 1;
 };
 
+// A memory's answer to a call that removes part of a sequence (a rewind,
+// a shift) where it cannot always do so (llama.cpp's recurrent state).
+struct PartialRemoval {
+    const char* may_refuse = nullptr;  // why it may refuse it, keeping what it held ("": it must take it)
+    int named = 0;                     // the position a refusal names
+    // Why, taking it, it may keep what it was asked to remove: the
+    // sequence's later rows follow no prefill of the tokens it holds.
+    const char* keeps = nullptr;
+};
+
 struct EngineEntry {
     std::string_view name;
     const char* plugin = "";              // its path in this build, "" when not built (or in process)
@@ -58,10 +68,17 @@ struct EngineEntry {
     // Why its reuse rule does not apply to the build a plugin reports
     // (ABI 8 `build`; nullptr: it applies): the rule states one release's
     // facts, and another release runs without it, the twin on.
-    const char* (*rule_gap)(const std::string& build) = nullptr;
+    // Under `params` too: a rule that models one memory is not applied to another.
+    const char* (*rule_gap)(const std::string& build, const std::string& params) = nullptr;
     BlockModel (*block_model)(const EngineSetup&) = nullptr;  // the block model that follows its pool
     // The settings setup.params leaves open, drawn and appended.
     std::string (*draw_settings)(const EngineSetup& setup, Rng& rng) = nullptr;
+    // The capabilities (KVWELD_CAP_* bits) the engine declares but cannot
+    // use under these settings, and why (nullptr: none): no op needs them.
+    std::uint32_t (*withheld)(const std::string& params, const char** why) = nullptr;
+    // How the engine's memory under these settings takes a call that
+    // removes part of a sequence (nullptr: whole, as a KV cache does).
+    PartialRemoval (*partial_removal)(const std::string& params, const MemoryCall& call) = nullptr;
     // Why the reference cannot follow the engine under these settings
     // (nullptr: it can): then the twin is the data oracle.
     const char* (*reference_blind)(const std::string& params) = nullptr;

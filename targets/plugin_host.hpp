@@ -87,6 +87,9 @@ public:
     std::string name() const override { return api_.name; }
     // The declared capabilities; an older table has none of a later version's.
     std::uint32_t capabilities() const override { return api_.capabilities; }
+    // Capabilities it declares but the settings it runs under cannot use
+    // (EngineEntry::withheld): no op asks for them.
+    void withhold(std::uint32_t bits) { api_.capabilities &= ~bits; }
     std::string model_format() const override { return api_.model_format; }
     std::vector<std::string> fault_names() const;  // the switches options.faults may name
     int vocab() const override { return vocab_; }

@@ -64,11 +64,29 @@ std::string engine_build(const std::string& engine) {
     return engine_library(engine)->build();
 }
 
-std::string rule_gap(std::string_view engine_name, const std::string& build) {
+std::string rule_gap(std::string_view engine_name, const std::string& build, const std::string& params) {
     const EngineEntry* e = engine_entry(engine_name);
     if (!e || !e->rule || !e->rule_gap) return "";
-    const char* gap = e->rule_gap(build);
-    return gap ? gap : "";
+    try {
+        const char* gap = e->rule_gap(build, params);
+        return gap ? gap : "";
+    } catch (const std::runtime_error& error) {  // a bad --params, named
+        throw Error(cat("engine ", engine_name, ": ", error.what()));
+    }
+}
+
+std::uint32_t withheld_capabilities(std::string_view engine, const std::string& params, std::string* why) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->withheld) return 0;
+    const char* because = nullptr;
+    std::uint32_t bits = 0;
+    try {
+        bits = e->withheld(params, &because);
+    } catch (const std::runtime_error& error) {
+        throw Error(cat("engine ", engine, ": ", error.what()));
+    }
+    if (why) *why = because ? because : "";
+    return bits;
 }
 
 bool engine_in_process(std::string_view engine) {
@@ -112,7 +130,7 @@ std::unique_ptr<ReuseRule> reuse_rule_for(std::string_view engine_name, const st
                                           std::string& why_not) {
     const EngineEntry* e = engine_entry(engine_name);
     if (e && e->rule) {
-        why_not = rule_gap(engine_name, build);
+        why_not = rule_gap(engine_name, build, setup.params);
         return why_not.empty() ? e->rule(setup, build) : nullptr;
     }
     why_not = cat("no reuse rule for engine '", engine_name, "' (targets/registry.cpp lists the rules)");
@@ -148,12 +166,9 @@ std::optional<std::string> twin_params(std::string_view engine, const std::strin
         why_not = cat("engine ", engine, " declares no setting that turns its plan reuse off (ABI 6 no_reuse_param)");
         return std::nullopt;
     }
-    const std::string_view setting = no_reuse;
-    const std::string_view key = setting.substr(0, setting.find('=') + 1);
-    std::string out;
-    for (const std::string& item : abi::split_list(params.c_str()))
-        if (!item.starts_with(key)) out += cat(out.empty() ? "" : ",", item);
-    return cat(out, out.empty() ? "" : ",", setting);
+    const std::string setting = no_reuse;
+    const std::size_t eq = setting.find('=');
+    return abi::with_param(params, setting.substr(0, eq), setting.substr(eq + 1));
 }
 
 std::string reference_blind(std::string_view engine, const std::string& params) {
@@ -162,6 +177,16 @@ std::string reference_blind(std::string_view engine, const std::string& params) 
     try {
         const char* why = e->reference_blind(params);
         return why ? why : "";
+    } catch (const std::runtime_error& error) {
+        throw Error(cat("engine ", engine, ": ", error.what()));
+    }
+}
+
+PartialRemoval partial_removal(std::string_view engine, const std::string& params, const MemoryCall& call) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->partial_removal) return {};
+    try {
+        return e->partial_removal(params, call);
     } catch (const std::runtime_error& error) {
         throw Error(cat("engine ", engine, ": ", error.what()));
     }
@@ -230,8 +255,10 @@ std::unique_ptr<Engine> open_engine(const std::string& engine, const std::string
     const EngineEntry* entry = engine_entry(engine);
     const Isolate isolate = setup.isolation.isolate;
     const bool isolated = isolate == Isolate::yes || (isolate == Isolate::engine_default && entry && entry->isolated);
-    return std::make_unique<PluginEngine>(library, options,
-                                          isolated ? std::optional(setup.isolation.call_timeout_ms) : std::nullopt);
+    auto opened = std::make_unique<PluginEngine>(library, options,
+                                                 isolated ? std::optional(setup.isolation.call_timeout_ms) : std::nullopt);
+    opened->withhold(withheld_capabilities(engine, setup.params));
+    return opened;
 }
 
 }  // namespace kvweld::targets

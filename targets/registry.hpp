@@ -22,6 +22,9 @@ namespace kvweld::targets {
 
 // Why kvweld's reference cannot follow `engine` under `params` ("": it can).
 std::string reference_blind(std::string_view engine, const std::string& params);
+// How `engine`'s memory under `params` takes `call` where it removes part
+// of a sequence (EngineEntry::partial_removal; all null: whole).
+PartialRemoval partial_removal(std::string_view engine, const std::string& params, const MemoryCall& call);
 // How `engine` makes a row's embeddings under `params` (EngineEntry::pooling).
 abi::Pooling embeddings_pooling(std::string_view engine, const std::string& params);
 
@@ -40,8 +43,11 @@ std::string build_release(const std::string& build);
 // "0.3.20"; "" for a plain name or a path).
 std::string named_release(std::string_view engine);
 // Why the reuse rule of the engine named `engine_name` does not apply to
-// `build` ("": it does).
-std::string rule_gap(std::string_view engine_name, const std::string& build);
+// `build` under `params` ("": it does).
+std::string rule_gap(std::string_view engine_name, const std::string& build, const std::string& params);
+// The capabilities `engine` declares but cannot use under `params`
+// (EngineEntry::withheld; 0: none), and why.
+std::uint32_t withheld_capabilities(std::string_view engine, const std::string& params, std::string* why = nullptr);
 // Whether `engine` runs in this process (and has the white-box capabilities).
 bool engine_in_process(std::string_view engine);
 // The ABI capabilities `engine` declares (KVWELD_CAP_*), without opening it.

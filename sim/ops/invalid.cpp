@@ -30,9 +30,6 @@ namespace kvweld::sim {
 
 using namespace row;
 
-namespace {
-
-// `value` as a whole number in `text` (not the 1 of "12" or of "-1").
 bool names(const std::string& text, const std::string& value) {
     for (auto at = text.find(value); at != std::string::npos; at = text.find(value, at + 1)) {
         const bool starts = at == 0 || (!std::isdigit(static_cast<unsigned char>(text[at - 1])) && text[at - 1] != '-');
@@ -42,8 +39,6 @@ bool names(const std::string& text, const std::string& value) {
     }
     return false;
 }
-
-}  // namespace
 
 // At most 10: a run of refusals decodes little.
 int ops::Invalid::weight(const WeightSite& s) { return std::min(s.first, 10); }

@@ -15,6 +15,10 @@
 
 namespace kvweld::sim {
 
+// `value` as a whole number in `text` (not the 1 of "12" or of "-1"): what
+// a refusal must name (engine_abi.h).
+bool names(const std::string& text, const std::string& value);
+
 // One call that must be refused: what it is (for messages), the bad value
 // the refusal must name, and how it is made on an engine (and on its twin).
 struct InvalidCall {

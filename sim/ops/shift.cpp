@@ -44,10 +44,10 @@ ops::Shift ops::Shift::read(const json& j) {
             json_field<std::uint32_t>(j, "discard"), optional_flag(j, "twice")};
 }
 
-void Simulator::shift_once(int seq, int p0, int p1) {
+bool Simulator::shift_once(int seq, int p0, int p1) {
     Request& r = *requests_[std::size_t(seq)];
     const calls::Shift call{seq, p0, p1, int(r.history.size())};
-    make(call);
+    if (!make_refusable(call)) return false;  // the sequence holds what it held; a parked token waits on
     r.history.erase(r.history.begin() + p0, r.history.begin() + p1);
     publish(call);
     if (r.parked && r.queue.empty()) {  // the room it waited for
@@ -56,6 +56,7 @@ void Simulator::shift_once(int seq, int p0, int p1) {
         ++r.generated;
     }
     r.parked.reset();
+    return true;
 }
 
 // n_keep = keep mod the length, then half the positions after it dropped
@@ -68,7 +69,7 @@ void Simulator::run(const ops::Shift& op, int seq) {
         const int keep = int(op.keep % std::uint32_t(len)), after = len - keep;
         const std::uint32_t draw = op.discard >> (16 * round);
         const int discard = draw & 1 ? std::max(1, after / 2) : 1 + int((draw >> 1) % std::uint32_t(after));
-        shift_once(seq, keep, keep + discard);
+        if (!shift_once(seq, keep, keep + discard)) return;
         if (keep > 0) drew(op, "keep_prefix");
         if (round == 1) drew(op, "twice");
     }

@@ -37,7 +37,7 @@ void Simulator::run(const ops::Truncate& op, int seq) {
     Request& r = *requests_[std::size_t(seq)];
     const int n = int(op.length % (r.history.size() + 1));
     const calls::Truncate call{seq, n};
-    make(call);
+    if (!make_refusable(call)) return;  // the sequence holds what it held
     const std::size_t dropped = r.history.size() - std::size_t(n);
     requeue_from(r, std::size_t(n));
     rewrite_requeued(op.rewrite, r, dropped);

@@ -6,9 +6,13 @@
 // granite_swa the sliding-window one (llama_kv_cache_iswa), mamba the
 // recurrent one (llama_memory_recurrent), lfm2 the hybrid one
 // (llama_memory_hybrid: short-convolution layers with recurrent state,
-// attention layers with KV; one of llm_arch_supports_rs_rollback's).
+// attention layers with KV; one of llm_arch_supports_rs_rollback's), and
+// lfm2 with a sliding window the hybrid one with it
+// (llama_memory_hybrid_iswa: src/models/lfm2.cpp makes every attention
+// layer a sliding-window one when the key is there).
 // Only releases that have llama_model_init_from_user can make them
-// (b11434 does; the llama-cpp-python releases kvweld builds do not).
+// (b11434 does; the llama-cpp-python releases kvweld builds do not):
+// kHasInitFromUser says which, and arch_model refuses elsewhere.
 #pragma once
 
 #include <ggml-backend.h>
@@ -27,20 +31,44 @@
 
 namespace kvweld::llamacpp {
 
-enum class MemoryKind { kv, sliding_window, recurrent, hybrid };
+enum class MemoryKind { kv, sliding_window, recurrent, hybrid, hybrid_sliding_window };
 
 struct ArchModel {
-    const char* arch;
+    const char* name;  // kvweld's (the plugin's arch=NAME)
+    const char* arch;  // llama.cpp's general.architecture
     MemoryKind memory;
+    bool window;       // with attention.sliding_window
 };
 
 // One architecture per memory kind, in MemoryKind's order.
-inline constexpr std::array<ArchModel, 4> kArchModels{{
-    {"llama", MemoryKind::kv},
-    {"granite_swa", MemoryKind::sliding_window},
-    {"mamba", MemoryKind::recurrent},
-    {"lfm2", MemoryKind::hybrid},
+inline constexpr std::array<ArchModel, 5> kArchModels{{
+    {"llama", "llama", MemoryKind::kv, false},
+    {"granite_swa", "granite_swa", MemoryKind::sliding_window, true},
+    {"mamba", "mamba", MemoryKind::recurrent, false},
+    {"lfm2", "lfm2", MemoryKind::hybrid, false},
+    {"lfm2_swa", "lfm2", MemoryKind::hybrid_sliding_window, true},
 }};
+
+// The architecture kvweld names `name`, or nullptr.
+inline const ArchModel* find_arch(const std::string& name) {
+    for (const ArchModel& a : kArchModels)
+        if (name == a.name) return &a;
+    return nullptr;
+}
+
+// Whether the memory keeps a recurrent state (a sequence's cell holds one
+// position, its last: seq_pos_min is seq_pos_max).
+inline bool has_recurrent_state(MemoryKind m) {
+    return m == MemoryKind::recurrent || m == MemoryKind::hybrid || m == MemoryKind::hybrid_sliding_window;
+}
+
+// Whether llama.h has llama_model_init_from_user (looked up where the
+// template is used, by its argument's type: false where it is missing).
+template <class P>
+inline constexpr bool kInitFromUser = requires(gguf_context* g, P p) {
+    llama_model_init_from_user(g, nullptr, nullptr, p);
+};
+inline constexpr bool kHasInitFromUser = kInitFromUser<llama_model_params>;
 
 struct ArchShape {
     std::uint32_t vocab = 64, embd = 64, ff = 128, layers = 3, heads = 4, heads_kv = 2, window = 8;
@@ -54,7 +82,8 @@ struct ArchShape {
 
 // The metadata llama.cpp reads for `arch` (the caller frees it with
 // gguf_free). Keys are "<arch>.<name>" as llama-arch.cpp spells them.
-inline gguf_context* arch_metadata(const std::string& arch, const ArchShape& s) {
+inline gguf_context* arch_metadata(const ArchModel& model, const ArchShape& s) {
+    const std::string arch = model.arch;
     gguf_context* g = gguf_init_empty();
     const auto key = [&](const char* name) { return arch + "." + name; };
     gguf_set_val_str(g, "general.architecture", arch.c_str());
@@ -81,6 +110,7 @@ inline gguf_context* arch_metadata(const std::string& arch, const ArchShape& s) 
         gguf_set_arr_data(g, key("attention.head_count").c_str(), GGUF_TYPE_UINT32, heads.data(), int(s.layers));
         gguf_set_arr_data(g, key("attention.head_count_kv").c_str(), GGUF_TYPE_UINT32, kv.data(), int(s.layers));
         gguf_set_val_u32(g, key("shortconv.l_cache").c_str(), 3);
+        if (model.window) gguf_set_val_u32(g, key("attention.sliding_window").c_str(), s.window);
         return g;
     }
     gguf_set_val_u32(g, key("attention.head_count").c_str(), s.heads);
@@ -123,14 +153,20 @@ inline void fill_from_seed(ggml_tensor* t, void* user) {
 
 // The model of `arch` filled from `seed`, or nullptr where llama.cpp
 // refuses it.
-inline llama_model* arch_model(const std::string& arch, std::uint32_t seed, const ArchShape& s = {}) {
-    gguf_context* meta = arch_metadata(arch, s);
-    llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
-    FillSeed fill{seed, s.stdev};
-    llama_model* m = llama_model_init_from_user(meta, fill_from_seed, &fill, mp);
-    gguf_free(meta);
-    return m;
+// nullptr too where this release cannot make a model from metadata.
+template <class P = llama_model_params>
+inline llama_model* arch_model(const ArchModel& model, std::uint32_t seed, const ArchShape& s = {}) {
+    if constexpr (!kInitFromUser<P>) {
+        return nullptr;
+    } else {
+        gguf_context* meta = arch_metadata(model, s);
+        P mp = llama_model_default_params();
+        mp.n_gpu_layers = 0;
+        FillSeed fill{seed, s.stdev};
+        llama_model* m = llama_model_init_from_user(meta, fill_from_seed, &fill, mp);
+        gguf_free(meta);
+        return m;
+    }
 }
 
 }  // namespace kvweld::llamacpp

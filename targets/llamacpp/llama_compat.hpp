@@ -121,6 +121,20 @@ void set_flash_attn(P& p, bool on) {
     else p.flash_attn = on;
 }
 
+#if KVWELD_USES(PLUGIN)
+// A recurrent memory's snapshots per sequence for rollback
+// (llama_context_params::n_rs_seq, b11434); false where there is no such field.
+template <class P>
+bool set_rs_seq(P& p, uint32_t n) {
+    if constexpr (requires { p.n_rs_seq; }) {
+        p.n_rs_seq = n;
+        return true;
+    } else {
+        return false;
+    }
+}
+#endif
+
 #if KVWELD_USES(SAMPLER)
 // Backend sampling's outputs per sequence and decode: every output row
 // (0: n_outputs_max; llama.cpp's default is 1, which refuses a call with

@@ -38,6 +38,13 @@
 // call; and pooling=none|mean|last (llama_context_params::pooling_type,
 // default none), under which read_embeddings gives the row's sequence's
 // pooled embedding (llama_get_embeddings_seq) instead of the row's own.
+// Another memory (llama_arch_models.hpp): arch=llama (the file's own
+// model, default), granite_swa (a sliding-window KV cache), mamba
+// (recurrent state), lfm2 (hybrid) or lfm2_swa (hybrid with a sliding
+// window), each made with the file's shape and weights drawn from its
+// digest (b11434 and later: llama_model_init_from_user); swa_window=N
+// (1..64, default 8), swa_full=0|1 (llama_context_params::swa_full) and
+// n_rs_seq=N (0..8: a recurrent memory's snapshots for rollback).
 //
 // Fault switches (given as options.given) make this adapter use llama.cpp wrongly,
 // so the kill matrix shows the oracles catch a harness-side mistake on a
@@ -45,6 +52,7 @@
 #include "targets/abi_guard.hpp"
 #include "engine/sampling.hpp"
 #include "targets/abi_lists.hpp"
+#include "targets/llamacpp/llama_arch_models.hpp"
 #include "targets/llamacpp/llama_compat.hpp"
 #include "targets/llamacpp/llamacpp_memory_steps.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
@@ -66,6 +74,8 @@
 #include <vector>
 
 namespace llama_steps = kvweld::targets::llama_steps;
+using kvweld::llamacpp::ArchModel;
+using kvweld::llamacpp::MemoryKind;
 
 namespace {
 
@@ -160,6 +170,10 @@ struct kvweld_engine {
     int32_t abort_after = -1;
     int32_t abort_asked = 0;
     std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
+    // arch=NAME: the model the file's shape and digest make (llama_arch_models.hpp);
+    // nullptr: the file's own llama model.
+    const ArchModel* arch = nullptr;
+    std::uint32_t window = 8;  // swa_window: the sliding window of an arch that has one
     ~kvweld_engine();
 };
 
@@ -336,6 +350,44 @@ std::uint64_t file_digest(const char* path) {
     return h;
 }
 
+// "llama, granite_swa, ..." for a refusal of arch=.
+std::string arch_names() {
+    std::string out;
+    for (const ArchModel& a : kvweld::llamacpp::kArchModels) out += std::string(out.empty() ? "" : ", ") + a.name;
+    return out;
+}
+
+// The model of `path` (kvweld's llama GGUF), or with arch=NAME the model
+// of that architecture with the file's shape (vocabulary, width, depth,
+// heads), its weights drawn from the file's digest: a reload of other
+// weights gives other weights, and a state names the file either way.
+llama_model* load_model(const char* path, const ArchModel* arch, std::uint32_t window, std::uint64_t digest) {
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    llama_model* file = llama_model_load_from_file(path, mp);
+    require(file != nullptr, "llama.cpp cannot load ", path);
+    if (!arch || arch->memory == MemoryKind::kv) return file;
+    kvweld::llamacpp::ArchShape shape;
+    shape.vocab = std::uint32_t(llama_vocab_n_tokens(llama_model_get_vocab(file)));
+    shape.embd = std::uint32_t(llama_model_n_embd(file));
+    shape.ff = 2 * shape.embd;
+    shape.layers = std::uint32_t(llama_model_n_layer(file));
+    shape.heads = std::uint32_t(llama_model_n_head(file));
+    shape.heads_kv = std::uint32_t(llama_model_n_head_kv(file));
+    shape.window = window;
+    llama_model_free(file);
+    std::string why;  // llama.cpp logs why it refuses the metadata
+    error_log = &why;
+    llama_model* model = kvweld::llamacpp::arch_model(*arch, std::uint32_t(digest ^ (digest >> 32)), shape);
+    error_log = nullptr;
+    trim_log(why);
+    require(kvweld::llamacpp::kHasInitFromUser, "setting arch=", arch->name,
+            ": this llama.cpp has no llama_model_init_from_user (b11434 has it; the llama-cpp-python releases do not)");
+    require(model != nullptr, "setting arch=", arch->name, ": llama.cpp made no model of ", shape.layers, " layers, width ",
+            shape.embd, ", ", shape.heads, " heads", why.empty() ? "" : ": ", why);
+    return model;
+}
+
 int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         static const bool init = [] {
@@ -365,11 +417,12 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
         require(!ggml_is_quantized(type->second) || kvweld::abi::flag_param(params, "flash_attn", false),
                 "setting kv_type=", kv_type, ": a quantized KV cache needs flash_attn=1 (llama.cpp quantizes V only "
                 "under flash attention)");
-        llama_model_params mp = llama_model_default_params();
-        mp.n_gpu_layers = 0;
-        e->model = llama_model_load_from_file(o->model_path, mp);
-        require(e->model != nullptr, "llama.cpp cannot load ", o->model_path);
+        const std::string arch = params.count("arch") ? params.at("arch") : "llama";
+        e->arch = kvweld::llamacpp::find_arch(arch);
+        require(e->arch != nullptr, "setting arch=", arch, ": must be one of ", arch_names());
+        e->window = std::uint32_t(kvweld::abi::int_param(params, "swa_window", 8, 1, 64));
         e->model_digest = file_digest(o->model_path);
+        e->model = load_model(o->model_path, e->arch, e->window, e->model_digest);
         llama_context_params cp = llama_context_default_params();
         // Not unified (llama.cpp's default): each sequence has n_ctx cells of its own.
         cp.n_ctx = std::uint32_t(o->n_ctx) * std::uint32_t(o->n_seq_max);
@@ -402,6 +455,13 @@ int create(const kvweld_engine_options* o, kvweld_engine** out, char* err, size_
                     ": needs kv_unified=1 (one cache all sequences share)");
             cp.n_ctx = std::uint32_t(kvweld::abi::int_param(params, "kv_cells", 0, 1, int(cp.n_ctx)));
         }
+        // A recurrent memory's snapshots for rollback (llama.cpp clamps it to
+        // 0 for an architecture without them), and a sliding-window cache
+        // of full size.
+        const int rs_seq = kvweld::abi::int_param(params, "n_rs_seq", 0, 0, 8);
+        require(rs_seq == 0 || kvweld::llama_compat::set_rs_seq(cp, std::uint32_t(rs_seq)), "setting n_rs_seq=", rs_seq,
+                ": this llama.cpp has no llama_context_params::n_rs_seq");
+        cp.swa_full = kvweld::abi::flag_param(params, "swa_full", false);
         // kvweld's Pooling names, in its order (abi_lists.hpp).
         constexpr enum llama_pooling_type kPoolings[] = {LLAMA_POOLING_TYPE_NONE, LLAMA_POOLING_TYPE_MEAN,
                                                          LLAMA_POOLING_TYPE_LAST};
@@ -668,7 +728,12 @@ int state_load(kvweld_engine* e, int32_t seq, const uint8_t* data, size_t n, cha
         const std::vector<uint8_t> held = len > 0 ? llama_seq_state(e, seq) : std::vector<uint8_t>{};
         const std::size_t read = llama_state_seq_set_data(e->ctx, data + kStateHeader, n - kStateHeader, seq);
         const llama_pos lo = llama_memory_seq_pos_min(memory(e), seq), hi = llama_memory_seq_pos_max(memory(e), seq);
-        const bool whole = read == n - kStateHeader && (positions == 0 ? hi < 0 : lo == 0 && hi + 1 == llama_pos(positions));
+        // Only the plain KV cache holds every position from 0: a recurrent
+        // state's cell holds its last, and a sliding window's cache (its
+        // seq_pos_min) those still in the window.
+        const bool from_zero = !e->arch || e->arch->memory == MemoryKind::kv;
+        const bool first_ok = from_zero ? lo == 0 : lo >= 0 && lo <= hi;
+        const bool whole = read == n - kStateHeader && (positions == 0 ? hi < 0 : first_ok && hi + 1 == llama_pos(positions));
         if (whole) {
             len = int(positions);
             return;
@@ -806,10 +871,8 @@ llama_sampler* new_chain(llama_context* ctx, int32_t seq, const kvweld_sampler& 
 int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(path != nullptr, "reload: no model path");
-        llama_model_params mp = llama_model_default_params();
-        mp.n_gpu_layers = 0;
-        llama_model* model = llama_model_load_from_file(path, mp);
-        require(model != nullptr, "llama.cpp cannot load ", path);
+        const std::uint64_t digest = file_digest(path);
+        llama_model* model = load_model(path, e->arch, e->window, digest);
         // The shape a context was sized for: width, depth, heads, KV heads, context, vocabulary.
         bool same = llama_vocab_n_tokens(llama_model_get_vocab(model)) == e->vocab;
         for (auto dim : {llama_model_n_embd, llama_model_n_layer, llama_model_n_head, llama_model_n_head_kv,
@@ -847,7 +910,7 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
         llama_model_free(e->model);
         e->ctx = ctx;
         e->model = model;
-        e->model_digest = file_digest(path);
+        e->model_digest = digest;
         e->loras = std::move(loras);
         for (int& len : e->len)
             if (len > 0) len = 0;

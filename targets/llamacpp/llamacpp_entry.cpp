@@ -7,6 +7,10 @@
 // (pooling=mean or last, one in eight each); a setting given (--params) wins.
 // kv_type=f16 and flash_attn=1 are never drawn: llama.cpp is not bitwise
 // reproducible across contexts there (see llamacpp_reference_blind).
+// The memory (arch=) is llama's KV cache unless given; arch=any draws one
+// of the five per seed (llama_arch_models.hpp's), and with a memory other
+// than llama's, its window (swa_window), swa_full and the snapshots for
+// rollback (n_rs_seq), each from a side stream.
 #include "util/cat.hpp"
 #include "targets/abi_lists.hpp"
 #include "targets/llamacpp/llamacpp_entry.hpp"
@@ -26,6 +30,27 @@
 namespace kvweld::targets {
 
 namespace {
+
+// arch=any draws one of these (llama_arch_models.hpp's names).
+constexpr const char* kMemoryArchs[] = {"llama", "granite_swa", "mamba", "lfm2", "lfm2_swa"};
+
+// The memory's settings, where arch= is given: arch=any replaced by one of
+// the five, and for any but llama the ones its memory reads, unless given.
+std::string draw_memory(const std::map<std::string, std::string>& given, std::string out, Rng& rng) {
+    if (!given.count("arch")) return out;
+    Rng side(Rng(rng).next() ^ 0x6d656d6f72792121ULL);
+    std::string arch = given.at("arch");
+    if (arch == "any") {
+        arch = kMemoryArchs[side.below(std::size(kMemoryArchs))];
+        out = abi::with_param(out, "arch", arch);
+    }
+    const std::uint64_t rs_seq = side.below(5), full = side.below(4), window = 2 + side.below(15);
+    if (arch == "llama") return out;
+    if (!given.count("n_rs_seq")) out += cat(",n_rs_seq=", rs_seq);
+    if (!given.count("swa_full")) out += cat(",swa_full=", full == 0 ? 1 : 0);
+    if (!given.count("swa_window")) out += cat(",swa_window=", window);
+    return out;
+}
 
 std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
     const auto given = abi::parse_params(setup.params.c_str(), kLlamacppSettings);
@@ -50,7 +75,7 @@ std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
     const bool mean_fits = setup.isolation.isolate != Isolate::no || 4 % setup.seqs == 0;
     if (!given.count("pooling") && pooling < 2)
         out += cat(out.empty() ? "" : ",", "pooling=", pooling == 0 && mean_fits ? "mean" : "last");
-    return out;
+    return draw_memory(given, out, rng);
 }
 
 // Measured for the two that are given only: with kv_type=f16 (150 seeds,
@@ -61,6 +86,9 @@ std::string llamacpp_settings(const EngineSetup& setup, Rng& rng) {
 // last-bit difference. rope_scale is f32 throughout: bitwise.
 const char* llamacpp_reference_blind(const std::string& params) {
     const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    if (p.count("arch") && p.at("arch") != "llama")
+        return "llama.cpp arch other than llama: kvweld's reference forward knows llama only (the fresh prefill "
+               "and the twin judge)";
     if (p.count("rope_scale") && p.at("rope_scale") != "1")
         return "llama.cpp rope_scale: kvweld's reference does not model RoPE scaling";
     if (p.count("kv_type") && p.at("kv_type") != "f32")
@@ -71,6 +99,41 @@ const char* llamacpp_reference_blind(const std::string& params) {
         return "llama.cpp flash_attn=1: kvweld's reference does not model flash attention (and llama.cpp is not "
                "bitwise reproducible across contexts there: the twin may differ)";
     return nullptr;
+}
+
+// kvweld writes LoRA adapters for a llama model (general.architecture
+// llama), which llama.cpp refuses for a model of another ("model arch and
+// LoRA arch mismatch"): none is drawn there.
+std::uint32_t llamacpp_withheld(const std::string& params, const char** why) {
+    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    if (!p.count("arch") || p.at("arch") == "llama") return 0;
+    *why = "kvweld's LoRA adapters are llama's (llama.cpp refuses them for another architecture)";
+    return KVWELD_CAP_LORA;
+}
+
+// A memory with a recurrent state (mamba, lfm2, lfm2_swa) keeps no state
+// but each sequence's last, and with n_rs_seq that many snapshots for one
+// rollback before the next decode (llama_memory_recurrent::seq_rm,
+// src/llama-memory-recurrent.cpp:168-222). A removal that reaches the
+// last position it rolls back within the snapshots, or refuses (llama.h:
+// "Returns false if a partial sequence cannot be removed"), leaving the
+// sequence as it was. A removal that ends before the last position it
+// takes as a no-op, by design (ggml-org/llama.cpp PR #17009, so that a
+// hybrid model can context-shift): the state keeps those tokens.
+PartialRemoval llamacpp_partial_removal(const std::string& params, const MemoryCall& call) {
+    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    const std::string arch = p.count("arch") ? p.at("arch") : "llama";
+    if (arch != "mamba" && arch != "lfm2" && arch != "lfm2_swa") return {};
+    static constexpr const char* kRefuse =
+        "a recurrent state cannot drop positions past its n_rs_seq snapshots (llama_memory_recurrent::seq_rm "
+        "returns false, as llama.h allows for a partial removal)";
+    static constexpr const char* kKeeps =
+        "a recurrent state takes a removal that ends before its last position as a no-op and keeps those tokens "
+        "(llama_memory_recurrent::seq_rm, by design since ggml-org/llama.cpp PR #17009)";
+    // Only these two remove part of a sequence; every other call is taken whole.
+    if (const auto* t = std::get_if<calls::Truncate>(&call); t && t->n > 0) return {kRefuse, t->n, nullptr};
+    if (const auto* s = std::get_if<calls::Shift>(&call)) return {kRefuse, s->p0, s->p1 < s->len ? kKeeps : nullptr};
+    return {};
 }
 
 // pooling=mean|last: each row's embeddings are its sequence's tokens of the call pooled.
@@ -100,6 +163,8 @@ const EngineEntry kLlamacppEntry{
     .rule = llamacpp_reuse_rule,
     .rule_gap = llamacpp_rule_gap,
     .draw_settings = llamacpp_settings,
+    .withheld = llamacpp_withheld,
+    .partial_removal = llamacpp_partial_removal,
     .reference_blind = llamacpp_reference_blind,
     .pooling = llamacpp_pooling,
     .known_findings = LLAMACPP_KNOWN_FINDINGS,

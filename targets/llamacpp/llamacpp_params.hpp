@@ -8,6 +8,7 @@
 namespace kvweld::targets {
 
 inline const std::vector<std::string> kLlamacppSettings = {"kv_unified", "graph_reuse", "kv_type", "flash_attn",
-                                                           "rope_scale", "n_ubatch",   "kv_cells", "pooling"};
+                                                           "rope_scale", "n_ubatch",   "kv_cells", "pooling",
+                                                           "arch",       "n_rs_seq",    "swa_full", "swa_window"};
 
 }  // namespace kvweld::targets

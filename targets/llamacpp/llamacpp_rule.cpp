@@ -729,8 +729,15 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling, facts);
 }
 
-const char* llamacpp_rule_gap(const std::string& build) {
+const char* llamacpp_rule_gap(const std::string& build, const std::string& params) {
     static thread_local std::string why;
+    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    if (p.count("arch") && p.at("arch") != "llama") {
+        why = cat("the llama.cpp rule models the graph-reuse key of llama_kv_cache (arch=llama); arch=", p.at("arch"),
+                  " runs another memory, whose key it does not model yet: its reuse is counted, not judged, and "
+                  "the twin is on");
+        return why.c_str();
+    }
     if (facts_of(build)) return nullptr;
     const std::string release = build_release(build);
     std::string listed;

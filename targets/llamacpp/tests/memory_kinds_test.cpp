@@ -42,8 +42,8 @@ protected:
         llama_backend_init();
     }
     void SetUp() override {
-        model_ = arch_model(GetParam().arch, 7);
-        ASSERT_NE(model_, nullptr) << GetParam().arch;
+        model_ = arch_model(GetParam(), 7);
+        ASSERT_NE(model_, nullptr) << GetParam().name;
         vocab_ = llama_vocab_n_tokens(llama_model_get_vocab(model_));
         engine_ = context(2, kRollback);
         fresh_ = context(1, 0);
@@ -113,7 +113,7 @@ protected:
     void expect_fresh(const std::map<int, std::vector<float>>& rows, const char* when) {
         for (const auto& [seq, row] : rows)
             EXPECT_LE(max_diff(row, fresh_row(log_[seq])), kTolerance)
-                << GetParam().arch << ": seq " << seq << " " << when << " (holds " << log_[seq].size() << " tokens)";
+                << GetParam().name << ": seq " << seq << " " << when << " (holds " << log_[seq].size() << " tokens)";
     }
     llama_token token(int i) const { return llama_token((i * 37 + 11) % vocab_); }
 
@@ -149,7 +149,7 @@ TEST_P(MemoryKinds, ASuffixIsRolledBackOrRefusedWhole) {
     ASSERT_EQ(llama_n_rs_seq(engine_), snapshots ? kRollback : 0u)
         << "n_rs_seq is clamped to 0 where the architecture keeps no snapshots (llama-context.cpp:108)";
     const bool removed = llama_memory_seq_rm(mem(), 0, llama_pos(held - 2), -1);
-    EXPECT_EQ(removed, may) << GetParam().arch;
+    EXPECT_EQ(removed, may) << GetParam().name;
     std::vector<llama_token> right = log_[0], wrong = log_[0];
     (removed ? right : wrong).resize(held - 2);
     log_[0] = right;
@@ -158,7 +158,7 @@ TEST_P(MemoryKinds, ASuffixIsRolledBackOrRefusedWhole) {
     // The planted half: the log that took the other answer is told apart.
     wrong.push_back(token(50));
     EXPECT_GT(max_diff(rows.at(0), fresh_row(wrong)), kTolerance)
-        << GetParam().arch << ": a stale state would pass unseen";
+        << GetParam().name << ": a stale state would pass unseen";
 }
 
 // Whole sequences moved: a copy onto an empty sequence, and a sequence's
@@ -179,7 +179,7 @@ TEST_P(MemoryKinds, ACopyAndAStateLoadDecodeAsTheirSource) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, MemoryKinds, ::testing::ValuesIn(kArchModels),
-                         [](const auto& info) { return std::string(info.param.arch); });
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kvweld::llamacpp
