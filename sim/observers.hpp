@@ -196,6 +196,9 @@ private:
 // setting, and kvweld diff's peer (oracle_peer.cpp); nullptr and the
 // report says why where there is none.
 std::unique_ptr<Lockstep> open_twin(const World& world, Judge& judge, RunStats& stats, OracleReport& oracles);
+// The engine again, on the same model, with its no-reuse setting and the
+// fault switches `faults` (nullptr, and `why_not` says why, where it names none).
+std::unique_ptr<targets::Engine> open_no_reuse(const World& world, const std::string& faults, std::string& why_not);
 std::unique_ptr<Lockstep> open_peer(const World& world, Judge& judge, RunStats& stats, OracleReport& oracles);
 
 class DataShadow final : public Observer {

@@ -6,7 +6,8 @@
 // sequence's earlier tokens in one call and the call's own tokens of it in
 // a second, and every output row of the engine's is judged against its
 // (logit_error <= kDataTolerance, or the engine's declared twin tolerance
-// where wider), embeddings too where they are on. Nothing is reused there,
+// where wider; with embeddings on, its embeddings instead: lfm2 computes
+// no logits then). Nothing is reused there,
 // so any stale state in the engine's memory shows: a rollback, a copy, a
 // state load or a shift that kept what it should have dropped.
 //
@@ -15,8 +16,10 @@
 // call that goes wrong goes wrong in both. Its log is the simulator's:
 // each call's effect on the tokens a sequence holds. A sequence whose
 // earlier rows were made under other adapters (a LoRA set, a control
-// vector, warmup on an MoE model) or by a non-causal span is left unjudged
-// (counted) until it is emptied: no single fresh prefill makes those rows.
+// vector, warmup on an MoE model) or by a non-causal span, or that was
+// shifted, is left unjudged (counted) until it is emptied: no single
+// fresh prefill makes those rows (a K-shift rotates stored keys again,
+// within rounding; a recurrent state keeps what a shift drops, by design).
 #include "sim/observers.hpp"
 
 #include "engine/reference.hpp"
@@ -39,19 +42,21 @@ constexpr int kFreshSeq = 0;  // the fresh engine's one sequence
 }  // namespace
 
 // On where the reference cannot follow the engine (the data oracle is off)
-// and the run is judged by no peer.
+// and the registry does not say the fresh prefill is blind there.
 std::unique_ptr<FreshPrefill> open_fresh(const World& world, Judge& judge, RunStats& stats, OracleReport& oracles) {
-    const EngineChoice& e = world.config.engine;
     if (oracles.data) {
         oracles.fresh_why_not = "the reference forward judges every row (the fresh prefill runs where it cannot)";
         return nullptr;
     }
-    const auto params = twin_params(e.engine, e.params, oracles.fresh_why_not);
-    if (!params) return nullptr;
-    EngineSetup setup = world.config.setup();
-    setup.params = *params;
+    const EngineChoice& e = world.config.engine;
+    if (std::string why = fresh_blind(e.engine, e.params); !why.empty()) {
+        oracles.fresh_why_not = std::move(why);
+        return nullptr;
+    }
+    auto fresh = open_no_reuse(world, "", oracles.fresh_why_not);
+    if (!fresh) return nullptr;
     oracles.fresh = true;
-    return std::make_unique<FreshPrefill>(world, judge, stats, open_engine(e.engine, "", setup, world.model));
+    return std::make_unique<FreshPrefill>(world, judge, stats, std::move(fresh));
 }
 
 FreshPrefill::FreshPrefill(const World& world, Judge& judge, RunStats& stats, std::unique_ptr<Engine> fresh)

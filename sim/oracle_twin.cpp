@@ -23,6 +23,15 @@ namespace kvweld::sim {
 
 using namespace targets;
 
+std::unique_ptr<Engine> open_no_reuse(const World& world, const std::string& faults, std::string& why_not) {
+    const EngineChoice& e = world.config.engine;
+    const auto params = twin_params(e.engine, e.params, why_not);
+    if (!params) return nullptr;
+    EngineSetup setup = world.config.setup();
+    setup.params = *params;
+    return open_engine(e.engine, faults, setup, world.model);
+}
+
 // On where asked, where the reference cannot follow the engine's settings,
 // and where the engine's reuse rule does not apply to its release.
 std::unique_ptr<Lockstep> open_twin(const World& world, Judge& judge, RunStats& stats, OracleReport& oracles) {
@@ -32,13 +41,10 @@ std::unique_ptr<Lockstep> open_twin(const World& world, Judge& judge, RunStats& 
         oracles.twin_why_not = "not asked for: --twin runs the engine again with plan reuse off, at about three times the cost";
         return nullptr;
     }
-    const auto params = twin_params(e.engine, e.params, oracles.twin_why_not);
-    if (!params) return nullptr;
-    EngineSetup setup = world.config.setup();
-    setup.params = *params;
+    auto twin = open_no_reuse(world, e.faults, oracles.twin_why_not);
+    if (!twin) return nullptr;
     oracles.twin = true;
-    return std::make_unique<Lockstep>(world, judge, stats, open_engine(e.engine, e.faults, setup, world.model),
-                                      Lockstep::Role::twin, 0.0, false);
+    return std::make_unique<Lockstep>(world, judge, stats, std::move(twin), Lockstep::Role::twin, 0.0, false);
 }
 
 void Lockstep::compare_twin(Decoded& d, const std::vector<float>& want) {

@@ -79,6 +79,11 @@ struct EngineEntry {
     // How the engine's memory under these settings takes a call that
     // removes part of a sequence (nullptr: whole, as a KV cache does).
     PartialRemoval (*partial_removal)(const std::string& params, const MemoryCall& call) = nullptr;
+    // Why the fresh prefill (sim/oracle_fresh.cpp) does not judge the
+    // engine under these settings where the reference cannot (nullptr: it
+    // does): a setting whose rows a prefill does not reproduce within the
+    // data tolerance, or one the twin already judges.
+    const char* (*fresh_blind)(const std::string& params) = nullptr;
     // Why the reference cannot follow the engine under these settings
     // (nullptr: it can): then the twin is the data oracle.
     const char* (*reference_blind)(const std::string& params) = nullptr;

@@ -171,6 +171,17 @@ std::optional<std::string> twin_params(std::string_view engine, const std::strin
     return abi::with_param(params, setting.substr(0, eq), setting.substr(eq + 1));
 }
 
+std::string fresh_blind(std::string_view engine, const std::string& params) {
+    const EngineEntry* e = engine_entry(engine);
+    if (!e || !e->fresh_blind) return "";
+    try {
+        const char* why = e->fresh_blind(params);
+        return why ? why : "";
+    } catch (const std::runtime_error& error) {
+        throw Error(cat("engine ", engine, ": ", error.what()));
+    }
+}
+
 std::string reference_blind(std::string_view engine, const std::string& params) {
     const EngineEntry* e = engine_entry(engine);
     if (!e || !e->reference_blind) return "";

@@ -25,6 +25,9 @@ std::string reference_blind(std::string_view engine, const std::string& params);
 // How `engine`'s memory under `params` takes `call` where it removes part
 // of a sequence (EngineEntry::partial_removal; all null: whole).
 PartialRemoval partial_removal(std::string_view engine, const std::string& params, const MemoryCall& call);
+// Why the fresh prefill does not judge `engine` under `params` ("": it
+// does, where the reference cannot follow it; EngineEntry::fresh_blind).
+std::string fresh_blind(std::string_view engine, const std::string& params);
 // How `engine` makes a row's embeddings under `params` (EngineEntry::pooling).
 abi::Pooling embeddings_pooling(std::string_view engine, const std::string& params);
 

@@ -11,7 +11,7 @@
 // (llama_memory_hybrid_iswa: src/models/lfm2.cpp makes every attention
 // layer a sliding-window one when the key is there).
 // Only releases that have llama_model_init_from_user can make them
-// (b11434 does; the llama-cpp-python releases kvweld builds do not):
+// (b11434 and llama-cpp-python 0.3.36 do; 0.3.16 does not):
 // kHasInitFromUser says which, and arch_model refuses elsewhere.
 #pragma once
 

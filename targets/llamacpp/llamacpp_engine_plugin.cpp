@@ -382,7 +382,7 @@ llama_model* load_model(const char* path, const ArchModel* arch, std::uint32_t w
     error_log = nullptr;
     trim_log(why);
     require(kvweld::llamacpp::kHasInitFromUser, "setting arch=", arch->name,
-            ": this llama.cpp has no llama_model_init_from_user (b11434 has it; the llama-cpp-python releases do not)");
+            ": this llama.cpp has no llama_model_init_from_user (b11434 and llama-cpp-python 0.3.36 have it, 0.3.16 does not)");
     require(model != nullptr, "setting arch=", arch->name, ": llama.cpp made no model of ", shape.layers, " layers, width ",
             shape.embd, ", ", shape.heads, " heads", why.empty() ? "" : ": ", why);
     return model;

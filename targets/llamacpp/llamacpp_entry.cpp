@@ -101,6 +101,17 @@ const char* llamacpp_reference_blind(const std::string& params) {
     return nullptr;
 }
 
+// The fresh prefill judges the memories kvweld's reference does not know.
+// On llama's own, the settings that blind the reference are the twin's:
+// under kv_type and flash_attn a row is not reproduced by a prefill
+// within 1e-4 (2.2e-4 measured: seed 0 of cli.engine_swarm_llamacpp_quantized_kv),
+// and the known findings there are recorded by the oracles that saw them.
+const char* llamacpp_fresh_blind(const std::string& params) {
+    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
+    if (p.count("arch") && p.at("arch") != "llama") return nullptr;
+    return "arch=llama: the reference forward knows it, and the twin judges the settings it does not model";
+}
+
 // kvweld writes LoRA adapters for a llama model (general.architecture
 // llama), which llama.cpp refuses for a model of another ("model arch and
 // LoRA arch mismatch"): none is drawn there.
@@ -165,6 +176,7 @@ const EngineEntry kLlamacppEntry{
     .draw_settings = llamacpp_settings,
     .withheld = llamacpp_withheld,
     .partial_removal = llamacpp_partial_removal,
+    .fresh_blind = llamacpp_fresh_blind,
     .reference_blind = llamacpp_reference_blind,
     .pooling = llamacpp_pooling,
     .known_findings = LLAMACPP_KNOWN_FINDINGS,
