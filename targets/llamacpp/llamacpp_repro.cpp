@@ -199,6 +199,10 @@ std::string LlamacppRepro::settings_text(const std::string& params) const {
     for (const char* unmodelled : {"kv_type", "flash_attn"})
         require(!p.count(unmodelled), "repro: the setting ", unmodelled, " is not written into reproducers (F32 KV, "
                                       "flash attention off)");
+    // Another memory's model is made from metadata, which a reproducer
+    // does not write yet (docs/findings/candidates/ holds such programs by hand).
+    require(!p.count("arch") || p.at("arch") == "llama", "repro: the setting arch=", p.count("arch") ? p.at("arch") : "",
+            " is not written into reproducers yet (they load the trace's llama GGUF)");
     const float scale = p.count("rope_scale") ? std::stof(p.at("rope_scale")) : 1.0f;
     const std::string n_ubatch = p.count("n_ubatch") ? p.at("n_ubatch") : "512";  // as the plugin reads it
     // The plugin's pooling names, as llama.h's (unset: the context's default, as the plugin leaves it).
