@@ -13,7 +13,8 @@ import re
 import subprocess
 
 FILES = ["llama-context.cpp", "llama-graph.cpp", "llama-graph.h", "llama-kv-cache.cpp", "llama-kv-cells.h",
-         "llama-batch.cpp", "llama-memory-recurrent.cpp", "llama-memory-hybrid.cpp", "llama-memory.cpp"]
+         "llama-batch.cpp", "llama-kv-cache-iswa.cpp", "llama-memory-recurrent.cpp", "llama-memory-hybrid.cpp",
+         "llama-memory-hybrid-iswa.cpp", "llama-memory.cpp"]
 # llama-context.cpp's decode path: what one llama_decode runs, graph reuse and the memory update included.
 DECODE_PATH = re.compile(r"llama_context::(decode|process_ubatch|graph_params|graph_build|graph_compute|"
                          r"graph_get|output_reserve|output_reorder|sched_reserve|memory_update)\b|^llama_decode\b")

@@ -68,14 +68,20 @@ FreshPrefill::FreshPrefill(const World& world, Judge& judge, RunStats& stats, st
 
 void FreshPrefill::on_call(const MemoryCall& call) {
     const auto emptied = [&](int seq) { held_.at(seq) = Held{}; };
+    // An open of a sequence it holds: a close it was not told of (its own
+    // account gone wrong), never a fresh start over it.
+    const auto opened = [&](int seq) {
+        require(!held_.count(seq), "fresh prefill: sequence ", seq, " opened while it holds it");
+        held_[seq] = Held{};
+    };
     // Rows made under other adapters stay in every sequence that holds any.
     const auto adapters_changed = [&] {
         for (auto& [seq, h] : held_)
             if (!h.tokens.empty() && h.unjudged.empty()) h.unjudged = "holds rows made under other adapters";
     };
     std::visit(Overloaded{
-                   [&](const calls::Open& c) { held_[c.seq] = Held{}; },
-                   [&](const calls::OpenSized& c) { held_[c.seq] = Held{}; },
+                   [&](const calls::Open& c) { opened(c.seq); },
+                   [&](const calls::OpenSized& c) { opened(c.seq); },
                    [&](const calls::Close& c) { held_.erase(c.seq); },
                    [&](const calls::Truncate& c) {
                        Held& h = held_.at(c.seq);

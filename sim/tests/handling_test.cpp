@@ -11,6 +11,7 @@
 // listed below with why, and where a swarm's seeds do not show the need, a
 // trace made for the pair shows it (Directed, below).
 #include "engine/faults.hpp"
+#include "sim/tests/llama_required.hpp"
 #include "sim/observers.hpp"
 #include "sim/run.hpp"
 #include "sim/simulator.hpp"
@@ -28,6 +29,10 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+
+#ifndef LLAMACPP_PLUGIN_PATH
+#define LLAMACPP_PLUGIN_PATH ""
+#endif
 
 namespace kvweld::sim {
 namespace {
@@ -61,6 +66,15 @@ const std::map<std::pair<std::string, int>, std::string>& unreachable() {
          "a pool reset with storage reports: kvweld-paged reports no per-sequence storage"},
         {{"BlockLedger", int(MemoryCall(targets::calls::Keep{}).index())},
          "a keep on a paged engine: kvweld-paged has no keep_seq"},
+        // The fresh prefill runs on llama.cpp's other memories only.
+        {{"FreshPrefill", int(MemoryCall(targets::calls::OpenSized{}).index())},
+         "a sized open: white box, kvweld in process (the fresh prefill runs on llama.cpp's other memories)"},
+        {{"FreshPrefill", int(MemoryCall(targets::calls::Migrate{}).index())},
+         "a migrate: white box, kvweld in process"},
+        {{"FreshPrefill", int(MemoryCall(targets::calls::SetLoras{}).index())},
+         "LoRA adapters: withheld on another memory (kvweld's adapters are llama's)"},
+        {{"FreshPrefill", int(MemoryCall(targets::calls::SetWarmup{}).index())},
+         "warmup on an MoE model: the other memories' models are dense, where warmup changes nothing"},
     };
     return m;
 }
@@ -120,11 +134,18 @@ struct Kill {
     std::vector<Op> ops;
     Failure failure;
 };
+// An engine as these tests name it: a built-in name, then its settings
+// after a space ("llamacpp arch=lfm2").
+EngineChoice choice_of(const std::string& engine, const std::string& fault) {
+    const std::size_t space = engine.find(' ');
+    return {engine.substr(0, space), space == std::string::npos ? "" : engine.substr(space + 1), fault};
+}
+
 const std::vector<Kill>& kills_of(const std::string& engine, const std::string& fault) {
     static std::map<std::pair<std::string, std::string>, std::vector<Kill>> cache;
     if (const auto it = cache.find({engine, fault}); it != cache.end()) return it->second;
     std::vector<Kill>& kills = cache[{engine, fault}];
-    const EngineChoice choice{engine, "", fault};
+    const EngineChoice choice = choice_of(engine, fault);
     for (int seed = 0; seed < kSeeds; ++seed) {
         const SimConfig config = draw_config(std::uint64_t(seed), choice, "", choice_capabilities(choice));
         RunResult r = run_generated(config, kSteps);
@@ -143,7 +164,7 @@ const std::vector<Clean>& clean_runs(const std::string& engine) {
     static std::map<std::string, std::vector<Clean>> cache;
     if (const auto it = cache.find(engine); it != cache.end()) return it->second;
     std::vector<Clean>& runs = cache[engine];
-    const EngineChoice choice{engine, "", ""};
+    const EngineChoice choice = choice_of(engine, "");
     for (int seed = 0; seed < kSeeds; ++seed) {
         const SimConfig config = draw_config(std::uint64_t(seed), choice, "", choice_capabilities(choice));
         RunResult r = run_generated(config, kSteps);
@@ -165,7 +186,8 @@ std::string caught_by(int call, const std::vector<std::string>& engines) {
             if (!deaf) break;  // this engine does not run the observer
             if (deaf->verdict != Verdict::pass) return cat(engine, " seed ", clean.config.seed, ": a false alarm");
         }
-        for (const abi::ListedFault& f : abi::split_fault_list(targets::engine_fault_list(engine).c_str()))
+        const std::string name = choice_of(engine, "").engine;
+        for (const abi::ListedFault& f : abi::split_fault_list(targets::engine_fault_list(name).c_str()))
             for (const Kill& kill : kills_of(engine, f.name)) {
                 const std::optional<RunResult> deaf = deaf_run<O>(kill.config, kill.ops, call);
                 if (!deaf) return "";  // this engine does not run the observer
@@ -220,6 +242,10 @@ void every_handled_call_is_needed(const std::string& name, const std::vector<std
 TEST(HandlingIsNeeded, DataShadow) { every_handled_call_is_needed<DataShadow>("DataShadow", {"inproc", "kvweld"}); }
 TEST(HandlingIsNeeded, StorageLedger) { every_handled_call_is_needed<StorageLedger>("StorageLedger", {"inproc"}); }
 TEST(HandlingIsNeeded, BlockLedger) { every_handled_call_is_needed<BlockLedger>("BlockLedger", {"kvweld-paged"}); }
+TEST(HandlingIsNeeded, FreshPrefill) {
+    if (!*LLAMACPP_PLUGIN_PATH) KVWELD_WITHOUT_LLAMA("llama.cpp plugin not built (llama.cpp not found: scripts/setup)");
+    every_handled_call_is_needed<FreshPrefill>("FreshPrefill", {"llamacpp arch=mamba"});
+}
 
 }  // namespace
 }  // namespace kvweld::sim
