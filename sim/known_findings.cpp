@@ -33,6 +33,9 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
     if (j.contains("upstream")) f.upstream = upstream_from_json(j.at("upstream"), f.id);
     f.program = j.value("program", "");
     f.sheet = j.value("sheet", "");
+    f.needs = j.value("needs", "");
+    require(f.needs.empty() || (f.needs.find('=') != std::string::npos && f.needs.find(',') == std::string::npos),
+            "finding '", f.id, "': 'needs' is one setting, key=value|value, not '", f.needs, "'");
     for (const std::string& also : j.value("also", std::vector<std::string>{})) {
         f.also.push_back(verdict_from_string(also));
         require(f.also.back() != Verdict::pass, "finding '", f.id, "': 'also' class pass is not a failure");
@@ -52,6 +55,14 @@ KnownFinding finding_from_json(const nlohmann::json& j, const std::filesystem::p
 }
 
 }  // namespace
+
+bool KnownFinding::reachable(const std::string& params) const {
+    if (needs.empty()) return true;
+    const std::string key = needs.substr(0, needs.find('=')), values = "|" + needs.substr(needs.find('=') + 1) + "|";
+    for (const std::string& kv : abi::split_list(params.c_str()))
+        if (kv.substr(0, kv.find('=')) == key) return values.find("|" + kv.substr(kv.find('=') + 1) + "|") != std::string::npos;
+    return false;
+}
 
 const KnownFinding* KnownFindings::match(const RunResult& r) const {
     if (r.verdict == Verdict::pass || !r.failure || r.failure->clause.empty()) return nullptr;

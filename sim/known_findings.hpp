@@ -62,6 +62,12 @@ struct KnownFinding {
     // Optional, from the repository root: the finding's standalone program
     // and its data sheet (scripts/finding-reports writes both).
     std::string program, sheet;
+    // Optional ("needs": "arch=mamba|lfm2"): the engine setting without
+    // which no seed can meet it; --require-coverage asks it of a swarm only
+    // where that setting is given one of those values.
+    std::string needs;
+    // Whether a swarm given `params` can meet it (needs, above).
+    bool reachable(const std::string& params) const;
 };
 
 struct KnownFindings {

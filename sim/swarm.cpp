@@ -76,7 +76,7 @@ void steer_past_known(RunResult& r, const KnownFindings& known, int steps, const
 // What the swarm never reached that it could have: kinds weighted in some
 // seed that never ran, variants of a kind that ran that never took effect,
 // known findings no seed met (steered past counts as met).
-std::vector<std::string> coverage_gaps(const SwarmResult& out, const KnownFindings& known) {
+std::vector<std::string> coverage_gaps(const SwarmResult& out, const KnownFindings& known, const std::string& params) {
     std::vector<std::string> gaps;
     for (int k = 0; k < kOpKinds; ++k) {
         const OpKind kind = OpKind(k);
@@ -92,6 +92,7 @@ std::vector<std::string> coverage_gaps(const SwarmResult& out, const KnownFindin
         }
     }
     for (const KnownFinding& f : known.findings) {
+        if (!f.reachable(params)) continue;  // its setting is not the swarm's
         const bool met = std::any_of(out.seeds.begin(), out.seeds.end(), [&](const RunResult& s) {
             return s.known_finding == f.id || std::count(s.steered_past.begin(), s.steered_past.end(), f.id);
         });
@@ -166,7 +167,7 @@ SwarmResult run_swarm(const SwarmOptions& o,
     out.met = findings_met(out.seeds, known, o.steps);
     out.unreproduced = unreproduced(known);
     out.oracles = out.seeds.front().oracles;  // the same engine and capabilities for every seed
-    if (o.require_coverage) out.uncovered = coverage_gaps(out, known);
+    if (o.require_coverage) out.uncovered = coverage_gaps(out, known, o.engine.params);
     if (o.require_terms) {
         for (const auto& [name, t] : out.total.terms)
             if (!t.exercised()) out.unexercised.push_back(name);

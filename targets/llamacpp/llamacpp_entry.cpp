@@ -13,6 +13,7 @@
 // rollback (n_rs_seq), each from a side stream.
 #include "util/cat.hpp"
 #include "targets/abi_lists.hpp"
+#include "targets/llamacpp/llama_arch_list.hpp"
 #include "targets/llamacpp/llamacpp_entry.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
 #include "targets/llamacpp/llamacpp_repro.hpp"
@@ -31,9 +32,6 @@ namespace kvweld::targets {
 
 namespace {
 
-// arch=any draws one of these (llama_arch_models.hpp's names).
-constexpr const char* kMemoryArchs[] = {"llama", "granite_swa", "mamba", "lfm2", "lfm2_swa"};
-
 // The memory's settings, where arch= is given: arch=any replaced by one of
 // the five, and for any but llama the ones its memory reads, unless given.
 std::string draw_memory(const std::map<std::string, std::string>& given, std::string out, Rng& rng) {
@@ -41,7 +39,7 @@ std::string draw_memory(const std::map<std::string, std::string>& given, std::st
     Rng side(Rng(rng).next() ^ 0x6d656d6f72792121ULL);
     std::string arch = given.at("arch");
     if (arch == "any") {
-        arch = kMemoryArchs[side.below(std::size(kMemoryArchs))];
+        arch = llamacpp::kArchModels[side.below(llamacpp::kArchModels.size())].name;
         out = abi::with_param(out, "arch", arch);
     }
     const std::uint64_t rs_seq = side.below(5), full = side.below(4), window = 2 + side.below(15);
@@ -133,8 +131,8 @@ std::uint32_t llamacpp_withheld(const std::string& params, const char** why) {
 // hybrid model can context-shift): the state keeps those tokens.
 PartialRemoval llamacpp_partial_removal(const std::string& params, const MemoryCall& call) {
     const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
-    const std::string arch = p.count("arch") ? p.at("arch") : "llama";
-    if (arch != "mamba" && arch != "lfm2" && arch != "lfm2_swa") return {};
+    const llamacpp::ArchModel* arch = llamacpp::find_arch(p.count("arch") ? p.at("arch") : "llama");
+    if (!arch || !llamacpp::has_recurrent_state(arch->memory)) return {};
     static constexpr const char* kRefuse =
         "a recurrent state cannot drop positions past its n_rs_seq snapshots (llama_memory_recurrent::seq_rm "
         "returns false, as llama.h allows for a partial removal)";

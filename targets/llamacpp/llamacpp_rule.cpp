@@ -135,6 +135,7 @@
 #include "util/cat.hpp"
 #include "util/error.hpp"
 #include "util/overloaded.hpp"
+#include "targets/llamacpp/llama_arch_list.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
 #include "targets/llamacpp/llamacpp_wrong_rows.hpp"
 #include "targets/reuse_rule.hpp"
@@ -371,12 +372,18 @@ bool same_cvec(const Adapters& a, const Adapters& b, bool by_layers) {
 class LlamacppRule final : public ReuseRule {
 public:
     // facts: the release's where it differs from the pinned one's (a checked fix), else nullptr.
-    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling, const ReleaseFacts* facts)
-        : unified_(unified), reuse_(reuse), window_fixed_(window_fixed),
+    // memory: the architecture's (arch=); the reuse clauses model
+    // llama_kv_cache's key only, so on another memory reuse is bounded, not
+    // required, and only the clauses of the wrong rows are kept.
+    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling, const ReleaseFacts* facts,
+                 llamacpp::MemoryKind memory)
+        : memory_(memory), unified_(unified), reuse_(reuse), window_fixed_(window_fixed),
           cvec_by_layers_(facts && facts->cvec_keyed_by_layers), n_ubatch_(n_ubatch),
           whole_seqs_(facts && facts->splits_whole_sequences), kshift_whole_(facts && facts->kshift_runs_whole),
           unshares_(facts && facts->shift_unshares_cells), state_io_updates_(facts && facts->state_io_updates),
-          wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_), lists_causal_(n_ubatch >= kUbatch),
+          wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_, llamacpp::has_recurrent_state(memory),
+                      memory != llamacpp::MemoryKind::recurrent),
+          lists_causal_(n_ubatch >= kUbatch),
           mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {}
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
@@ -482,9 +489,22 @@ public:
             if (n > 1 && mean_pooled_ && embeddings_) e.clause = "pooled-split";
         }
         if (const char* in_place = changed_in_place(seqs)) e.clause = in_place;
-        if (const char* wrong = wrong_rows_.clause(seqs)) e.clause = wrong;  // clause 9 over the others
+        const char* wrong = wrong_rows_.clause(seqs);
+        if (wrong) e.clause = wrong;  // clause 9 over the others
+        wrong_rows_.decoding(seqs);
         wrong_rows_.decoded();
+        if (memory_ != llamacpp::MemoryKind::kv) bound_only(e, int(seqs.size()), wrong);
         return e;
+    }
+    // Another memory: its graph-reuse key and its splits are not modelled,
+    // so no reuse is required and any up to a graph per token allowed; of
+    // the clauses, those of the wrong rows alone (clause 9) are kept.
+    static void bound_only(ReuseExpectation& e, int tokens, const char* wrong) {
+        e.must_reuse = e.must_reuse_shared = 0;
+        e.may_reuse = tokens;
+        e.builds.reset();
+        e.rebinds.reset();
+        e.clause = wrong;
     }
     std::string why_last() const override {
         std::string out;
@@ -521,6 +541,7 @@ public:
                        },
                        [&](const calls::Truncate& c) {
                            if (c.n == 0) wrong_rows_.emptied(c.seq);
+                           else wrong_rows_.rolled_back(c.seq);  // taken: a refused one is not told
                        },
                        [&](const calls::Clear& c) { wrong_rows_.emptied(c.seq); },
                        [&](const calls::Keep& c) { wrong_rows_.kept(c.emptied); },
@@ -654,6 +675,7 @@ private:
         return out;
     }
 
+    llamacpp::MemoryKind memory_;
     bool unified_, reuse_, window_fixed_;
     bool cvec_by_layers_;  // the release's fact (ReleaseFacts::cvec_keyed_by_layers)
     bool loras_changed_ = false, cvec_changed_ = false;
@@ -714,8 +736,14 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     bool unified = false, reuse = true;
     abi::Pooling pooling = abi::Pooling::none;
     int n_ubatch = kUbatch;
+    llamacpp::MemoryKind memory = llamacpp::MemoryKind::kv;
     try {
         params = abi::parse_params(config.params.c_str(), kLlamacppSettings);
+        if (params.count("arch")) {
+            const llamacpp::ArchModel* arch = llamacpp::find_arch(params.at("arch"));
+            require(arch != nullptr, "setting arch=", params.at("arch"), ": not an architecture kvweld makes");
+            memory = arch->memory;
+        }
         unified = abi::flag_param(params, "kv_unified", false);
         reuse = abi::flag_param(params, "graph_reuse", true);
         if (params.count("n_ubatch")) n_ubatch = std::stoi(params.at("n_ubatch"));
@@ -726,18 +754,11 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
     const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
     const ReleaseFacts* facts = facts_of(build);
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling, facts);
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling, facts, memory);
 }
 
-const char* llamacpp_rule_gap(const std::string& build, const std::string& params) {
+const char* llamacpp_rule_gap(const std::string& build, const std::string&) {
     static thread_local std::string why;
-    const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
-    if (p.count("arch") && p.at("arch") != "llama") {
-        why = cat("the llama.cpp rule models the graph-reuse key of llama_kv_cache (arch=llama); arch=", p.at("arch"),
-                  " runs another memory, whose key it does not model yet: its reuse is counted, not judged, and "
-                  "the twin is on");
-        return why.c_str();
-    }
     if (facts_of(build)) return nullptr;
     const std::string release = build_release(build);
     std::string listed;

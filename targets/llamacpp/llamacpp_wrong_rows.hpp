@@ -41,6 +41,16 @@
 //   (llama-batch.cpp:542-640), and a sequence's tokens in an earlier ubatch
 //   never attend to its tokens in a later one: their rows, and their K/V
 //   past the first layer, are not what one ubatch computes.
+// "rollback-moves-copy": a recurrent state (mamba, lfm2) is one cell per
+//   sequence, and seq_cp shares the source's cell with the destination
+//   (src/llama-memory-recurrent.cpp:250-280 in b11434); a rollback of one
+//   of them within its n_rs_seq snapshots moves that cell's position
+//   (lines 200-210) for every sequence in it, while the snapshot index it
+//   sets (rs_idx) is the rolled-back sequence's alone: the others now hold
+//   a position the caller never asked for, over their old state.
+// "copy-after-rollback": the same index is per sequence, so a copy made
+//   between a rollback and the next decode shares the cell but not the
+//   pending index: it decodes from the state before the rollback.
 // "seq-keep-other-streams": with one stream per sequence,
 //   llama_kv_cache::seq_keep scans only the kept sequence's own stream
 //   (src/llama-kv-cache.cpp:543-567 in 0.3.36), so every other sequence
@@ -63,8 +73,13 @@ public:
     // checked fix, docs/findings/seq-keep-other-streams.patch);
     // shift_unshares: its seq_add copies shared cells before moving them
     // (docs/findings/shift-copies-shared-cells.patch).
-    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares)
-        : unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares) {}
+    // recurrent: the memory keeps a recurrent state (arch=mamba, lfm2,
+    // lfm2_swa); kv_cache: it has a llama_kv_cache (every one but mamba's),
+    // whose findings above are the KV cache's own: a memory without one
+    // is never named under them.
+    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares, bool recurrent, bool kv_cache)
+        : unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares),
+          recurrent_(recurrent), kv_cache_(kv_cache) {}
 
     // The clause a call decoding `seqs` carries (nullptr: none). A
     // sequence whose cells seq_keep left is named first: llama_decode
@@ -81,17 +96,38 @@ public:
         return it == states_.end() ? nullptr : it->second;
     }
     void aborted() {  // a decode the abort callback stopped, maybe inside the K-shift
-        for (int seq : shifted_) mark(seq, "kshift-aborted");
+        for (int seq : shifted_) mark_kv(seq, "kshift-aborted");
     }
-    void split(int seq) { mark(seq, "non-causal-split"); }  // its tokens of a non-causal call in two ubatches
-    void decoded() {  // the memory update ran: copies and rotations done
+    void split(int seq) { mark_kv(seq, "non-causal-split"); }  // its tokens of a non-causal call in two ubatches
+    void decoded() {  // the memory update ran: copies and rotations done, rollbacks applied
         queued_.clear();
         shifted_.clear();
+        rolled_back_.clear();
+    }
+    // Sequences a call decodes: each that shares its recurrent state cell
+    // gets a cell of its own (llama_memory_recurrent::find_slot copies it).
+    void decoding(std::span<const int> seqs) {
+        for (int seq : seqs) {
+            for (int other : state_sharing_[seq]) state_sharing_[other].erase(seq);
+            state_sharing_.erase(seq);
+        }
+    }
+    // A rewind a recurrent state took (within its snapshots): the sequences
+    // sharing its cell moved with it.
+    void rolled_back(int seq) {
+        if (!recurrent_) return;
+        for (int other : state_sharing_[seq]) mark(other, "rollback-moves-copy");
+        rolled_back_.insert(seq);
     }
     void copied(int src, int dst) {
         emptied(dst);
         if (!unified_) queued_.push_back({src, dst});
         if (const auto it = wrong_.find(src); it != wrong_.end()) wrong_[dst] = it->second;
+        if (recurrent_) {
+            for (int other : state_sharing_[src]) share_state(other, dst);
+            share_state(src, dst);
+            if (rolled_back_.count(src)) mark(dst, "copy-after-rollback");
+        }
         if (shifted_.count(src)) shifted_.insert(dst);
         if (!unified_) return;
         for (int other : sharing_[src]) share(other, dst);
@@ -101,7 +137,7 @@ public:
         if (!moved) return;
         shifted_.insert(seq);
         if (shift_unshares_) return;  // the moved cells are its own copies: the others keep theirs
-        for (int other : sharing_[seq]) mark(other, "shift-moves-shared-cells");
+        for (int other : sharing_[seq]) mark_kv(other, "shift-moves-shared-cells");
     }
     bool shares(int seq) const {
         const auto it = sharing_.find(seq);
@@ -109,13 +145,13 @@ public:
     }
     void saved(int seq, int id) {
         if (const auto it = wrong_.find(seq); it != wrong_.end()) states_[id] = it->second;
-        else if (copy_queued_onto(seq)) states_[id] = "state-io-under-queued-copy";
-        else if (shifted_.count(seq)) states_[id] = "state-saved-before-k-shift";
+        else if (kv_cache_ && copy_queued_onto(seq)) states_[id] = "state-io-under-queued-copy";
+        else if (kv_cache_ && shifted_.count(seq)) states_[id] = "state-saved-before-k-shift";
     }
     void loaded(int seq, int id) {
         emptied(seq);
         if (const auto it = states_.find(id); it != states_.end()) wrong_[seq] = it->second;
-        if (copy_queued_onto(seq)) wrong_[seq] = "state-io-under-queued-copy";
+        if (kv_cache_ && copy_queued_onto(seq)) wrong_[seq] = "state-io-under-queued-copy";
         // The queued copies run in their order at the next memory update, so
         // a copy of a copy of the loaded sequence gets the loaded rows too
         // (1 -> 3, 3 -> 0, 0 -> 3, then a load into 1: 3 and 0 are wrong).
@@ -123,7 +159,7 @@ public:
         for (const auto& [src, dst] : queued_)
             if (tainted.count(src) && dst != seq) {
                 tainted.insert(dst);
-                mark(dst, "state-io-under-queued-copy");
+                mark_kv(dst, "state-io-under-queued-copy");
             }
     }
     void put_back(int seq) {  // saved and loaded again at once
@@ -136,15 +172,18 @@ public:
     void emptied(int seq) {
         wrong_.erase(seq);
         shifted_.erase(seq);  // no cell of it is left to rotate
+        rolled_back_.erase(seq);
         for (int other : sharing_[seq]) sharing_[other].erase(seq);
         sharing_.erase(seq);
+        for (int other : state_sharing_[seq]) state_sharing_[other].erase(seq);
+        state_sharing_.erase(seq);
     }
     // Every sequence but one emptied by seq_keep: with one stream per
     // sequence, the others' cells stay (seq-keep-other-streams).
     void kept(std::span<const int> others) {
         for (int s : others) {
             emptied(s);
-            if (!unified_ && !keep_every_stream_) wrong_[s] = kKeepOtherStreams;
+            if (kv_cache_ && !unified_ && !keep_every_stream_) wrong_[s] = kKeepOtherStreams;
         }
     }
     // clear_all (the queued copies stay queued: llama_kv_cache::clear
@@ -152,6 +191,8 @@ public:
     void all_emptied(bool new_context) {
         wrong_.clear();
         sharing_.clear();
+        state_sharing_.clear();
+        rolled_back_.clear();
         shifted_.clear();
         if (new_context) queued_.clear();
     }
@@ -164,12 +205,22 @@ private:
         const auto it = wrong_.find(seq);
         if (it == wrong_.end() || std::string_view(it->second) != kKeepOtherStreams) wrong_[seq] = clause;
     }
+    void mark_kv(int seq, const char* clause) {  // a finding of llama_kv_cache's
+        if (kv_cache_) mark(seq, clause);
+    }
     void share(int a, int b) {
         if (a == b) return;
         sharing_[a].insert(b);
         sharing_[b].insert(a);
     }
-    bool unified_, keep_every_stream_, shift_unshares_;
+    void share_state(int a, int b) {
+        if (a == b) return;
+        state_sharing_[a].insert(b);
+        state_sharing_[b].insert(a);
+    }
+    bool unified_, keep_every_stream_, shift_unshares_, recurrent_, kv_cache_;
+    std::map<int, std::set<int>> state_sharing_;  // recurrent: sequences sharing one state cell (since a copy)
+    std::set<int> rolled_back_;                   // recurrent: rewound since the last decode
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
     std::map<int, const char*> states_;  // saved state id -> the clause it was saved wrong under
     bool copy_queued_onto(int seq) const {

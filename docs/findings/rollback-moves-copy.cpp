@@ -1,9 +1,9 @@
 // A rollback of one sequence moves another: on a hybrid model with
 // rollback snapshots (n_rs_seq > 0), llama_memory_seq_rm of sequence 0's
 // suffix also rewinds sequence 1, a copy made with llama_memory_seq_cp
-// that the caller never touched. Candidate finding of kvweld (not yet
-// minimized into a test in llama.cpp's form); see docs/FINDINGS.md,
-// "Memories other than llama's".
+// that the caller never touched. kvweld's known finding
+// rollback-moves-copy (targets/llamacpp/known_findings/b11434.json; its
+// data sheet: rollback-moves-copy.md).
 //
 // Build against a llama.cpp install (b11434):
 //   g++ -std=c++17 rollback-moves-copy.cpp -I$P/include -L$P/lib -lllama -lggml -lggml-base -Wl,-rpath,$P/lib
