@@ -195,6 +195,11 @@ struct ReleaseFacts {
     // pending update (a queued stream copy, a K-shift), which resets every
     // held graph there (clause 4 at the save, not at the next decode).
     bool state_io_updates = false;
+    // With a checked fix: a recurrent state's seq_cp gives the copy the
+    // source's pending rollback, so clause 9's copy-after-rollback does not
+    // happen. (rollback-moves-copy's fix refuses the rollback of a shared
+    // cell instead: a refused call is never told to the rule.)
+    bool copy_keeps_rollback = false;
 };
 constexpr ReleaseFacts kReleaseFacts[] = {
     {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
@@ -222,7 +227,8 @@ constexpr ReleaseFacts kReleaseFacts[] = {
      /* llama-kv-cache.cpp:731, llama-context.cpp:1816 with docs/findings/split-keeps-sequences-whole.patch */ true,
      /* llama-context.cpp:883 with docs/findings/kshift-aborted.patch */ true,
      /* llama-kv-cache.cpp:619-631 with docs/findings/shift-copies-shared-cells.patch */ true,
-     /* llama-context.cpp state_seq_write_data, state_seq_read_data with docs/findings/state-io-applies-pending-update.patch */ true},
+     /* llama-context.cpp state_seq_write_data, state_seq_read_data with docs/findings/state-io-applies-pending-update.patch */ true,
+     /* llama-memory-recurrent.cpp:291-296 with docs/findings/copy-after-rollback.patch */ true},
 };
 
 const ReleaseFacts* facts_of(const std::string& build) {
@@ -369,6 +375,12 @@ bool same_cvec(const Adapters& a, const Adapters& b, bool by_layers) {
     return *a.cvec() == *b.cvec();
 }
 
+// The recurrent state the memory keeps, as clause 9 follows it.
+WrongRows::Recurrent recurrent_kind(llamacpp::MemoryKind memory, const ReleaseFacts* facts) {
+    if (!llamacpp::has_recurrent_state(memory)) return WrongRows::Recurrent::no;
+    return facts && facts->copy_keeps_rollback ? WrongRows::Recurrent::copies_rollback : WrongRows::Recurrent::yes;
+}
+
 class LlamacppRule final : public ReuseRule {
 public:
     // facts: the release's where it differs from the pinned one's (a checked fix), else nullptr.
@@ -381,7 +393,7 @@ public:
           cvec_by_layers_(facts && facts->cvec_keyed_by_layers), n_ubatch_(n_ubatch),
           whole_seqs_(facts && facts->splits_whole_sequences), kshift_whole_(facts && facts->kshift_runs_whole),
           unshares_(facts && facts->shift_unshares_cells), state_io_updates_(facts && facts->state_io_updates),
-          wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_, llamacpp::has_recurrent_state(memory),
+          wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_, recurrent_kind(memory, facts),
                       memory != llamacpp::MemoryKind::recurrent),
           lists_causal_(n_ubatch >= kUbatch),
           mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {}

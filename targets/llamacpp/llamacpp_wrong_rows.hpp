@@ -73,13 +73,17 @@ public:
     // checked fix, docs/findings/seq-keep-other-streams.patch);
     // shift_unshares: its seq_add copies shared cells before moving them
     // (docs/findings/shift-copies-shared-cells.patch).
-    // recurrent: the memory keeps a recurrent state (arch=mamba, lfm2,
-    // lfm2_swa); kv_cache: it has a llama_kv_cache (every one but mamba's),
-    // whose findings above are the KV cache's own: a memory without one
-    // is never named under them.
-    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares, bool recurrent, bool kv_cache)
+    // Whether the memory keeps a recurrent state (arch=mamba, lfm2,
+    // lfm2_swa), and whether its seq_cp gives a copy the pending rollback
+    // (a checked fix, docs/findings/copy-after-rollback.patch).
+    enum class Recurrent { no, yes, copies_rollback };
+    // kv_cache: it has a llama_kv_cache (every one but mamba's), whose
+    // findings above are the KV cache's own: a memory without one is never
+    // named under them.
+    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares, Recurrent recurrent, bool kv_cache)
         : unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares),
-          recurrent_(recurrent), kv_cache_(kv_cache) {}
+          recurrent_(recurrent != Recurrent::no), copy_keeps_rollback_(recurrent == Recurrent::copies_rollback),
+          kv_cache_(kv_cache) {}
 
     // The clause a call decoding `seqs` carries (nullptr: none). A
     // sequence whose cells seq_keep left is named first: llama_decode
@@ -126,7 +130,7 @@ public:
         if (recurrent_) {
             for (int other : state_sharing_[src]) share_state(other, dst);
             share_state(src, dst);
-            if (rolled_back_.count(src)) mark(dst, "copy-after-rollback");
+            if (rolled_back_.count(src) && !copy_keeps_rollback_) mark(dst, "copy-after-rollback");
         }
         if (shifted_.count(src)) shifted_.insert(dst);
         if (!unified_) return;
@@ -218,7 +222,7 @@ private:
         state_sharing_[a].insert(b);
         state_sharing_[b].insert(a);
     }
-    bool unified_, keep_every_stream_, shift_unshares_, recurrent_, kv_cache_;
+    bool unified_, keep_every_stream_, shift_unshares_, recurrent_, copy_keeps_rollback_, kv_cache_;
     std::map<int, std::set<int>> state_sharing_;  // recurrent: sequences sharing one state cell (since a copy)
     std::set<int> rolled_back_;                   // recurrent: rewound since the last decode
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
