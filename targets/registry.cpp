@@ -64,28 +64,35 @@ std::string engine_build(const std::string& engine) {
     return engine_library(engine)->build();
 }
 
+namespace {
+
+// An entry's hook asked about settings: a bad --params it throws on is an
+// Error naming the engine.
+template <class F>
+auto settings_hook(std::string_view engine, F&& hook) -> decltype(hook()) {
+    try {
+        return hook();
+    } catch (const std::runtime_error& error) {
+        throw Error(cat("engine ", engine, ": ", error.what()));
+    }
+}
+
+std::string or_empty(const char* why) { return why ? why : ""; }
+
+}  // namespace
+
 std::string rule_gap(std::string_view engine_name, const std::string& build, const std::string& params) {
     const EngineEntry* e = engine_entry(engine_name);
     if (!e || !e->rule || !e->rule_gap) return "";
-    try {
-        const char* gap = e->rule_gap(build, params);
-        return gap ? gap : "";
-    } catch (const std::runtime_error& error) {  // a bad --params, named
-        throw Error(cat("engine ", engine_name, ": ", error.what()));
-    }
+    return settings_hook(engine_name, [&] { return or_empty(e->rule_gap(build, params)); });
 }
 
 std::uint32_t withheld_capabilities(std::string_view engine, const std::string& params, std::string* why) {
     const EngineEntry* e = engine_entry(engine);
     if (!e || !e->withheld) return 0;
     const char* because = nullptr;
-    std::uint32_t bits = 0;
-    try {
-        bits = e->withheld(params, &because);
-    } catch (const std::runtime_error& error) {
-        throw Error(cat("engine ", engine, ": ", error.what()));
-    }
-    if (why) *why = because ? because : "";
+    const std::uint32_t bits = settings_hook(engine, [&] { return e->withheld(params, &because); });
+    if (why) *why = or_empty(because);
     return bits;
 }
 
@@ -146,11 +153,7 @@ std::optional<BlockModel> block_model_for(std::string_view engine_name, const En
 std::string draw_engine_settings(std::string_view engine_name, const EngineSetup& setup, Rng& rng) {
     const EngineEntry* e = engine_entry(engine_name);
     if (!e || !e->draw_settings) return setup.params;
-    try {
-        return e->draw_settings(setup, rng);
-    } catch (const std::runtime_error& error) {  // a bad --params, named
-        throw Error(cat("engine ", engine_name, ": ", error.what()));
-    }
+    return settings_hook(engine_name, [&] { return e->draw_settings(setup, rng); });
 }
 
 std::optional<std::string> twin_params(std::string_view engine, const std::string& params, std::string& why_not) {
@@ -174,43 +177,25 @@ std::optional<std::string> twin_params(std::string_view engine, const std::strin
 std::string fresh_blind(std::string_view engine, const std::string& params) {
     const EngineEntry* e = engine_entry(engine);
     if (!e || !e->fresh_blind) return "";
-    try {
-        const char* why = e->fresh_blind(params);
-        return why ? why : "";
-    } catch (const std::runtime_error& error) {
-        throw Error(cat("engine ", engine, ": ", error.what()));
-    }
+    return settings_hook(engine, [&] { return or_empty(e->fresh_blind(params)); });
 }
 
 std::string reference_blind(std::string_view engine, const std::string& params) {
     const EngineEntry* e = engine_entry(engine);
     if (!e || !e->reference_blind) return "";
-    try {
-        const char* why = e->reference_blind(params);
-        return why ? why : "";
-    } catch (const std::runtime_error& error) {
-        throw Error(cat("engine ", engine, ": ", error.what()));
-    }
+    return settings_hook(engine, [&] { return or_empty(e->reference_blind(params)); });
 }
 
 PartialRemoval partial_removal(std::string_view engine, const std::string& params, const MemoryCall& call) {
     const EngineEntry* e = engine_entry(engine);
     if (!e || !e->partial_removal) return {};
-    try {
-        return e->partial_removal(params, call);
-    } catch (const std::runtime_error& error) {
-        throw Error(cat("engine ", engine, ": ", error.what()));
-    }
+    return settings_hook(engine, [&] { return e->partial_removal(params, call); });
 }
 
 abi::Pooling embeddings_pooling(std::string_view engine, const std::string& params) {
     const EngineEntry* e = engine_entry(engine);
     if (!e || !e->pooling) return abi::Pooling::none;
-    try {
-        return e->pooling(params);
-    } catch (const std::runtime_error& error) {
-        throw Error(cat("engine ", engine, ": ", error.what()));
-    }
+    return settings_hook(engine, [&] { return e->pooling(params); });
 }
 
 std::vector<StudySetting> study_settings_for(const std::string& engine, const std::string& params,
