@@ -678,7 +678,8 @@ int shift(kvweld_engine* e, int32_t seq, int32_t p0, int32_t p1, char* err, size
         int& len = len_of(e, seq);
         require(p0 >= 0 && p0 <= p1 && p1 <= len, "shift: positions [", p0, ", ", p1, ") must lie in 0..", len,
                 " with p0 <= p1");
-        require(llama_memory_can_shift(memory(e)), "llama.cpp cannot shift this context's memory (llama_memory_can_shift)");
+        require(llama_memory_can_shift(memory(e)), "shift [", p0, ", ", p1,
+                "): llama.cpp cannot shift this context's memory (llama_memory_can_shift)");
         run_steps(e, llama_steps::shift(seq, p0, p1));
         len -= p1 - p0;
     });

@@ -129,9 +129,18 @@ std::uint32_t llamacpp_withheld(const std::string& params, const char** why) {
 // sequence as it was. A removal that ends before the last position it
 // takes as a no-op, by design (ggml-org/llama.cpp PR #17009, so that a
 // hybrid model can context-shift): the state keeps those tokens.
+// A sliding-window cache smaller than the full one (swa_full=0) cannot
+// shift at all (llama_kv_cache_iswa::get_can_shift, src/llama-kv-cache-iswa.cpp:253-257,
+// which the hybrid one with a window asks too): llama_memory_can_shift
+// says no, and the plugin refuses the shift, naming its range.
 PartialRemoval llamacpp_partial_removal(const std::string& params, const MemoryCall& call) {
     const auto p = abi::parse_params(params.c_str(), kLlamacppSettings);
     const llamacpp::ArchModel* arch = llamacpp::find_arch(p.count("arch") ? p.at("arch") : "llama");
+    const auto* shift = std::get_if<calls::Shift>(&call);
+    static constexpr const char* kWindowShift =
+        "a sliding-window cache smaller than the full one cannot shift (llama_memory_can_shift: "
+        "llama_kv_cache_iswa::get_can_shift)";
+    if (arch && arch->window && shift && !abi::flag_param(p, "swa_full", false)) return {kWindowShift, shift->p0, nullptr};
     if (!arch || !llamacpp::has_recurrent_state(arch->memory)) return {};
     static constexpr const char* kRefuse =
         "a recurrent state cannot drop positions past its n_rs_seq snapshots (llama_memory_recurrent::seq_rm "
