@@ -271,6 +271,8 @@ private:
     std::map<int, Held> held_;                   // per open sequence
     std::deque<std::pair<int, Held>> saved_;     // per saved state id, as the simulator keeps them
     std::map<std::string, std::string> live_;    // the live settings given
+    bool lists_causal_;         // the engine lists causal_attn, which the fresh prefill sets per call
+    bool fresh_causal_ = true;  // what the fresh engine has now
 };
 // On where the data oracle is off (nullptr, and the report says why, elsewhere).
 std::unique_ptr<FreshPrefill> open_fresh(const World& world, Judge& judge, RunStats& stats, OracleReport& oracles);

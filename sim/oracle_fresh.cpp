@@ -60,7 +60,8 @@ std::unique_ptr<FreshPrefill> open_fresh(const World& world, Judge& judge, RunSt
 }
 
 FreshPrefill::FreshPrefill(const World& world, Judge& judge, RunStats& stats, std::unique_ptr<Engine> fresh)
-    : world_(world), judge_(judge), stats_(stats), fresh_(std::move(fresh)) {
+    : world_(world), judge_(judge), stats_(stats), fresh_(std::move(fresh)),
+      lists_causal_(fresh_->live_settings().find(abi::kCausalKey) != std::string::npos) {
     require(fresh_->vocab() == world.config.model.vocab, "fresh-prefill engine ", fresh_->name(), " reports vocab ",
             fresh_->vocab(), " for a model of vocab ", world.config.model.vocab);
     fresh_->apply(calls::Open{kFreshSeq});
@@ -119,15 +120,13 @@ void FreshPrefill::on_call(const MemoryCall& call) {
                    [&](const calls::Shift& c) {
                        Held& h = held_.at(c.seq);
                        h.tokens.erase(h.tokens.begin() + c.p0, h.tokens.begin() + c.p1);
-                       const EngineChoice& e = world_.config.engine;
-                       const PartialRemoval removal = partial_removal(e.engine, e.params, call);
                        // A K-shift rotates the stored keys again: the rows
                        // after it lie from a fresh prefill's by rounding
-                       // (9.9e-4 in a logit, arch=granite_swa seed 6),
-                       // past the tolerance; the twin still judges them.
-                       if (h.unjudged.empty())
-                           h.unjudged = removal.keeps ? removal.keeps
-                                                      : "holds keys a shift rotated again";
+                       // (9.9e-4 in a logit, arch=granite_swa seed 6), past
+                       // the tolerance; a recurrent state keeps what a shift
+                       // drops (EngineEntry::partial_removal's keeps). The
+                       // twin still judges those rows.
+                       if (h.unjudged.empty()) h.unjudged = "shifted";
                    },
                    [&](const calls::Save& c) {
                        saved_.emplace_back(c.id, held_.at(c.seq));
@@ -176,10 +175,14 @@ void FreshPrefill::on_decode(Decoded& d) {
 std::vector<float> FreshPrefill::prefill(const std::vector<int>& before, const std::vector<int>& span,
                                          const std::vector<std::uint8_t>& outputs, bool causal) {
     fresh_->apply(calls::ClearAll{});
-    const auto set_causal = [&](bool on) { fresh_->apply(calls::SetLive{abi::kCausalKey, on ? "1" : "0"}); };
-    const bool live_causal = world_.engine.live_settings().find(abi::kCausalKey) != std::string::npos;
+    // Asked only when it changes (each a call to the fresh engine's process).
+    const auto set_causal = [&](bool on) {
+        if (!lists_causal_ || on == fresh_causal_) return;
+        fresh_->apply(calls::SetLive{abi::kCausalKey, on ? "1" : "0"});
+        fresh_causal_ = on;
+    };
     if (!before.empty()) {
-        if (live_causal) set_causal(true);
+        set_causal(true);
         const std::vector<std::int32_t> seqs(before.size(), kFreshSeq);
         std::vector<std::uint8_t> last(before.size(), 0);
         last.back() = 1;
@@ -187,7 +190,7 @@ std::vector<float> FreshPrefill::prefill(const std::vector<int>& before, const s
                        fresh_->capabilities() & KVWELD_CAP_OUTPUTS ? std::span<const std::uint8_t>(last)
                                                                     : std::span<const std::uint8_t>());
     }
-    if (live_causal) set_causal(causal);
+    set_causal(causal);
     const std::vector<std::int32_t> seqs(span.size(), kFreshSeq);
     const bool all = std::all_of(outputs.begin(), outputs.end(), [](std::uint8_t o) { return o != 0; });
     return fresh_->decode(seqs, std::vector<std::int32_t>(span.begin(), span.end()),

@@ -41,9 +41,6 @@ struct StudyTraffic {
 struct PartialRemoval {
     const char* may_refuse = nullptr;  // why it may refuse it, keeping what it held ("": it must take it)
     int named = 0;                     // the position a refusal names
-    // Why, taking it, it may keep what it was asked to remove: the
-    // sequence's later rows follow no prefill of the tokens it holds.
-    const char* keeps = nullptr;
 };
 
 struct EngineEntry {

@@ -140,17 +140,14 @@ PartialRemoval llamacpp_partial_removal(const std::string& params, const MemoryC
     static constexpr const char* kWindowShift =
         "a sliding-window cache smaller than the full one cannot shift (llama_memory_can_shift: "
         "llama_kv_cache_iswa::get_can_shift)";
-    if (arch && arch->window && shift && !abi::flag_param(p, "swa_full", false)) return {kWindowShift, shift->p0, nullptr};
+    if (arch && arch->window && shift && !abi::flag_param(p, "swa_full", false)) return {kWindowShift, shift->p0};
     if (!arch || !llamacpp::has_recurrent_state(arch->memory)) return {};
     static constexpr const char* kRefuse =
         "a recurrent state cannot drop positions past its n_rs_seq snapshots (llama_memory_recurrent::seq_rm "
         "returns false, as llama.h allows for a partial removal)";
-    static constexpr const char* kKeeps =
-        "a recurrent state takes a removal that ends before its last position as a no-op and keeps those tokens "
-        "(llama_memory_recurrent::seq_rm, by design since ggml-org/llama.cpp PR #17009)";
     // Only these two remove part of a sequence; every other call is taken whole.
-    if (const auto* t = std::get_if<calls::Truncate>(&call); t && t->n > 0) return {kRefuse, t->n, nullptr};
-    if (const auto* s = std::get_if<calls::Shift>(&call)) return {kRefuse, s->p0, s->p1 < s->len ? kKeeps : nullptr};
+    if (const auto* t = std::get_if<calls::Truncate>(&call); t && t->n > 0) return {kRefuse, t->n};
+    if (const auto* s = std::get_if<calls::Shift>(&call)) return {kRefuse, s->p0};
     return {};
 }
 
