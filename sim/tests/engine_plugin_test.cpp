@@ -13,6 +13,7 @@
 #include "targets/given_settings.hpp"
 #include "targets/plugin_host.hpp"
 #include "sim/tests/llama_required.hpp"
+#include "util/build_paths.hpp"
 
 #include <gtest/gtest.h>
 

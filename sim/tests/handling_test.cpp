@@ -17,6 +17,7 @@
 #include "sim/simulator.hpp"
 #include "targets/abi_lists.hpp"
 #include "targets/registry.hpp"
+#include "util/build_paths.hpp"
 
 #include <gtest/gtest.h>
 

@@ -8,6 +8,7 @@
 #include "targets/isolation/wire.hpp"
 #include "targets/plugin_host.hpp"
 #include "util/error.hpp"
+#include "util/build_paths.hpp"
 
 #include <gtest/gtest.h>
 

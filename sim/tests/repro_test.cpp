@@ -3,6 +3,7 @@
 #include "sim/repro.hpp"
 #include "targets/repro.hpp"
 #include "util/error.hpp"
+#include "util/build_paths.hpp"
 
 #include <gtest/gtest.h>
 

@@ -7,6 +7,7 @@
 #include "engine/reference.hpp"
 #include "sim/tests/server_test_util.hpp"
 #include "util/error.hpp"
+#include "util/build_paths.hpp"
 
 #include <gtest/gtest.h>
 

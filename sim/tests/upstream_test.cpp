@@ -7,6 +7,7 @@
 #include "sim/server/server_known.hpp"
 #include "sim/upstream.hpp"
 #include "util/error.hpp"
+#include "util/build_paths.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

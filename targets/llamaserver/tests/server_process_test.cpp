@@ -8,6 +8,7 @@
 
 #include "engine/gguf.hpp"
 #include "util/error.hpp"
+#include "util/build_paths.hpp"
 
 #include <gtest/gtest.h>
 
