@@ -154,6 +154,7 @@ void Accounting::judge_counts(const Batch& b, const Counted& n) {
     stats_.must_reuse += std::uint64_t(e.must_reuse);
     stats_.must_reuse_shared += std::uint64_t(e.must_reuse_shared);
     stats_.may_reuse += std::uint64_t(e.may_reuse);
+    if (e.may_reuse) stats_.may_reuse_why[e.may_why ? e.may_why : "(the rule names no clause)"] += std::uint64_t(e.may_reuse);
     count_terms(e.changed);
     shape.plans += std::uint64_t(e.plans);
     shape.must_reuse += std::uint64_t(e.must_reuse);

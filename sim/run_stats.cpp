@@ -6,6 +6,12 @@
 
 namespace kvweld::sim {
 
+std::string RunStats::may_reuse_why_text() const {
+    std::string out;
+    for (const auto& [why, n] : may_reuse_why) out += cat(out.empty() ? "" : "; ", why, " (", n, ")");
+    return out;
+}
+
 void RunStats::add(const RunStats& o) {
     for (const auto& [name, t] : o.terms) {
         TermCount& mine = terms[name];
@@ -49,6 +55,7 @@ void RunStats::add(const RunStats& o) {
     must_reuse += o.must_reuse;
     must_reuse_shared += o.must_reuse_shared;
     may_reuse += o.may_reuse;
+    for (const auto& [why, n] : o.may_reuse_why) may_reuse_why[why] += n;
     builds += o.builds;
     rebinds += o.rebinds;
     peer_reused += o.peer_reused;

@@ -49,6 +49,8 @@ struct RunStats {
     std::uint64_t must_reuse = 0;  // reuses the rule required
     std::uint64_t must_reuse_shared = 0;  // of them, of a plan serving several sequences
     std::uint64_t may_reuse = 0;   // reuses the rule allowed without requiring
+    std::map<std::string, std::uint64_t> may_reuse_why;  // of them, per clause that could not require them
+    std::string may_reuse_why_text() const;  // "why (n); ...", empty where none
     std::uint64_t builds = 0, rebinds = 0;  // what the engine counted besides reuses (with or without a rule)
     // kvweld diff: the peer's counts, its rows compared, and the calls
     // where the two prepared their plans differently: the engine reused more

@@ -63,6 +63,10 @@ void print_table(const std::vector<StudyRow>& rows) {
     if (unruled)
         std::printf("* no reuse rule applies to this build, so no plan count (n/a): reuse is reused / (reused + built "
                     "+ rebound) as the engine counted, and build is the engine's builds\n");
+    for (const StudyRow& r : rows)
+        if (const std::string why = r.with.result.run.stats.may_reuse_why_text(); !why.empty())
+            std::printf("%s: the rule allows more than it requires (rule's ideal a..b): %s\n", r.setting.label().c_str(),
+                        why.c_str());
 }
 
 void print_shapes(const StudyRow& row) {

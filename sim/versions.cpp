@@ -43,6 +43,7 @@ SteadyReuse steady_reuse(const VersionsOptions& o, const std::string& engine, in
         out.calls = r.run.stats.calls, out.reused = r.run.stats.reused, out.shapes = r.shapes;
         out.judged = r.run.oracles.accounting;
         out.must_reuse = r.run.stats.must_reuse, out.may_reuse = r.run.stats.may_reuse;
+        out.may_why = r.run.stats.may_reuse_why_text();
     } catch (const Error& e) {
         out.why_not = e.what();
     }
@@ -192,6 +193,13 @@ std::string grid_text(const std::vector<ReleaseRow>& rows) {
         for (const ReleaseRow& r : rows) out += cat(" ", j < r.steady.size() ? steady_text(r.steady[j]) : "-", " |");
         out += "\n";
     }
+    std::string why;  // the points where the rule allows more than it requires, and the clause
+    for (const ReleaseRow& r : rows)
+        for (const SteadyReuse& s : r.steady)
+            if (s.ran && s.judged && !s.may_why.empty())
+                why += cat("- ", r.release, ", ", s.slots, " x ", s.spec_k, ", ", s.layout, ": ", s.may_reuse,
+                           " reuses allowed, not required: ", s.may_why, "\n");
+    if (!why.empty()) out += cat("\nWhere the rule allows more reuse than it requires, the clause that could not require it:\n\n", why);
     return out + "\n";
 }
 

@@ -45,6 +45,7 @@ struct SteadyReuse {
     // facts (judged): reuses it required, and allowed without requiring.
     bool judged = false;
     std::uint64_t must_reuse = 0, may_reuse = 0;
+    std::string may_why;  // RunStats::may_reuse_why_text: why the rule could not require the may_reuse
     double ideal_per_call() const { return calls ? double(must_reuse) / double(calls) : 0.0; }
     std::map<std::string, ShapeStats> shapes;  // per batch shape, the engine's counts
     double per_call() const { return calls ? double(reused) / double(calls) : 0.0; }

@@ -38,6 +38,9 @@ struct ReuseExpectation {
     int plans = 0;
     int must_reuse = 0;
     int may_reuse = 0;
+    // Why the rule allows the may_reuse reuses without requiring them (a
+    // static string naming its clause), where it does.
+    const char* may_why = nullptr;
     std::optional<int> builds;
     std::optional<int> rebinds;
     // Of must_reuse: reuses of a plan that serves more than one sequence
@@ -56,7 +59,7 @@ struct ReuseExpectation {
 // A call whose builds and rebinds the rule knows exactly: every other plan
 // must reuse.
 inline ReuseExpectation exact_expectation(int plans, int builds, int rebinds) {
-    return {plans, plans - builds - rebinds, 0, builds, rebinds, 0};
+    return {plans, plans - builds - rebinds, 0, nullptr, builds, rebinds, 0};
 }
 
 // What an op does to a sequence's storage (the ledger, for engines that

