@@ -24,13 +24,16 @@
 //   so with one stream per sequence and n_ctx <= 256 (the simulator's
 //   bound) the window is always 256; so too in a unified cache of <= 256
 //   cells. A larger unified cache's window is max(256, pad256(used_max_p1))
-//   (llama_kv_cache::get_n_kv), which follows cell occupancy. The rule
-//   bounds it: find_slot takes the first free cells scanning from a head
-//   that is never past the highest used cell + 1 (it only moves back, or to
-//   just after the cells it placed), so used_max_p1 never exceeds the tokens
-//   placed since the cache was last emptied with its head at 0 (creation,
-//   clear_all, reload). While that count is <= 256 the window is 256 and a
-//   same-shape graph MUST be reused; past it, it MAY be.
+//   (llama_kv_cache::get_n_kv), which follows cell occupancy: the rule
+//   keeps the cells as llama.cpp does (llamacpp_kv_cells.hpp, where the
+//   release's placement is read: ReleaseFacts::cells), so it knows every
+//   graph's window. The same window and shape: the graph MUST be reused;
+//   another window: it must build. Where the model lost track (a refused
+//   load, an abort while a K-shift was queued) the window is bounded until
+//   the cache is emptied (clear_all, a reload): find_slot never places a
+//   cell past the tokens placed since the cache was emptied with its head
+//   at 0, so while that count is <= 256 the window is 256 and reuse MUST
+//   happen; past it, it MAY.
 // Clause 4 (stream copies): copying a sequence between streams (copy_seq
 //   without a unified cache) is queued and done at the next decode's memory
 //   update, which discards every held graph: that call's first graph builds.

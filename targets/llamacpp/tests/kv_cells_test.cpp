@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,7 @@ void capture(ggml_log_level, const char* text, void*) {
 std::string str(const Logged& l) {
     return "used_max_p1 " + std::to_string(l.n) + ", used " + std::to_string(l.used) + ", head " + std::to_string(l.head);
 }
+std::ostream& operator<<(std::ostream& out, const Logged& l) { return out << str(l); }
 
 class KvCellsModel : public ::testing::Test {
 protected:
