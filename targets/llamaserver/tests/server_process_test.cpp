@@ -22,9 +22,23 @@
 namespace kvweld::targets::llamaserver {
 namespace {
 
+std::string temp_prefix() { return "kvweld-" + std::to_string(::getpid()) + "-"; }
 std::string temp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path() / ("kvweld-" + std::to_string(::getpid()) + "-" + name)).string();
+    return (std::filesystem::temp_directory_path() / (temp_prefix() + name)).string();
 }
+
+// The servers' logs this program wrote, removed at its end where every test
+// passed (a failure's logs stay, for the Error that quotes them).
+class TempLogs : public ::testing::Environment {
+public:
+    void TearDown() override {
+        if (!::testing::UnitTest::GetInstance()->Passed()) return;
+        std::error_code ec;
+        for (const auto& f : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec))
+            if (f.path().filename().string().rfind(temp_prefix(), 0) == 0) std::filesystem::remove(f.path(), ec);
+    }
+};
+const auto* const kTempLogs = ::testing::AddGlobalTestEnvironment(new TempLogs);
 
 ServerSetup stand_in(const std::string& mode, double timeout_s = 10) {
     return {KVWELD_STAND_IN_SERVER, "model.gguf", {mode}, temp_path(mode + ".log"), timeout_s};
