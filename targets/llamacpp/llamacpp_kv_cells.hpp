@@ -58,7 +58,12 @@ public:
         *this = std::move(trial);
         return true;
     }
-    bool place(std::span<const Token> ubatch) { return place(std::span<const std::span<const Token>>(&ubatch, 1)); }
+    // One ubatch: placed in place (find_slot changes nothing it fails on).
+    bool place(std::span<const Token> ubatch) {
+        const std::optional<std::vector<int>> idxs = find_slot(int(ubatch.size()));
+        if (idxs) apply(*idxs, ubatch);
+        return idxs.has_value();
+    }
 
     // seq_rm (400-468): p0 < 0 is 0, p1 < 0 no end; seq < 0 any sequence.
     // The head moves back to the first cell freed, never forward.

@@ -640,12 +640,16 @@ private:
     // unified cache of 256), the modelled cells' n_kv, or, where the
     // placement is not known (lost_), 256 while the tokens placed since
     // the cache was emptied fit in 256 cells, and unknown past them.
+    // The positions (len_) are followed only while the cells are: the
+    // model comes back only where every sequence is empty.
     std::optional<int> place(std::span<const int> tokens) {
-        std::vector<llamacpp::KvCells::Token> ubatch;
-        for (int s : tokens) ubatch.push_back({s, len_[s]++});
         if (window_fixed_) return kPad;
-        if (cells_ && !cells_->place(ubatch)) lose("clause 3: the window unknown: the modelled cells have no slot for a ubatch llama.cpp placed");
-        if (cells_) return cells_->n_kv();
+        if (cells_) {
+            std::vector<llamacpp::KvCells::Token> ubatch;
+            for (int s : tokens) ubatch.push_back({s, len_[s]++});
+            if (cells_->place(ubatch)) return cells_->n_kv();
+            lose("clause 3: the window unknown: the modelled cells have no slot for a ubatch llama.cpp placed");
+        }
         return placed_ <= kPad ? std::optional<int>(kPad) : std::nullopt;
     }
     // The model stops (the window unknown) until the cache is emptied.
@@ -671,10 +675,9 @@ private:
         for (int s : seqs) len_[s] = (before.count(s) ? before.at(s) : 0) + kept_of[s];
         if (shift_owed && !kshift_whole_) return lose("clause 3: the window unknown: a call the abort callback stopped while a K-shift was queued");
         if (!stopped || !cells_) return;
-        for (int s : std::set<int>(seqs.begin(), seqs.end()))
-            if (std::count(stopped->layout.begin(), stopped->layout.end(), s) ||
-                std::count(stopped->layout.begin(), stopped->layout.end(), -1 - s))
-                cells_->seq_rm(s, len_[s], -1);
+        std::set<int> in_stopped;  // layout: each token's sequence, -1 - seq where no output
+        for (int t : stopped->layout) in_stopped.insert(t >= 0 ? t : -1 - t);
+        for (int s : in_stopped) cells_->seq_rm(s, len_[s], -1);
     }
     void copy(int src, int dst) {
         copy_queued_ = copy_queued_ || !unified_;

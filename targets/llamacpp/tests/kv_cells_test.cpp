@@ -8,9 +8,9 @@
 // model's, a decode the model finds no slot for must fail and every other
 // succeed, and every sequence's length must agree after each op. The model
 // is never widened to fit llama.cpp: a disagreement prints the program.
-#include "engine/gguf.hpp"
 #include "engine/model.hpp"
 #include "targets/llamacpp/llamacpp_kv_cells.hpp"
+#include "targets/llamacpp/tests/llama_test_model.hpp"
 #include "util/rng.hpp"
 
 #include <gtest/gtest.h>
@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <ostream>
 #include <set>
 #include <string>
@@ -67,13 +66,7 @@ protected:
         llama_backend_init();
     }
     void SetUp() override {
-        const std::string path =
-            (std::filesystem::temp_directory_path() / ("kvweld-cells-" + std::to_string(::getpid()) + ".gguf")).string();
-        save_gguf(model_, path);
-        llama_model_params mp = llama_model_default_params();
-        mp.n_gpu_layers = 0;
-        lm_ = llama_model_load_from_file(path.c_str(), mp);
-        std::filesystem::remove(path);
+        lm_ = load_in_llama(model_, "cells");
         ASSERT_NE(lm_, nullptr);
     }
     void TearDown() override {

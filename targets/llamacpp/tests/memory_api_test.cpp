@@ -5,13 +5,12 @@
 // what a program's prompt cache saves). Each test checks both halves: what
 // the call must change, and that every sequence's next rows are the
 // reference's over what it must keep.
-#include "engine/gguf.hpp"
 #include "engine/reference.hpp"
+#include "targets/llamacpp/tests/llama_test_model.hpp"
 
 #include <gtest/gtest.h>
 #include <llama.h>
 
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -30,13 +29,7 @@ protected:
         llama_backend_init();
     }
     void SetUp() override {
-        const std::string path =
-            (std::filesystem::temp_directory_path() / ("kvweld-memory-" + std::to_string(::getpid()) + ".gguf")).string();
-        save_gguf(model_, path);
-        llama_model_params mp = llama_model_default_params();
-        mp.n_gpu_layers = 0;
-        lm_ = llama_model_load_from_file(path.c_str(), mp);
-        std::filesystem::remove(path);
+        lm_ = load_in_llama(model_, "memory");
         ASSERT_NE(lm_, nullptr);
         llama_context_params cp = llama_context_default_params();
         cp.n_ctx = kCtx * kSeqs;
