@@ -29,12 +29,8 @@ struct ReproArgs {
     bool run = false, upstream_test = false;
 };
 
-// scripts/setup-llama's cache: the pinned release is llama.cpp/, any other V llama.cpp-V/.
 fs::path llama_install(const std::string& release) {
-    const char* cache = std::getenv("KVWELD_CACHE");
-    const char* home = std::getenv("HOME");
-    const fs::path root = cache && *cache ? fs::path(cache) : fs::path(home ? home : ".") / ".cache" / "kvweld";
-    const fs::path install = root / (release.empty() ? "llama.cpp" : "llama.cpp-" + release) / "install";
+    const fs::path install = llama_cache_root() / (release.empty() ? "llama.cpp" : "llama.cpp-" + release) / "install";
     require(fs::exists(install / "include" / "llama.h"), "repro --run: no llama.cpp ",
             release.empty() ? "(the pinned release)" : release, " at ", install.string(),
             ": run scripts/setup-llama", release.empty() ? "" : " --version " + release);

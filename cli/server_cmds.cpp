@@ -19,11 +19,17 @@ namespace {
 
 using namespace kvweld::sim::server;
 
+// --server, or else the pinned build's llama-server in the cache, which scripts/setup builds.
 std::string need_server(const std::string& server) {
-    require(!server.empty(), "--engine llama-server needs --server PATH, a llama-server binary (scripts/setup-llama builds "
-                             "one into the cache: $KVWELD_CACHE/llama.cpp/install/bin/llama-server)");
-    require(std::filesystem::exists(server), "--server ", server, ": no such file");
-    return server;
+    if (!server.empty()) {
+        require(std::filesystem::exists(server), "--server ", server, ": no such file");
+        return server;
+    }
+    const std::filesystem::path cached = llama_cache_root() / "llama.cpp" / "install" / "bin" / "llama-server";
+    require(std::filesystem::exists(cached), "--engine llama-server: no --server PATH given, and no llama-server at ",
+            cached.string(), " (scripts/setup-llama builds the pinned release's there)");
+    std::fprintf(stderr, "llama-server: %s (the cache's pinned build; --server PATH runs another)\n", cached.c_str());
+    return cached.string();
 }
 
 std::string work_dir(const std::string& given, const char* what) {

@@ -80,8 +80,8 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "yes", "no"}));
     cmd->add_option("--server", o.server,
-                    "with --engine llama-server: the llama-server binary kvweld starts on 127.0.0.1 (scripts/setup-llama "
-                    "builds one: $KVWELD_CACHE/llama.cpp/install/bin/llama-server)");
+                    "with --engine llama-server: the llama-server binary kvweld starts on 127.0.0.1 (default: the cache's "
+                    "pinned build, $KVWELD_CACHE/llama.cpp/install/bin/llama-server, which scripts/setup builds)");
     cmd->add_option("--work-dir", o.work_dir,
                     "with --engine llama-server: where each run's model, server logs, slot files and (failing) trace go "
                     "(default: a temporary folder, removed when every run passes)");

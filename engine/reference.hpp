@@ -5,6 +5,7 @@
 #pragma once
 
 #include "engine/adapters.hpp"
+#include "engine/kv_type.hpp"
 #include "engine/model.hpp"
 
 #include <cstdint>
@@ -13,11 +14,7 @@
 
 namespace kvweld {
 
-// The type a KV cache stores its rows in (llama.cpp's -ctk/-ctv). In a
-// 16-bit one, ggml's CPU attention (flash attention off) also rounds the
-// query to it for q.k and the softmax weights for their sum over V: the
-// reference rounds the same four, each to nearest even.
-enum class KvType { f32, f16, bf16 };
+// A value as a KV row of `type` holds it (engine/kv_type.hpp).
 float round_to(KvType type, float x);
 
 // A plain KV: key[layer][pos * kv_dim + i], value likewise; raw_key holds

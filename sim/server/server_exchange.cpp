@@ -76,25 +76,6 @@ std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observe
     return out;
 }
 
-double kv_tolerance(KvType type) {
-    switch (type) {
-        case KvType::f32: return kLogprobTolerance;
-        // 300 seeds of 80 ops on b11434+fixes, the reference rounding as
-        // ggml does: f16 rows came within 1.6e-3 of it (chunks shifted
-        // under LoRA), bf16 within 4.0e-3 (it aborts on any shift: finding
-        // bf16-kshift-abort); a stale row moves a logprob by 1e-2 and more.
-        // Without the rounding, f16 came within 1.1e-3 of F32 KV's answers
-        // on fresh prompts, bf16 6.7e-3.
-        case KvType::f16: return 5e-3;
-        case KvType::bf16: return 2e-2;
-    }
-    return kLogprobTolerance;
-}
-
-std::string kv_tolerances() {
-    return cat(kv_tolerance(KvType::f32), " with F32 KV, ", kv_tolerance(KvType::f16), " f16, ", kv_tolerance(KvType::bf16), " bf16");
-}
-
 std::uint64_t draft_seed(std::uint64_t seed, int draft) { return draft == 1 ? seed : seed ^ 0xd4af7ULL; }
 
 // ---- LoRA adapters

@@ -20,11 +20,6 @@
 
 namespace kvweld::sim::server {
 
-inline constexpr double kLogprobTolerance = 1e-4;  // |logprob - reference|, as the GGUF test's logits
-// With 16-bit KV rows the reference rounds as ggml does, but a value on a
-// rounding boundary may go either way: measured, see kv_tolerance's definition.
-double kv_tolerance(KvType type);
-std::string kv_tolerances();  // each type's, in words
 inline constexpr float kServerLoraScale = 1.0f;     // each --lora adapter's scale until POST /lora-adapters sets one
 
 // One completion as the server answered it.

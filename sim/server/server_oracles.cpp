@@ -63,12 +63,13 @@ std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& a
 
 // ---- LogprobOracle
 
-LogprobOracle::LogprobOracle(const Model& model, int slots, int cache_reuse,
-                             std::vector<std::shared_ptr<const LoraAdapter>> loras, PromptCacheSettings ram, int shift_ctx,
-                             KvType kv_type, double tolerance)
-    : model_(model), kv_type_(kv_type), tolerance_(tolerance), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
-      slots_(std::size_t(slots), Mirror{{}, ReferenceKv(model.config(), kv_type)}), ram_(ram), loras_(std::move(loras)),
-      global_(loras_.size(), kServerLoraScale) {}
+LogprobOracle::LogprobOracle(const ServerSettings& s, const Model& model, std::vector<std::shared_ptr<const LoraAdapter>> loras)
+    : model_(model), kv_type_(s.kv_type), tolerance_(s.tolerance()), cache_reuse_(s.cache_reuse),
+      shift_ctx_(s.shift_ctx(model.config().max_seq_len)),
+      slots_(std::size_t(s.slots), Mirror{{}, ReferenceKv(model.config(), s.kv_type)}),
+      ram_(s.prompt_cache(model.config().max_seq_len)), loras_(std::move(loras)), global_(loras_.size(), kServerLoraScale) {
+    require(int(loras_.size()) == s.loras, "LogprobOracle: ", loras_.size(), " adapters for settings with ", s.loras);
+}
 
 std::string LogprobOracle::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
     std::string wrong;
@@ -154,6 +155,10 @@ void LogprobOracle::tally(ServerTally& t) const {
 }
 
 // ---- SlotCacheModel
+
+SlotCacheModel::SlotCacheModel(const ServerSettings& s, int model_ctx)
+    : slots_(std::size_t(s.slots)), ram_(s.prompt_cache(model_ctx)), cache_reuse_(s.cache_reuse),
+      shift_ctx_(s.shift_ctx(model_ctx)), global_(std::size_t(s.loras), kServerLoraScale) {}
 
 SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnswer& a) const {
     // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
@@ -265,11 +270,10 @@ void SlotCacheModel::tally(ServerTally& t) const {
 
 // ---- GroundTruth
 
-GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, PromptCacheSettings ram,
-                         int shift_ctx, double timeout_s, double tolerance)
-    : process_(std::move(setup)), slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
-      timeout_s_(timeout_s),
-      tolerance_(tolerance), global_(std::size_t(loras), kServerLoraScale) {}
+GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, const ServerSettings& s, int model_ctx, double timeout_s)
+    : process_(std::move(setup)), slots_(std::size_t(s.slots)), ram_(s.prompt_cache(model_ctx)), cache_reuse_(s.cache_reuse),
+      shift_ctx_(s.shift_ctx(model_ctx)), timeout_s_(timeout_s), tolerance_(s.tolerance()),
+      global_(std::size_t(s.loras), kServerLoraScale) {}
 
 std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth) const {
     const std::size_t n = got.cut ? std::min(got.tokens.size(), truth.tokens.size()) : truth.tokens.size();
@@ -365,8 +369,8 @@ std::vector<float> reference_embedding(const Model& model, const std::vector<int
     return out;
 }
 
-EmbeddingOracle::EmbeddingOracle(const Model& model, std::string pooling, KvType kv_type, double tolerance)
-    : model_(model), pooling_(std::move(pooling)), kv_type_(kv_type), tolerance_(tolerance) {}
+EmbeddingOracle::EmbeddingOracle(const ServerSettings& s, const Model& model)
+    : model_(model), pooling_(s.pooling), kv_type_(s.kv_type), tolerance_(s.tolerance()) {}
 
 std::string EmbeddingOracle::on_completion(const Completion&, const std::vector<ServerAnswer>&) { return ""; }
 std::string EmbeddingOracle::on_slot(const Slot&, int) { return ""; }

@@ -31,6 +31,7 @@
 #include "engine/reference.hpp"
 #include "sim/server/prompt_cache.hpp"
 #include "sim/server/server_exchange.hpp"
+#include "sim/server/server_settings.hpp"
 #include "targets/llamaserver/server_process.hpp"
 
 #include <memory>
@@ -72,11 +73,12 @@ const std::vector<float>& scales_of(const Completion& c, const std::vector<float
 // that computed the prompt first (index 0), then the copies (n_cmpl).
 std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& answers);
 
+// Each oracle takes the run's settings whole (and the model's context,
+// which sizes the slots and the RAM cache): what it follows of them is its own.
 class LogprobOracle final : public ServerOracle {
 public:
-    LogprobOracle(const Model& model, int slots, int cache_reuse,
-                  std::vector<std::shared_ptr<const LoraAdapter>> loras = {}, PromptCacheSettings ram = {},
-                  int shift_ctx = 0, KvType kv_type = KvType::f32, double tolerance = kLogprobTolerance);
+    // `loras`: the run's adapters, one per settings.loras.
+    LogprobOracle(const ServerSettings& settings, const Model& model, std::vector<std::shared_ptr<const LoraAdapter>> loras);
     std::string name() const override { return "logprobs"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -106,9 +108,7 @@ private:
 
 class SlotCacheModel final : public ServerOracle {
 public:
-    SlotCacheModel(int slots, int cache_reuse, int loras = 0, PromptCacheSettings ram = {}, int shift_ctx = 0)
-        : slots_(std::size_t(slots)), ram_(ram), cache_reuse_(cache_reuse), shift_ctx_(shift_ctx),
-          global_(std::size_t(loras), kServerLoraScale) {}
+    SlotCacheModel(const ServerSettings& settings, int model_ctx);
     std::string name() const override { return "reuse"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -145,8 +145,7 @@ private:
 class GroundTruth final : public ServerOracle {
 public:
     // Starts the ground-truth server (one slot, no cache) with `setup`'s binary and model.
-    GroundTruth(targets::llamaserver::ServerSetup setup, int slots, int cache_reuse, int loras, PromptCacheSettings ram,
-                int shift_ctx, double timeout_s, double tolerance = kLogprobTolerance);
+    GroundTruth(targets::llamaserver::ServerSetup setup, const ServerSettings& settings, int model_ctx, double timeout_s);
     std::string name() const override { return "ground-truth"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -175,7 +174,7 @@ private:
 
 class EmbeddingOracle final : public ServerOracle {
 public:
-    EmbeddingOracle(const Model& model, std::string pooling, KvType kv_type = KvType::f32, double tolerance = kLogprobTolerance);
+    EmbeddingOracle(const ServerSettings& settings, const Model& model);
     std::string name() const override { return "embeddings"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -193,7 +192,7 @@ private:
 
 // The reference's pooled embedding of `tokens` (mean or last), L2-normalized.
 std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling,
-                                       KvType kv_type = KvType::f32);
+                                       KvType kv_type);
 
 // One /completion answer's body (streamed: its server-sent events) parsed;
 // throws Error naming what is missing.

@@ -195,14 +195,6 @@ std::vector<ServerOp> simpler(const ServerOp& op) {
     return out;
 }
 
-// Simpler settings: chunk reuse off, a context the slots divide.
-std::vector<ServerSettings> simpler(const ServerSettings& s) {
-    std::vector<ServerSettings> out;
-    if (s.cache_reuse) out.push_back(s), out.back().cache_reuse = 0;
-    if (s.ctx_extra) out.push_back(s), out.back().ctx_extra = 0;
-    return out;
-}
-
 }  // namespace
 
 // Delta debugging over the ops, then simpler settings, then each op made
@@ -233,7 +225,7 @@ ServerShrinkResult shrink_server(const ServerRunConfig& config, const std::vecto
     };
     auto try_keep = [&](const std::vector<ServerOp>& candidate) { return !candidate.empty() && try_run(best_config, candidate); };
     ddmin(best, try_keep, spent);
-    for (const ServerSettings& s : simpler(best_config.settings)) {
+    for (const ServerSettings& s : best_config.settings.simpler()) {
         ServerRunConfig c = best_config;
         c.settings = s;
         try_run(c, best);

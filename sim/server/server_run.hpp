@@ -103,11 +103,12 @@ std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOpti
 // action's count).
 std::string server_script(const ServerRunResult& r, const std::string& command);
 
-// The files a run's server script takes, in order (the model, each LoRA
-// adapter, the draft model): each one's name, the command that writes it,
-// the flags that load it ($N: its argument), and its bytes.
+// The files a run's server script takes, in its argument order (the
+// model, each LoRA adapter, the draft model): each one's name, the command
+// that writes it, and its bytes. The flags that load them are the
+// simulator's (server_args).
 struct ServerScriptFile {
-    std::string name, convert, flags;
+    std::string name, convert;
     std::vector<std::byte> bytes;
 };
 std::vector<ServerScriptFile> server_script_files(const ServerRunConfig& config);

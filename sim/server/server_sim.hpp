@@ -9,10 +9,12 @@
 #pragma once
 
 #include "engine/adapters.hpp"
+#include "engine/kv_type.hpp"
 #include "engine/model.hpp"
 #include "sim/server/prompt_cache.hpp"
 #include "sim/server/server_exchange.hpp"
 #include "sim/server/server_ops.hpp"
+#include "sim/server/server_settings.hpp"
 #include "targets/llamaserver/server_process.hpp"
 #include "util/rng.hpp"
 
@@ -29,37 +31,6 @@ namespace kvweld::sim::server {
 
 class ServerOracle;
 
-
-// The server's command line a seed draws: slots, unified KV or one stream
-// per slot, chunk reuse, the host-RAM prompt cache, and whether it serves
-// completions or pooled embeddings, the KV type. Fixed for every seed:
-// flash attention off (the reference's numbers), a slot save path, one thread.
-struct ServerSettings {
-    int slots = 1;
-    bool unified = false;
-    int cache_reuse = 0;     // --cache-reuse (0: off)
-    int ctx_extra = 0;       // -c is slots * the model's context, plus this (0 .. slots - 1: a context the slots do not divide)
-    int loras = 0;           // LoRA adapters (--lora each; the server's own scales start at kServerLoraScale)
-    std::string pooling;     // "" completions; "mean" or "last": --embedding --pooling P
-    int cache_ram = 0;       // --cache-ram: 0 off, -1 no size limit, 8192 the server's default (MiB)
-    KvType kv_type = KvType::f32;  // -ctk/-ctv (16-bit rows: the reference rounds as ggml does)
-    bool context_shift = false;  // --context-shift: a full slot drops half its tokens past n_keep and goes on
-    int draft = 0;           // -md: 0 none; 1 a draft with the model's weights (its drafts accepted); 2 other weights (mostly rejected)
-    bool idle_slots = false; // --cache-idle-slots (with a RAM cache; the server's default)
-    static ServerSettings draw(std::uint64_t seed);
-    bool embeddings() const { return !pooling.empty(); }
-    std::vector<std::string> flags() const;  // the drawn flags but -c (it depends on the model)
-    std::string describe() const;            // the drawn settings, in a line
-    // The RAM cache as the oracles model it, for a model of context `model_ctx`.
-    PromptCacheSettings prompt_cache(int model_ctx) const;
-    int ctx(int model_ctx) const { return model_ctx * slots + ctx_extra; }  // -c
-    // A slot's context: the library's per-sequence one, capped at the
-    // model's training context (server-context.cpp n_ctx_slot).
-    int slot_ctx(int model_ctx) const;
-    int shift_ctx(int model_ctx) const { return context_shift ? slot_ctx(model_ctx) : 0; }
-    nlohmann::json to_json() const;
-    static ServerSettings from_json(const nlohmann::json& j);  // strict: throws Error naming the field
-};
 
 struct ServerRunConfig {
     std::string server;           // the llama-server binary

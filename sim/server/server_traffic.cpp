@@ -24,21 +24,21 @@ std::string_view to_string(Workload w) {
     return "?";
 }
 
+// The study's grid: completions on F32 KV, every slot's context the model's,
+// no adapters, draft model or context shift; the RAM cache off or at the
+// server's default.
 std::vector<ServerSettings> traffic_settings() {
+    const auto at = [](int slots, bool unified, int cache_reuse, int cache_ram) {
+        return ServerSettings{.slots = slots, .unified = unified, .cache_reuse = cache_reuse, .pooling = "", .ctx_extra = 0,
+                              .loras = 0, .cache_ram = cache_ram, .idle_slots = cache_ram != 0, .draft = 0,
+                              .context_shift = false, .kv_type = KvType::f32};
+    };
     std::vector<ServerSettings> out;
     for (int slots : {2, 3})
         for (bool unified : {false, true})
-            for (int reuse : {0, 4}) {
-                ServerSettings s;
-                s.slots = slots, s.unified = unified, s.cache_reuse = reuse;
-                out.push_back(s);
-            }
+            for (int reuse : {0, 4}) out.push_back(at(slots, unified, reuse, 0));
     // The server's default RAM cache (8192 MiB, idle slots saved) on two slots, with and without unified KV.
-    for (bool unified : {false, true}) {
-        ServerSettings s;
-        s.slots = 2, s.unified = unified, s.cache_ram = 8192, s.idle_slots = true;
-        out.push_back(s);
-    }
+    for (bool unified : {false, true}) out.push_back(at(2, unified, 0, 8192));
     return out;
 }
 
@@ -112,7 +112,7 @@ TrafficRow run_traffic(const ServerTrafficOptions& o, const ServerSettings& s, W
     TrafficRow row;
     row.settings = s, row.workload = w, row.requests = int(ops.size());
     // The cache model beside the run: per request, what the chosen slot and the best slot allowed.
-    SlotCacheModel cache(s.slots, s.cache_reuse, 0, s.prompt_cache(model.config().max_seq_len));
+    SlotCacheModel cache(s, model.config().max_seq_len);
     std::vector<std::vector<int>> every_state;  // each slot state the run left, for the unbounded cache
     const ServerRunResult r = run_server_ops(c, ops);
     for (std::size_t i = 0; i < r.ops.size() && i < r.observed.size() && !r.observed[i].is_null(); ++i) {

@@ -24,6 +24,8 @@ struct State {
 
 using test::answer;
 using test::request;
+using test::plain_settings;
+using test::kTestCtx;
 
 std::vector<int> run_of(int from, int n) {
     std::vector<int> v(static_cast<std::size_t>(n));
@@ -99,7 +101,9 @@ TEST(PromptCache, TheContextIsPaddedAsTheLibraryPadsIt) {
 TEST(PromptCache, TheReuseOracleFollowsAPromptThroughTheCache) {
     const Completion chat = request(0, run_of(1, 8)), other = request(-1, {50, 51, 52}), again = request(0, run_of(1, 10));
     for (const int cache_n : {8, 0}) {
-        SlotCacheModel ram(1, 0, 0, {8192, true, false, 256}), none(1, 0);
+        ServerSettings cached = plain_settings(1);
+        cached.cache_ram = 8192, cached.idle_slots = true;
+        SlotCacheModel ram(cached, kTestCtx), none(plain_settings(1), kTestCtx);
         for (SlotCacheModel* m : {&ram, &none}) {
             EXPECT_EQ(m->on_completion(chat, {answer(0, {9})}), "");
             EXPECT_EQ(m->on_completion(other, {answer(0, {60})}), "");
@@ -119,11 +123,14 @@ TEST(PromptCache, TheReuseOracleFollowsAPromptThroughTheCache) {
 // Unified KV with idle slots saved: launching a request clears every idle
 // slot, so a chat on the other slot comes back through the cache.
 TEST(PromptCache, IdleSlotsAreSavedAndClearedWithUnifiedKv) {
-    SlotCacheModel model(2, 0, 0, {8192, true, true, 512});
+    ServerSettings cached = plain_settings(2);
+    cached.cache_ram = 8192, cached.idle_slots = true, cached.unified = true;
+    SlotCacheModel model(cached, kTestCtx);
     EXPECT_EQ(model.on_completion(request(0, run_of(1, 8)), {answer(0, {9})}), "");
     EXPECT_EQ(model.on_completion(request(1, {50, 51, 52}), {answer(1, {60})}), "");  // slot 0 saved, then cleared
     EXPECT_EQ(model.allowed(request(0, run_of(1, 10)), 0), (std::pair<int, int>{8, 8}));  // loaded back
-    SlotCacheModel kept(2, 0, 0, {8192, true, false, 512});  // not unified: slot 0 keeps its own
+    cached.unified = false;
+    SlotCacheModel kept(cached, kTestCtx);  // not unified: slot 0 keeps its own
     EXPECT_EQ(kept.on_completion(request(0, run_of(1, 8)), {answer(0, {9})}), "");
     EXPECT_EQ(kept.on_completion(request(1, {50, 51, 52}), {answer(1, {60})}), "");
     EXPECT_EQ(kept.allowed(request(0, run_of(1, 10)), 0), (std::pair<int, int>{8, 8}));
@@ -140,9 +147,10 @@ TEST(PromptCache, TheLogprobOracleKeepsALoadedPromptsLoraScales) {
     const Adapters half = adapters_at(model.config(), loras, {0.5f}), full = adapters_at(model.config(), loras, {1.0f});
     Completion chat = request(0, {5, 6, 7, 8}), other = request(-1, {30, 31, 32}), again = request(0, {5, 6, 7, 8, 9, 10});
     chat.lora = {0.5f}, other.lora = {1.0f}, again.lora = {1.0f};
-    const PromptCacheSettings ram{8192, false, false, 256};
+    ServerSettings ram = plain_settings(1);
+    ram.cache_ram = 8192, ram.loras = 1;  // idle slots not saved
     for (const bool stale : {false, true}) {
-        LogprobOracle logprobs(model, 1, 0, loras, ram);
+        LogprobOracle logprobs(ram, model, loras);
         EXPECT_EQ(logprobs.on_completion(chat, {answer(0, {})}), "");
         EXPECT_EQ(logprobs.on_completion(other, {answer(0, {})}), "");
         // The reference's answer, its first 4 positions' KV with the scale the chat was computed with, or afresh.

@@ -21,6 +21,8 @@ namespace {
 
 using test::answer;
 using test::request;
+using test::plain_settings;
+using test::kTestCtx;
 
 // The right greedy answer to `prompt` on `slot`: n tokens, each one's top 4
 // and own logprob, from the reference (with `adapters`; `stale`: the first
@@ -50,7 +52,7 @@ TEST(ServerOracles, LogprobOracleSeesOneWrongLogprobAndOneWrongToken) {
     const Model model = Model::random(config_by_name("tiny"), 3);
     const Completion c = request(0, {5, 6, 7, 8}, 4);
     const ServerAnswer right = reference_answer(model, c.prompt, 4);
-    LogprobOracle oracle(model, 3, 0);
+    LogprobOracle oracle(plain_settings(3), model, {});
     EXPECT_EQ(oracle.on_completion(c, {right}), "");
     EXPECT_EQ(oracle.tokens_judged(), 4);
     ServerAnswer off = right;
@@ -64,7 +66,7 @@ TEST(ServerOracles, LogprobOracleSeesOneWrongLogprobAndOneWrongToken) {
 }
 
 TEST(ServerOracles, SlotCacheModelSeesAStaleReadAndLostReuse) {
-    SlotCacheModel model(2, 0);
+    SlotCacheModel model(plain_settings(2), kTestCtx);
     EXPECT_EQ(model.on_completion(request(0, {1, 2, 3, 4}), {answer(0, {40, 41, 42})}), "");  // fresh: cache_n 0
     // Slot 0 holds 1 2 3 4 40 41 (42 was never decoded): a chat turn may reuse all 6.
     EXPECT_EQ(model.on_completion(request(0, {1, 2, 3, 4, 40, 41, 42, 9}), {answer(0, {7}, 6)}), "");
@@ -81,7 +83,9 @@ TEST(ServerOracles, SlotCacheModelSeesAStaleReadAndLostReuse) {
 // With --cache-reuse 2, an agent's edit (a token cut from the middle) keeps
 // the chunk after the cut: the prefix of 2, then the 3 tokens shifted back.
 TEST(ServerOracles, SlotCacheModelCountsTheChunksTheServerShifts) {
-    SlotCacheModel reuse(1, 2), plain(1, 0);
+    ServerSettings chunks = plain_settings(1);
+    chunks.cache_reuse = 2;
+    SlotCacheModel reuse(chunks, kTestCtx), plain(plain_settings(1), kTestCtx);
     EXPECT_EQ(reuse.on_completion(request(0, {1, 2, 3, 4, 5, 6}), {answer(0, {9})}), "");
     EXPECT_EQ(plain.on_completion(request(0, {1, 2, 3, 4, 5, 6}), {answer(0, {9})}), "");
     const Completion edit = request(0, {1, 2, 4, 5, 6, 7});
@@ -92,7 +96,7 @@ TEST(ServerOracles, SlotCacheModelCountsTheChunksTheServerShifts) {
 // A slot's tokens move with its state: saved from slot 0, restored into
 // slot 1, which then reuses them; a count that differs is named.
 TEST(ServerOracles, SlotCacheModelFollowsSaveRestoreAndErase) {
-    SlotCacheModel model(2, 0);
+    SlotCacheModel model(plain_settings(2), kTestCtx);
     EXPECT_EQ(model.on_completion(request(0, {1, 2, 3}), {answer(0, {40, 41})}), "");  // slot 0 holds 1 2 3 40
     EXPECT_EQ(model.on_slot({SlotAction::save, 0, 2}, 4), "");
     EXPECT_EQ(model.on_slot({SlotAction::restore, 1, 2}, 4), "");
@@ -107,7 +111,7 @@ TEST(ServerOracles, SlotCacheModelFollowsSaveRestoreAndErase) {
 // of which the client saw 2; the next chat turn may reuse into them, and
 // no further.
 TEST(ServerOracles, SlotCacheModelAllowsWhatACutStreamMayHaveLeft) {
-    SlotCacheModel model(1, 0);
+    SlotCacheModel model(plain_settings(1), kTestCtx);
     ServerAnswer cut = answer(0, {40, 41});
     cut.cut = true;
     EXPECT_EQ(model.on_completion(request(0, {1, 2, 3}, 6), {cut}), "");  // holds 1 2 3 40, and maybe 41 + 3 more
@@ -126,8 +130,8 @@ TEST(ServerOracles, CopiesOfOnePromptAreJudgedFromTheParentsSlot) {
     c.n_cmpl = 2;
     ServerAnswer parent = reference_answer(model, c.prompt, 2, 0), child = parent;
     child.slot = 1, child.index = 1;
-    LogprobOracle logprobs(model, 2, 0);
-    SlotCacheModel reuse(2, 0);
+    LogprobOracle logprobs(plain_settings(2), model, {});
+    SlotCacheModel reuse(plain_settings(2), kTestCtx);
     EXPECT_EQ(logprobs.on_completion(c, {child, parent}), "");
     EXPECT_EQ(reuse.on_completion(c, {child, parent}), "");
     EXPECT_EQ(logprobs.tokens_judged(), 4);
@@ -155,8 +159,8 @@ TEST(ServerOracles, GroundTruthSeesASampledTokenTheFreshServerDidNotDraw) {
     std::ofstream(file) << nlohmann::json{{"tokens", truth.tokens}, {"id_slot", 0}, {"timings", {{"cache_n", 0}}},
                                           {"completion_probabilities", probs}}.dump();
     GroundTruth ground(targets::llamaserver::ServerSetup{KVWELD_STAND_IN_SERVER, "model.gguf", {"answer=" + file}, file + ".log", 10},
-                       1, 0, 0, PromptCacheSettings{}, 0, 10);
-    LogprobOracle logprobs(model, 1, 0);
+                       plain_settings(1), kTestCtx, 10);
+    LogprobOracle logprobs(plain_settings(1), model, {});
     EXPECT_EQ(logprobs.on_completion(c, {other}), "");
     EXPECT_NE(ground.on_completion(c, {other}).find("generated token 0 is"), std::string::npos);
     EXPECT_EQ(ground.on_completion(c, {truth}), "");
@@ -179,9 +183,11 @@ TEST(ServerOracles, KvOfOtherLoraScalesIsNotReused) {
     const ServerAnswer fresh = reference_answer(model, next.prompt, 1, 0, full);
     ServerAnswer stale = reference_answer(model, next.prompt, 1, 0, full, &half, 5);
     stale.cache_n = 5;
+    ServerSettings one_lora = plain_settings(1);
+    one_lora.loras = 1;
     for (const bool right : {true, false}) {
-        LogprobOracle logprobs(model, 1, 0, loras);
-        SlotCacheModel reuse(1, 0, 1);
+        LogprobOracle logprobs(one_lora, model, loras);
+        SlotCacheModel reuse(one_lora, kTestCtx);
         EXPECT_EQ(logprobs.on_completion(first, {a1}), "");
         EXPECT_EQ(reuse.on_completion(first, {a1}), "");
         if (right) {
@@ -192,7 +198,7 @@ TEST(ServerOracles, KvOfOtherLoraScalesIsNotReused) {
             EXPECT_NE(reuse.on_completion(next, {stale}).find("a stale read"), std::string::npos);
         }
     }
-    SlotCacheModel reuse(1, 0, 1);
+    SlotCacheModel reuse(one_lora, kTestCtx);
     reuse.on_completion(first, {a1});
     EXPECT_EQ(reuse.on_lora(Lora{{0.5f}}), "");
     EXPECT_EQ(reuse.on_completion(next, {answer(0, {3}, 5)}), "");
@@ -220,7 +226,16 @@ TEST(ServerOracles, AContextShiftIsScheduledAsTheServerShifts) {
 // shifted as scheduled passes; one that kept the rows it should have
 // dropped (every position after the shift wrong) is caught.
 TEST(ServerOracles, LogprobOracleFollowsAContextShift) {
-    const Model model = Model::random(config_by_name("tiny"), 9);
+    // The server's model has a context of 16, so a slot shifts at 16; the
+    // answers are computed over the same weights with room past 16 (the
+    // server that kept its rows decodes on to position 19).
+    ModelConfig sixteen = config_by_name("tiny");
+    sixteen.max_seq_len = 16;
+    const Model served = Model::random(sixteen, 9), model = Model::random(config_by_name("tiny"), 9);
+    {
+        ReferenceKv a(served.config()), b(model.config());
+        ASSERT_EQ(reference_forward(served, a, 5, 0), reference_forward(model, b, 5, 0));  // the same weights
+    }
     Completion c = request(0, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 8);
     c.n_keep = 4;
     for (const bool shifted : {true, false}) {
@@ -237,7 +252,9 @@ TEST(ServerOracles, LogprobOracleFollowsAContextShift) {
             if (shifted && k == 3) kv.shift(model.config(), 4, 9, 15), pos -= 5;
             lp = log_probs(reference_forward(model, kv, best, pos++));
         }
-        LogprobOracle oracle(model, 1, 0, {}, {}, 16);
+        ServerSettings shifting = plain_settings(1);
+        shifting.context_shift = true;
+        LogprobOracle oracle(shifting, served, {});
         const std::string why = oracle.on_completion(c, {a});
         EXPECT_EQ(why.empty(), shifted) << why;
     }
@@ -247,15 +264,17 @@ TEST(ServerOracles, EmbeddingOracleSeesOneComponentOff) {
     const Model model = Model::random(config_by_name("tiny"), 6);
     const Embed op{{{3, 4, 5, 6}, {7, 8}}};
     for (const char* pooling : {"mean", "last"}) {
-        EmbeddingOracle oracle(model, pooling);
-        std::vector<std::vector<float>> got = {reference_embedding(model, op.inputs[0], pooling),
-                                               reference_embedding(model, op.inputs[1], pooling)};
+        ServerSettings embedding = plain_settings(1);
+        embedding.pooling = pooling;
+        EmbeddingOracle oracle(embedding, model);
+        std::vector<std::vector<float>> got = {reference_embedding(model, op.inputs[0], pooling, KvType::f32),
+                                               reference_embedding(model, op.inputs[1], pooling, KvType::f32)};
         EXPECT_EQ(oracle.on_embedding(op, got), "") << pooling;
         got[1][3] += 1e-3f;
         EXPECT_NE(oracle.on_embedding(op, got).find("input 1 of 2 (2 tokens): "), std::string::npos) << pooling;
     }
     // Mean and last pooling differ: the oracle judges the one the server was started with.
-    EXPECT_NE(reference_embedding(model, op.inputs[0], "mean"), reference_embedding(model, op.inputs[0], "last"));
+    EXPECT_NE(reference_embedding(model, op.inputs[0], "mean", KvType::f32), reference_embedding(model, op.inputs[0], "last", KvType::f32));
 }
 
 TEST(ServerOracles, AnAnswerWithoutItsFieldsIsAnError) {

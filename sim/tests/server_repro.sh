@@ -3,11 +3,24 @@
 # (replayed on the pinned llama-server), then run on the trace's model: it
 # must exit 1 on the pinned build (the finding shown), and WANT_FIXED on the
 # fixed one (0 where the finding has a fix, 1 where it has none).
-#   server_repro.sh KVWELD TRACE PINNED_SERVER FIXED_SERVER WANT_FIXED
+# KV_TYPE (f16, bf16): the trace's servers store KV rows in it, so the
+# script must judge within that type's tolerance (a correct server's 16-bit
+# rows round away more than F32's 1e-4).
+#   server_repro.sh KVWELD TRACE PINNED_SERVER FIXED_SERVER WANT_FIXED [KV_TYPE]
 set -uo pipefail
-kvweld=$1 trace=$2 pinned=$3 fixed=$4 want_fixed=$5
+kvweld=$1 trace=$2 pinned=$3 fixed=$4 want_fixed=$5 kv_type=${6:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+if [[ -n $kv_type ]]; then
+  python3 - "$trace" "$kv_type" "$dir/$(basename "$trace")" <<'PY' || { echo "server_repro: cannot set the KV type"; exit 1; }
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+header = json.loads(lines[0])
+header["settings"]["kv_type"] = sys.argv[2]
+open(sys.argv[3], "w").write("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+PY
+  trace=$dir/$(basename "$trace")
+fi
 "$kvweld" repro --server "$pinned" "$trace" -o "$dir/finding.sh" || { echo "server_repro: kvweld repro failed"; exit 1; }
 # The files the script takes, as its header names them ("#   kvweld convert ARGS FILE": the model, each LoRA adapter, a draft model).
 files=()

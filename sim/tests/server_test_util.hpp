@@ -3,11 +3,23 @@
 #pragma once
 
 #include "sim/server/server_exchange.hpp"
+#include "sim/server/server_settings.hpp"
 
 #include <utility>
 #include <vector>
 
 namespace kvweld::sim::server::test {
+
+// Settings for an oracle under test: `slots` slots, one stream each, F32
+// KV, nothing else on; a test sets what it exercises.
+inline ServerSettings plain_settings(int slots) {
+    return {.slots = slots, .unified = false, .cache_reuse = 0, .pooling = "", .ctx_extra = 0, .loras = 0, .cache_ram = 0,
+            .idle_slots = false, .draft = 0, .context_shift = false, .kv_type = KvType::f32};
+}
+
+// The model context the oracles' tests size slots and the RAM cache with
+// (the tiny model's).
+inline constexpr int kTestCtx = 256;
 
 inline Completion request(int slot, std::vector<int> prompt, int n_predict = 1) {
     Completion c;
