@@ -110,7 +110,9 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     const std::vector<ServerScriptFile> files = server_script_files(r.config);
     ServerFiles args{"\"$dir/\"", {}, ""};
     for (std::size_t i = 1; i < files.size(); ++i) {
-        (i <= std::size_t(s.loras) ? args.loras.emplace_back() : args.draft) = cat("\"$", 2 + i, "\"");
+        const std::string word = cat("\"$", 2 + i, "\"");
+        if (i <= std::size_t(s.loras)) args.loras.push_back(word);
+        else args.draft = word;
         lora_files += cat("#   ", files[i].convert, "\n");
         lora_args += " " + files[i].name;
     }

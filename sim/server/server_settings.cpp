@@ -33,8 +33,9 @@ struct Field {
 
 // Three fields have no simpler value: the pooling (completions and
 // embeddings are different ops), and the slots and the adapters, which a
-// trace's ops name by index (fewer would leave its ops naming none). Traces before per-request LoRA, the RAM cache, draft
-// models, context shift and the KV type ran their servers without them.
+// trace's ops name by index (fewer would leave its ops naming none).
+// Traces before per-request LoRA, the RAM cache, draft models, context
+// shift and the KV type ran their servers without them.
 constexpr std::array<Field, 11> kServerSettingsFields = {{
     {"slots", &S::slots, 1, 16, nullptr, nullptr},
     {"unified", &S::unified, 0, 0, nullptr, "false"},
@@ -65,7 +66,7 @@ void read_field(S& s, const Field& f, const nlohmann::json& j) {
     std::visit(Overloaded{[&](int S::*m) { s.*m = json_int_in(at, f.name, f.lo, f.hi); },
                           [&](bool S::*m) { s.*m = json_field<bool>(at, f.name); },
                           [&](std::string S::*m) { s.*m = json_field<std::string>(at, f.name); },
-                          [&](KvType S::*m) { s.*m = parse_kv_type(json_field<std::string>(at, f.name), "field 'kv_type' value"); }},
+                          [&](KvType S::*m) { s.*m = parse_kv_type(json_field<std::string>(at, f.name), cat("field '", f.name, "' value")); }},
                       f.member);
 }
 
