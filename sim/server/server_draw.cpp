@@ -29,15 +29,15 @@ std::array<int, sizeof...(I)> weights(const ServerSettings& s, std::index_sequen
 }  // namespace
 
 ServerDraw::ServerDraw(std::uint64_t seed, const ServerSettings& settings, int vocab, int max_len)
-    : settings_(settings), vocab_(vocab), max_len_(max_len), last_(std::size_t(settings.slots)),
-      files_(kFiles), rng_(seed ^ kRequestStream) {
+    : settings_(settings), vocab_(vocab), max_len_(max_len), turns_(settings, max_len, Turn{}),
+      rng_(seed ^ kRequestStream) {
     shared_ = tokens(16);
 }
 
 std::uint64_t ServerDraw::below(std::uint64_t n) { return rng_.below(n); }
 std::int64_t ServerDraw::range(std::int64_t lo, std::int64_t hi) { return rng_.range(lo, hi); }
 bool ServerDraw::chance(double p) { return rng_.chance(p); }
-bool ServerDraw::saved(int file) const { return files_.at(std::size_t(file)).has_value(); }
+bool ServerDraw::saved(int file) const { return turns_.file(file) != nullptr; }
 bool ServerDraw::fills_slot(const Completion& c) const {
     return int(c.prompt.size()) + c.n_predict - 1 >= settings_.slot_ctx(max_len_);
 }
@@ -63,7 +63,7 @@ Completion ServerDraw::completion(int slot) {
     c.slot = slot;
     c.n_predict = int(range(1, 6));
     if (settings_.loras > 0 && chance(0.5)) c.lora = lora_scales();
-    const Turn& last = last_[std::size_t(std::max(slot, 0))];
+    const Turn& last = turns_.slot(std::max(slot, 0));
     auto append = [&](std::vector<int>& v, int n) {
         const std::vector<int> more = tokens(n);
         v.insert(v.end(), more.begin(), more.end());
@@ -100,7 +100,7 @@ Completion ServerDraw::completion(int slot) {
 }
 
 void ServerDraw::heard(const Completion& c, const ServerAnswer& a) {
-    if (a.slot >= 0 && a.slot < int(last_.size())) last_[std::size_t(a.slot)] = {c.prompt, a.tokens};
+    if (a.slot >= 0 && a.slot < settings_.slots) turns_.slot(a.slot) = {c.prompt, a.tokens};
 }
 
 // What the server answered, as the trace records it (observed_json): each
@@ -112,12 +112,7 @@ void ServerDraw::observe(const ServerOp& op, const nlohmann::json& observed) {
         [&](const auto& a) {
             using T = std::decay_t<decltype(a)>;
             if constexpr (std::is_same_v<T, Slot>) {
-                Turn& slot = last_.at(std::size_t(a.slot));
-                switch (a.action) {
-                    case SlotAction::save: files_[std::size_t(a.file)] = slot; break;
-                    case SlotAction::restore: slot = *files_[std::size_t(a.file)]; break;
-                    case SlotAction::erase: slot = {}; break;
-                }
+                turns_.act(a);
             } else {
                 // a completion's answers were heard above; an embedding holds no conversation, nor do the server's scales
                 static_assert(std::is_same_v<T, Complete> || std::is_same_v<T, Burst> || std::is_same_v<T, Embed> ||

@@ -1,7 +1,7 @@
 // Known findings of a llama-server release (sim/server/server_known.hpp).
 #include "sim/server/server_known.hpp"
 
-#include "sim/server/server_oracles.hpp"
+#include "sim/server/slot_states.hpp"
 
 #include "sim/json_field.hpp"
 #include "util/cat.hpp"
@@ -56,54 +56,19 @@ bool context_not_divided_by_slots(const ServerRunResult& r) {
     return r.config.settings.pooling == "mean" && r.config.settings.ctx_extra > 0 && r.failure && r.failure->op == 0;
 }
 
-// slot-restore-ignores-lora: the failing request's slot holds KV restored
-// from a file that was computed with other LoRA scales than the slot's
-// adapters (llama-server's slot.lora: its last request's scales), with no
-// request on it since. A file's KV keeps the scales it was computed with
-// through saves and restores. With a RAM prompt cache, such a restore
-// before the failing request is enough: the slot's prompt goes into the
-// cache labelled with the slot's adapters, not its KV's (with the
-// ram-cache-ignores-lora fix), and comes out in any slot.
-bool restore_over_other_scales(const ServerRunResult& r) {
-    if (r.config.settings.loras == 0 || !r.failure) return false;
-    std::vector<float> server(std::size_t(r.config.settings.loras), kServerLoraScale);
-    std::map<int, std::vector<float>> adapters, kv, file_kv;  // per slot: slot.lora, its KV's scales; per file: its KV's
-    std::map<int, bool> restored;                               // per slot: restored, no request since
-    bool into_ram = false;                                      // a mismatched restore, with a RAM cache
-    const std::vector<ServerOp> ops = up_to_failure(r);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
-        if (const auto* s = std::get_if<Slot>(&ops[i].args)) {
-            if (s->action == SlotAction::save) file_kv[s->file] = kv[s->slot];
-            if (s->action == SlotAction::restore) {
-                kv[s->slot] = file_kv[s->file], restored[s->slot] = true;
-                into_ram |= r.config.settings.cache_ram != 0 && !kv[s->slot].empty() && kv[s->slot] != adapters[s->slot];
-            }
-            if (s->action == SlotAction::erase) restored[s->slot] = false;
-        }
-        for (const Answered& a : answered(ops[i], i < r.observed.size() ? r.observed[i] : nlohmann::json()))
-            for (const ServerAnswer& x : a.answers) {
-                if (i == r.failure->op && x.index == 0 && (into_ram || (restored[x.slot] && kv[x.slot] != adapters[x.slot])))
-                    return true;
-                restored[x.slot] = false;
-                adapters[x.slot] = kv[x.slot] = scales_of(a.request, server);
-            }
-    }
-    return false;
-}
-
 // The slots and the host-RAM prompt cache up to the failing request,
-// walked with the oracles' model of the cache (prompt_cache.hpp),
-// each slot state with the LoRA scales its KV was
-// computed with and each slot's adapters (llama-server's slot.lora: its
-// last request's scales). At the failing request: what its slot holds
-// once the server took it, and whether a request before it or it was
-// pinned to an empty slot with a RAM cache on (from there on the server's
-// cache holds what the reuse model moved: pinned-empty-slot-skips-cache),
-// the cache holding a prompt the model loads there.
+// walked with the oracles' slot model (slot_states.hpp), each slot state
+// with the LoRA scales its KV was computed with, and each slot's adapters
+// (llama-server's slot.lora: its last request's scales). At the failing
+// request: what its slot holds once the server took it, and whether a
+// request before it or it was pinned to an empty slot with a RAM cache on
+// (from there on the server's cache holds what the reuse model moved:
+// pinned-empty-slot-skips-cache), the cache holding a prompt the model
+// loads there.
 struct AtFailingRequest {
     bool loaded = false;             // its slot took a prompt from the RAM cache
     bool names_no_lora = false;      // it has no "lora": the server's scales
+    bool mislabelled = false;        // its slot's state came from a file restored over other adapters (WalkState)
     std::vector<float> kv_scales;    // its slot's KV's scales, once taken (empty KV: none)
     std::vector<float> adapters;     // its slot's adapters then
     std::vector<float> server;       // the server's own scales then
@@ -113,54 +78,64 @@ struct WalkAtFailure {
     std::vector<AtFailingRequest> requests;  // each request of the failing op (a burst's several)
 };
 
+// A slot state as the walk follows it. mislabelled: restored from a file
+// whose KV was computed with other scales than the adapters of the slot it
+// went into, with no request computed on it since. The server then takes
+// the slot's adapters for the KV's (slot-restore-ignores-lora), and so does
+// a RAM-cache entry the state goes into (labelled with those adapters, once
+// ram-cache-ignores-lora is fixed): the state keeps the mark wherever it moves.
+struct WalkState {
+    std::vector<int> tokens;
+    std::vector<float> scales;  // its KV's
+    bool mislabelled = false;
+    void clear() { *this = {}; }
+};
+
 WalkAtFailure walk_to_failure(const ServerRunResult& r) {
     const ServerSettings& s = r.config.settings;
     WalkAtFailure out;
     if (!r.failure) return out;
-    struct State {
-        std::vector<int> tokens;
-        std::vector<float> scales;  // its KV's
-        void clear() { *this = {}; }
-    };
     const int model_ctx = config_by_name(r.config.preset).max_seq_len;
-    const int shift = s.shift_ctx(model_ctx);
-    std::vector<float> server(static_cast<std::size_t>(s.loras), kServerLoraScale);
-    std::vector<State> slots(static_cast<std::size_t>(s.slots)), files(static_cast<std::size_t>(ServerDraw::kFiles));
-    std::vector<std::vector<float>> adapters(static_cast<std::size_t>(s.slots), server);
-    PromptCacheModel<State> ram(s.prompt_cache(model_ctx));
+    SlotStates<WalkState> states(s, model_ctx, WalkState{});
     const std::vector<ServerOp> ops = up_to_failure(r);
     for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (const auto* l = std::get_if<Lora>(&ops[i].args)) server = l->scales;
+        if (const auto* l = std::get_if<Lora>(&ops[i].args)) states.lora(*l);
         if (const auto* a = std::get_if<Slot>(&ops[i].args)) {
-            State& slot = slots.at(std::size_t(a->slot));
-            State& file = files.at(std::size_t(a->file));
-            if (a->action == SlotAction::save) file = slot;
-            if (a->action == SlotAction::restore) slot = file;
-            if (a->action == SlotAction::erase) slot.clear();
+            const WalkState* file = states.file(a->file);
+            const bool mislabelled = a->action == SlotAction::restore && file && !file->tokens.empty() &&
+                                     file->scales != states.adapters(a->slot);
+            states.act(*a);
+            if (a->action == SlotAction::restore) states.slot(a->slot).mislabelled = mislabelled;
         }
         for (const Answered& a : answered(ops[i], i < r.observed.size() ? r.observed[i] : nlohmann::json())) {
             if (a.answers.empty()) continue;
-            const int parent = parent_first(a.answers).front()->slot;
-            const std::vector<int> before = slots.at(std::size_t(parent)).tokens;
+            const std::vector<int> before = states.slot(parent_first(a.answers).front()->slot).tokens;
             // Pinned to an empty slot where the cache holds a prompt the model would load: b11434 leaves it there.
             if (s.cache_ram != 0 && a.request.slot >= 0 && before.empty()) {
-                PromptCacheModel<State> probe = ram;
+                PromptCacheModel<WalkState> probe = states.ram();
                 out.pinned_empty_so_far |= probe.load({}, a.request.prompt).has_value();
             }
-            ram.before_launch(slots, a.request, a.answers);
-            const State& now = slots[std::size_t(parent)];
-            if (i == r.failure->op)
-                out.requests.push_back({now.tokens != before && !now.tokens.empty(), a.request.lora.empty(),
-                                        now.tokens.empty() ? std::vector<float>{} : now.scales, adapters[std::size_t(parent)],
-                                        server});
-            for (const ServerAnswer& x : a.answers) {
-                adapters.at(std::size_t(x.slot)) = scales_of(a.request, server);
-                slots[std::size_t(x.slot)] =
-                    x.index > 0 ? State{} : State{held_after(a.request, x, shift), scales_of(a.request, server)};
-            }
+            states.complete(a.request, a.answers, [&](WalkState& now, const WalkState&, const ServerAnswer& x) {
+                if (i == r.failure->op && x.index == 0)
+                    out.requests.push_back({now.tokens != before && !now.tokens.empty(), a.request.lora.empty(), now.mislabelled,
+                                            now.tokens.empty() ? std::vector<float>{} : now.scales, states.adapters(x.slot),
+                                            states.server_scales()});
+                now = {held_after(a.request, x, s.shift_ctx(model_ctx)), states.scales(a.request), false};
+                return "";
+            });
         }
     }
     return out;
+}
+
+// slot-restore-ignores-lora: the failing request's slot holds a state
+// restored from a file computed with other LoRA scales than the adapters
+// of the slot it went into, with no request computed on it since: in that
+// slot, or in another one that took it back from the RAM cache.
+bool restore_over_other_scales(const ServerRunResult& r) {
+    if (r.config.settings.loras == 0) return false;
+    const WalkAtFailure w = walk_to_failure(r);
+    return std::any_of(w.requests.begin(), w.requests.end(), [](const AtFailingRequest& q) { return q.mislabelled; });
 }
 
 // lora-default-keeps-cache: the failing request names no LoRA adapters
@@ -226,8 +201,9 @@ constexpr Precondition kPreconditions[] = {
     {"context-not-divided-by-slots", "mean pooling, -c not a multiple of -np; the server ends while it starts",
      context_not_divided_by_slots},
     {"restore-over-other-scales",
-     "LoRA adapters; the failing request's slot was restored from a file computed with other scales than the slot's last "
-     "request ran with", restore_over_other_scales},
+     "LoRA adapters; the failing request's slot holds a state restored from a file computed with other scales than the "
+     "adapters of the slot it went into, with no request on it since (in that slot, or taken back from the RAM cache)",
+     restore_over_other_scales},
     {"drafted-token-at-probability-one",
      "a draft model (-md); the failing token's log probability is reported as 0 (the server's value for an accepted draft)",
      drafted_token_at_probability_one},

@@ -21,17 +21,20 @@
 //   request sent to it fresh: the same tokens (sampled ones too: the same
 //   seed), the same log probabilities. Skipped where the slot reuses KV a
 //   shifted chunk left (computed under another context: not the fresh one).
-// The three that follow slots also follow the host-RAM prompt cache, each
-// over its own slot states (prompt_cache.hpp): a state saved there and
-// loaded into another slot keeps its tokens, its KV and its LoRA scales.
+// The three that follow slots do so through one slot model each
+// (slot_states.hpp: the slots, the slot files, the host-RAM prompt cache,
+// the server's scales), over a slot state of their own: a state saved to a
+// file or to the RAM cache and loaded into another slot keeps its tokens,
+// its KV and its LoRA scales.
 // - EmbeddingOracle: each pooled embedding against the reference's (the
 //   hidden states after the final norm, mean or last, L2-normalized).
 #pragma once
 
 #include "engine/reference.hpp"
-#include "sim/server/prompt_cache.hpp"
 #include "sim/server/server_exchange.hpp"
+#include "sim/server/server_oracle.hpp"
 #include "sim/server/server_settings.hpp"
+#include "sim/server/slot_states.hpp"
 #include "targets/llamaserver/server_process.hpp"
 
 #include <memory>
@@ -39,39 +42,6 @@
 #include <vector>
 
 namespace kvweld::sim::server {
-
-class ServerOracle {
-public:
-    virtual ~ServerOracle() = default;
-    virtual std::string name() const = 0;
-    virtual std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) = 0;
-    // n: the count the server gave (n_saved, n_restored, n_erased).
-    virtual std::string on_slot(const Slot& op, int n) = 0;
-    virtual std::string on_embedding(const Embed& op, const std::vector<std::vector<float>>& embeddings) = 0;
-    virtual std::string on_lora(const Lora& op) = 0;  // the server's own scales, for requests that name none
-    virtual void tally(ServerTally& t) const = 0;  // what it checked, into its own fields
-};
-
-// What a slot reuses of its tokens for a new prompt, as the server plans
-// it: the longest common prefix, then (cache_reuse > 0) each later run of
-// at least cache_reuse tokens it holds, shifted into place (tools/server
-// server-context.cpp, "reuse chunks from the cached prompt"); n_past is at
-// most the prompt's length minus one (the last token is evaluated again).
-struct ReusePlan {
-    struct Chunk {
-        int from, to, n;  // held[from, from + n) moves to positions [to, to + n)
-    };
-    int n_past = 0;
-    std::vector<Chunk> chunks;
-};
-ReusePlan plan_reuse(const std::vector<int>& held, const std::vector<int>& prompt, int cache_reuse);
-
-// The LoRA scales a request runs with: its own, or the server's where it names none.
-const std::vector<float>& scales_of(const Completion& c, const std::vector<float>& server_scales);
-
-// The answers of a completion in the order the server made them: the one
-// that computed the prompt first (index 0), then the copies (n_cmpl).
-std::vector<const ServerAnswer*> parent_first(const std::vector<ServerAnswer>& answers);
 
 // Each oracle takes the run's settings whole (and the model's context,
 // which sizes the slots and the RAM cache): what it follows of them is its own.
@@ -97,13 +67,10 @@ private:
     };
     std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
     const Model& model_;
-    KvType kv_type_;
     double tolerance_, worst_ = 0;
     int cache_reuse_, shift_ctx_, judged_ = 0, drafted_ = 0, accepted_ = 0, shifts_ = 0;
-    std::vector<Mirror> slots_, files_;
-    PromptCacheModel<Mirror> ram_;
+    SlotStates<Mirror> states_;
     std::vector<std::shared_ptr<const LoraAdapter>> loras_;
-    std::vector<float> global_;  // the server's own scales
 };
 
 class SlotCacheModel final : public ServerOracle {
@@ -120,6 +87,8 @@ public:
     // The least and most cache_n `slot` allows for `c` now, were it served
     // there (a server script's expectation; the traffic study's).
     std::pair<int, int> allowed(const Completion& c, int slot) const;
+    // The LoRA scales `c` runs with (the server's where it names none).
+    const std::vector<float>& scales(const Completion& c) const { return states_.scales(c); }
 
 private:
     // A slot's tokens; after a cancelled stream, up to `maybe_more` tokens
@@ -135,10 +104,8 @@ private:
     std::string similar_slot(const Completion& c, const std::vector<ServerAnswer>& answers) const;
     std::pair<int, int> bounds(const Held& before, const Completion& c) const;
     Held after(const Completion& c, const ServerAnswer& a) const;
-    std::vector<Held> slots_, files_;
-    PromptCacheModel<Held> ram_;
     int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0;
-    std::vector<float> global_;  // the server's own scales
+    SlotStates<Held> states_;
     long reused_ = 0, allowed_ = 0;
 };
 
@@ -155,6 +122,7 @@ public:
 
 private:
     std::string compare(const ServerAnswer& got, const ServerAnswer& truth) const;
+    ServerAnswer ask(const Completion& c);
     // A slot's tokens, and how many of the first its KV holds as a fresh
     // prompt would: a shifted chunk was computed under another context, and
     // so is every position after it, until a prompt rewrites them.
@@ -164,12 +132,10 @@ private:
         void clear() { *this = {}; }
     };
     targets::llamaserver::ServerProcess process_;
-    std::vector<Held> slots_, files_;
-    PromptCacheModel<Held> ram_;
     int cache_reuse_, shift_ctx_;
     double timeout_s_, tolerance_;
     int compared_ = 0, skipped_ = 0;
-    std::vector<float> global_;  // the server's own scales: each request is sent with its scales named
+    SlotStates<Held> states_;  // its server scales: each request is sent to the ground truth with its scales named
 };
 
 class EmbeddingOracle final : public ServerOracle {
@@ -193,11 +159,5 @@ private:
 // The reference's pooled embedding of `tokens` (mean or last), L2-normalized.
 std::vector<float> reference_embedding(const Model& model, const std::vector<int>& tokens, const std::string& pooling,
                                        KvType kv_type);
-
-// One /completion answer's body (streamed: its server-sent events) parsed;
-// throws Error naming what is missing.
-std::vector<ServerAnswer> parse_completion(const std::string& body, bool stream);
-// The request body kvweld sends for `c` (cache_prompt on, n_probs 4).
-nlohmann::json completion_body(const Completion& c);
 
 }  // namespace kvweld::sim::server

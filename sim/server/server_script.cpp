@@ -4,6 +4,7 @@
 // kvweld's reference and cache model expect, written into the script.
 #include "engine/gguf.hpp"
 #include "sim/server/server_oracles.hpp"
+#include "sim/server/server_wire.hpp"
 #include "sim/server/server_run.hpp"
 
 #include "util/cat.hpp"
@@ -141,11 +142,10 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     // Every op before the failing one, as the trace sent it.
     SlotCacheModel cache(s, model.config().max_seq_len);
     const auto loras = server_loras(model.config(), r.config.seed, s.loras);
-    std::vector<float> server_scales(std::size_t(s.loras), kServerLoraScale);
     for (std::size_t i = 0; i < f.op; ++i) {
         out += cat("# op ", i, ": ", to_string(r.ops[i].kind()), "\n", op_lines(r.ops[i]));
         if (const auto* a = std::get_if<Slot>(&r.ops[i].args)) cache.on_slot(*a, r.observed[i].begin().value().template get<int>());
-        if (const auto* a = std::get_if<Lora>(&r.ops[i].args)) cache.on_lora(*a), server_scales = a->scales;
+        if (const auto* a = std::get_if<Lora>(&r.ops[i].args)) cache.on_lora(*a);
         for (const Answered& a : answered(r.ops[i], r.observed[i])) cache.on_completion(a.request, a.answers);
     }
     // A server that died or hung at the failing op: the finding shows where its requests fail (post exits 1).
@@ -166,7 +166,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                     const std::vector<ServerAnswer>& answers = requests[k].answers;
                     const auto [lo, hi] = cache.allowed(c, answers.at(0).slot);
                     nlohmann::json each = nlohmann::json::array();
-                    const Adapters adapters = adapters_at(model.config(), loras, scales_of(c, server_scales));
+                    const Adapters adapters = adapters_at(model.config(), loras, cache.scales(c));
                     for (const ServerAnswer& ans : answers) {
                         require(context_shifts(c, ans, s.shift_ctx(model.config().max_seq_len)).empty(),
                                 "repro: the failing request fills its slot and the server shifts its context: its expected "

@@ -5,6 +5,7 @@
 #include "engine/gguf.hpp"
 #include "sim/json_field.hpp"
 #include "sim/server/server_oracles.hpp"
+#include "sim/server/server_wire.hpp"
 #include "targets/llamaserver/http.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"

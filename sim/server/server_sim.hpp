@@ -15,6 +15,7 @@
 #include "sim/server/server_exchange.hpp"
 #include "sim/server/server_ops.hpp"
 #include "sim/server/server_settings.hpp"
+#include "sim/server/slot_states.hpp"
 #include "targets/llamaserver/server_process.hpp"
 #include "util/rng.hpp"
 
@@ -121,15 +122,19 @@ public:
     static constexpr int kFiles = 3;
 
 private:
+    // A slot's conversation: its last prompt and answer. The draw follows
+    // conversations, not KV: a copy's (n_cmpl) answer is a turn a client
+    // goes on from, though the server releases the copy's cells; slot
+    // actions move a conversation as they move KV (the one slot model).
     struct Turn {
         std::vector<int> prompt, answer;
+        void clear() { *this = {}; }
     };
     void heard(const Completion& c, const ServerAnswer& a);
     ServerSettings settings_;
     int vocab_, max_len_;
-    std::vector<int> shared_;            // the few-shot prefix
-    std::vector<Turn> last_;             // per slot: its last prompt and answer
-    std::vector<std::optional<Turn>> files_;
+    std::vector<int> shared_;  // the few-shot prefix
+    SlotStates<Turn> turns_;
     Rng rng_;
 };
 

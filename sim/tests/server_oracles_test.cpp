@@ -3,6 +3,7 @@
 // stand-in ground-truth server's scripted one), and each passing the right
 // answer: both halves.
 #include "sim/server/server_oracles.hpp"
+#include "sim/server/server_wire.hpp"
 
 #include "engine/reference.hpp"
 #include "sim/tests/server_test_util.hpp"

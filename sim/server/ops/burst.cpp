@@ -1,6 +1,6 @@
 // Several requests in flight at once, each on its own connection and
 // thread: the server batches them (continuous batching across slots).
-#include "sim/server/server_oracles.hpp"
+#include "sim/server/server_oracle.hpp"
 #include "sim/server/server_sim.hpp"
 #include "util/error.hpp"
 

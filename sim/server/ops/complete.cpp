@@ -1,6 +1,6 @@
 // One completion request, alone: streamed or not, maybe cancelled, greedy
 // or sampled, one completion or several of one prompt (n_cmpl).
-#include "sim/server/server_oracles.hpp"
+#include "sim/server/server_oracle.hpp"
 #include "sim/server/server_sim.hpp"
 #include "util/cat.hpp"
 

@@ -1,6 +1,6 @@
 // Pooled embeddings of one or more inputs in one request (a server started
 // with --embedding); each input's embedding is judged on its own.
-#include "sim/server/server_oracles.hpp"
+#include "sim/server/server_oracle.hpp"
 #include "sim/server/server_sim.hpp"
 #include "sim/json_field.hpp"
 #include "targets/llamaserver/http.hpp"

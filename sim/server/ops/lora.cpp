@@ -1,6 +1,6 @@
 // The server's own LoRA scales (POST /lora-adapters): every later request
 // that names no adapters runs with them.
-#include "sim/server/server_oracles.hpp"
+#include "sim/server/server_oracle.hpp"
 #include "sim/server/server_sim.hpp"
 #include "targets/llamaserver/http.hpp"
 #include "util/cat.hpp"

@@ -1,6 +1,6 @@
 // A slot saved to a file, restored from one (into any slot), or erased
 // (llama-server's /slots/{id}?action=...).
-#include "sim/server/server_oracles.hpp"
+#include "sim/server/server_oracle.hpp"
 #include "sim/server/server_sim.hpp"
 #include "sim/json_field.hpp"
 #include "targets/llamaserver/http.hpp"
