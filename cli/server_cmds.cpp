@@ -74,6 +74,7 @@ int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t las
     s.work_dir = work_dir(o.work_dir, "server-swarm");
     s.known_findings = o.known_findings;
     s.request_timeout_s = o.call_timeout;
+    s.steer = !o.no_steer;
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("swarm: seeds %llu..%llu (%zu), %d ops each, %d jobs, engine llama-server %s (a server per seed on "
                 "127.0.0.1, and its ground truth); failing seeds' traces and logs under %s\n",

@@ -236,6 +236,15 @@ ServerVerdict verdict_named(const std::string& s) {
 
 }  // namespace
 
+ServerSettings steered(const ServerSettings& s, const ServerKnownFinding& f) {
+    nlohmann::json j = s.to_json();
+    for (const auto& [name, value] : f.steer.items()) {
+        require(j.contains(name), "'", name, "' is not a settings field");
+        j[name] = value;
+    }
+    return ServerSettings::from_json(j);
+}
+
 std::vector<std::pair<std::string, std::string>> server_preconditions() {
     std::vector<std::pair<std::string, std::string>> out;
     for (const Precondition& p : kPreconditions) out.emplace_back(p.name, p.says);
@@ -287,6 +296,15 @@ ServerKnownFindings load_server_known_findings(const std::string& path) {
                 k.patch = f.contains("patch") ? json_field<std::string>(f, "patch") : "";  // none: no fix yet
                 require(f.contains("upstream"), "finding ", k.id, ": no 'upstream' (what llama.cpp's tracker already knows)");
                 k.upstream = upstream_from_json(f.at("upstream"), k.id);
+            }
+            if (f.contains("steer")) {
+                k.steer = f.at("steer");
+                require(k.steer.is_object() && !k.steer.empty(), "finding ", k.id, ": 'steer' is not an object of settings fields");
+                try {
+                    steered(ServerSettings::draw(0), k);  // each field named and in its range
+                } catch (const Error& e) {
+                    throw Error(cat("finding ", k.id, ": steer: ", e.what()));
+                }
             }
             out.findings.push_back(std::move(k));
         }

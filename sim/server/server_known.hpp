@@ -20,7 +20,8 @@
 // entry holds its source lines, explanation and fix) or "in": "server" (a
 // bug of llama-server's own code, described here: "title", "source",
 // "explanation", "upstream" (sim/upstream.hpp), and "patch",
-// docs/findings/server/<id>.patch, where it has a fix)}]}.
+// docs/findings/server/<id>.patch, where it has a fix), and optionally
+// "steer": {settings field: value, ...}]}.
 #pragma once
 
 #include "sim/server/server_run.hpp"
@@ -44,7 +45,16 @@ struct ServerKnownFinding {
     bool own_facts = false;
     std::string title, source, explanation, patch;  // own_facts: its facts
     Upstream upstream;                               // own_facts: what upstream knows (sim/upstream.hpp)
+    // Optional ("steer"): settings fields that take a seed around the
+    // precondition once it met the finding, by their JSON names (the
+    // settings table's); the swarm runs the seed again with them, so the
+    // rest of it is judged.
+    nlohmann::json steer = nlohmann::json::object();
+    bool steerable() const { return !steer.empty(); }
 };
+
+// `s` steered around `f`'s precondition: its steer's fields set over the drawn ones.
+ServerSettings steered(const ServerSettings& s, const ServerKnownFinding& f);
 
 struct ServerKnownFindings {
     std::string path;  // "" none loaded

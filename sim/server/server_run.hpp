@@ -77,12 +77,18 @@ struct ServerSwarmOptions {
     // file, "none", or a file's path.
     std::string known_findings;
     double request_timeout_s = 60;  // each request's, and the server's start
+    // A seed that meets a known finding with a steer runs again with the
+    // steer's settings (a server of their own), until it passes, fails
+    // otherwise, or meets a finding it was steered past; its runs' tallies
+    // add up. false: a seed stops at its first known finding.
+    bool steer = true;
 };
 struct ServerSwarmResult {
-    std::vector<ServerRunResult> seeds;      // in seed order, ops dropped
-    ServerTally total;
+    std::vector<ServerRunResult> seeds;      // in seed order, ops dropped: each seed's last run
+    ServerTally total;                       // every run's, steered ones too
     std::vector<std::string> known;          // per seed: the known finding its failure is ("" none)
-    std::size_t failures = 0, known_failures = 0;
+    std::vector<std::vector<std::string>> steered_past;  // per seed: the known findings it was steered past, in order
+    std::size_t failures = 0, known_failures = 0, steered = 0;
     std::string known_path;                  // "" none
     std::vector<std::string> unreproduced;   // known findings whose trace no longer fails as recorded
     // No new failure, and every known finding still reproduces: what CI gates on.

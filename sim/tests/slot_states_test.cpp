@@ -1,21 +1,11 @@
 // The one slot model (sim/server/slot_states.hpp): the server's rules it
-// holds, each shown both ways; and the fact the known findings' walk
-// records with it (a state restored over other adapters keeps its mark
-// wherever it moves), shown on the finding's own trace and on the trace
-// with the adapter change taken out.
-#include "sim/server/server_known.hpp"
-#include "sim/server/server_run.hpp"
+// holds, each shown both ways.
 #include "sim/server/slot_states.hpp"
 
 #include "sim/tests/server_test_util.hpp"
-#include "util/build_paths.hpp"
 #include "util/error.hpp"
 
 #include <gtest/gtest.h>
-
-#include <algorithm>
-#include <fstream>
-#include <sstream>
 
 namespace kvweld::sim::server {
 namespace {
@@ -102,40 +92,6 @@ TEST(SlotStates, ARequestNamingNoAdaptersRunsWithTheServersAndTheSlotKeepsThem) 
     EXPECT_EQ(states.adapters(0), own.lora);  // slot.lora: its last request's
     states.act({SlotAction::restore, 0, 0});
     EXPECT_EQ(states.adapters(0), own.lora);  // a restore leaves them (the server's slot.lora is the slot's)
-}
-
-// restore-over-other-scales, judged on its finding's trace: slot 0 saved
-// with the server's scales, the server's scales changed and a request run,
-// the file restored, then a request with the file's scales fails.
-ServerRunResult failing_at_last(const std::vector<int>& drop) {
-    std::ifstream in(std::string(KVWELD_SOURCE_DIR) + "/targets/llamaserver/known_findings/slot_restore_ignores_lora.jsonl");
-    std::stringstream text;
-    text << in.rdbuf();
-    const ServerTrace t = parse_server_trace(text.str(), "slot_restore_ignores_lora.jsonl");
-    ServerRunResult r;
-    r.config = t.config;
-    for (std::size_t i = 0; i < t.ops.size(); ++i)
-        if (std::find(drop.begin(), drop.end(), int(i)) == drop.end()) r.ops.push_back(t.ops[i]), r.observed.push_back(t.observed[i]);
-    r.verdict = ServerVerdict::fail;
-    r.failure = ServerFailure{r.ops.size() - 1, "logprobs", "generated token 0: token 71 logprob -1, reference -2"};
-    return r;
-}
-
-TEST(SlotStates, ARestoreOverOtherAdaptersIsMarkedAndOnlyThen) {
-    const ServerKnownFindings known = load_server_known_findings(std::string(KVWELD_SOURCE_DIR) +
-                                                                "/targets/llamaserver/known_findings/b11434.json");
-    const ServerKnownFinding* f = known.match(failing_at_last({}));
-    ASSERT_NE(f, nullptr);
-    EXPECT_EQ(f->id, "slot-restore-ignores-lora");
-    // Without the adapter change (op 2) the file's KV has the slot's adapters: nothing stale to restore.
-    const ServerKnownFinding* g = known.match(failing_at_last({2}));
-    EXPECT_TRUE(g == nullptr || g->id != "slot-restore-ignores-lora") << g->id;
-    // A request on the restored slot before the failing one computes over it: the mark is gone.
-    ServerRunResult r = failing_at_last({});
-    r.ops.insert(r.ops.end() - 1, r.ops[3]), r.observed.insert(r.observed.end() - 1, r.observed[3]);
-    r.failure->op = r.ops.size() - 1;
-    const ServerKnownFinding* h = known.match(r);
-    EXPECT_TRUE(h == nullptr || h->id != "slot-restore-ignores-lora") << h->id;
 }
 
 }  // namespace

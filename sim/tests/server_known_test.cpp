@@ -1,0 +1,130 @@
+// The server's known findings (sim/server/server_known.hpp): each one's
+// trace, failing at its last op as the finding records, matches it, and
+// steered by its steer no longer does (the steer leaves the precondition,
+// both halves); a steer names settings fields and values in range; and the
+// fact the walk of the slot model records for restore-over-other-scales.
+#include "sim/server/server_known.hpp"
+#include "sim/server/server_run.hpp"
+
+#include "util/build_paths.hpp"
+#include "util/cat.hpp"
+#include "util/error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kvweld::sim::server {
+namespace {
+
+const ServerKnownFindings& pinned() {
+    static const ServerKnownFindings known =
+        load_server_known_findings(std::string(KVWELD_SOURCE_DIR) + "/targets/llamaserver/known_findings/b11434.json");
+    return known;
+}
+
+const ServerKnownFinding* finding(const std::string& id) {
+    for (const ServerKnownFinding& f : pinned().findings)
+        if (f.id == id) return &f;
+    return nullptr;
+}
+
+// `f`'s trace (less the ops `drop` names) failing at its last op as `f`
+// records: its verdict, its first oracle, and what the run shows besides
+// (a drafted token's logprob of 0; the server's abort in its log).
+ServerRunResult failed_as_recorded(const ServerKnownFinding& f, const std::vector<int>& drop = {}) {
+    std::ifstream in(f.trace);
+    std::stringstream text;
+    text << in.rdbuf();
+    const ServerTrace t = parse_server_trace(text.str(), f.trace);
+    ServerRunResult r;
+    r.config = t.config;
+    for (std::size_t i = 0; i < t.ops.size(); ++i)
+        if (std::find(drop.begin(), drop.end(), int(i)) == drop.end()) r.ops.push_back(t.ops[i]), r.observed.push_back(t.observed[i]);
+    r.verdict = f.verdict;
+    // A trace of no ops: the server failed while starting, at op 0.
+    r.failure = ServerFailure{r.ops.empty() ? 0 : r.ops.size() - 1, f.oracles.front(), "generated token 1: token 39 logprob 0, reference -1.9"};
+    r.log = (std::filesystem::temp_directory_path() / cat("kvweld-known-test-", f.id, ".log")).string();
+    std::ofstream(r.log) << "ggml/src/ggml-cpu/ops.cpp:6485: fatal error\n";
+    return r;
+}
+
+TEST(ServerKnown, EachFindingsTraceMatchesItAndItsSteerLeavesThePrecondition) {
+    ASSERT_GE(pinned().findings.size(), 9u);
+    for (const ServerKnownFinding& f : pinned().findings) {
+        ServerRunResult r = failed_as_recorded(f);
+        const ServerKnownFinding* as_recorded = pinned().match(r);
+        EXPECT_EQ(as_recorded, &f) << f.id << " matched " << (as_recorded ? as_recorded->id : "nothing");
+        ASSERT_TRUE(f.steerable()) << f.id;
+        r.config.settings = steered(r.config.settings, f);
+        const ServerKnownFinding* after = pinned().match(r);
+        EXPECT_NE(after, &f) << f.id << ": its steer " << f.steer.dump() << " leaves its precondition holding";
+        std::filesystem::remove(r.log);
+    }
+}
+
+TEST(ServerKnown, ASteerSetsItsFieldsOverTheDrawnOnesAndNamesAWrongOne) {
+    const ServerKnownFinding& f = *finding("pinned-empty-slot-skips-cache");
+    for (std::uint64_t seed = 0; seed < 200; ++seed) {
+        const ServerSettings drawn = ServerSettings::draw(seed), s = steered(drawn, f);
+        EXPECT_EQ(s.cache_ram, 0);
+        EXPECT_FALSE(s.idle_slots);
+        EXPECT_EQ(s.slots, drawn.slots);  // the rest as drawn
+        EXPECT_EQ(s.kv_type, drawn.kv_type);
+    }
+    ServerKnownFinding g = f;
+    g.steer = {{"cache_rams", 0}};
+    EXPECT_THROW(
+        try { steered(ServerSettings::draw(1), g); } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("'cache_rams' is not a settings field"), std::string::npos) << e.what();
+            throw;
+        },
+        Error);
+    g.steer = {{"slots", 17}};  // the table allows 1 to 16
+    EXPECT_THROW(steered(ServerSettings::draw(1), g), Error);
+}
+
+TEST(ServerKnown, AFileWithABadSteerIsRefusedNamingTheFinding) {
+    std::ifstream in(std::string(KVWELD_SOURCE_DIR) + "/targets/llamaserver/known_findings/b11434.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["findings"][0]["steer"] = {{"draft", 7}};
+    const auto dir = std::filesystem::temp_directory_path() / "kvweld-known-steer-test";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "b.json") << j.dump();
+    try {
+        load_server_known_findings((dir / "b.json").string());
+        ADD_FAILURE() << "a steer of draft 7 was taken";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("finding state-io-under-queued-copy: steer: field 'draft'"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(dir);
+}
+
+// restore-over-other-scales, judged on its finding's trace: slot 0 saved
+// with the server's scales, the server's scales changed and a request run,
+// the file restored, then a request with the file's scales fails.
+ServerRunResult failing_at_last(const std::vector<int>& drop) {
+    return failed_as_recorded(*finding("slot-restore-ignores-lora"), drop);
+}
+
+TEST(ServerKnown, ARestoreOverOtherAdaptersIsMarkedAndOnlyThen) {
+    const ServerKnownFindings& known = pinned();
+    const ServerKnownFinding* f = known.match(failing_at_last({}));
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->id, "slot-restore-ignores-lora");
+    // Without the adapter change (op 2) the file's KV has the slot's adapters: nothing stale to restore.
+    const ServerKnownFinding* g = known.match(failing_at_last({2}));
+    EXPECT_TRUE(g == nullptr || g->id != "slot-restore-ignores-lora") << g->id;
+    // A request on the restored slot before the failing one computes over it: the mark is gone.
+    ServerRunResult r = failing_at_last({});
+    r.ops.insert(r.ops.end() - 1, r.ops[3]), r.observed.insert(r.observed.end() - 1, r.observed[3]);
+    r.failure->op = r.ops.size() - 1;
+    const ServerKnownFinding* h = known.match(r);
+    EXPECT_TRUE(h == nullptr || h->id != "slot-restore-ignores-lora") << h->id;
+}
+
+}  // namespace
+}  // namespace kvweld::sim::server
