@@ -111,6 +111,19 @@ void ServerTally::add(const ServerTally& o) {
     cache_n += o.cache_n, cache_allowed += o.cache_allowed, stale += o.stale, lost += o.lost, slot_actions += o.slot_actions;
     truth_compared += o.truth_compared, truth_skipped += o.truth_skipped;
     embeddings += o.embeddings, worst_embedding = std::max(worst_embedding, o.worst_embedding);
+    for (const auto& [name, n] : o.ran) ran[name] += n;
+    for (const auto& [name, whys] : o.not_run)
+        for (const auto& [why, n] : whys) not_run[name][why] += n;
+}
+
+// Which oracles judged how many runs, and why the others could not.
+std::string ServerTally::oracles_line() const {
+    std::string out = "oracles: ";
+    bool first = true;
+    for (const auto& [name, n] : ran) out += cat(first ? "" : ", ", name, " judged ", n, n == 1 ? " run" : " runs"), first = false;
+    for (const auto& [name, whys] : not_run)
+        for (const auto& [why, n] : whys) out += cat(first ? "" : "; ", name, " not in ", n, n == 1 ? " run" : " runs", ": ", why), first = false;
+    return first ? out + "none" : out;
 }
 
 std::vector<std::string> ServerTally::lines() const {
@@ -125,7 +138,7 @@ std::vector<std::string> ServerTally::lines() const {
                 "request fresh); ", truth_skipped, " skipped where the slot reused KV a shifted chunk left"),
             cat("embeddings: ", embeddings, " pooled embeddings judged against kvweld's reference; max |difference| ",
                 worst_embedding, " (tolerance ", kv_tolerances(), ")"),
-            cat("ops run: ", kinds)};
+            cat("ops run: ", kinds), oracles_line()};
 }
 
 }  // namespace kvweld::sim::server

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -96,8 +97,13 @@ struct ServerTally {
     long truth_compared = 0, truth_skipped = 0;  // ground-truth
     long embeddings = 0;                     // embeddings
     double worst_embedding = 0;
+    // Per oracle (by name): the runs it judged, and the runs it could not,
+    // by why (ServerSim's table of oracles).
+    std::map<std::string, long> ran;
+    std::map<std::string, std::map<std::string, long>> not_run;
     void add(const ServerTally& o);
-    std::vector<std::string> lines() const;  // a line per oracle, then the ops
+    std::vector<std::string> lines() const;  // a line per oracle, then the ops, then which oracles ran
+    std::string oracles_line() const;
 };
 
 }  // namespace kvweld::sim::server

@@ -11,6 +11,7 @@
 #include "util/error.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <array>
 #include <chrono>
 #include <filesystem>
@@ -84,21 +85,37 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     }
     const std::vector<std::string> args = server_args(c.settings, n_ctx, files);
     process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), c.request_timeout_s});
+    // The oracles, each with why a run has none of it: one table.
     const ServerSettings& s = c.settings;
-    if (s.embeddings()) {
-        oracles_.push_back(std::make_unique<EmbeddingOracle>(s, model_));
-        return;
-    }
-    oracles_.push_back(std::make_unique<LogprobOracle>(s, model_, server_loras(model_.config(), c.seed, s.loras)));
-    oracles_.push_back(std::make_unique<SlotCacheModel>(s, n_ctx));
-    if (c.lockstep) {
-        // The same slot context (the model's), and the same context shifts on a fresh prompt.
-        ServerFiles truth_files = files;
-        truth_files.slot_dir = c.work_dir + "/truth/slots/", truth_files.draft = "";
-        const std::vector<std::string> truth = ground_truth_args(s, n_ctx, truth_files);
-        std::filesystem::create_directories(c.work_dir + "/truth/slots");
-        oracles_.push_back(std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
-                                                         s, n_ctx, c.request_timeout_s));
+    struct Row {
+        const char* name;
+        const char* why_not;  // where `runs` is false
+        bool runs;
+        std::function<std::unique_ptr<ServerOracle>()> make;
+    };
+    const Row rows[] = {
+        {"logprobs", "an embedding server (--pooling) generates no tokens", !s.embeddings(),
+         [&] { return std::make_unique<LogprobOracle>(s, model_, server_loras(model_.config(), c.seed, s.loras)); }},
+        {"reuse", "an embedding server (--pooling) keeps no prompt to reuse", !s.embeddings(),
+         [&] { return std::make_unique<SlotCacheModel>(s, n_ctx); }},
+        {"ground-truth", s.embeddings() ? "an embedding server (--pooling): the reference judges each embedding"
+                                        : "no lockstep server (the reuse study runs without one)",
+         !s.embeddings() && c.lockstep,
+         [&] {
+             // The same slot context (the model's), and the same context shifts on a fresh prompt.
+             ServerFiles truth_files = files;
+             truth_files.slot_dir = c.work_dir + "/truth/slots/", truth_files.draft = "";
+             const std::vector<std::string> truth = ground_truth_args(s, n_ctx, truth_files);
+             std::filesystem::create_directories(c.work_dir + "/truth/slots");
+             return std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
+                                                  s, n_ctx, c.request_timeout_s);
+         }},
+        {"embeddings", "a completion server has no pooled output", s.embeddings(),
+         [&] { return std::make_unique<EmbeddingOracle>(s, model_); }},
+    };
+    for (const Row& row : rows) {
+        if (row.runs) oracles_.push_back(row.make()), ++chosen_.ran[row.name];
+        else ++chosen_.not_run[row.name][row.why_not];
     }
 }
 
@@ -118,7 +135,7 @@ ServerVerdict ServerSim::verdict() const {
 }
 
 ServerTally ServerSim::tally() const {
-    ServerTally t;
+    ServerTally t = chosen_;
     t.ops = ops_run_;
     for (const auto& o : oracles_) o->tally(t);
     return t;

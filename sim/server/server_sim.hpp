@@ -93,6 +93,7 @@ private:
     std::optional<ServerFailure> failure_;
     bool server_error_ = false;
     std::array<long, kServerOpKinds> ops_run_{};
+    ServerTally chosen_;  // which oracles this run has, and why not the others
 };
 
 // The next request of a generated run: multi-turn chats that go on from a
