@@ -91,7 +91,7 @@ int run_replay(const std::string& text, const std::string& path, const std::stri
 std::filesystem::path llama_cache_root();
 bool is_server_engine(const RunOptions& options);
 int run_server_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace);
-int run_server_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs);
+int run_server_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs, const SwarmGates& gates);
 int run_server_replay(const std::string& text, const std::string& path, const std::string& server, const std::string& dir);
 int run_server_shrink(const std::string& text, const std::string& path, const std::string& server, const std::string& out,
                       const std::string& dir, bool keep_identity);

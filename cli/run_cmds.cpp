@@ -106,7 +106,7 @@ int run_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace, c
 
 int run_swarm(const RunOptions& o, const SeedShard& seeds, int jobs, const std::string& json, SwarmGates gates) {
     const auto [first, last] = shard_range(seeds.range_first, seeds.range_last, seeds.shard);
-    if (is_server_engine(o)) return run_server_swarm(o, first, last, jobs);
+    if (is_server_engine(o)) return run_server_swarm(o, first, last, jobs, gates);
     SwarmOptions s;
     s.first = first;
     s.last = last;

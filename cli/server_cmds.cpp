@@ -67,7 +67,7 @@ int run_server_sim(const RunOptions& o, std::uint64_t seed, const std::string& t
     return exit_code(r.verdict);
 }
 
-int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t last, int jobs) {
+int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t last, int jobs, const SwarmGates& gates) {
     refuse_library_flags(o);
     ServerSwarmOptions s;
     s.server = need_server(o.server), s.preset = preset(o), s.first = first, s.last = last, s.steps = o.steps, s.jobs = jobs;
@@ -75,6 +75,9 @@ int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t las
     s.known_findings = o.known_findings;
     s.request_timeout_s = o.call_timeout;
     s.steer = !o.no_steer;
+    s.require_terms = gates.terms;
+    require(!gates.coverage, "--require-coverage gates the library engines' swarm; the server swarm's gate is --require-terms "
+                             "(every op variant sent and every settings field drawn with a second value)");
     const std::size_t total = std::size_t(last - first) + 1;
     std::printf("swarm: seeds %llu..%llu (%zu), %d ops each, %d jobs, engine llama-server %s (a server per seed on "
                 "127.0.0.1, and its ground truth); failing seeds' traces and logs under %s\n",

@@ -93,7 +93,9 @@ void add_swarm_command(CLI::App& app, std::function<int()>& action) {
                   "finding of the engine's file that no seed met");
     cmd->add_flag("--require-terms", args->gates.terms,
                   "fail when a term of the reuse condition the engine's API can reach was never exercised (the report's "
-                  "'reuse terms' rows: per term, the plan pairs where it changed alone, with others, and held)");
+                  "'reuse terms' rows: per term, the plan pairs where it changed alone, with others, and held); with "
+                  "--engine llama-server: an op variant never sent (the report's 'op variants sent' line) or a settings "
+                  "field never drawn with a second value");
     cmd->add_flag("--no-steer", args->run.no_steer,
                   "a seed that meets a known finding stops there (default: it runs again steered around the "
                   "finding's precondition, the finding's 'steer' in its file, and the rest of it is judged)");

@@ -112,8 +112,15 @@ void ServerTally::add(const ServerTally& o) {
     truth_compared += o.truth_compared, truth_skipped += o.truth_skipped;
     embeddings += o.embeddings, worst_embedding = std::max(worst_embedding, o.worst_embedding);
     for (const auto& [name, n] : o.ran) ran[name] += n;
+    for (const auto& [name, n] : o.variants) variants[name] += n;
     for (const auto& [name, whys] : o.not_run)
         for (const auto& [why, n] : whys) not_run[name][why] += n;
+}
+
+std::string ServerTally::variants_line() const {
+    std::string out = "op variants sent:";
+    for (const auto& [name, n] : variants) out += cat(" ", name, " ", n);
+    return out;
 }
 
 // Which oracles judged how many runs, and why the others could not.
@@ -138,7 +145,7 @@ std::vector<std::string> ServerTally::lines() const {
                 "request fresh); ", truth_skipped, " skipped where the slot reused KV a shifted chunk left"),
             cat("embeddings: ", embeddings, " pooled embeddings judged against kvweld's reference; max |difference| ",
                 worst_embedding, " (tolerance ", kv_tolerances(), ")"),
-            cat("ops run: ", kinds), oracles_line()};
+            cat("ops run: ", kinds), variants_line(), oracles_line()};
 }
 
 }  // namespace kvweld::sim::server

@@ -100,10 +100,12 @@ struct ServerTally {
     // Per oracle (by name): the runs it judged, and the runs it could not,
     // by why (ServerSim's table of oracles).
     std::map<std::string, long> ran;
+    std::map<std::string, long> variants;  // ops sent, by variant (server_variants.hpp), each variant named from the start
     std::map<std::string, std::map<std::string, long>> not_run;
     void add(const ServerTally& o);
     std::vector<std::string> lines() const;  // a line per oracle, then the ops, then which oracles ran
     std::string oracles_line() const;
+    std::string variants_line() const;
 };
 
 }  // namespace kvweld::sim::server

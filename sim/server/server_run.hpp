@@ -82,6 +82,9 @@ struct ServerSwarmOptions {
     // otherwise, or meets a finding it was steered past; its runs' tallies
     // add up. false: a seed stops at its first known finding.
     bool steer = true;
+    // Fail where an op variant was never sent or a settings field never
+    // drawn with a second value over the seeds (swarm --require-terms).
+    bool require_terms = false;
 };
 struct ServerSwarmResult {
     std::vector<ServerRunResult> seeds;      // in seed order, ops dropped: each seed's last run
@@ -91,8 +94,9 @@ struct ServerSwarmResult {
     std::size_t failures = 0, known_failures = 0, steered = 0;
     std::string known_path;                  // "" none
     std::vector<std::string> unreproduced;   // known findings whose trace no longer fails as recorded
+    std::vector<std::string> unexercised;    // require_terms: the op variants never sent, the settings fields never varied
     // No new failure, and every known finding still reproduces: what CI gates on.
-    bool ok() const { return failures == known_failures && unreproduced.empty(); }
+    bool ok() const { return failures == known_failures && unreproduced.empty() && unexercised.empty(); }
 };
 ServerSwarmResult run_server_swarm(const ServerSwarmOptions& options,
                                    const std::function<void(std::size_t, std::size_t)>& progress = {});

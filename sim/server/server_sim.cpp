@@ -5,6 +5,7 @@
 #include "engine/gguf.hpp"
 #include "sim/json_field.hpp"
 #include "sim/server/server_oracles.hpp"
+#include "sim/server/server_variants.hpp"
 #include "sim/server/server_wire.hpp"
 #include "targets/llamaserver/http.hpp"
 #include "util/cat.hpp"
@@ -85,6 +86,7 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     }
     const std::vector<std::string> args = server_args(c.settings, n_ctx, files);
     process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), c.request_timeout_s});
+    for (std::size_t v = 0; v < kServerOpVariantCount; ++v) chosen_.variants[std::string(kServerOpVariants[v].name)] = 0;
     // The oracles, each with why a run has none of it: one table.
     const ServerSettings& s = c.settings;
     struct Row {
@@ -148,6 +150,7 @@ void ServerSim::fail(std::size_t index, const std::string& oracle, const std::st
 
 bool ServerSim::apply(const ServerOp& op, std::size_t index, nlohmann::json& observed) {
     ++ops_run_[std::size_t(op.kind())];
+    for (std::size_t v = 0; v < kServerOpVariantCount; ++v) chosen_.variants[std::string(kServerOpVariants[v].name)] += kServerOpVariants[v].in(op);
     try {
         std::visit([&](const auto& a) { run(a, index, observed); }, op.args);
     } catch (const Error& e) {

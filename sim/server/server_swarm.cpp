@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 namespace kvweld::sim::server {
 
@@ -41,6 +42,22 @@ ServerRunResult run_seed(const ServerSwarmOptions& o, const ServerKnownFindings&
     }
     r.tally.add(judged);
     return r;
+}
+
+// What the seeds never exercised: an op variant never sent, a settings
+// field whose draw never took a second value.
+std::vector<std::string> unexercised(const ServerSwarmResult& r, const ServerSwarmOptions& o) {
+    std::vector<std::string> out;
+    for (const auto& [name, n] : r.total.variants)
+        if (n == 0) out.push_back(cat("op variant ", name, " never sent"));
+    std::map<std::string, std::set<std::string>> values;
+    for (std::uint64_t seed = o.first; seed <= o.last; ++seed) {
+        const nlohmann::json drawn = ServerSettings::draw(seed).to_json();
+        for (const auto& [name, value] : drawn.items()) values[name].insert(value.dump());
+    }
+    for (const auto& [name, seen] : values)
+        if (seen.size() < 2) out.push_back(cat("settings field '", name, "' drawn only as ", *seen.begin()));
+    return out;
 }
 
 }  // namespace
@@ -80,6 +97,7 @@ ServerSwarmResult run_server_swarm(const ServerSwarmOptions& o, const std::funct
         out.steered += !out.steered_past[i].empty();
     }
     out.unreproduced = server_unreproduced(known, o.server, o.work_dir);
+    if (o.require_terms) out.unexercised = unexercised(out, o);
     return out;
 }
 
@@ -123,10 +141,11 @@ std::string server_swarm_table(const ServerSwarmResult& r, const ServerSwarmOpti
                    "\n  script: kvweld repro --server ", o.server, " shrunk.jsonl -o finding.sh --run\n");
     }
     for (const std::string& line : r.unreproduced) out += cat("FAIL ", line, "\n");
+    for (const std::string& line : r.unexercised) out += cat("FAIL ", line, " over seeds ", o.first, "..", o.last, " (--require-terms)\n");
     const std::size_t fresh = r.failures - r.known_failures;
     out += cat("verdict: ", r.ok() ? (r.failures ? "NO NEW FINDINGS" : "PASS") : "FAIL", " (", r.failures, " of ", r.seeds.size(),
                " seeds failed, ", r.known_failures, " of them known findings; ", fresh, " new; ", r.unreproduced.size(),
-               " known findings unreproduced)\n");
+               " known findings unreproduced", o.require_terms ? cat("; ", r.unexercised.size(), " unexercised") : "", ")\n");
     return out;
 }
 
