@@ -12,10 +12,10 @@
 #include "util/error.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <array>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <thread>
 
@@ -71,7 +71,8 @@ std::string_view to_string(ServerVerdict v) {
 
 // ---- the simulator
 
-ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::random(config_by_name(c.preset), c.seed)) {
+ServerSim::ServerSim(const ServerRunConfig& c)
+    : config_(c), model_(Model::random(config_by_name(c.preset), c.seed)), variants_sent_(kServerOpVariantCount, 0) {
     // A run starts with no slot file: a replay or a shrinker's run in the same folder must not restore an earlier run's.
     std::filesystem::remove_all(c.work_dir + "/slots");
     std::filesystem::remove_all(c.work_dir + "/truth/slots");
@@ -86,7 +87,6 @@ ServerSim::ServerSim(const ServerRunConfig& c) : config_(c), model_(Model::rando
     }
     const std::vector<std::string> args = server_args(c.settings, n_ctx, files);
     process_ = std::make_unique<targets::llamaserver::ServerProcess>(ServerSetup{c.server, gguf, args, log_path(), c.request_timeout_s});
-    for (std::size_t v = 0; v < kServerOpVariantCount; ++v) chosen_.variants[std::string(kServerOpVariants[v].name)] = 0;
     // The oracles, each with why a run has none of it: one table.
     const ServerSettings& s = c.settings;
     struct Row {
@@ -139,6 +139,7 @@ ServerVerdict ServerSim::verdict() const {
 ServerTally ServerSim::tally() const {
     ServerTally t = chosen_;
     t.ops = ops_run_;
+    for (std::size_t v = 0; v < kServerOpVariantCount; ++v) t.variants[std::string(kServerOpVariants[v].name)] = variants_sent_[v];
     for (const auto& o : oracles_) o->tally(t);
     return t;
 }
@@ -150,7 +151,7 @@ void ServerSim::fail(std::size_t index, const std::string& oracle, const std::st
 
 bool ServerSim::apply(const ServerOp& op, std::size_t index, nlohmann::json& observed) {
     ++ops_run_[std::size_t(op.kind())];
-    for (std::size_t v = 0; v < kServerOpVariantCount; ++v) chosen_.variants[std::string(kServerOpVariants[v].name)] += kServerOpVariants[v].in(op);
+    for (std::size_t v = 0; v < kServerOpVariantCount; ++v) variants_sent_[v] += kServerOpVariants[v].in(op);
     try {
         std::visit([&](const auto& a) { run(a, index, observed); }, op.args);
     } catch (const Error& e) {

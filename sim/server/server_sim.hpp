@@ -94,6 +94,7 @@ private:
     bool server_error_ = false;
     std::array<long, kServerOpKinds> ops_run_{};
     ServerTally chosen_;  // which oracles this run has, and why not the others
+    std::vector<long> variants_sent_;  // ops sent, per row of kServerOpVariants
 };
 
 // The next request of a generated run: multi-turn chats that go on from a

@@ -19,11 +19,9 @@ namespace kvweld::sim::server {
 
 namespace {
 
-// At most this many runs of one seed, each steered past one more finding.
-constexpr int kMaxSteers = 8;
-
 // One seed: run, and while it meets a known finding with a steer it was
-// not steered past yet, run again steered (its own folder, so no run's
+// not steered past yet, run again steered (at most kMaxSteers times, as
+// the library swarm) (its own folder, so no run's
 // files meet another's). The last run is the seed's; every run's tally counts.
 ServerRunResult run_seed(const ServerSwarmOptions& o, const ServerKnownFindings& known, std::uint64_t seed,
                          std::vector<std::string>& past) {
