@@ -109,7 +109,7 @@ void ServerTally::add(const ServerTally& o) {
     tokens_judged += o.tokens_judged, worst_logprob = std::max(worst_logprob, o.worst_logprob);
     drafted += o.drafted, accepted += o.accepted, context_shifts += o.context_shifts;
     cache_n += o.cache_n, cache_allowed += o.cache_allowed, stale += o.stale, lost += o.lost, slot_actions += o.slot_actions;
-    truth_compared += o.truth_compared, truth_skipped += o.truth_skipped;
+    truth_compared += o.truth_compared, truth_skipped += o.truth_skipped, truth_uncertain += o.truth_uncertain;
     embeddings += o.embeddings, worst_embedding = std::max(worst_embedding, o.worst_embedding);
     for (const auto& [name, n] : o.ran) ran[name] += n;
     for (const auto& [name, n] : o.variants) variants[name] += n;
@@ -142,7 +142,9 @@ std::vector<std::string> ServerTally::lines() const {
             cat("reuse: cache_n ", cache_n, " of the ", cache_allowed, " prompt tokens the slots held (stale reads ", stale,
                 ", lost reuse ", lost, "); ", slot_actions, " slot actions' counts against the slot or file they moved"),
             cat("ground-truth: ", truth_compared, " completions compared with a ground-truth server (one slot, no cache, each "
-                "request fresh); ", truth_skipped, " skipped where the slot reused KV a shifted chunk left"),
+                "request fresh); ", truth_skipped, " skipped where the slot reused KV a shifted chunk left; ", truth_uncertain,
+                " compared up to a sampled token where a sampler cut-off lay within the tolerance (past it the two diverge by "
+                "rounding)"),
             cat("embeddings: ", embeddings, " pooled embeddings judged against kvweld's reference; max |difference| ",
                 worst_embedding, " (tolerance ", kv_tolerances(), ")"),
             cat("ops run: ", kinds), variants_line(), oracles_line()};

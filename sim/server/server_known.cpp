@@ -25,22 +25,6 @@ std::vector<ServerOp> up_to_failure(const ServerRunResult& r) {
     return {r.ops.begin(), r.ops.begin() + std::ptrdiff_t(n)};
 }
 
-// state-io-under-queued-copy: one KV stream per slot; a request with
-// several completions (the server copies the prompt's sequence to the
-// copies' slots, a copy between streams that llama.cpp queues for the next
-// decode), then a slot saved or restored with nothing decoded in between.
-bool copy_then_slot_state(const ServerRunResult& r) {
-    if (r.config.settings.unified) return false;
-    bool copy_queued = false;
-    for (const ServerOp& op : up_to_failure(r)) {
-        const auto* c = std::get_if<Complete>(&op.args);
-        const auto* s = std::get_if<Slot>(&op.args);
-        if (s && copy_queued && s->action != SlotAction::erase) return true;
-        if (!s) copy_queued = c && c->request.n_cmpl > 1;
-    }
-    return false;
-}
-
 // pooled-split: mean pooling, one KV stream per slot, and the failing
 // request embeds inputs of unequal lengths (one decode call, split).
 bool unequal_inputs_in_one_request(const ServerRunResult& r) {
@@ -128,6 +112,29 @@ WalkAtFailure walk_to_failure(const ServerRunResult& r) {
     return out;
 }
 
+// state-io-under-queued-copy: one KV stream per slot; a request with
+// several completions (the server copies the prompt's sequence to the
+// copies' slots, a copy between streams that llama.cpp queues for the next
+// decode: server-context.cpp:768-772), then a slot's state saved or
+// restored with nothing decoded in between: by a slot action, or by the
+// RAM prompt cache when the next request takes a cached prompt
+// (prompt_save and prompt_load, server-context.cpp:1780-1782; seed 220).
+bool copy_then_slot_state(const ServerRunResult& r) {
+    if (r.config.settings.unified) return false;
+    const std::vector<ServerOp> ops = up_to_failure(r);
+    bool copy_queued = false;
+    for (const ServerOp& op : ops) {
+        const auto* c = std::get_if<Complete>(&op.args);
+        const auto* s = std::get_if<Slot>(&op.args);
+        if (s && copy_queued && s->action != SlotAction::erase) return true;
+        if (!s) copy_queued = c && c->request.n_cmpl > 1;
+    }
+    const auto* before = ops.size() >= 2 ? std::get_if<Complete>(&ops[ops.size() - 2].args) : nullptr;
+    if (r.config.settings.cache_ram == 0 || !before || before->request.n_cmpl <= 1) return false;
+    const WalkAtFailure w = walk_to_failure(r);
+    return std::any_of(w.requests.begin(), w.requests.end(), [](const AtFailingRequest& q) { return q.loaded; });
+}
+
 // slot-restore-ignores-lora: the failing request's slot holds a state
 // restored from a file computed with other LoRA scales than the adapters
 // of the slot it went into, with no request computed on it since: in that
@@ -194,7 +201,8 @@ struct Precondition {
 
 constexpr Precondition kPreconditions[] = {
     {"copy-then-slot-state",
-     "one KV stream per slot; a request with n_cmpl > 1, then a slot saved or restored with no request between",
+     "one KV stream per slot; a request with n_cmpl > 1, then a slot saved or restored with no request between, or the "
+     "next request taking a prompt from the RAM cache",
      copy_then_slot_state},
     {"unequal-inputs-in-one-request", "mean pooling, one KV stream per slot; the failing request embeds inputs of unequal lengths",
      unequal_inputs_in_one_request},

@@ -1,6 +1,7 @@
 // The server simulator's oracles (sim/server/server_oracles.hpp).
 #include "sim/server/server_oracles.hpp"
 
+#include "sim/server/sampler_cut.hpp"
 #include "sim/server/server_wire.hpp"
 #include "targets/llamaserver/http.hpp"
 #include "util/cat.hpp"
@@ -200,17 +201,24 @@ void SlotCacheModel::tally(ServerTally& t) const {
 
 // ---- GroundTruth
 
-GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, const ServerSettings& s, int model_ctx, double timeout_s)
-    : process_(std::move(setup)), cache_reuse_(s.cache_reuse), shift_ctx_(s.shift_ctx(model_ctx)), timeout_s_(timeout_s),
+GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, const ServerSettings& s, int model_ctx, int vocab,
+                         double timeout_s)
+    : process_(std::move(setup)), cache_reuse_(s.cache_reuse), shift_ctx_(s.shift_ctx(model_ctx)), vocab_(vocab), timeout_s_(timeout_s),
       tolerance_(s.tolerance()), states_(s, model_ctx, Held{}) {}
 
-std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth) const {
+std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth, bool sampled) {
     const std::size_t n = got.cut ? std::min(got.tokens.size(), truth.tokens.size()) : truth.tokens.size();
     if (!got.cut && got.tokens.size() != truth.tokens.size())
         return cat(got.tokens.size(), " tokens generated, the ground truth ", truth.tokens.size());
     for (std::size_t i = 0; i < n; ++i) {
-        if (got.tokens[i] != truth.tokens[i])
-            return cat("generated token ", i, " is ", got.tokens[i], ", the ground truth's ", truth.tokens[i]);
+        if (got.tokens[i] != truth.tokens[i]) {
+            // A sampled token two roundings of the same logits may draw apart: the
+            // truth's whole distribution (n_probs: the vocabulary) shows where the cut-offs lie.
+            if (sampled && !uncertain_cut(truth.top[i], tolerance_).empty()) return ++uncertain_, "";
+            return cat("generated token ", i, " is ", got.tokens[i], ", the ground truth's ", truth.tokens[i],
+                       sampled ? " (sampled; every sampler cut-off of the ground truth's distribution is clear of the tolerance)"
+                               : "");
+        }
         for (const auto& [id, logprob] : got.top[i]) {
             const int want = id;  // clang 14 cannot capture a structured binding in a lambda
             const auto it = std::find_if(truth.top[i].begin(), truth.top[i].end(), [want](const auto& p) { return p.first == want; });
@@ -237,7 +245,7 @@ std::string GroundTruth::on_completion(const Completion& c, const std::vector<Se
         // Sampled copies (n_cmpl) draw their own tokens: only the first is the ground truth's.
         if (c.temperature > 0 && a.index > 0) return "";
         ++compared_;
-        return compare(a, *truth);
+        return compare(a, *truth, c.temperature > 0);
     });
 }
 
@@ -248,6 +256,7 @@ ServerAnswer GroundTruth::ask(const Completion& c) {
     one.lora = states_.scales(c);  // named: the ground truth's own scales are never set
     nlohmann::json body = completion_body(one);
     body["cache_prompt"] = false;
+    body["n_probs"] = vocab_;  // every token's logprob: where a sampled draw's cut-offs lie
     const auto got = targets::llamaserver::http_request(process_.port(), "POST", "/completion", body.dump(), timeout_s_);
     require(got.status == 200, "the ground-truth server answered ", got.status, ": ", got.body.substr(0, 300),
             "; its log's last lines:\n", process_.log_tail(8));
@@ -258,7 +267,9 @@ std::string GroundTruth::on_slot(const Slot& op, int) { return states_.act(op), 
 std::string GroundTruth::on_embedding(const Embed&, const std::vector<std::vector<float>>&) { return ""; }  // the reference judges those
 std::string GroundTruth::on_lora(const Lora& op) { return states_.lora(op), ""; }
 
-void GroundTruth::tally(ServerTally& t) const { t.truth_compared += compared_, t.truth_skipped += skipped_; }
+void GroundTruth::tally(ServerTally& t) const {
+    t.truth_compared += compared_, t.truth_skipped += skipped_, t.truth_uncertain += uncertain_;
+}
 
 // ---- EmbeddingOracle
 

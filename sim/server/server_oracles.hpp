@@ -112,7 +112,7 @@ private:
 class GroundTruth final : public ServerOracle {
 public:
     // Starts the ground-truth server (one slot, no cache) with `setup`'s binary and model.
-    GroundTruth(targets::llamaserver::ServerSetup setup, const ServerSettings& settings, int model_ctx, double timeout_s);
+    GroundTruth(targets::llamaserver::ServerSetup setup, const ServerSettings& settings, int model_ctx, int vocab, double timeout_s);
     std::string name() const override { return "ground-truth"; }
     std::string on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) override;
     std::string on_slot(const Slot& op, int n) override;
@@ -121,7 +121,9 @@ public:
     void tally(ServerTally& t) const override;
 
 private:
-    std::string compare(const ServerAnswer& got, const ServerAnswer& truth) const;
+    // Token by token; a sampled answer past a token whose draw a sampler
+    // cut-off within the tolerance left open is not compared (uncertain_).
+    std::string compare(const ServerAnswer& got, const ServerAnswer& truth, bool sampled);
     ServerAnswer ask(const Completion& c);
     // A slot's tokens, and how many of the first its KV holds as a fresh
     // prompt would: a shifted chunk was computed under another context, and
@@ -132,9 +134,9 @@ private:
         void clear() { *this = {}; }
     };
     targets::llamaserver::ServerProcess process_;
-    int cache_reuse_, shift_ctx_;
+    int cache_reuse_, shift_ctx_, vocab_;
     double timeout_s_, tolerance_;
-    int compared_ = 0, skipped_ = 0;
+    int compared_ = 0, skipped_ = 0, uncertain_ = 0;
     SlotStates<Held> states_;  // its server scales: each request is sent to the ground truth with its scales named
 };
 

@@ -110,7 +110,7 @@ ServerSim::ServerSim(const ServerRunConfig& c)
              const std::vector<std::string> truth = ground_truth_args(s, n_ctx, truth_files);
              std::filesystem::create_directories(c.work_dir + "/truth/slots");
              return std::make_unique<GroundTruth>(ServerSetup{c.server, gguf, truth, c.work_dir + "/truth.log", c.request_timeout_s},
-                                                  s, n_ctx, c.request_timeout_s);
+                                                  s, n_ctx, model_.config().vocab, c.request_timeout_s);
          }},
         {"embeddings", "a completion server has no pooled output", s.embeddings(),
          [&] { return std::make_unique<EmbeddingOracle>(s, model_); }},

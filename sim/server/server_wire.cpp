@@ -1,6 +1,7 @@
 // llama-server's wire format as kvweld speaks it (sim/server/server_wire.hpp).
 #include "sim/server/server_wire.hpp"
 
+#include "sim/server/sampler_cut.hpp"
 #include "util/error.hpp"
 
 #include <map>
@@ -20,7 +21,12 @@ nlohmann::json completion_body(const Completion& c) {
     if (c.n_cmpl > 1) body["n_cmpl"] = c.n_cmpl;
     if (c.n_keep != 0) body["n_keep"] = c.n_keep;
     if (!c.lora.empty()) body["lora"] = lora_body(c.lora);
-    if (c.temperature > 0) body["seed"] = c.seed;
+    if (c.temperature > 0) {
+        // The chain by name: the one sampler_cut.hpp knows where it cuts.
+        body["seed"] = c.seed;
+        body["samplers"] = {"top_k", "top_p", "min_p", "temperature"};
+        body["top_k"] = kSamplerChain.top_k, body["top_p"] = kSamplerChain.top_p, body["min_p"] = kSamplerChain.min_p;
+    }
     return body;
 }
 

@@ -52,6 +52,28 @@ ServerRunResult failed_as_recorded(const ServerKnownFinding& f, const std::vecto
     return r;
 }
 
+// Seed 220 (steered past speculative-logprobs-unset), shrunk: an n_cmpl 2
+// request with n_predict 1 leaves its cross-stream copy queued, and the next
+// request takes a prompt from the RAM cache into the copy's slot (slot 0,
+// cache_n 13): the queued copy lands over the loaded state. b11434+fixes
+// (state-io-applies-pending-update) answers right, and so does b11434 with
+// n_predict 2 (a decode applies the copy first). It is
+// state-io-under-queued-copy; with one KV stream (unified), with no RAM
+// cache, or with one completion, it is not.
+TEST(ServerKnown, ACopyThenARamCacheLoadIsStateIoUnderAQueuedCopy) {
+    const ServerKnownFinding* f = finding("state-io-under-queued-copy");
+    ASSERT_NE(f, nullptr);
+    ServerKnownFinding shrunk = *f;
+    shrunk.trace = std::string(KVWELD_SOURCE_DIR) + "/sim/tests/data/copy_then_ram_cache_load.jsonl";
+    shrunk.oracles = {"logprobs"};
+    EXPECT_EQ(pinned().match(failed_as_recorded(shrunk)), f);
+    ServerRunResult unified = failed_as_recorded(shrunk), no_cache = unified, one = unified;
+    unified.config.settings.unified = true;
+    no_cache.config.settings.cache_ram = 0;
+    std::get<Complete>(one.ops[1].args).request.n_cmpl = 1;
+    for (const ServerRunResult* r : {&unified, &no_cache, &one}) EXPECT_NE(pinned().match(*r), f);
+}
+
 TEST(ServerKnown, EachFindingsTraceMatchesItAndItsSteerLeavesThePrecondition) {
     ASSERT_GE(pinned().findings.size(), 9u);
     for (const ServerKnownFinding& f : pinned().findings) {

@@ -25,11 +25,12 @@ using test::request;
 using test::plain_settings;
 using test::kTestCtx;
 
-// The right greedy answer to `prompt` on `slot`: n tokens, each one's top 4
+// The right greedy answer to `prompt` on `slot`: n tokens, each one's top n_top
 // and own logprob, from the reference (with `adapters`; `stale`: the first
 // `stale_n` positions' KV computed with those instead).
 ServerAnswer reference_answer(const Model& model, std::vector<int> prompt, int n, int slot = 0,
-                              const Adapters& adapters = Adapters::none(), const Adapters* stale = nullptr, int stale_n = 0) {
+                              const Adapters& adapters = Adapters::none(), const Adapters* stale = nullptr, int stale_n = 0,
+                              int n_top = 4) {
     ServerAnswer a = answer(slot, {});
     ReferenceKv kv(model.config());
     for (int pos = 0; int(a.tokens.size()) < n; ++pos) {
@@ -41,7 +42,7 @@ ServerAnswer reference_answer(const Model& model, std::vector<int> prompt, int n
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
         std::sort(order.begin(), order.end(), [&](int x, int y) { return logits[std::size_t(x)] > logits[std::size_t(y)]; });
         a.top.emplace_back();
-        for (int k = 0; k < 4; ++k) a.top.back().emplace_back(order[std::size_t(k)], lp[std::size_t(order[std::size_t(k)])]);
+        for (int k = 0; k < n_top; ++k) a.top.back().emplace_back(order[std::size_t(k)], lp[std::size_t(order[std::size_t(k)])]);
         a.chosen.push_back(lp[std::size_t(order[0])]);
         a.tokens.push_back(order[0]);
         prompt.push_back(order[0]);
@@ -142,6 +143,28 @@ TEST(ServerOracles, CopiesOfOnePromptAreJudgedFromTheParentsSlot) {
     EXPECT_EQ(logprobs.on_completion(request(1, turn), {reference_answer(model, turn, 1, 1)}), "");
 }
 
+// A stand-in ground-truth server that answers `truth` to every request:
+// its answer file, removed with it.
+struct StandInTruth {
+    std::string file;
+    explicit StandInTruth(const ServerAnswer& truth)
+        : file((std::filesystem::temp_directory_path() / cat("kvweld-truth-", ::getpid(), ".json")).string()) {
+        nlohmann::json probs = nlohmann::json::array();
+        for (std::size_t i = 0; i < truth.tokens.size(); ++i) {
+            nlohmann::json top = nlohmann::json::array();
+            for (const auto& [id, lp] : truth.top[i]) top.push_back({{"id", id}, {"logprob", lp}});
+            probs.push_back({{"id", truth.tokens[i]}, {"logprob", truth.chosen[i]}, {"top_logprobs", top}});
+        }
+        std::ofstream(file) << nlohmann::json{{"tokens", truth.tokens}, {"id_slot", 0}, {"timings", {{"cache_n", 0}}},
+                                              {"completion_probabilities", probs}}.dump();
+    }
+    ~StandInTruth() { std::filesystem::remove(file); }
+    GroundTruth oracle(int vocab) const {
+        return GroundTruth(targets::llamaserver::ServerSetup{KVWELD_STAND_IN_SERVER, "model.gguf", {"answer=" + file}, file + ".log", 10},
+                           plain_settings(1), kTestCtx, vocab, 10);
+    }
+};
+
 // The ground truth sees what the reference cannot: a sampled token whose
 // logprobs are right but which a fresh server with the same seed did not
 // sample. The logprob oracle passes it; the ground truth does not.
@@ -149,23 +172,48 @@ TEST(ServerOracles, GroundTruthSeesASampledTokenTheFreshServerDidNotDraw) {
     const Model model = Model::random(config_by_name("tiny"), 5);
     Completion c = request(0, {5, 6, 7}, 1);
     c.temperature = 0.8, c.seed = 42;
-    const ServerAnswer truth = reference_answer(model, c.prompt, 1);
+    const ServerAnswer truth = reference_answer(model, c.prompt, 1, 0, Adapters::none(), nullptr, 0, model.config().vocab);
     ServerAnswer other = truth;  // the second most likely token, its logprobs right
     other.tokens[0] = truth.top[0][1].first, other.chosen[0] = truth.top[0][1].second;
-    const std::string file = (std::filesystem::temp_directory_path() / cat("kvweld-truth-", ::getpid(), ".json")).string();
-    nlohmann::json probs = nlohmann::json::array();
-    nlohmann::json top = nlohmann::json::array();
-    for (const auto& [id, lp] : truth.top[0]) top.push_back({{"id", id}, {"logprob", lp}});
-    probs.push_back({{"id", truth.tokens[0]}, {"logprob", truth.chosen[0]}, {"top_logprobs", top}});
-    std::ofstream(file) << nlohmann::json{{"tokens", truth.tokens}, {"id_slot", 0}, {"timings", {{"cache_n", 0}}},
-                                          {"completion_probabilities", probs}}.dump();
-    GroundTruth ground(targets::llamaserver::ServerSetup{KVWELD_STAND_IN_SERVER, "model.gguf", {"answer=" + file}, file + ".log", 10},
-                       plain_settings(1), kTestCtx, 10);
+    const StandInTruth stand_in(truth);
+    GroundTruth ground = stand_in.oracle(model.config().vocab);
     LogprobOracle logprobs(plain_settings(1), model, {});
     EXPECT_EQ(logprobs.on_completion(c, {other}), "");
     EXPECT_NE(ground.on_completion(c, {other}).find("generated token 0 is"), std::string::npos);
     EXPECT_EQ(ground.on_completion(c, {truth}), "");
-    std::filesystem::remove(file);
+}
+
+// Past a sampled token whose kept set a rounding decides (the truth's top-p
+// sum on 0.95), two right servers may draw apart: the ground truth stops
+// comparing there and counts it. Where every cut-off is clear, the same
+// other draw fails.
+TEST(ServerOracles, GroundTruthStopsAtASampledTokenARoundingDecides) {
+    Completion c = request(0, {5, 6, 7}, 2);
+    c.temperature = 0.8, c.seed = 42;
+    for (const bool on_cut : {true, false}) {
+        const std::vector<double> probs = on_cut ? std::vector<double>{0.5, 0.3, 0.15, 0.05} : std::vector<double>{0.5, 0.3, 0.14, 0.06};
+        ServerAnswer truth = answer(0, {0, 1});
+        for (int i = 0; i < 2; ++i) {
+            truth.top.emplace_back();
+            for (std::size_t t = 0; t < probs.size(); ++t) truth.top.back().emplace_back(int(t), std::log(probs[t]));
+            truth.chosen.push_back(truth.top.back()[std::size_t(truth.tokens[std::size_t(i)])].second);
+        }
+        ServerAnswer other = truth;
+        other.tokens = {2, 3};  // drawn apart at token 0, and so on after it
+        other.chosen = {std::log(probs[2]), std::log(probs[3])};
+        const StandInTruth stand_in(truth);
+        GroundTruth ground = stand_in.oracle(4);
+        const std::string got = ground.on_completion(c, {other});
+        ServerTally t;
+        ground.tally(t);
+        if (on_cut) {
+            EXPECT_EQ(got, "");
+            EXPECT_EQ(t.truth_uncertain, 1);
+        } else {
+            EXPECT_NE(got.find("generated token 0 is 2, the ground truth's 0 (sampled; every sampler cut-off"), std::string::npos) << got;
+            EXPECT_EQ(t.truth_uncertain, 0);
+        }
+    }
 }
 
 // A slot's KV computed with one LoRA scale is not another request's to
