@@ -68,6 +68,7 @@ std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAns
         const int token = a.tokens[std::size_t(i)];
         const double best = *std::max_element(lp.begin(), lp.end());
         ++judged_;
+        // check logprobs.greedy-token: a greedy token the reference does not rank first
         if (c.temperature == 0 && lp[std::size_t(token)] < best - tolerance_)
             wrong = cat("generated token ", i, " is ", token, " (reference logprob ", lp[std::size_t(token)],
                         "), but the reference's most likely has ", best);
@@ -76,6 +77,7 @@ std::string LogprobOracle::judge(Mirror& m, const Completion& c, const ServerAns
         for (const auto& [id, logprob] : seen) {
             const double d = std::fabs(logprob - lp[std::size_t(id)]);
             worst_ = std::max(worst_, d);
+            // check logprobs.logprob: a logprob (the chosen token's or a top one's) off the reference's
             if (!(d <= tolerance_) && wrong.empty())
                 wrong = cat("generated token ", i, ": token ", id, " logprob ", logprob, ", reference ", lp[std::size_t(id)],
                             " (|difference| ", d, " > ", tolerance_, ")");
@@ -132,8 +134,10 @@ std::pair<int, int> SlotCacheModel::allowed(const Completion& c, int slot) const
 std::string SlotCacheModel::judge(const Held& before, const Completion& c, const ServerAnswer& a) {
     const auto [lo, hi] = bounds(before, c);
     reused_ += a.cache_n, allowed_ += std::clamp(a.cache_n, lo, hi);
+    // check reuse.stale-read: cache_n above what the slot holds of the prompt
     if (a.cache_n > hi)
         return ++stale_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds only ", hi, " of the prompt (a stale read)");
+    // check reuse.lost-reuse: cache_n below it
     if (a.cache_n < lo)
         return ++lost_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds ", lo, " of the prompt (lost reuse)");
     return "";
@@ -150,6 +154,7 @@ std::string SlotCacheModel::similar_slot(const Completion& c, const std::vector<
     }
     const int want = choose_slot(held, c).by_similarity;
     for (const ServerAnswer& a : answers)
+        // check reuse.similar-slot: an unpinned request not on the slot holding the most of its prompt
         if (a.index == 0 && want >= 0 && a.slot != want)
             return cat("served by slot ", a.slot, ", but slot ", want, " holds the most of the prompt (", common_prefix(states_.slot(want).tokens, c.prompt),
                        " of ", c.prompt.size(), " tokens): the server takes the most similar slot");
@@ -161,10 +166,11 @@ std::string SlotCacheModel::similar_slot(const Completion& c, const std::vector<
 std::string SlotCacheModel::judge_cut(const Completion& c, const ServerAnswer& a) {
     if (a.held < 0) return "";  // a trace from before the count was read
     const int lo = int(c.prompt.size() + a.tokens.size()) - 1, hi = int(c.prompt.size()) + c.n_predict - 1;
-    if (a.held >= lo && a.held <= hi) return "";
-    ++stale_;
-    return cat("slot ", a.slot, " holds ", a.held, " tokens after the stream was cut at ", a.tokens.size(), " of ", c.n_predict,
-               ": the prompt's ", c.prompt.size(), " and what it generated allow ", lo, " to ", hi);
+    // check reuse.cut-stream-held: a cut stream's slot holding other than it may
+    if (a.held < lo || a.held > hi)
+        return ++stale_, cat("slot ", a.slot, " holds ", a.held, " tokens after the stream was cut at ", a.tokens.size(), " of ",
+                             c.n_predict, ": the prompt's ", c.prompt.size(), " and what it generated allow ", lo, " to ", hi);
+    return "";
 }
 
 std::string SlotCacheModel::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
@@ -185,9 +191,12 @@ std::string SlotCacheModel::on_slot(const Slot& op, int n) {
     ++actions_;
     // A slot whose stream was cut may hold more than the model knows: its count is a range.
     const int lo = int(moved.tokens.size()), hi = lo + moved.maybe_more;
-    const std::string wrong = n >= lo && n <= hi ? "" : cat("the server's count is ", n, " tokens, but ",
-        op.action == SlotAction::restore ? cat("file ", op.file, " holds ") : cat("slot ", op.slot, " held "), lo,
-        hi > lo ? cat(" to ", hi) : "");
+    std::string wrong;
+    // check reuse.slot-action-count: a save, restore or erase counting other than the slot or file held
+    if (n < lo || n > hi)
+        wrong = cat("the server's count is ", n, " tokens, but ",
+                    op.action == SlotAction::restore ? cat("file ", op.file, " holds ") : cat("slot ", op.slot, " held "), lo,
+                    hi > lo ? cat(" to ", hi) : "");
     states_.act(op);
     return wrong;
 }
@@ -208,9 +217,11 @@ GroundTruth::GroundTruth(targets::llamaserver::ServerSetup setup, const ServerSe
 
 std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& truth, bool sampled) {
     const std::size_t n = got.cut ? std::min(got.tokens.size(), truth.tokens.size()) : truth.tokens.size();
+    // check ground-truth.token-count: another number of tokens than the fresh server's
     if (!got.cut && got.tokens.size() != truth.tokens.size())
         return cat(got.tokens.size(), " tokens generated, the ground truth ", truth.tokens.size());
     for (std::size_t i = 0; i < n; ++i) {
+        // check ground-truth.token: another token than the fresh server's
         if (got.tokens[i] != truth.tokens[i]) {
             // A sampled token two roundings of the same logits may draw apart: the
             // truth's whole distribution (n_probs: the vocabulary) shows where the cut-offs lie.
@@ -223,6 +234,7 @@ std::string GroundTruth::compare(const ServerAnswer& got, const ServerAnswer& tr
             const int want = id;  // clang 14 cannot capture a structured binding in a lambda
             const auto it = std::find_if(truth.top[i].begin(), truth.top[i].end(), [want](const auto& p) { return p.first == want; });
             if (it == truth.top[i].end()) continue;  // a near tie ordered otherwise: the logprob oracle judges it
+            // check ground-truth.logprob: a logprob off the fresh server's
             if (!(std::fabs(it->second - logprob) <= tolerance_))
                 return cat("generated token ", i, ": token ", id, " logprob ", logprob, ", the ground truth's ", it->second);
         }
@@ -304,6 +316,7 @@ std::string EmbeddingOracle::on_embedding(const Embed& op, const std::vector<std
         const std::vector<float>& got = embeddings.at(k);
         const std::vector<float> want = reference_embedding(model_, input, pooling_, kv_type_);
         const std::string which = cat("input ", k, " of ", op.inputs.size(), " (", input.size(), " tokens)");
+        // check embeddings.size: an embedding of another width than the model's
         if (got.size() != want.size()) return cat(which, ": an embedding of ", got.size(), " floats, the model's is ", want.size());
         ++judged_;
         double d = 0;
@@ -311,6 +324,7 @@ std::string EmbeddingOracle::on_embedding(const Embed& op, const std::vector<std
         for (std::size_t i = 0; i < got.size(); ++i)
             if (std::fabs(double(got[i]) - want[i]) > d) d = std::fabs(double(got[i]) - want[i]), at = i;
         worst_ = std::max(worst_, d);
+        // check embeddings.component: a component off the reference's
         if (!(d <= tolerance_))
             return cat(which, ": ", pooling_, "-pooled embedding component ", at, " is ", got[at], ", the reference's ", want[at],
                        " (|difference| ", d, " > ", tolerance_, ")");
