@@ -143,10 +143,16 @@ std::string SlotCacheModel::judge(const Held& before, const Completion& c, const
     return "";
 }
 
-// An unpinned request goes to the slot holding the most of its prompt,
-// where one holds over a tenth of it (get_available_slot). Not judged
-// while a slot holds tokens of a cut stream the model does not know.
-std::string SlotCacheModel::similar_slot(const Completion& c, const std::vector<ServerAnswer>& answers) const {
+// A pinned request goes to its slot. An unpinned one goes to the slot
+// holding the most of its prompt, where one holds over a tenth of it
+// (get_available_slot); not judged while a slot holds tokens of a cut
+// stream the model does not know.
+std::string SlotCacheModel::slot_choice(const Completion& c, const std::vector<ServerAnswer>& answers) const {
+    for (const ServerAnswer& a : answers)
+        // check reuse.pinned-slot: a pinned request served by another slot
+        if (c.slot >= 0 && a.index == 0 && a.slot != c.slot)
+            return cat("served by slot ", a.slot, ", not slot ", c.slot, " the request named");
+    if (c.slot >= 0) return "";
     std::vector<const std::vector<int>*> held;
     for (const Held& h : states_.slots()) {
         if (h.maybe_more > 0) return "";
@@ -174,7 +180,7 @@ std::string SlotCacheModel::judge_cut(const Completion& c, const ServerAnswer& a
 }
 
 std::string SlotCacheModel::on_completion(const Completion& c, const std::vector<ServerAnswer>& answers) {
-    std::string wrong = similar_slot(c, answers);
+    std::string wrong = slot_choice(c, answers);
     const std::string why = states_.complete(c, answers, [&](Held& held, const Held& before, const ServerAnswer& a) {
         // A copy (n_cmpl) reports the parent's prompt statistics; a cut
         // stream never got its final event, which carries them.

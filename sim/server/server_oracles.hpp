@@ -101,7 +101,7 @@ private:
     };
     std::string judge(const Held& before, const Completion& c, const ServerAnswer& a);
     std::string judge_cut(const Completion& c, const ServerAnswer& a);
-    std::string similar_slot(const Completion& c, const std::vector<ServerAnswer>& answers) const;
+    std::string slot_choice(const Completion& c, const std::vector<ServerAnswer>& answers) const;
     std::pair<int, int> bounds(const Held& before, const Completion& c) const;
     Held after(const Completion& c, const ServerAnswer& a) const;
     int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0;

@@ -205,10 +205,6 @@ std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string
 }
 
 void ServerSim::judge_completion(const Completion& c, const std::vector<ServerAnswer>& answers, std::size_t index) {
-    for (const ServerAnswer& a : answers)
-        // check slots.pinned: a pinned request served by another slot
-        if (c.slot >= 0 && a.index == 0 && a.slot != c.slot)
-            fail(index, "slots", cat("served by slot ", a.slot, ", not slot ", c.slot, " the request named"));
     for (const auto& o : oracles_) {
         const std::string why = o->on_completion(c, answers);
         if (!why.empty()) fail(index, o->name(), why);

@@ -123,6 +123,41 @@ TEST(ServerOracles, SlotCacheModelAllowsWhatACutStreamMayHaveLeft) {
               std::string::npos);
 }
 
+// Where a cut stream's slot ends, by GET /slots: the prompt of 3 and the 2
+// tokens seen less the last (4), up to the prompt and n_predict 6 less one
+// (8). 4 and 8 pass; 3 and 9 do not.
+TEST(ServerOracles, SlotCacheModelSeesACutStreamsSlotHoldingTooLittleOrTooMuch) {
+    for (const int held : {4, 8, 3, 9}) {
+        SlotCacheModel model(plain_settings(1), kTestCtx);
+        ServerAnswer cut = answer(0, {40, 41});
+        cut.cut = true, cut.held = held;
+        const std::string why = model.on_completion(request(0, {1, 2, 3}, 6), {cut});
+        if (held == 4 || held == 8) EXPECT_EQ(why, "") << held;
+        else EXPECT_NE(why.find(cat("slot 0 holds ", held, " tokens after the stream was cut at 2 of 6")), std::string::npos) << why;
+    }
+}
+
+// The slot a request lands on: pinned, its own; unpinned, the one holding
+// the most of its prompt (slot 0 holds 1 2 3 4 5 of 1 2 3 4 5 7). Served
+// there both pass, and elsewhere both fail, though the slot served from
+// was empty and the answer's cache_n 0 is right for it.
+TEST(ServerOracles, SlotCacheModelSeesARequestOnAnotherSlot) {
+    for (const bool right : {true, false}) {
+        SlotCacheModel pinned(plain_settings(2), kTestCtx), unpinned(plain_settings(2), kTestCtx);
+        for (SlotCacheModel* m : {&pinned, &unpinned})
+            EXPECT_EQ(m->on_completion(request(0, {1, 2, 3, 4}, 2), {answer(0, {5, 6})}), "");
+        const std::string a = pinned.on_completion(request(1, {9, 9}), {answer(right ? 1 : 0, {8})});
+        const std::string b = unpinned.on_completion(request(-1, {1, 2, 3, 4, 5, 7}), {answer(right ? 0 : 1, {8}, right ? 5 : 0)});
+        if (right) {
+            EXPECT_EQ(a, "");
+            EXPECT_EQ(b, "");
+        } else {
+            EXPECT_NE(a.find("served by slot 0, not slot 1 the request named"), std::string::npos) << a;
+            EXPECT_NE(b.find("served by slot 1, but slot 0 holds the most of the prompt (5 of 6 tokens)"), std::string::npos) << b;
+        }
+    }
+}
+
 // n_cmpl: the copies start from the parent's slot as it was; the parent's
 // slot then holds its answer, and a copy's nothing (the server drops a
 // copy's cells when it ends).
@@ -181,6 +216,25 @@ TEST(ServerOracles, GroundTruthSeesASampledTokenTheFreshServerDidNotDraw) {
     EXPECT_EQ(logprobs.on_completion(c, {other}), "");
     EXPECT_NE(ground.on_completion(c, {other}).find("generated token 0 is"), std::string::npos);
     EXPECT_EQ(ground.on_completion(c, {truth}), "");
+}
+
+// The ground truth's other checks, each on an answer only it fails: one
+// token more than the fresh server generated, and a top logprob 1e-3 off
+// the fresh server's (the reference's too, which the logprob oracle would
+// see; the ground truth sees it alone where no reference follows).
+TEST(ServerOracles, GroundTruthSeesAnExtraTokenAndALogprobOff) {
+    const Model model = Model::random(config_by_name("tiny"), 5);
+    const Completion c = request(0, {5, 6, 7}, 2);
+    const ServerAnswer truth = reference_answer(model, c.prompt, 2);
+    const StandInTruth stand_in(truth);
+    GroundTruth ground = stand_in.oracle(model.config().vocab);
+    EXPECT_EQ(ground.on_completion(c, {truth}), "");
+    ServerAnswer longer = truth;
+    longer.tokens.push_back(3), longer.top.push_back(truth.top.back()), longer.chosen.push_back(truth.chosen.back());
+    EXPECT_NE(ground.on_completion(c, {longer}).find("3 tokens generated, the ground truth 2"), std::string::npos);
+    ServerAnswer off = truth;
+    off.top[1][2].second += 1e-3;
+    EXPECT_NE(ground.on_completion(c, {off}).find("generated token 1: token"), std::string::npos);
 }
 
 // Past a sampled token whose kept set a rounding decides (the truth's top-p
@@ -309,7 +363,7 @@ TEST(ServerOracles, LogprobOracleFollowsAContextShift) {
     }
 }
 
-TEST(ServerOracles, EmbeddingOracleSeesOneComponentOff) {
+TEST(ServerOracles, EmbeddingOracleSeesOneComponentOffAndOneMissing) {
     const Model model = Model::random(config_by_name("tiny"), 6);
     const Embed op{{{3, 4, 5, 6}, {7, 8}}};
     for (const char* pooling : {"mean", "last"}) {
@@ -321,6 +375,9 @@ TEST(ServerOracles, EmbeddingOracleSeesOneComponentOff) {
         EXPECT_EQ(oracle.on_embedding(op, got), "") << pooling;
         got[1][3] += 1e-3f;
         EXPECT_NE(oracle.on_embedding(op, got).find("input 1 of 2 (2 tokens): "), std::string::npos) << pooling;
+        got[1][3] -= 1e-3f, got[1].pop_back();  // right but one component short
+        EXPECT_NE(oracle.on_embedding(op, got).find("an embedding of " + std::to_string(got[1].size()) + " floats"),
+                  std::string::npos) << pooling;
     }
     // Mean and last pooling differ: the oracle judges the one the server was started with.
     EXPECT_NE(reference_embedding(model, op.inputs[0], "mean", KvType::f32), reference_embedding(model, op.inputs[0], "last", KvType::f32));
