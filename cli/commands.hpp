@@ -86,9 +86,6 @@ int run_swarm(const RunOptions& options, const SeedShard& seeds, int jobs, const
 int run_merge(const std::vector<std::pair<std::string, nlohmann::json>>& reports, const std::string& json);
 int run_replay(const std::string& text, const std::string& path, const std::string& json);
 // --engine llama-server (cli/server_cmds.cpp).
-// scripts/setup-llama's cache ($KVWELD_CACHE, else ~/.cache/kvweld): the
-// pinned release in llama.cpp/, any other V in llama.cpp-V/.
-std::filesystem::path llama_cache_root();
 bool is_server_engine(const RunOptions& options);
 int run_server_sim(const RunOptions& options, std::uint64_t seed, const std::string& trace);
 int run_server_swarm(const RunOptions& options, std::uint64_t first, std::uint64_t last, int jobs, const SwarmGates& gates);

@@ -8,6 +8,7 @@
 #include "sim/jsonl.hpp"
 #include "sim/repro.hpp"
 #include "sim/server/server_run.hpp"
+#include "targets/llama_cache.hpp"
 #include "util/file_bytes.hpp"
 
 #include <unistd.h>
@@ -30,7 +31,7 @@ struct ReproArgs {
 };
 
 fs::path llama_install(const std::string& release) {
-    const fs::path install = llama_cache_root() / (release.empty() ? "llama.cpp" : "llama.cpp-" + release) / "install";
+    const fs::path install = targets::llama_install(release);
     require(fs::exists(install / "include" / "llama.h"), "repro --run: no llama.cpp ",
             release.empty() ? "(the pinned release)" : release, " at ", install.string(),
             ": run scripts/setup-llama", release.empty() ? "" : " --version " + release);

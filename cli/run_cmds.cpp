@@ -24,12 +24,6 @@ namespace kvweld::cli {
 
 using namespace kvweld::sim;
 
-std::filesystem::path llama_cache_root() {
-    const char* cache = std::getenv("KVWELD_CACHE");
-    const char* home = std::getenv("HOME");
-    return cache && *cache ? std::filesystem::path(cache) : std::filesystem::path(home ? home : ".") / ".cache" / "kvweld";
-}
-
 void print(const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);

@@ -6,6 +6,7 @@
 
 #include "sim/server/server_known.hpp"
 #include "sim/server/server_run.hpp"
+#include "targets/registry.hpp"
 
 #include <unistd.h>
 
@@ -19,17 +20,22 @@ namespace {
 
 using namespace kvweld::sim::server;
 
-// --server, or else the pinned build's llama-server in the cache, which scripts/setup builds.
-std::string need_server(const std::string& server) {
+// --server, or else the engine's row's binary in the cache (the pinned
+// build's, which scripts/setup builds, or llama-server@R's).
+std::string need_server(const std::string& server, const std::string& engine = "llama-server") {
     if (!server.empty()) {
         require(std::filesystem::exists(server), "--server ", server, ": no such file");
         return server;
     }
-    const std::filesystem::path cached = llama_cache_root() / "llama.cpp" / "install" / "bin" / "llama-server";
-    require(std::filesystem::exists(cached), "--engine llama-server: no --server PATH given, and no llama-server at ",
-            cached.string(), " (scripts/setup-llama builds the pinned release's there)");
-    std::fprintf(stderr, "llama-server: %s (the cache's pinned build; --server PATH runs another)\n", cached.c_str());
-    return cached.string();
+    const std::string cached = targets::server_binary(engine);
+    std::fprintf(stderr, "llama-server: %s (%s; --server PATH runs another)\n", cached.c_str(),
+                 targets::named_release(engine).empty() ? "the cache's pinned build" : cat("the cache's ", engine).c_str());
+    return cached;
+}
+
+// llama-server@R+fixes: the known findings without a fix, unless the run names a file.
+std::string known_for(const RunOptions& o) {
+    return o.known_findings.empty() && targets::named_release(o.engine).ends_with("+fixes") ? "fixed" : o.known_findings;
 }
 
 std::string work_dir(const std::string& given, const char* what) {
@@ -39,7 +45,7 @@ std::string work_dir(const std::string& given, const char* what) {
 std::string preset(const RunOptions& o) { return o.model.empty() ? "small" : o.model; }
 
 ServerRunConfig config_for(const RunOptions& o, std::uint64_t seed, const std::string& dir) {
-    ServerRunConfig c = server_config(need_server(o.server), preset(o), seed, dir);
+    ServerRunConfig c = server_config(need_server(o.server, o.engine), preset(o), seed, dir);
     c.request_timeout_s = o.call_timeout;
     return c;
 }
@@ -55,7 +61,7 @@ void refuse_library_flags(const RunOptions& o) {
 
 }  // namespace
 
-bool is_server_engine(const RunOptions& o) { return o.engine == "llama-server"; }
+bool is_server_engine(const RunOptions& o) { return targets::engine_is_server(o.engine); }
 
 int run_server_sim(const RunOptions& o, std::uint64_t seed, const std::string& trace) {
     refuse_library_flags(o);
@@ -70,9 +76,9 @@ int run_server_sim(const RunOptions& o, std::uint64_t seed, const std::string& t
 int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t last, int jobs, const SwarmGates& gates) {
     refuse_library_flags(o);
     ServerSwarmOptions s;
-    s.server = need_server(o.server), s.preset = preset(o), s.first = first, s.last = last, s.steps = o.steps, s.jobs = jobs;
+    s.server = need_server(o.server, o.engine), s.preset = preset(o), s.first = first, s.last = last, s.steps = o.steps, s.jobs = jobs;
     s.work_dir = work_dir(o.work_dir, "server-swarm");
-    s.known_findings = o.known_findings;
+    s.known_findings = known_for(o);
     s.request_timeout_s = o.call_timeout;
     s.steer = !o.no_steer;
     s.require_terms = gates.terms;

@@ -53,8 +53,9 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                     "turn one of the engine's fault switches on (repeatable; kvweld mutants --engine E lists them)");
     cmd->add_option("--engine", o.engine,
                     cat("the engine: ", builtin_engine_names(), ", or a plugin's path (.so); default ", kDefaultEngine,
-                        ", kvweld's own engine in this process, with the white-box oracles; or llama-server (with --server): "
-                        "a server process driven over HTTP, its requests judged by the server oracles. Every oracle the engine's "
+                        ", kvweld's own engine in this process, with the white-box oracles. llama-server (llama-server@R: release R's "
+                        "build in the cache, llama-server@b11434+fixes the pinned one with the checked fixes) is a server process "
+                        "driven over HTTP, its requests judged by the server oracles. Every oracle the engine's "
                         "capabilities allow runs, and the report says which could not and why"))
         ->capture_default_str();
     cmd->add_option("--params", o.params,
@@ -81,7 +82,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
         ->check(CLI::IsMember({"auto", "yes", "no"}));
     cmd->add_option("--server", o.server,
                     "with --engine llama-server: the llama-server binary kvweld starts on 127.0.0.1 (default: the cache's "
-                    "pinned build, $KVWELD_CACHE/llama.cpp/install/bin/llama-server, which scripts/setup builds)");
+                    "build --engine names, $KVWELD_CACHE/llama.cpp[-R]/install/bin/llama-server, which scripts/setup builds)");
     cmd->add_option("--work-dir", o.work_dir,
                     "with --engine llama-server: where each run's model, server logs, slot files and (failing) trace go "
                     "(default: a temporary folder, removed when every run passes)");

@@ -51,9 +51,9 @@ void print_header(const TrafficParams& p, const TrafficStudyArgs& a, const std::
 // ideal, per setting and workload (sim/server/server_traffic.hpp).
 int run_server_study(const TrafficArgs& a) {
     namespace srv = kvweld::sim::server;
-    require(!a.server.empty(), "traffic --engine llama-server needs --server PATH, a llama-server binary");
     srv::ServerTrafficOptions o;
-    o.server = a.server, o.preset = a.params.model, o.seed = a.params.seed, o.requests = a.requests;
+    o.server = a.server.empty() ? targets::server_binary(a.engine.engine) : a.server;
+    o.preset = a.params.model, o.seed = a.params.seed, o.requests = a.requests;
     o.work_dir = (std::filesystem::temp_directory_path() / cat("kvweld-server-traffic-", ::getpid())).string();
     std::printf("traffic on llama-server %s: seed %llu, %d requests per workload and setting, unpinned (the server "
                 "chooses each slot), a random %s model; clients: twice the slots. Hit rate: prompt tokens reused "
@@ -169,7 +169,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--params", a->engine.params, "one setting to study instead of the engine's own list");
     cmd->add_option("--chunk", a->engine.chunk, "churn: prefill tokens per sequence per step")
         ->capture_default_str()->check(CLI::Range(1, 512));
-    cmd->add_option("--server", a->server, "with --engine llama-server: the llama-server binary (its hit rate against the "
+    cmd->add_option("--server", a->server, "with --engine llama-server: the llama-server binary (default: the cache's build --engine names; its hit rate against the "
                                            "cache model's ideal per setting, over chat, few-shot and agent workloads)");
     cmd->add_option("--requests", a->requests, "with --engine llama-server: requests per workload and setting")
         ->capture_default_str()->check(CLI::Range(1, 100000));
@@ -184,7 +184,7 @@ void add_traffic_command(CLI::App& app, std::function<int()>& action) {
                 if (!output_mean->count()) a->params.output_mean = kSteadyOutputMean;
                 if (!arrival_rate->count()) a->params.arrival_rate = kSteadyArrivalRate;
             }
-            if (a->engine.engine == "llama-server") return run_server_study(*a);
+            if (targets::engine_is_server(a->engine.engine)) return run_server_study(*a);
             return run_study(a->params, a->engine);
         };
     });

@@ -96,6 +96,11 @@ struct EngineEntry {
     // Writes a trace's calls as a standalone program against the engine's
     // own API (kvweld repro; none: the engine has no such mapping).
     std::unique_ptr<ReproWriter> (*repro)(const ReproSetup&) = nullptr;
+    // A server kvweld drives request by request over HTTP (sim/server/),
+    // not through the engine interface: its binary for `release` ("": the
+    // pinned one) in the cache scripts/setup fills, or "" with `why` naming
+    // where it looked and what builds it (nullptr: not a server).
+    std::string (*server_binary)(const std::string& release, std::string* why) = nullptr;
 };
 
 }  // namespace kvweld::targets

@@ -5,6 +5,7 @@
 #include "targets/abi_lists.hpp"
 #include "targets/kvweld/kvweld_entries.hpp"
 #include "targets/llamacpp/llamacpp_entry.hpp"
+#include "targets/llamaserver/llamaserver_entry.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -21,7 +22,7 @@ namespace {
 
 // Every built-in engine, one row each; a new engine is a folder with its
 // row and one line here.
-const EngineEntry* const kEngines[] = {&kInprocEntry, &kKvweldEntry, &kKvweldPagedEntry, &kLlamacppEntry};
+const EngineEntry* const kEngines[] = {&kInprocEntry, &kKvweldEntry, &kKvweldPagedEntry, &kLlamacppEntry, &kLlamaServerEntry};
 
 // "llamacpp@0.3.20" -> ("llamacpp", "0.3.20"); a path or a plain name has no release.
 std::pair<std::string_view, std::string_view> split_release(std::string_view engine) {
@@ -126,6 +127,20 @@ void require_engine(const std::string& engine) {
     if (!engine_in_process(engine)) engine_plugin_path(engine);
 }
 
+bool engine_is_server(std::string_view engine) {
+    const EngineEntry* e = engine_entry(engine);
+    return e && e->server_binary;
+}
+
+std::string server_binary(std::string_view engine) {
+    const EngineEntry* e = engine_entry(engine);
+    require(e && e->server_binary, "engine '", engine, "' is not a server (", builtin_engine_names(), ")");
+    std::string why;
+    std::string binary = e->server_binary(named_release(engine), &why);
+    require(!binary.empty(), "--engine ", engine, ": ", why);
+    return binary;
+}
+
 std::string builtin_engine_names() {
     std::string out;
     for (const EngineEntry* e : kEngines)
@@ -208,6 +223,8 @@ std::vector<StudySetting> study_settings_for(const std::string& engine, const st
 std::string engine_plugin_path(const std::string& engine) {
     if (const EngineEntry* e = engine_entry(engine)) {
         require(!e->in_process, "engine '", engine, "' runs in process: it has no plugin");
+        require(!e->server_binary, "engine '", engine, "' is a server kvweld drives over HTTP, not a plugin: sim, swarm, "
+                                   "replay, shrink, repro and traffic take it");
         require(*e->plugin, "engine '", engine, "' is not available in this build: ", e->missing);
         const std::string_view release = split_release(engine).second;
         if (release.empty()) return e->plugin;

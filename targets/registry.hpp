@@ -64,6 +64,13 @@ std::string engine_display_name(const std::string& engine);
 // Throws Error naming a bad engine name or path (before anything runs).
 void require_engine(const std::string& engine);
 
+// Whether `engine` names a server kvweld drives over HTTP, request by
+// request (sim/server/; EngineEntry::server_binary), "llama-server@R" too.
+bool engine_is_server(std::string_view engine);
+// That server's binary in the cache, for the release its name gives ("":
+// the pinned one); throws Error naming where it looked and what builds it.
+std::string server_binary(std::string_view engine);
+
 // The engine a run gets when it names none: kvweld's dense engine in this process.
 inline constexpr std::string_view kDefaultEngine = "inproc";
 

@@ -1,0 +1,32 @@
+// llama-server's row (targets/llamaserver/llamaserver_entry.hpp): the
+// binary scripts/setup-llama builds beside each release's library.
+#include "targets/llamaserver/llamaserver_entry.hpp"
+
+#include "targets/llama_cache.hpp"
+
+#include <filesystem>
+
+namespace kvweld::targets {
+
+namespace {
+
+std::string cached_server(const std::string& release, std::string* why) {
+    const std::filesystem::path binary = llama_install(release) / "bin" / "llama-server";
+    if (std::filesystem::exists(binary)) return binary.string();
+    if (why)
+        *why = cat("no llama-server at ", binary.string(), " (scripts/setup-llama",
+                   release.empty() ? "" : cat(release.ends_with("+fixes") ? " --fixes" : " --version ",
+                                              release.ends_with("+fixes") ? "" : release),
+                   " builds it there; --server PATH runs another)");
+    return "";
+}
+
+}  // namespace
+
+const EngineEntry kLlamaServerEntry{
+    .name = "llama-server",
+    .missing = "a server over HTTP, not a plugin",
+    .server_binary = cached_server,
+};
+
+}  // namespace kvweld::targets
