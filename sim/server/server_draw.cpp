@@ -116,7 +116,7 @@ void ServerDraw::observe(const ServerOp& op, const nlohmann::json& observed) {
             } else {
                 // a completion's answers were heard above; an embedding holds no conversation, nor do the server's scales
                 static_assert(std::is_same_v<T, Complete> || std::is_same_v<T, Burst> || std::is_same_v<T, Embed> ||
-                                  std::is_same_v<T, Lora>,
+                                  std::is_same_v<T, Lora> || std::is_same_v<T, During>,
                               "every server op kind is handled");
             }
         },

@@ -73,6 +73,11 @@ std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observe
     if (const auto* b = std::get_if<Burst>(&op.args))
         for (std::size_t k = 0; k < b->requests.size() && k < observed.size(); ++k)
             out.push_back({b->requests[k], answers_from_observed(observed[k])});
+    // A stream, then what went out while it ran (the order the oracles judge them in).
+    if (const auto* d = std::get_if<During>(&op.args); d && observed.is_object() && observed.contains("stream")) {
+        out.push_back({d->stream, answers_from_observed(observed.at("stream"))});
+        if (const auto* c = std::get_if<Completion>(&d->then)) out.push_back({*c, answers_from_observed(observed.at("then"))});
+    }
     return out;
 }
 

@@ -34,7 +34,7 @@ struct ServerSettings;
     static void write(nlohmann::json& j, const T& a);      \
     static T read(const nlohmann::json& j)
 
-enum class ServerOpKind : std::uint8_t { complete, burst, slot, embed, lora };
+enum class ServerOpKind : std::uint8_t { complete, burst, slot, embed, lora, during };
 
 // One completion request (POST /completion, prompt as token ids, greedy
 // or seeded sampling, the top n_probs log probabilities of each token).
@@ -97,9 +97,31 @@ struct Lora {
     std::vector<float> scales;  // each adapter's, by id
 };
 
-using ServerOpArgs = std::variant<Complete, Burst, Slot, Embed, Lora>;
+// A request sent while a stream runs, at a moment the stream defines: once
+// its completion `index` has given `at_token` tokens, or once it has ended
+// (at_token 0) while its siblings (n_cmpl) may still stream. The stream is
+// pinned; what is sent then is a completion pinned to a slot, or the
+// server's LoRA scales. llama-server runs a slot's tasks one after another
+// (a request pinned to a busy slot waits), a request on an idle slot
+// touches nothing the stream's slots hold but the host-RAM cache, and a
+// stream's end leaves that cache alone without --cache-idle-slots (the
+// only RAM cache this op is drawn with); a task takes the server's scales
+// when it starts. So the oracles judge the stream, then what was sent,
+// whatever the server interleaved; the trace records what the stream had
+// given when it was sent.
+struct During {
+    static constexpr ServerOpKind kind = ServerOpKind::during;
+    static constexpr std::string_view name = "during";
+    KVWELD_SERVER_OP_ROW(During);
+    Completion stream;  // streamed, pinned, read to its end
+    int index = 0;      // which of its n_cmpl completions
+    int at_token = 0;   // 0: when that completion ends
+    std::variant<Completion, Lora> then;
+};
+
+using ServerOpArgs = std::variant<Complete, Burst, Slot, Embed, Lora, During>;
 inline constexpr int kServerOpKinds = int(std::variant_size_v<ServerOpArgs>);
-static_assert(int(ServerOpKind::lora) + 1 == kServerOpKinds, "ServerOpKind and ServerOpArgs list the same kinds");
+static_assert(int(ServerOpKind::during) + 1 == kServerOpKinds, "ServerOpKind and ServerOpArgs list the same kinds");
 
 struct ServerOp {
     ServerOpArgs args;

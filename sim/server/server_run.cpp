@@ -169,8 +169,11 @@ std::vector<ServerOp> simpler(const ServerOp& op) {
             if constexpr (std::is_same_v<T, Complete>) changed = change(a.request);
             else if constexpr (std::is_same_v<T, Burst>)
                 for (Completion& c : a.requests) changed |= change(c);
-            else static_assert(std::is_same_v<T, Slot> || std::is_same_v<T, Embed> || std::is_same_v<T, Lora>,
-                               "every server op kind is simplified");
+            else if constexpr (std::is_same_v<T, During>) {
+                // What went out during the stream; the stream keeps its form (streamed, its moment's completion and token).
+                if (auto* c = std::get_if<Completion>(&a.then)) changed = change(*c);
+            } else static_assert(std::is_same_v<T, Slot> || std::is_same_v<T, Embed> || std::is_same_v<T, Lora>,
+                                 "every server op kind is simplified");
         }, x.args);
         if (changed) out.push_back(std::move(x));
     };

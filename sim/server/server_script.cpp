@@ -8,6 +8,7 @@
 #include "sim/server/server_run.hpp"
 
 #include "util/cat.hpp"
+#include "util/overloaded.hpp"
 #include "util/error.hpp"
 
 #include <nlohmann/json.hpp>
@@ -54,6 +55,16 @@ trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; 
 )";
 
 const char* kHelpers = R"(post() { curl -sf --max-time 60 "$url$1" -d "$2" || { { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; ((FAILED != 1)) || echo "FINDING SHOWN: exit 1"; } >&2; exit $FAILED; }; }
+# moment FILE INDEX K PID: until completion INDEX of the stream in FILE has given K tokens (K 0: has ended), or PID ended.
+moment() { until python3 -c 'import json, sys
+n, end = 0, False
+for line in open(sys.argv[1]):
+    if not line.startswith("data: {"): continue
+    e = json.loads(line[6:])
+    if e.get("index", 0) != int(sys.argv[2]): continue
+    if e.get("stop"): end = True
+    else: n += len(e.get("tokens", []))
+sys.exit(0 if (n >= int(sys.argv[3]) if int(sys.argv[3]) > 0 else end) else 1)' "$1" "$2" "$3" 2> /dev/null || ! kill -0 "$4" 2> /dev/null; do sleep 0.01; done; }
 idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(any(s["is_processing"] for s in json.load(sys.stdin)))'; do sleep 0.05; done; }
 )";
 
@@ -73,9 +84,16 @@ std::string op_lines(const ServerOp& op) {
                            a.action == SlotAction::erase ? "'{}'" : cat("'{\"filename\": \"slot-", a.file, ".bin\"}'"), " > /dev/null\n");
             } else if constexpr (std::is_same_v<T, Embed>) {
                 return cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > /dev/null\n");
-            } else {
-                static_assert(std::is_same_v<T, Lora>, "every server op kind is written");
+            } else if constexpr (std::is_same_v<T, Lora>) {
                 return cat("post /lora-adapters ", quoted(lora_body(a.scales)), " > /dev/null\n");
+            } else {
+                static_assert(std::is_same_v<T, During>, "every server op kind is written");
+                // The stream in the background, the other request once the stream reaches the moment (or ends).
+                const std::string then = std::visit(Overloaded{[](const Completion& c) { return send_line(c, ""); },
+                                                               [](const Lora& l) { return cat("post /lora-adapters ", quoted(lora_body(l.scales)), " > /dev/null"); }},
+                                                    a.then);
+                return cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" &\n",
+                           "moment \"$dir/stream\" ", a.index, " ", a.at_token, " $!\n", then, "\nwait\n");
             }
         },
         op.args);
@@ -180,6 +198,9 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
             } else if constexpr (std::is_same_v<T, Slot> || std::is_same_v<T, Lora>) {
                 throw Error(cat("repro: the failing op is a ", T::name, " op (", f.message,
                                 "): the script writer compares answers only; kvweld replay --server shows it"));
+            } else if constexpr (std::is_same_v<T, During>) {
+                throw Error(cat("repro: the failing op sends a request while a stream runs (", f.message,
+                                "): the script writer compares whole answers only; kvweld replay --server shows it"));
             } else {
                 static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
                 nlohmann::json want = nlohmann::json::array();

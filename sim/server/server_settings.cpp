@@ -84,7 +84,7 @@ void check(const S& s) {
 
 ServerSettings ServerSettings::draw(std::uint64_t seed) {
     Rng rng(seed ^ 0x5e77165ULL);
-    const int slots = int(rng.range(1, 3));
+    const int slots = int(rng.range(1, 4));  // n_cmpl up to the slots: up to 4 completions of one prompt
     const bool unified = rng.chance(0.5);
     const int cache_reuse = std::array<int, 3>{0, 2, 4}[rng.below(3)];
     std::string pooling;

@@ -165,7 +165,8 @@ bool ServerSim::apply(const ServerOp& op, std::size_t index, nlohmann::json& obs
     return !failure_;
 }
 
-std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string& what) {
+std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string& what,
+                                          const std::function<void(const std::string&)>& watch) {
     require(c.lora.empty() || int(c.lora.size()) == config_.settings.loras, what, ": ", c.lora.size(), " LoRA scales, the server has ",
             config_.settings.loras, " adapters");
     // A cancelled stream: the connection is closed once cancel_after tokens have come.
@@ -176,6 +177,7 @@ std::vector<ServerAnswer> ServerSim::send(const Completion& c, const std::string
             for (std::size_t at = 0; (at = raw.find("\"completion_probabilities\"", at)) != std::string::npos; ++at) ++events;
             return events >= n;
         };
+    if (watch) stop = [&watch](const std::string& raw) { return watch(raw), false; };
     const auto got = targets::llamaserver::http_request(process_->port(), "POST", "/completion", completion_body(c).dump(),
                                                         config_.request_timeout_s, stop);
     require(got.status == 200, what, ": status ", got.status, ": ", got.body.substr(0, 300));

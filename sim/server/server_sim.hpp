@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,9 +82,15 @@ private:
     void run(const Slot& op, std::size_t index, nlohmann::json& observed);
     void run(const Embed& op, std::size_t index, nlohmann::json& observed);
     void run(const Lora& op, std::size_t index, nlohmann::json& observed);
-    // One completion request sent and its answers parsed (several for n_cmpl).
-    std::vector<ServerAnswer> send(const Completion& c, const std::string& what);
+    void run(const During& op, std::size_t index, nlohmann::json& observed);
+    // One completion request sent and its answers parsed (several for
+    // n_cmpl); `watch`, where given, is shown a stream's bytes after each read.
+    std::vector<ServerAnswer> send(const Completion& c, const std::string& what,
+                                   const std::function<void(const std::string&)>& watch);
+    std::vector<ServerAnswer> send(const Completion& c, const std::string& what) { return send(c, what, {}); }
     void judge_completion(const Completion& c, const std::vector<ServerAnswer>& answers, std::size_t index);
+    void post_lora(const Lora& op, std::size_t index);  // POST /lora-adapters
+    void judge_lora(const Lora& op, std::size_t index);
     void fail(std::size_t index, const std::string& oracle, const std::string& message);
 
     ServerRunConfig config_;

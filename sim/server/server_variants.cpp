@@ -9,7 +9,7 @@ namespace kvweld::sim::server {
 
 namespace {
 
-// The completions an op sends: a complete's one, a burst's each, none for the other kinds.
+// The completions an op sends: a complete's one, a burst's each, a during's stream and what it sent, none for the other kinds.
 std::vector<const Completion*> requests(const ServerOp& op) {
     std::vector<const Completion*> out;
     std::visit(
@@ -18,7 +18,10 @@ std::vector<const Completion*> requests(const ServerOp& op) {
             if constexpr (std::is_same_v<T, Complete>) out.push_back(&a.request);
             else if constexpr (std::is_same_v<T, Burst>)
                 for (const Completion& c : a.requests) out.push_back(&c);
-            else static_assert(std::is_same_v<T, Slot> || std::is_same_v<T, Embed> || std::is_same_v<T, Lora>, "every server op kind");
+            else if constexpr (std::is_same_v<T, During>) {
+                out.push_back(&a.stream);
+                if (const auto* c = std::get_if<Completion>(&a.then)) out.push_back(c);
+            } else static_assert(std::is_same_v<T, Slot> || std::is_same_v<T, Embed> || std::is_same_v<T, Lora>, "every server op kind");
         },
         op.args);
     return out;
@@ -28,6 +31,12 @@ template <class Pred>
 bool any_request(const ServerOp& op, Pred p) {
     const std::vector<const Completion*> rs = requests(op);
     return std::any_of(rs.begin(), rs.end(), [&](const Completion* c) { return p(*c); });
+}
+
+template <class Pred>
+bool during(const ServerOp& op, Pred p) {
+    const auto* d = std::get_if<During>(&op.args);
+    return d && p(*d);
 }
 
 bool slot_action(const ServerOp& op, SlotAction a) {
@@ -57,6 +66,10 @@ const ServerOpVariant kServerOpVariants[] = {
          return e && e->inputs.size() > 1;
      }},
     {"server-lora", [](const ServerOp& op) { return std::holds_alternative<Lora>(op.args); }},
+    {"during-token", [](const ServerOp& op) { return during(op, [](const During& d) { return d.at_token > 0; }); }},
+    {"during-end", [](const ServerOp& op) { return during(op, [](const During& d) { return d.at_token == 0; }); }},
+    {"during-n_cmpl>1", [](const ServerOp& op) { return during(op, [](const During& d) { return d.stream.n_cmpl > 1; }); }},
+    {"during-lora", [](const ServerOp& op) { return during(op, [](const During& d) { return std::holds_alternative<Lora>(d.then); }); }},
 };
 const std::size_t kServerOpVariantCount = std::size(kServerOpVariants);
 

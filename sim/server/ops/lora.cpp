@@ -17,17 +17,25 @@ Lora Lora::draw(ServerDraw& d) { return {d.lora_scales()}; }
 void Lora::write(nlohmann::json& j, const Lora& a) { j["scales"] = a.scales; }
 Lora Lora::read(const nlohmann::json& j) { return {read_scales(j, "scales")}; }
 
-void ServerSim::run(const Lora& op, std::size_t index, nlohmann::json& observed) {
+void ServerSim::post_lora(const Lora& op, std::size_t index) {
     require(int(op.scales.size()) == config_.settings.loras, "op ", index, " (lora): ", op.scales.size(),
             " scales, the server has ", config_.settings.loras, " adapters");
     const auto got = targets::llamaserver::http_request(process_->port(), "POST", "/lora-adapters",
                                                         lora_body(op.scales).dump(), config_.request_timeout_s);
     require(got.status == 200, "status ", got.status, ": ", got.body.substr(0, 300));
-    observed = nlohmann::json::object();
+}
+
+void ServerSim::judge_lora(const Lora& op, std::size_t index) {
     for (const auto& o : oracles_) {
         const std::string why = o->on_lora(op);
         if (!why.empty()) fail(index, o->name(), why);
     }
+}
+
+void ServerSim::run(const Lora& op, std::size_t index, nlohmann::json& observed) {
+    post_lora(op, index);
+    observed = nlohmann::json::object();
+    judge_lora(op, index);
 }
 
 }  // namespace kvweld::sim::server
