@@ -193,6 +193,31 @@ bool aborted_rotating_bf16_keys(const ServerRunResult& r) {
     return text.str().find("ggml-cpu/ops.cpp:6485: fatal error") != std::string::npos;
 }
 
+// busy-slot-takes-ram-cache: a RAM prompt cache, and at the failing op or
+// before it a completion sent while a stream ran, pinned to a slot the
+// stream held at that moment (its own, or a copy's before that copy
+// ended): llama-server's get_available_slot returns the busy slot for the
+// pinned task and runs its prompt-cache update on it (prompt_save, then
+// prompt_load or prompt_clear) before deferring the task, so the stream
+// decodes on from another prompt's state. From there the slot's tokens and
+// the cache hold what no model of them can follow.
+bool pinned_to_a_busy_slot(const ServerRunResult& r) {
+    if (r.config.settings.cache_ram == 0) return false;
+    const std::vector<ServerOp> ops = up_to_failure(r);
+    for (std::size_t i = 0; i < ops.size() && i < r.observed.size(); ++i) {
+        const auto* d = std::get_if<During>(&ops[i].args);
+        const auto* then = d ? std::get_if<Completion>(&d->then) : nullptr;
+        const nlohmann::json& got = r.observed[i];
+        if (!then || !got.is_object() || !got.contains("stream")) continue;
+        if (d->at_token > 0 && got.value("ended", false)) continue;  // the stream ended first: sent after it
+        for (const ServerAnswer& a : answers_from_observed(got.at("stream"))) {
+            const bool ended = d->at_token == 0 && a.index == d->index;  // the completion whose end was the moment
+            if (!ended && a.slot == then->slot) return true;
+        }
+    }
+    return false;
+}
+
 struct Precondition {
     const char* name;
     const char* says;
@@ -225,6 +250,10 @@ constexpr Precondition kPreconditions[] = {
     {"ram-load-over-other-scales",
      "LoRA adapters, a RAM prompt cache; the failing request's slot took a cached prompt computed with other scales than "
      "the slot's last request ran with", ram_load_over_other_scales},
+    {"pinned-to-a-busy-slot",
+     "a RAM prompt cache; at the failing op or before it, a completion sent while a stream ran, pinned to a slot the stream "
+     "held then (its own, or a copy's before that copy ended)",
+     pinned_to_a_busy_slot},
     {"server-scales-over-other-scales",
      "LoRA adapters; the failing request names none (the server's scales) on a slot whose cache was computed with other "
      "scales", server_scales_over_other_scales},

@@ -19,9 +19,10 @@ namespace {
 
 std::string quoted(const nlohmann::json& j) { return cat("'", j.dump(), "'"); }
 
-// The reference's top 4 (id, logprob) at each generated position of `tokens` after `prompt`, fresh.
+// The reference's top 4 (id, logprob) at each generated position of `tokens` after `prompt`, fresh;
+// `greedy`: along the reference's own most likely tokens instead (as many), what a right server generates.
 nlohmann::json expected_logprobs(const Model& model, const Adapters& adapters, const std::vector<int>& prompt,
-                                 const std::vector<int>& tokens, KvType kv_type) {
+                                 std::vector<int> tokens, KvType kv_type, bool greedy) {
     ReferenceKv kv(model.config(), kv_type);
     std::vector<int> held = prompt;
     held.insert(held.end(), tokens.begin(), tokens.end());
@@ -35,6 +36,7 @@ nlohmann::json expected_logprobs(const Model& model, const Adapters& adapters, c
         std::partial_sort(order.begin(), order.begin() + 4, order.end(), [&](int x, int y) { return lp[std::size_t(x)] > lp[std::size_t(y)]; });
         nlohmann::json top = nlohmann::json::object();
         for (int k = 0; k < 4; ++k) top[std::to_string(order[std::size_t(k)])] = lp[std::size_t(order[std::size_t(k)])];
+        if (greedy) tokens[out.size()] = held[pos + 1] = order[0];
         out.push_back({{"token", tokens[out.size()]}, {"top", top}});
     }
     return out;
@@ -49,22 +51,29 @@ std::string send_line(const Completion& c, const std::string& capture) {
     return cat("post /completion ", quoted(body), " > ", capture.empty() ? "/dev/null" : capture);
 }
 
+// The stream's events in $dir/stream as one whole answer in $dir/answer-0.
+const char* kStreamToAnswer = R"(python3 - "$dir" <<'PY'
+import json, sys
+answer = {"tokens": [], "completion_probabilities": [], "timings": {"cache_n": -1}}
+for line in open(sys.argv[1] + "/stream"):
+    if not line.startswith("data: {"): continue
+    e = json.loads(line[6:])
+    answer["tokens"] += e.get("tokens", [])
+    answer["completion_probabilities"] += e.get("completion_probabilities", [])
+    if e.get("stop"): answer["timings"] = e["timings"]
+json.dump(answer, open(sys.argv[1] + "/answer-0", "w"))
+PY
+)";
+
 const char* kPrelude = R"(server=$1 model=$2
 dir=$(mktemp -d) pid= url=
 trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
 )";
 
 const char* kHelpers = R"(post() { curl -sf --max-time 60 "$url$1" -d "$2" || { { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; ((FAILED != 1)) || echo "FINDING SHOWN: exit 1"; } >&2; exit $FAILED; }; }
-# moment FILE INDEX K PID: until completion INDEX of the stream in FILE has given K tokens (K 0: has ended), or PID ended.
-moment() { until python3 -c 'import json, sys
-n, end = 0, False
-for line in open(sys.argv[1]):
-    if not line.startswith("data: {"): continue
-    e = json.loads(line[6:])
-    if e.get("index", 0) != int(sys.argv[2]): continue
-    if e.get("stop"): end = True
-    else: n += len(e.get("tokens", []))
-sys.exit(0 if (n >= int(sys.argv[3]) if int(sys.argv[3]) > 0 else end) else 1)' "$1" "$2" "$3" 2> /dev/null || ! kill -0 "$4" 2> /dev/null; do sleep 0.01; done; }
+# moment FILE K PID: until the stream in FILE has sent K events (K 0: its last), or PID ended; no sleep, so
+# the request after it goes out while the stream still runs (its events of every completion are counted).
+moment() { until { (($2 > 0)) && (($(grep -c '^data: {' "$1") >= $2)); } || { (($2 == 0)) && grep -q '"stop":true' "$1"; } || ! kill -0 "$3" 2> /dev/null; do :; done; }
 idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(any(s["is_processing"] for s in json.load(sys.stdin)))'; do sleep 0.05; done; }
 )";
 
@@ -92,8 +101,8 @@ std::string op_lines(const ServerOp& op) {
                 const std::string then = std::visit(Overloaded{[](const Completion& c) { return send_line(c, ""); },
                                                                [](const Lora& l) { return cat("post /lora-adapters ", quoted(lora_body(l.scales)), " > /dev/null"); }},
                                                     a.then);
-                return cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" &\n",
-                           "moment \"$dir/stream\" ", a.index, " ", a.at_token, " $!\n", then, "\nwait\n");
+                return cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" & spid=$!\n",
+                           "moment \"$dir/stream\" ", a.at_token, " $spid\n", then, "\nwait $spid\n");
             }
         },
         op.args);
@@ -173,6 +182,22 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     // The failing op: its answers captured, each judged against what the trace's run expected.
     out += cat("# op ", f.op, ", the failing one: ", to_string(r.ops[f.op].kind()), "\nFAILED=1\n");
     nlohmann::json expect = nlohmann::json::array();
+    // What the trace's run expected of request k of the failing op: its cache_n range and each answer's logprobs.
+    auto expect_answers = [&](const Answered& request, std::size_t k) {
+        const Completion& c = request.request;
+        const std::vector<ServerAnswer>& answers = request.answers;
+        const auto [lo, hi] = cache.allowed(c, answers.at(0).slot);
+        nlohmann::json each = nlohmann::json::array();
+        const Adapters adapters = adapters_at(model.config(), loras, cache.scales(c));
+        for (const ServerAnswer& ans : answers) {
+            require(context_shifts(c, ans, s.shift_ctx(model.config().max_seq_len)).empty(),
+                    "repro: the failing request fills its slot and the server shifts its context: its expected "
+                    "answer is over shifted KV, which the script writer does not compute; kvweld replay --server judges it");
+            each.push_back(expected_logprobs(model, adapters, c.prompt, ans.tokens, s.kv_type, c.temperature == 0));
+        }
+        expect.push_back({{"kind", "completion"}, {"file", cat("$dir/answer-", k)}, {"cache_n", {lo, hi}}, {"answers", each},
+                          {"greedy", c.temperature == 0}});
+    };
     std::visit(
         [&](const auto& a) {
             using T = std::decay_t<decltype(a)>;
@@ -181,17 +206,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                 for (std::size_t k = 0; k < requests.size(); ++k) {
                     Completion c = requests[k].request;
                     c.stream = false, c.cancel_after = 0;  // read whole, to compare
-                    const std::vector<ServerAnswer>& answers = requests[k].answers;
-                    const auto [lo, hi] = cache.allowed(c, answers.at(0).slot);
-                    nlohmann::json each = nlohmann::json::array();
-                    const Adapters adapters = adapters_at(model.config(), loras, cache.scales(c));
-                    for (const ServerAnswer& ans : answers) {
-                        require(context_shifts(c, ans, s.shift_ctx(model.config().max_seq_len)).empty(),
-                                "repro: the failing request fills its slot and the server shifts its context: its expected "
-                                "answer is over shifted KV, which the script writer does not compute; kvweld replay --server judges it");
-                        each.push_back(expected_logprobs(model, adapters, c.prompt, ans.tokens, s.kv_type));
-                    }
-                    expect.push_back({{"kind", "completion"}, {"file", cat("$dir/answer-", k)}, {"cache_n", {lo, hi}}, {"answers", each}});
+                    expect_answers(requests[k], k);
                     out += send_line(c, cat("\"$dir/answer-", k, "\"")) + (requests.size() > 1 ? " &\n" : "\n");
                 }
                 if (requests.size() > 1) out += "wait\n";
@@ -199,8 +214,18 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                 throw Error(cat("repro: the failing op is a ", T::name, " op (", f.message,
                                 "): the script writer compares answers only; kvweld replay --server shows it"));
             } else if constexpr (std::is_same_v<T, During>) {
-                throw Error(cat("repro: the failing op sends a request while a stream runs (", f.message,
-                                "): the script writer compares whole answers only; kvweld replay --server shows it"));
+                require(a.stream.n_cmpl == 1, "repro: the failing op's stream has n_cmpl ", a.stream.n_cmpl,
+                        ": the script writer reads one completion's events; kvweld replay --server shows it");
+                // The stream, judged as the oracles did, then what went out while it ran (over the slots as the stream left them).
+                const std::vector<Answered> requests = answered(r.ops[f.op], r.observed[f.op]);
+                expect_answers(requests.at(0), 0);
+                if (requests.size() > 1) cache.on_completion(requests[0].request, requests[0].answers), expect_answers(requests[1], 1);
+                const std::string then = std::visit(
+                    Overloaded{[](const Completion& c) { return send_line(c, "\"$dir/answer-1\""); },
+                               [](const Lora& l) { return cat("post /lora-adapters ", quoted(lora_body(l.scales)), " > /dev/null"); }},
+                    a.then);
+                out += cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" & spid=$!\n",
+                           "moment \"$dir/stream\" ", a.at_token, " $spid\n", then, "\nwait $spid\n", kStreamToAnswer);
             } else {
                 static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
                 nlohmann::json want = nlohmann::json::array();
@@ -240,7 +265,12 @@ for e in expect:
                   f"{len(top)} top logprobs; max |logprob - reference| over the reference's top 4 = {d:.3g} (tolerance {tol:g})")
             shown |= d > tol
             if answer["tokens"][i] != w["token"]:
-                break  # the reference's next values are for the tokens the trace recorded
+                # greedy: the reference's most likely, unless the two are a near tie; sampled: the trace's token
+                own = w["top"].get(str(answer["tokens"][i]), float("-inf"))
+                if e["greedy"] and w["top"][str(w["token"])] - own > tol:
+                    print(f"completion {n}, token {i}: {answer['tokens'][i]}, greedy, but the reference's most likely is {w['token']}")
+                    shown = True
+                break  # the reference's next values are for its own tokens
 print("FINDING SHOWN: exit 1" if shown else "not shown: exit 0")
 sys.exit(1 if shown else 0)
 PY
