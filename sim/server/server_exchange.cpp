@@ -81,6 +81,13 @@ std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observe
     return out;
 }
 
+std::optional<Lora> scales_set(const ServerOp& op) {
+    if (const auto* l = std::get_if<Lora>(&op.args)) return *l;
+    if (const auto* d = std::get_if<During>(&op.args))
+        if (const auto* l = std::get_if<Lora>(&d->then)) return *l;
+    return std::nullopt;
+}
+
 std::uint64_t draft_seed(std::uint64_t seed, int draft) { return draft == 1 ? seed : seed ^ 0xd4af7ULL; }
 
 // ---- LoRA adapters

@@ -16,6 +16,7 @@
 #include <map>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,9 @@ struct Answered {
     std::vector<ServerAnswer> answers;
 };
 std::vector<Answered> answered(const ServerOp& op, const nlohmann::json& observed);
+// The server's scales an op sets (a lora op's, or what a during op sent
+// while its stream ran), after its completions; none for the other ops.
+std::optional<Lora> scales_set(const ServerOp& op);
 
 // The LoRA adapters of a run (`n`, from the weights seed): llama-server
 // loads each from a file (--lora), and the oracles' reference runs with them.

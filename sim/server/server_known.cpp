@@ -83,7 +83,6 @@ WalkAtFailure walk_to_failure(const ServerRunResult& r) {
     SlotStates<WalkState> states(s, model_ctx, WalkState{});
     const std::vector<ServerOp> ops = up_to_failure(r);
     for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (const auto* l = std::get_if<Lora>(&ops[i].args)) states.lora(*l);
         if (const auto* a = std::get_if<Slot>(&ops[i].args)) {
             const WalkState* file = states.file(a->file);
             const bool mislabelled = a->action == SlotAction::restore && file && !file->tokens.empty() &&
@@ -108,6 +107,7 @@ WalkAtFailure walk_to_failure(const ServerRunResult& r) {
                 return "";
             });
         }
+        if (const std::optional<Lora> l = scales_set(ops[i])) states.lora(*l);
     }
     return out;
 }

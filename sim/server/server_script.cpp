@@ -172,8 +172,8 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     for (std::size_t i = 0; i < f.op; ++i) {
         out += cat("# op ", i, ": ", to_string(r.ops[i].kind()), "\n", op_lines(r.ops[i]));
         if (const auto* a = std::get_if<Slot>(&r.ops[i].args)) cache.on_slot(*a, r.observed[i].begin().value().template get<int>());
-        if (const auto* a = std::get_if<Lora>(&r.ops[i].args)) cache.on_lora(*a);
         for (const Answered& a : answered(r.ops[i], r.observed[i])) cache.on_completion(a.request, a.answers);
+        if (const std::optional<Lora> l = scales_set(r.ops[i])) cache.on_lora(*l);
     }
     // A server that died or hung at the failing op: the finding shows where its requests fail (post exits 1).
     if (f.oracle == "server")
