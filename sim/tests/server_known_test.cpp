@@ -74,6 +74,46 @@ TEST(ServerKnown, ACopyThenARamCacheLoadIsStateIoUnderAQueuedCopy) {
     for (const ServerRunResult* r : {&unified, &no_cache, &one}) EXPECT_NE(pinned().match(*r), f);
 }
 
+// busy-slot-takes-ram-cache's precondition on its own trace (a stream of
+// 118 tokens on slot 0, a completion pinned to slot 0 after its first):
+// it holds as recorded, and not where what went out was pinned to a slot
+// the stream did not hold, went out at the stream's end, or went out after
+// a stream that ended before its moment.
+TEST(ServerKnown, APinnedRequestToABusySlotIsBusySlotTakesRamCacheAndOnlyThen) {
+    const ServerKnownFinding* f = finding("busy-slot-takes-ram-cache");
+    ASSERT_NE(f, nullptr);
+    const ServerRunResult recorded = failed_as_recorded(*f);
+    EXPECT_EQ(pinned().match(recorded), f);
+    ServerRunResult elsewhere = recorded, at_end = recorded, after = recorded;
+    elsewhere.config.settings.slots = 2;
+    std::get<Completion>(std::get<During>(elsewhere.ops[1].args).then).slot = 1;
+    std::get<During>(at_end.ops[1].args).at_token = 0;
+    after.observed[1]["ended"] = true;
+    for (const ServerRunResult* r : {&elsewhere, &at_end, &after}) EXPECT_NE(pinned().match(*r), f);
+}
+
+// Scales a during op sets while its stream runs count from after the
+// stream: seed 190 (b11434, shrunk) sets the server's scales to 0.5 and 0
+// during a stream that names none, then a request naming none reuses the
+// stream's slot (cache_n 19): lora-default-keeps-cache. Where the during
+// op sends a completion instead, the scales never changed, and it is not.
+TEST(ServerKnown, ScalesSetDuringAStreamAreTheServersFromThen) {
+    const ServerKnownFinding* f = finding("lora-default-keeps-cache");
+    ASSERT_NE(f, nullptr);
+    ServerKnownFinding during = *f;
+    during.trace = std::string(KVWELD_SOURCE_DIR) + "/sim/tests/data/during_lora_then_server_scales.jsonl";
+    during.oracles = {"logprobs"};
+    const ServerRunResult recorded = failed_as_recorded(during);
+    EXPECT_EQ(pinned().match(recorded), f);
+    ServerRunResult unchanged = recorded;
+    During& d = std::get<During>(unchanged.ops[0].args);
+    Completion other = d.stream;
+    other.stream = false, other.n_cmpl = 1, other.slot = 1;
+    d.then = other;
+    unchanged.observed[0]["then"] = nlohmann::json::array({{{"slot", 1}, {"cache_n", 0}, {"tokens", {1}}}});
+    EXPECT_NE(pinned().match(unchanged), f);
+}
+
 TEST(ServerKnown, EachFindingsTraceMatchesItAndItsSteerLeavesThePrecondition) {
     ASSERT_GE(pinned().findings.size(), 9u);
     for (const ServerKnownFinding& f : pinned().findings) {
