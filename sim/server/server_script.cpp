@@ -71,9 +71,9 @@ trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; 
 )";
 
 const char* kHelpers = R"(post() { curl -sf --max-time 60 "$url$1" -d "$2" || { { echo "POST $1 failed; the server's log ends:"; tail -3 "$dir/log"; ((FAILED != 1)) || echo "FINDING SHOWN: exit 1"; } >&2; exit $FAILED; }; }
-# moment FILE K PID: until the stream in FILE has sent K events (K 0: its last), or PID ended; no sleep, so
-# the request after it goes out while the stream still runs (its events of every completion are counted).
-moment() { until { (($2 > 0)) && (($(grep -c '^data: {' "$1") >= $2)); } || { (($2 == 0)) && grep -q '"stop":true' "$1"; } || ! kill -0 "$3" 2> /dev/null; do :; done; }
+# moment FILE I K PID: until completion I of the stream in FILE has sent K tokens' events (K 0: its last), or PID
+# ended; no sleep, so the request after it goes out while the stream still runs.
+moment() { until { (($3 > 0)) && (($(grep -c "\"index\":$2,.*\"stop\":false" "$1") >= $3)); } || { (($3 == 0)) && grep -q "\"index\":$2,.*\"stop\":true" "$1"; } || ! kill -0 "$4" 2> /dev/null; do :; done; }
 idle() { until curl -sf "$url/slots" | python3 -c 'import json, sys; sys.exit(any(s["is_processing"] for s in json.load(sys.stdin)))'; do sleep 0.05; done; }
 )";
 
@@ -102,7 +102,7 @@ std::string op_lines(const ServerOp& op) {
                                                                [](const Lora& l) { return cat("post /lora-adapters ", quoted(lora_body(l.scales)), " > /dev/null"); }},
                                                     a.then);
                 return cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" & spid=$!\n",
-                           "moment \"$dir/stream\" ", a.at_token, " $spid\n", then, "\nwait $spid\n");
+                           "moment \"$dir/stream\" ", a.index, " ", a.at_token, " $spid\n", then, "\nwait $spid\n");
             }
         },
         op.args);
@@ -225,7 +225,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                                [](const Lora& l) { return cat("post /lora-adapters ", quoted(lora_body(l.scales)), " > /dev/null"); }},
                     a.then);
                 out += cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" & spid=$!\n",
-                           "moment \"$dir/stream\" ", a.at_token, " $spid\n", then, "\nwait $spid\n", kStreamToAnswer);
+                           "moment \"$dir/stream\" ", a.index, " ", a.at_token, " $spid\n", then, "\nwait $spid\n", kStreamToAnswer);
             } else {
                 static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
                 nlohmann::json want = nlohmann::json::array();
