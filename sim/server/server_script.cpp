@@ -51,6 +51,22 @@ std::string send_line(const Completion& c, const std::string& capture) {
     return cat("post /completion ", quoted(body), " > ", capture.empty() ? "/dev/null" : capture);
 }
 
+// The shell line that sets the server's LoRA scales.
+std::string lora_line(const std::vector<float>& scales) {
+    return cat("post /lora-adapters ", quoted(lora_body(scales)), " > /dev/null");
+}
+
+// A during op's lines: the stream in the background into $dir/stream, and
+// what goes out once the stream reaches the moment (a completion into
+// `capture`), then the stream's end awaited.
+std::string during_lines(const During& a, const std::string& capture) {
+    const std::string then = std::visit(Overloaded{[&](const Completion& c) { return send_line(c, capture); },
+                                                   [](const Lora& l) { return lora_line(l.scales); }},
+                                        a.then);
+    return cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" & spid=$!\n",
+               "moment \"$dir/stream\" ", a.index, " ", a.at_token, " $spid\n", then, "\nwait $spid\n");
+}
+
 // The stream's events in $dir/stream as one whole answer in $dir/answer-0.
 const char* kStreamToAnswer = R"(python3 - "$dir" <<'PY'
 import json, sys
@@ -94,15 +110,10 @@ std::string op_lines(const ServerOp& op) {
             } else if constexpr (std::is_same_v<T, Embed>) {
                 return cat("post /embedding ", quoted(nlohmann::json{{"content", a.inputs}}), " > /dev/null\n");
             } else if constexpr (std::is_same_v<T, Lora>) {
-                return cat("post /lora-adapters ", quoted(lora_body(a.scales)), " > /dev/null\n");
+                return lora_line(a.scales) + "\n";
             } else {
                 static_assert(std::is_same_v<T, During>, "every server op kind is written");
-                // The stream in the background, the other request once the stream reaches the moment (or ends).
-                const std::string then = std::visit(Overloaded{[](const Completion& c) { return send_line(c, ""); },
-                                                               [](const Lora& l) { return cat("post /lora-adapters ", quoted(lora_body(l.scales)), " > /dev/null"); }},
-                                                    a.then);
-                return cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" & spid=$!\n",
-                           "moment \"$dir/stream\" ", a.index, " ", a.at_token, " $spid\n", then, "\nwait $spid\n");
+                return during_lines(a, "");
             }
         },
         op.args);
@@ -220,12 +231,7 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
                 const std::vector<Answered> requests = answered(r.ops[f.op], r.observed[f.op]);
                 expect_answers(requests.at(0), 0);
                 if (requests.size() > 1) cache.on_completion(requests[0].request, requests[0].answers), expect_answers(requests[1], 1);
-                const std::string then = std::visit(
-                    Overloaded{[](const Completion& c) { return send_line(c, "\"$dir/answer-1\""); },
-                               [](const Lora& l) { return cat("post /lora-adapters ", quoted(lora_body(l.scales)), " > /dev/null"); }},
-                    a.then);
-                out += cat("curl -sN --max-time 60 \"$url/completion\" -d ", quoted(completion_body(a.stream)), " > \"$dir/stream\" & spid=$!\n",
-                           "moment \"$dir/stream\" ", a.index, " ", a.at_token, " $spid\n", then, "\nwait $spid\n", kStreamToAnswer);
+                out += during_lines(a, "\"$dir/answer-1\"") + kStreamToAnswer;
             } else {
                 static_assert(std::is_same_v<T, Embed>, "every server op kind is written");
                 nlohmann::json want = nlohmann::json::array();

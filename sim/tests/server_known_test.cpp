@@ -60,12 +60,19 @@ ServerRunResult failed_as_recorded(const ServerKnownFinding& f, const std::vecto
 // n_predict 2 (a decode applies the copy first). It is
 // state-io-under-queued-copy; with one KV stream (unified), with no RAM
 // cache, or with one completion, it is not.
+// Finding `id` as another trace of it shows it: sim/tests/data/<data>, failing on the logprob oracle.
+ServerKnownFinding on_trace(const std::string& id, const std::string& data) {
+    const ServerKnownFinding* f = finding(id);
+    if (!f) throw Error(cat("no known finding ", id));
+    ServerKnownFinding other = *f;
+    other.trace = std::string(KVWELD_SOURCE_DIR) + "/sim/tests/data/" + data;
+    other.oracles = {"logprobs"};
+    return other;
+}
+
 TEST(ServerKnown, ACopyThenARamCacheLoadIsStateIoUnderAQueuedCopy) {
     const ServerKnownFinding* f = finding("state-io-under-queued-copy");
-    ASSERT_NE(f, nullptr);
-    ServerKnownFinding shrunk = *f;
-    shrunk.trace = std::string(KVWELD_SOURCE_DIR) + "/sim/tests/data/copy_then_ram_cache_load.jsonl";
-    shrunk.oracles = {"logprobs"};
+    const ServerKnownFinding shrunk = on_trace("state-io-under-queued-copy", "copy_then_ram_cache_load.jsonl");
     EXPECT_EQ(pinned().match(failed_as_recorded(shrunk)), f);
     ServerRunResult unified = failed_as_recorded(shrunk), no_cache = unified, one = unified;
     unified.config.settings.unified = true;
@@ -99,10 +106,7 @@ TEST(ServerKnown, APinnedRequestToABusySlotIsBusySlotTakesRamCacheAndOnlyThen) {
 // op sends a completion instead, the scales never changed, and it is not.
 TEST(ServerKnown, ScalesSetDuringAStreamAreTheServersFromThen) {
     const ServerKnownFinding* f = finding("lora-default-keeps-cache");
-    ASSERT_NE(f, nullptr);
-    ServerKnownFinding during = *f;
-    during.trace = std::string(KVWELD_SOURCE_DIR) + "/sim/tests/data/during_lora_then_server_scales.jsonl";
-    during.oracles = {"logprobs"};
+    const ServerKnownFinding during = on_trace("lora-default-keeps-cache", "during_lora_then_server_scales.jsonl");
     const ServerRunResult recorded = failed_as_recorded(during);
     EXPECT_EQ(pinned().match(recorded), f);
     ServerRunResult unchanged = recorded;
