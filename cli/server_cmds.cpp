@@ -44,9 +44,26 @@ std::string work_dir(const std::string& given, const char* what) {
 
 std::string preset(const RunOptions& o) { return o.model.empty() ? "small" : o.model; }
 
+// --params arch=NAME: the model's architecture (llama without it), the
+// one setting a server run takes; the rest are drawn per seed.
+std::string arch(const RunOptions& o) {
+    if (o.params.empty()) return "llama";
+    require(o.params.starts_with("arch=") && o.params.find(',') == std::string::npos, "--params '", o.params,
+            "': --engine llama-server takes one setting, arch=NAME (", arch_names(), "); the others are drawn per seed");
+    const std::string name = o.params.substr(5);
+    (void)is_drawn("arch", name);  // names the archs where it is none of them
+    return name;
+}
+
+// kvweld-arch-model where the model is not llama ("" where it is).
+std::string arch_writer(const std::string& arch) {
+    return arch == "llama" ? "" : targets::arch_model_writer("llama-server");
+}
+
 ServerRunConfig config_for(const RunOptions& o, std::uint64_t seed, const std::string& dir) {
-    ServerRunConfig c = server_config(need_server(o.server, o.engine), preset(o), seed, dir);
+    ServerRunConfig c = server_config(need_server(o.server, o.engine), preset(o), arch(o), seed, dir);
     c.request_timeout_s = o.call_timeout;
+    c.arch_writer = arch_writer(c.settings.arch);
     return c;
 }
 
@@ -54,9 +71,10 @@ int exit_code(ServerVerdict v) { return v == ServerVerdict::pass ? 0 : 1; }
 
 // The flags that only the library's engines take.
 void refuse_library_flags(const RunOptions& o) {
-    require(o.faults.empty() && o.params.empty() && !o.twin && o.seqs == 0 && o.n_ctx == 0,
-            "--engine llama-server takes --server, --model, --steps and --work-dir; --fault, --params, --twin, --seqs and "
-            "--n-ctx are the library engines' (a server's settings are drawn per seed)");
+    require(o.faults.empty() && !o.twin && o.seqs == 0 && o.n_ctx == 0,
+            "--engine llama-server takes --server, --model, --params arch=NAME, --steps and --work-dir; --fault, --twin, "
+            "--seqs and --n-ctx are the library engines' (a server's settings are drawn per seed)");
+    (void)arch(o);
 }
 
 }  // namespace
@@ -77,6 +95,7 @@ int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t las
     refuse_library_flags(o);
     ServerSwarmOptions s;
     s.server = need_server(o.server, o.engine), s.preset = preset(o), s.first = first, s.last = last, s.steps = o.steps, s.jobs = jobs;
+    s.arch = arch(o), s.arch_writer = arch_writer(s.arch);
     s.work_dir = work_dir(o.work_dir, "server-swarm");
     s.known_findings = known_for(o);
     s.request_timeout_s = o.call_timeout;
@@ -85,9 +104,10 @@ int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t las
     require(!gates.coverage, "--require-coverage gates the library engines' swarm; the server swarm's gate is --require-terms "
                              "(every op variant sent and every settings field drawn with a second value)");
     const std::size_t total = std::size_t(last - first) + 1;
-    std::printf("swarm: seeds %llu..%llu (%zu), %d ops each, %d jobs, engine llama-server %s (a server per seed on "
+    std::printf("swarm: seeds %llu..%llu (%zu), %d ops each, %d jobs, engine llama-server %s, arch %s (a server per seed on "
                 "127.0.0.1, and its ground truth); failing seeds' traces and logs under %s\n",
-                (unsigned long long)first, (unsigned long long)last, total, s.steps, jobs, s.server.c_str(), s.work_dir.c_str());
+                (unsigned long long)first, (unsigned long long)last, total, s.steps, jobs, s.server.c_str(), s.arch.c_str(),
+                s.work_dir.c_str());
     std::fflush(stdout);
     const auto start = std::chrono::steady_clock::now();
     const ServerSwarmResult r = run_server_swarm(s, [&](std::size_t done, std::size_t failures) {
@@ -105,6 +125,7 @@ int run_server_replay(const std::string& text, const std::string& path, const st
     const ServerTrace t = parse_server_trace(text, path);
     ServerRunConfig c = t.config;
     c.server = need_server(server), c.work_dir = work_dir(dir, "server-replay");
+    c.arch_writer = arch_writer(c.settings.arch);
     const ServerRunResult r = run_server_ops(c, t.ops, t.observed);
     print(server_report(r));
     std::printf("the server's log: %s\n", r.log.c_str());
@@ -116,6 +137,7 @@ int run_server_shrink(const std::string& text, const std::string& path, const st
     const ServerTrace t = parse_server_trace(text, path);
     ServerRunConfig c = t.config;
     c.server = need_server(server), c.work_dir = work_dir(dir, "server-shrink");
+    c.arch_writer = arch_writer(c.settings.arch);
     // Identity: the known finding of the pinned release the failure is (or none), kept through the shrink.
     const ServerKnownFindings known = server_known_findings_for("");
     const ServerRunResult first = run_server_ops(c, t.ops);

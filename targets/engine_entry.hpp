@@ -101,6 +101,10 @@ struct EngineEntry {
     // pinned one) in the cache scripts/setup fills, or "" with `why` naming
     // where it looked and what builds it (nullptr: not a server).
     std::string (*server_binary)(const std::string& release, std::string* why) = nullptr;
+    // A server's program that writes a model of another architecture than
+    // llama to a file (kvweld-arch-model: a server loads files only), ""
+    // where this build has none; `missing` then says why.
+    const char* arch_model_writer = "";
 };
 
 }  // namespace kvweld::targets

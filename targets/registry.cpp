@@ -141,6 +141,14 @@ std::string server_binary(std::string_view engine) {
     return binary;
 }
 
+std::string arch_model_writer(std::string_view engine) {
+    const EngineEntry* e = engine_entry(engine);
+    require(e && e->server_binary, "engine '", engine, "' is not a server (", builtin_engine_names(), ")");
+    require(*e->arch_model_writer, "--engine ", engine, ": no writer of models of other architectures in this build (",
+            e->missing, ")");
+    return e->arch_model_writer;
+}
+
 std::string builtin_engine_names() {
     std::string out;
     for (const EngineEntry* e : kEngines)

@@ -70,6 +70,9 @@ bool engine_is_server(std::string_view engine);
 // That server's binary in the cache, for the release its name gives ("":
 // the pinned one); throws Error naming where it looked and what builds it.
 std::string server_binary(std::string_view engine);
+// That server's writer of models of other architectures
+// (EngineEntry::arch_model_writer); throws Error saying why where none is built.
+std::string arch_model_writer(std::string_view engine);
 
 // The engine a run gets when it names none: kvweld's dense engine in this process.
 inline constexpr std::string_view kDefaultEngine = "inproc";

@@ -121,6 +121,7 @@ void ServerTally::add(const ServerTally& o) {
     tokens_judged += o.tokens_judged, worst_logprob = std::max(worst_logprob, o.worst_logprob);
     drafted += o.drafted, accepted += o.accepted, context_shifts += o.context_shifts;
     cache_n += o.cache_n, cache_allowed += o.cache_allowed, stale += o.stale, lost += o.lost, slot_actions += o.slot_actions;
+    restored += o.restored, unbounded += o.unbounded;
     truth_compared += o.truth_compared, truth_skipped += o.truth_skipped, truth_uncertain += o.truth_uncertain;
     embeddings += o.embeddings, worst_embedding = std::max(worst_embedding, o.worst_embedding);
     for (const auto& [name, n] : o.ran) ran[name] += n;
@@ -152,7 +153,9 @@ std::vector<std::string> ServerTally::lines() const {
                 "|logprob - reference| ", worst_logprob, " (tolerance ", kv_tolerances(), "); drafts (-md): ", accepted, " of ",
                 drafted, " accepted; context shifts: ", context_shifts),
             cat("reuse: cache_n ", cache_n, " of the ", cache_allowed, " prompt tokens the slots held (stale reads ", stale,
-                ", lost reuse ", lost, "); ", slot_actions, " slot actions' counts against the slot or file they moved"),
+                ", lost reuse ", lost, "); ", slot_actions, " slot actions' counts against the slot or file they moved; ",
+                restored, " answers bounded below by a context checkpoint the server made, ", unbounded,
+                " with no lower bound (a sliding window's memory, a chunk or context shift on another arch's)"),
             cat("ground-truth: ", truth_compared, " completions compared with a ground-truth server (one slot, no cache, each "
                 "request fresh); ", truth_skipped, " skipped where the slot reused KV a shifted chunk left; ", truth_uncertain,
                 " compared up to a sampled token where a sampler cut-off lay within the tolerance (past it the two diverge by "

@@ -98,6 +98,7 @@ struct ServerTally {
     double worst_logprob = 0;
     long cache_n = 0, cache_allowed = 0;     // reuse
     long stale = 0, lost = 0, slot_actions = 0;
+    long restored = 0, unbounded = 0;        // of them, answers a context checkpoint bounds; answers with no lower bound (the memory not modelled)
     long truth_compared = 0, truth_skipped = 0, truth_uncertain = 0;  // ground-truth
     long embeddings = 0;                     // embeddings
     double worst_embedding = 0;

@@ -338,7 +338,7 @@ ServerKnownFindings load_server_known_findings(const std::string& path) {
                 k.steer = f.at("steer");
                 require(k.steer.is_object() && !k.steer.empty(), "finding ", k.id, ": 'steer' is not an object of settings fields");
                 try {
-                    steered(ServerSettings::draw(0), k);  // each field named and in its range
+                    steered(ServerSettings::draw(0, "llama"), k);  // each field named and in its range
                 } catch (const Error& e) {
                     throw Error(cat("finding ", k.id, ": steer: ", e.what()));
                 }

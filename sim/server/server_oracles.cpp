@@ -3,6 +3,7 @@
 
 #include "sim/server/sampler_cut.hpp"
 #include "sim/server/server_wire.hpp"
+#include "targets/llamacpp/llama_arch_list.hpp"
 #include "targets/llamaserver/http.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
@@ -102,23 +103,116 @@ void LogprobOracle::tally(ServerTally& t) const {
 
 // ---- SlotCacheModel
 
-SlotCacheModel::SlotCacheModel(const ServerSettings& s, int model_ctx)
-    : cache_reuse_(s.cache_reuse), shift_ctx_(s.shift_ctx(model_ctx)), states_(s, model_ctx, Held{}) {}
+// The memory llama.cpp gives the settings' arch, as the server meets it.
+// A sliding window the server keeps whole (--swa-full) is no window to it
+// (n_swa 0, server-context.cpp:1337).
+SlotCacheModel::Memory SlotCacheModel::memory_of(const ServerSettings& s) {
+    const llamacpp::ArchModel* a = llamacpp::find_arch(s.arch);
+    require(a != nullptr, "arch '", s.arch, "': not one of kvweld's");
+    if (a->memory == llamacpp::MemoryKind::kv) return Memory::kv;
+    if (llamacpp::has_recurrent_state(a->memory) && (!a->window || s.swa_full)) return Memory::state;
+    return Memory::window;
+}
 
-SlotCacheModel::Held SlotCacheModel::after(const Completion& c, const ServerAnswer& a) const {
+SlotCacheModel::SlotCacheModel(const ServerSettings& s, int model_ctx)
+    : cache_reuse_(s.cache_reuse), shift_ctx_(s.shift_ctx(model_ctx)), memory_(memory_of(s)),
+      ctx_checkpoints_(s.ctx_checkpoints), checkpoint_min_step_(s.checkpoint_min_step), states_(s, model_ctx, Held{}) {}
+
+SlotCacheModel::Held SlotCacheModel::after(const Held& before, const Completion& c, const ServerAnswer& a) const {
     // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
     const std::vector<int> held = held_after(c, a, shift_ctx_);
     const bool counted = int(held.size()) == a.held;  // the server's count named only tokens the client saw
-    return {held, a.cut && !counted ? c.n_predict - int(a.tokens.size()) : 0, states_.scales(c)};
+    Held out{held, a.cut && !counted ? c.n_predict - int(a.tokens.size()) : 0, states_.scales(c), before.checkpoints};
+    // The answer that computed the prompt made the checkpoints; a copy starts from its cells.
+    if (memory_ != Memory::kv && a.index == 0) make_checkpoints(out.checkpoints, a.cache_n, c.prompt);
+    return out;
 }
 
-std::pair<int, int> SlotCacheModel::bounds(const Held& before, const Completion& c) const {
+// The checkpoints a slot keeps once the server has processed a prompt from
+// n_past: those past n_past are erased (server-context.cpp:3619-3625);
+// then one is made before each batch of the prompt that starts with
+// something in memory (3829-3905, with --ctx-checkpoints above 0): at
+// n_past, and 4 tokens before the prompt's end, the last 4 being a batch
+// of their own ("create checkpoints that many tokens before the end").
+void SlotCacheModel::make_checkpoints(std::vector<Checkpoint>& checkpoints, int n_past, const std::vector<int>& prompt) const {
+    std::erase_if(checkpoints, [&](const Checkpoint& k) { return k.n_tokens - 1 > n_past; });
+    if (ctx_checkpoints_ == 0) return;
+    const auto at = [&](int n) { return Checkpoint{n, requests_, {prompt.begin(), prompt.begin() + n}}; };
+    const int size = int(prompt.size());
+    if (n_past > 0) add_checkpoint(checkpoints, at(std::min(n_past, size)));
+    if (size - n_past > 4) add_checkpoint(checkpoints, at(size - 4));
+}
+
+// create_checkpoint: with the list full, an earlier request's checkpoint
+// within the minimum step of the one before it goes first, then the
+// oldest; one at the same n_tokens is replaced.
+void SlotCacheModel::add_checkpoint(std::vector<Checkpoint>& checkpoints, Checkpoint k) const {
+    const auto full = [&](std::size_t more) { return checkpoints.size() + more >= std::size_t(ctx_checkpoints_); };
+    int last = -1;
+    for (auto it = checkpoints.begin(); full(1) && it != checkpoints.end();) {
+        if (it->task != k.task && last >= 0 && it->n_tokens <= last + checkpoint_min_step_) {
+            it = checkpoints.erase(it);
+            continue;
+        }
+        last = it->n_tokens;
+        ++it;
+    }
+    while (!checkpoints.empty() && full(0)) checkpoints.erase(checkpoints.begin());
+    std::erase_if(checkpoints, [&](const Checkpoint& c) { return c.n_tokens == k.n_tokens; });
+    checkpoints.push_back(k);
+}
+
+SlotCacheModel::Bounds SlotCacheModel::bounds(const Held& before, const Completion& c) const {
     // KV computed with other LoRA scales holds nothing this request may reuse.
-    if (!before.tokens.empty() && before.scales != states_.scales(c)) return {0, 0};
-    const int lo = plan_reuse(before.tokens, c.prompt, cache_reuse_).n_past;
+    if (!before.tokens.empty() && before.scales != states_.scales(c)) return {0, 0, false, false};
+    const int kv = plan_reuse(before.tokens, c.prompt, cache_reuse_).n_past;
     // Past the known tokens, the ones a cut stream may have left: the prompt may match them too.
-    const bool to_the_end = before.maybe_more > 0 && lo == int(before.tokens.size());
-    return {lo, to_the_end ? std::min(lo + before.maybe_more, int(c.prompt.size()) - 1) : lo};
+    const bool to_the_end = before.maybe_more > 0 && kv == int(before.tokens.size());
+    const int hi = to_the_end ? std::min(kv + before.maybe_more, int(c.prompt.size()) - 1) : kv;
+    if (memory_ == Memory::kv) return {kv, hi, false, false};
+    // Unmodelled (no lower bound): chunks or a context shift moved the
+    // positions, or a cut stream left tokens the model does not know.
+    if (cache_reuse_ || shift_ctx_ || before.maybe_more) return {0, hi, false, hi > 0};
+    return memory_bounds(before, c);
+}
+
+// Another memory than a KV cache: the server keeps the slot's memory where
+// its smallest position is below a threshold (server-context.cpp:3520-3615:
+// pos_min < pos_next - n_swa), else restores the newest checkpoint that
+// passes the same test (or starts at position 0) and ends within the
+// common prefix, or processes the prompt from the start. A recurrent
+// state's smallest position is its last (seq_pos_min), so it keeps its
+// memory only for a prompt that extends all of it: the count is then
+// known. A sliding window's is one kvweld does not model: any count the
+// memory may give is allowed. Either way a checkpoint holds the state of
+// the tokens it was made after, and only one of this prompt's may be
+// restored: a count only another prompt's checkpoint gives is a stale read.
+SlotCacheModel::Bounds SlotCacheModel::memory_bounds(const Held& before, const Completion& c) const {
+    const int held = int(before.tokens.size()), prompt = int(c.prompt.size());
+    const int lcp = common_prefix(before.tokens, c.prompt);
+    if (lcp == 0) return {0, 0, false, false};
+    const auto last_evaluated = [&](int n) { return n == prompt ? n - 1 : n; };  // [TAG_PROMPT_LOGITS]
+    const int thold = lcp - (lcp < prompt ? 0 : 1);
+    Bounds b{0, 0, false, memory_ == Memory::window, {0}};
+    if (memory_ == Memory::window) b.may.push_back(last_evaluated(lcp));
+    if (memory_ == Memory::state && held - 1 < thold) return {lcp, lcp, false, false, {lcp}};
+    bool newest = true;
+    for (auto k = before.checkpoints.rbegin(); k != before.checkpoints.rend(); ++k) {
+        if (k->n_tokens - 1 > lcp) continue;
+        const int n = last_evaluated(std::min(lcp, k->n_tokens));
+        const bool ours = std::equal(k->tokens.begin(), k->tokens.end(), c.prompt.begin());
+        if (!ours) {
+            b.foreign.push_back(n);
+            continue;
+        }
+        // A sliding window's checkpoint ends a position before its count (pos_max = n_tokens - 1).
+        b.may.push_back(n);
+        if (memory_ == Memory::window) b.may.push_back(n - 1);
+        if (memory_ == Memory::state && newest && (k->n_tokens - 1 < thold || k->n_tokens == 1))
+            b.lo = n, b.checkpoint = true, newest = false;
+    }
+    b.hi = memory_ == Memory::window ? lcp : *std::max_element(b.may.begin(), b.may.end());
+    return b;
 }
 
 std::pair<int, int> SlotCacheModel::allowed(const Completion& c, int slot) const {
@@ -127,19 +221,29 @@ std::pair<int, int> SlotCacheModel::allowed(const Completion& c, int slot) const
     ServerAnswer there;
     there.slot = slot;
     std::pair<int, int> out;
-    states.complete(c, {there}, [&](Held&, const Held& before, const ServerAnswer&) { return out = bounds(before, c), ""; });
+    states.complete(c, {there}, [&](Held&, const Held& before, const ServerAnswer&) {
+        const Bounds b = bounds(before, c);
+        return out = {b.lo, b.hi}, "";
+    });
     return out;
 }
 
 std::string SlotCacheModel::judge(const Held& before, const Completion& c, const ServerAnswer& a) {
-    const auto [lo, hi] = bounds(before, c);
+    const auto [lo, hi, checkpoint, unbounded, may, foreign] = bounds(before, c);
     reused_ += a.cache_n, allowed_ += std::clamp(a.cache_n, lo, hi);
+    restored_ += checkpoint, unbounded_ += unbounded;
+    const bool allowed = may.empty() || std::find(may.begin(), may.end(), a.cache_n) != may.end();
+    // check reuse.foreign-checkpoint: a count only a checkpoint of another prompt gives
+    if (!allowed && std::find(foreign.begin(), foreign.end(), a.cache_n) != foreign.end())
+        return ++stale_, cat("cache_n ", a.cache_n, " but the checkpoints of slot ", a.slot, " that end there hold another "
+                             "prompt's tokens: the server restored a state that does not belong (a stale read)");
     // check reuse.stale-read: cache_n above what the slot holds of the prompt
     if (a.cache_n > hi)
         return ++stale_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds only ", hi, " of the prompt (a stale read)");
     // check reuse.lost-reuse: cache_n below it
     if (a.cache_n < lo)
-        return ++lost_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds ", lo, " of the prompt (lost reuse)");
+        return ++lost_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds ", lo, " of the prompt",
+                            checkpoint ? " in a context checkpoint" : "", " (lost reuse)");
     return "";
 }
 
@@ -185,9 +289,10 @@ std::string SlotCacheModel::on_completion(const Completion& c, const std::vector
         // A copy (n_cmpl) reports the parent's prompt statistics; a cut
         // stream never got its final event, which carries them.
         const std::string why = a.cut ? judge_cut(c, a) : judge(before, c, a);
-        held = after(c, a);
+        held = after(before, c, a);
         return why;
     });
+    ++requests_;
     return wrong.empty() ? why : wrong;
 }
 
@@ -212,6 +317,7 @@ std::string SlotCacheModel::on_lora(const Lora& op) { return states_.lora(op), "
 
 void SlotCacheModel::tally(ServerTally& t) const {
     t.cache_n += reused_, t.cache_allowed += allowed_, t.stale += stale_, t.lost += lost_, t.slot_actions += actions_;
+    t.restored += restored_, t.unbounded += unbounded_;
 }
 
 // ---- GroundTruth

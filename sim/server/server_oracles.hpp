@@ -91,22 +91,58 @@ public:
     const std::vector<float>& scales(const Completion& c) const { return states_.scales(c); }
 
 private:
+    // A context checkpoint the server made of a slot (create_checkpoint,
+    // server-context.cpp:2513-2577): the memory's state after the slot's
+    // first n_tokens tokens (`tokens`, which the server does not keep),
+    // made while serving request `task`.
+    struct Checkpoint {
+        int n_tokens, task;
+        std::vector<int> tokens;
+        bool operator==(const Checkpoint&) const = default;
+    };
     // A slot's tokens; after a cancelled stream, up to `maybe_more` tokens
     // past them that the server may have generated before it stopped.
     struct Held {
         std::vector<int> tokens;
         int maybe_more = 0;
         std::vector<float> scales = {};  // the LoRA scales its KV was computed with
+        std::vector<Checkpoint> checkpoints = {};  // oldest first, as the server keeps them
         void clear() { *this = {}; }
+        // A slot file keeps the tokens and the memory, not the checkpoints
+        // (a restore clears them: server_prompt::clear).
+        Held as_saved() const { return {tokens, maybe_more, scales, {}}; }
     };
+    // How the slot's memory takes a prompt that shares a prefix with it:
+    // kv, a KV cache, which keeps any prefix; state, a recurrent state
+    // (mamba, lfm2, lfm2_swa with --swa-full), which keeps its last position
+    // only, so the server reuses a prefix from a checkpoint or not at all;
+    // window, a sliding window the server checks against positions kvweld
+    // does not model (no lower bound).
+    enum class Memory { kv, state, window };
+    struct Bounds {
+        int lo, hi;
+        bool checkpoint;  // lo is a checkpoint's
+        bool unbounded;   // lo is 0 for want of a model
+        // Another memory's: the counts it may answer (0, the common prefix
+        // kept, a checkpoint of this prompt restored); empty: any in [lo, hi].
+        std::vector<int> may = {};
+        std::vector<int> foreign = {};  // counts only a checkpoint of another prompt gives
+    };
+    static Memory memory_of(const ServerSettings& s);
     std::string judge(const Held& before, const Completion& c, const ServerAnswer& a);
     std::string judge_cut(const Completion& c, const ServerAnswer& a);
     std::string slot_choice(const Completion& c, const std::vector<ServerAnswer>& answers) const;
-    std::pair<int, int> bounds(const Held& before, const Completion& c) const;
-    Held after(const Completion& c, const ServerAnswer& a) const;
+    Bounds bounds(const Held& before, const Completion& c) const;
+    Bounds memory_bounds(const Held& before, const Completion& c) const;
+    Held after(const Held& before, const Completion& c, const ServerAnswer& a) const;
+    void make_checkpoints(std::vector<Checkpoint>& checkpoints, int n_past, const std::vector<int>& prompt) const;
+    void add_checkpoint(std::vector<Checkpoint>& checkpoints, Checkpoint k) const;
     int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0;
+    Memory memory_;
+    int ctx_checkpoints_, checkpoint_min_step_;
+    int requests_ = 0;  // the request being served: a checkpoint's task
     SlotStates<Held> states_;
-    long reused_ = 0, allowed_ = 0;
+    long reused_ = 0, allowed_ = 0, restored_ = 0, unbounded_ = 0;
 };
 
 class GroundTruth final : public ServerOracle {

@@ -43,11 +43,11 @@ ServerRunResult not_started(const ServerRunConfig& config, int steps, const Erro
 
 }  // namespace
 
-ServerRunConfig server_config(const std::string& server, const std::string& preset, std::uint64_t seed,
-                              const std::string& work_dir) {
+ServerRunConfig server_config(const std::string& server, const std::string& preset, const std::string& arch,
+                              std::uint64_t seed, const std::string& work_dir) {
     ServerRunConfig c;
     c.server = server, c.preset = preset, c.seed = seed, c.work_dir = work_dir;
-    c.settings = ServerSettings::draw(seed);
+    c.settings = ServerSettings::draw(seed, arch);
     return c;
 }
 

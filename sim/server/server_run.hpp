@@ -25,9 +25,9 @@ struct ServerRunResult {
     std::string log;  // the server's log
 };
 
-// The config a seed draws (its settings), its files under work_dir.
-ServerRunConfig server_config(const std::string& server, const std::string& preset, std::uint64_t seed,
-                              const std::string& work_dir);
+// The config a seed draws (its settings) for a model of `arch`, its files under work_dir.
+ServerRunConfig server_config(const std::string& server, const std::string& preset, const std::string& arch,
+                              std::uint64_t seed, const std::string& work_dir);
 ServerRunResult run_server_generated(const ServerRunConfig& config, int steps);
 // `recorded`: what a trace says the server chose (empty: nothing to compare).
 ServerRunResult run_server_ops(const ServerRunConfig& config, const std::vector<ServerOp>& ops,
@@ -69,6 +69,8 @@ std::string server_report(const ServerRunResult& r);
 struct ServerSwarmOptions {
     std::string server;
     std::string preset = "small";
+    std::string arch = "llama";  // the model's architecture (ServerSettings::arch)
+    std::string arch_writer;     // ServerRunConfig::arch_writer
     std::uint64_t first = 0, last = 0;
     int steps = 60;
     int jobs = 1;

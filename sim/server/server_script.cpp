@@ -143,6 +143,8 @@ std::string server_script(const ServerRunResult& r, const std::string& command) 
     require(s.cache_reuse == 0 || f.oracle == "server" || f.oracle == "embeddings",
             "repro: the trace needs --cache-reuse ", s.cache_reuse, " (the shrinker kept it): its expected answer is a "
             "chunk-shifted one, which the script writer does not compute; kvweld replay --server judges it");
+    require(s.llama(), "repro: the trace's model is arch '", s.arch, "': the script's expected answer is kvweld's reference, "
+                       "which knows llama only; kvweld replay --server judges it against the ground truth");
     const Model model = Model::random(config_by_name(r.config.preset), r.config.seed);
     // The server's command line as the simulator's, its files the script's arguments ($3 on).
     std::string lora_files, lora_args;

@@ -5,6 +5,7 @@
 
 #include "sim/json_field.hpp"
 #include "sim/server/server_exchange.hpp"
+#include "targets/llamacpp/llama_arch_list.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
 #include "util/overloaded.hpp"
@@ -29,6 +30,7 @@ struct Field {
     int lo, hi;
     const char* before;
     const char* simplest;
+    bool other_memories;  // the other archs' only: a llama server runs without it
 };
 
 // Three fields have no simpler value: the pooling (completions and
@@ -36,18 +38,26 @@ struct Field {
 // trace's ops name by index (fewer would leave its ops naming none).
 // Traces before per-request LoRA, the RAM cache, draft models, context
 // shift and the KV type ran their servers without them.
-constexpr std::array<Field, 11> kServerSettingsFields = {{
-    {"slots", &S::slots, 1, 16, nullptr, nullptr},
-    {"unified", &S::unified, 0, 0, nullptr, "false"},
-    {"cache_reuse", &S::cache_reuse, 0, 64, nullptr, "0"},
-    {"pooling", &S::pooling, 0, 0, nullptr, nullptr},
-    {"ctx_extra", &S::ctx_extra, 0, 15, nullptr, "0"},
-    {"loras", &S::loras, 0, 8, "0", nullptr},
-    {"cache_ram", &S::cache_ram, -1, 1 << 20, "0", "0"},
-    {"idle_slots", &S::idle_slots, 0, 0, "false", "false"},
-    {"draft", &S::draft, 0, 2, "0", "0"},
-    {"context_shift", &S::context_shift, 0, 0, "false", "false"},
-    {"kv_type", &S::kv_type, 0, 0, "\"f32\"", "\"f32\""},
+// The arch and its window are the model's (a trace's ops were drawn for
+// it): no simpler value. Traces before the other archs ran llama at the
+// server's checkpoint defaults.
+constexpr std::array<Field, 16> kServerSettingsFields = {{
+    {"slots", &S::slots, 1, 16, nullptr, nullptr, false},
+    {"unified", &S::unified, 0, 0, nullptr, "false", false},
+    {"cache_reuse", &S::cache_reuse, 0, 64, nullptr, "0", false},
+    {"pooling", &S::pooling, 0, 0, nullptr, nullptr, false},
+    {"ctx_extra", &S::ctx_extra, 0, 15, nullptr, "0", false},
+    {"loras", &S::loras, 0, 8, "0", nullptr, false},
+    {"cache_ram", &S::cache_ram, -1, 1 << 20, "0", "0", false},
+    {"idle_slots", &S::idle_slots, 0, 0, "false", "false", false},
+    {"draft", &S::draft, 0, 2, "0", "0", false},
+    {"context_shift", &S::context_shift, 0, 0, "false", "false", false},
+    {"kv_type", &S::kv_type, 0, 0, "\"f32\"", "\"f32\"", false},
+    {"arch", &S::arch, 0, 0, "\"llama\"", nullptr, false},
+    {"window", &S::window, 1, 64, "8", nullptr, true},
+    {"swa_full", &S::swa_full, 0, 0, "false", "false", true},
+    {"ctx_checkpoints", &S::ctx_checkpoints, 0, 64, "32", "0", true},
+    {"checkpoint_min_step", &S::checkpoint_min_step, 0, 8192, "8192", "8192", true},
 }};
 
 nlohmann::json field_json(const S& s, const Field& f) {
@@ -70,19 +80,71 @@ void read_field(S& s, const Field& f, const nlohmann::json& j) {
                       f.member);
 }
 
-// What no field's range says alone: a context the slots do not divide by
-// less than one slot's share.
-bool fits(const S& s) { return s.ctx_extra < s.slots; }
+// What no field's range says alone, or "": a context the slots do not
+// divide by less than one slot's share; what the other archs run without.
+std::string invalid(const S& s) {
+    if (s.ctx_extra >= s.slots) return cat("field 'ctx_extra' = ", s.ctx_extra, ": must be below 'slots' (", s.slots, ")");
+    if (!s.pooling.empty() && s.pooling != "mean" && s.pooling != "last")
+        return cat("field 'pooling' = '", s.pooling, "': \"\", \"mean\" or \"last\"");
+    const llamacpp::ArchModel* a = llamacpp::find_arch(s.arch);
+    if (!a) return cat("field 'arch' = '", s.arch, "': must be one of ", arch_names());
+    if (!s.llama() && s.embeddings())
+        return cat("field 'pooling' = '", s.pooling, "': embeddings are judged by the reference, which knows llama only (arch '",
+                   s.arch, "')");
+    if (!s.llama() && s.draft) return cat("field 'draft' = ", s.draft, ": a draft model is llama's only (arch '", s.arch, "')");
+    if (!s.llama() && s.loras)
+        return cat("field 'loras' = ", s.loras, ": kvweld's adapters are llama's (arch '", s.arch, "')");
+    if (!a->window && s.swa_full) return cat("field 'swa_full': arch '", s.arch, "' has no sliding window");
+    // The server turns them off where the memory cannot shift (server-context.cpp:1318-1328).
+    if (a->window && !s.swa_full && (s.cache_reuse || s.context_shift))
+        return cat("fields 'cache_reuse' = ", s.cache_reuse, " and 'context_shift' = ", s.context_shift, ": arch '", s.arch,
+                   "' without 'swa_full' cannot shift, and the server turns both off");
+    return "";
+}
 
 void check(const S& s) {
-    require(fits(s), "field 'ctx_extra' = ", s.ctx_extra, ": must be below 'slots' (", s.slots, ")");
-    require(s.pooling.empty() || s.pooling == "mean" || s.pooling == "last", "field 'pooling' = '", s.pooling,
-            "': \"\", \"mean\" or \"last\"");
+    const std::string why = invalid(s);
+    require(why.empty(), why);
+}
+
+// The architecture named by the settings (checked).
+const llamacpp::ArchModel& arch_of(const S& s) {
+    check(s);
+    return *llamacpp::find_arch(s.arch);
 }
 
 }  // namespace
 
-ServerSettings ServerSettings::draw(std::uint64_t seed) {
+std::string arch_names() {
+    std::string out;
+    for (const llamacpp::ArchModel& a : llamacpp::kArchModels) out += cat(out.empty() ? "" : ", ", a.name);
+    return out;
+}
+
+namespace {
+
+// The other memories' settings, on their own stream (a llama seed's draw
+// is what it was). What the server turns off for a memory that cannot
+// shift (server-context.cpp:1318-1328: a sliding window without
+// --swa-full) is drawn off: the oracles follow the command line. No
+// embeddings and no draft model: the reference, which judges embeddings,
+// knows llama only, and a draft or an adapter would need one of its own arch.
+void draw_memory(S& s, std::uint64_t seed) {
+    Rng rng(seed ^ 0xa7c4ULL);
+    const llamacpp::ArchModel* arch = llamacpp::find_arch(s.arch);
+    require(arch != nullptr, "arch '", s.arch, "': must be one of ", arch_names());
+    const llamacpp::ArchModel& a = *arch;
+    s.pooling.clear(), s.draft = 0, s.loras = 0;
+    s.window = a.window ? std::array<int, 3>{4, 8, 16}[rng.below(3)] : 8;
+    s.swa_full = a.window && rng.chance(0.3);
+    if (a.window && !s.swa_full) s.cache_reuse = 0, s.context_shift = false;
+    s.ctx_checkpoints = std::array<int, 4>{0, 1, 3, 32}[rng.below(4)];
+    s.checkpoint_min_step = std::array<int, 3>{0, 4, 8192}[rng.below(3)];
+}
+
+}  // namespace
+
+ServerSettings ServerSettings::draw(std::uint64_t seed, const std::string& arch) {
     Rng rng(seed ^ 0x5e77165ULL);
     const int slots = int(rng.range(1, 4));  // n_cmpl up to the slots: up to 4 completions of one prompt
     const bool unified = rng.chance(0.5);
@@ -101,9 +163,13 @@ ServerSettings ServerSettings::draw(std::uint64_t seed) {
     const bool context_shift = !embeddings && rng.chance(0.25);
     KvType kv_type = KvType::f32;
     if (rng.chance(0.3)) kv_type = rng.chance(0.5) ? KvType::f16 : KvType::bf16;
-    return {.slots = slots, .unified = unified, .cache_reuse = cache_reuse, .pooling = pooling, .ctx_extra = ctx_extra,
-            .loras = loras, .cache_ram = cache_ram, .idle_slots = idle_slots, .draft = draft,
-            .context_shift = context_shift, .kv_type = kv_type};
+    ServerSettings s{.slots = slots, .unified = unified, .cache_reuse = cache_reuse, .pooling = pooling,
+                     .ctx_extra = ctx_extra, .loras = loras, .cache_ram = cache_ram, .idle_slots = idle_slots,
+                     .draft = draft, .context_shift = context_shift, .kv_type = kv_type, .arch = arch, .window = 8,
+                     .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192};
+    if (!s.llama()) draw_memory(s, seed);
+    check(s);
+    return s;
 }
 
 std::vector<std::string> ServerSettings::flags() const {
@@ -113,7 +179,23 @@ std::vector<std::string> ServerSettings::flags() const {
                                     idle_slots ? "--cache-idle-slots" : "--no-cache-idle-slots"};
     if (context_shift) out.push_back("--context-shift");
     if (embeddings()) out.insert(out.end(), {"--embedding", "--pooling", pooling});
+    if (!llama()) {
+        out.insert(out.end(), {"--ctx-checkpoints", std::to_string(ctx_checkpoints), "--checkpoint-min-step",
+                               std::to_string(checkpoint_min_step)});
+        if (swa_full) out.push_back("--swa-full");
+    }
     return out;
+}
+
+bool is_drawn(const std::string& name, const std::string& arch) {
+    const llamacpp::ArchModel* a = llamacpp::find_arch(arch);
+    require(a != nullptr, "arch '", arch, "': must be one of ", arch_names());
+    if (name == "arch") return false;
+    if (name == "window" || name == "swa_full") return a->window;
+    if (name == "pooling" || name == "draft" || name == "loras") return arch == "llama";
+    for (const Field& f : kServerSettingsFields)
+        if (name == f.name) return arch != "llama" || !f.other_memories;
+    return false;
 }
 
 std::string ServerSettings::describe() const {
@@ -121,6 +203,7 @@ std::string ServerSettings::describe() const {
     for (const std::string& f : flags()) out += cat(out.empty() ? "" : " ", f);
     if (loras) out += cat(", ", loras, " LoRA adapter", loras > 1 ? "s" : "");
     if (draft) out += draft == 1 ? ", a draft model of the same weights" : ", a draft model of other weights";
+    if (!llama()) out += cat(", arch ", arch, arch_of(*this).window ? cat(" (window ", window, ")") : "");
     return ctx_extra ? cat(out, ", -c ", slots, " contexts + ", ctx_extra) : out;
 }
 
@@ -142,7 +225,8 @@ nlohmann::json ServerSettings::to_json() const {
 ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
     require(j.is_object(), "settings: not an object");
     ServerSettings s{.slots = 0, .unified = false, .cache_reuse = 0, .pooling = "", .ctx_extra = 0, .loras = 0,
-                     .cache_ram = 0, .idle_slots = false, .draft = 0, .context_shift = false, .kv_type = KvType::f32};
+                     .cache_ram = 0, .idle_slots = false, .draft = 0, .context_shift = false, .kv_type = KvType::f32,
+                     .arch = "", .window = 0, .swa_full = false, .ctx_checkpoints = 0, .checkpoint_min_step = 0};
     for (const Field& f : kServerSettingsFields) read_field(s, f, j);
     check(s);
     return s;
@@ -154,7 +238,7 @@ std::vector<ServerSettings> ServerSettings::simpler() const {
         if (!f.simplest) continue;
         ServerSettings c = *this;
         read_field(c, f, nlohmann::json{{f.name, nlohmann::json::parse(f.simplest)}});
-        if (c != *this && fits(c)) out.push_back(c);
+        if (c != *this && invalid(c).empty() && (!llama() || !f.other_memories)) out.push_back(c);
     }
     return out;
 }

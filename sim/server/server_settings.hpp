@@ -37,10 +37,23 @@ struct ServerSettings {
     int draft;               // -md: 0 none; 1 a draft with the model's weights (its drafts accepted); 2 other weights (mostly rejected)
     bool context_shift;      // --context-shift: a full slot drops half its tokens past n_keep and goes on
     KvType kv_type;          // -ctk/-ctv (16-bit rows: the reference rounds as ggml does)
+    // The model's architecture, given by the run (--params arch=NAME), not
+    // drawn: llama, or one of llama.cpp's other memories
+    // (targets/llamacpp/llama_arch_list.hpp), whose file kvweld-arch-model
+    // writes. The four below are the other memories' (a llama model's KV
+    // cache rolls back, so the server makes no checkpoints): not on the
+    // command line with llama.
+    std::string arch;
+    int window;              // the sliding window of an arch that has one (its model's)
+    bool swa_full;           // --swa-full: a full-size sliding-window cache, which can shift
+    int ctx_checkpoints;     // --ctx-checkpoints: per slot, 0 none (the server's default 32)
+    int checkpoint_min_step; // --checkpoint-min-step: tokens between two (the server's default 8192; 0 none)
     bool operator==(const ServerSettings&) const = default;
 
-    static ServerSettings draw(std::uint64_t seed);
+    // Drawn for the model `arch` (a llama seed draws what it drew before the other archs).
+    static ServerSettings draw(std::uint64_t seed, const std::string& arch);
     bool embeddings() const { return !pooling.empty(); }
+    bool llama() const { return arch == "llama"; }
     std::vector<std::string> flags() const;  // the drawn flags but -c (it depends on the model)
     std::string describe() const;            // the drawn settings, in a line
     // The RAM cache as the oracles model it, for a model of context `model_ctx`.
@@ -57,6 +70,14 @@ struct ServerSettings {
     // field), those that are valid settings: the shrinker's.
     std::vector<ServerSettings> simpler() const;
 };
+
+// Whether a seed draws the field `name` for a model of `arch` (the arch is
+// given; a llama server has no window or checkpoints; an arch without a
+// sliding window no window).
+bool is_drawn(const std::string& name, const std::string& arch);
+
+// kvweld's architectures, "llama, granite_swa, ...", for errors and --help.
+std::string arch_names();
 
 // Where a server's files are: its slot files' folder, each LoRA adapter
 // (settings.loras of them), the draft model ("" without one). The

@@ -69,6 +69,19 @@ std::string_view to_string(ServerVerdict v) {
     return "?";
 }
 
+// The server's model file: kvweld's llama model, or for another arch the
+// model of its shape kvweld-arch-model writes (weights from the run's
+// seed): the server loads files only.
+void write_model(const ServerRunConfig& c, const Model& model, const std::string& path) {
+    if (c.settings.llama()) return save_gguf(model, path, Vocab::test);
+    require(!c.arch_writer.empty(), "arch '", c.settings.arch, "': no writer of its model given (kvweld-arch-model)");
+    const std::string shape = c.work_dir + "/shape.gguf";
+    save_gguf(model, shape, Vocab::test);
+    targets::llamaserver::run_to_end({c.arch_writer, c.settings.arch, std::to_string(c.settings.window),
+                                      std::to_string(std::uint32_t(c.seed)), shape, path},
+                                     c.work_dir + "/arch-model.log", c.request_timeout_s);
+}
+
 // ---- the simulator
 
 ServerSim::ServerSim(const ServerRunConfig& c)
@@ -78,7 +91,7 @@ ServerSim::ServerSim(const ServerRunConfig& c)
     std::filesystem::remove_all(c.work_dir + "/truth/slots");
     std::filesystem::create_directories(c.work_dir + "/slots");
     const std::string gguf = c.work_dir + "/model.gguf";
-    save_gguf(model_, gguf, Vocab::test);
+    write_model(c, model_, gguf);
     const int n_ctx = model_.config().max_seq_len;
     ServerFiles files{c.work_dir + "/slots/", write_loras(model_, c), ""};
     if (c.settings.draft) {
@@ -96,7 +109,9 @@ ServerSim::ServerSim(const ServerRunConfig& c)
         std::function<std::unique_ptr<ServerOracle>()> make;
     };
     const Row rows[] = {
-        {"logprobs", "an embedding server (--pooling) generates no tokens", !s.embeddings(),
+        {"logprobs", s.embeddings() ? "an embedding server (--pooling) generates no tokens"
+                                    : "the reference forward knows llama only: the ground truth judges the other archs",
+         !s.embeddings() && s.llama(),
          [&] { return std::make_unique<LogprobOracle>(s, model_, server_loras(model_.config(), c.seed, s.loras)); }},
         {"reuse", "an embedding server (--pooling) keeps no prompt to reuse", !s.embeddings(),
          [&] { return std::make_unique<SlotCacheModel>(s, n_ctx); }},

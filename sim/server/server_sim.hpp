@@ -42,6 +42,9 @@ struct ServerRunConfig {
     std::string work_dir;         // the model, the servers' logs, the slot files
     bool lockstep = true;         // a ground-truth server beside it
     double request_timeout_s = 60;
+    // kvweld-arch-model, which writes the model where settings.arch is not
+    // llama (targets::arch_model_writer); not in a trace.
+    std::string arch_writer;
 };
 
 enum class ServerVerdict { pass, fail, server_error };

@@ -25,8 +25,9 @@ namespace {
 // files meet another's). The last run is the seed's; every run's tally counts.
 ServerRunResult run_seed(const ServerSwarmOptions& o, const ServerKnownFindings& known, std::uint64_t seed,
                          std::vector<std::string>& past) {
-    ServerRunConfig c = server_config(o.server, o.preset, seed, cat(o.work_dir, "/seed-", seed));
+    ServerRunConfig c = server_config(o.server, o.preset, o.arch, seed, cat(o.work_dir, "/seed-", seed));
     c.request_timeout_s = o.request_timeout_s;
+    c.arch_writer = o.arch_writer;
     ServerRunResult r = run_server_generated(c, o.steps);
     ServerTally judged;
     for (int n = 0; o.steer && n < kMaxSteers; ++n) {
@@ -50,8 +51,9 @@ std::vector<std::string> unexercised(const ServerSwarmResult& r, const ServerSwa
         if (n == 0) out.push_back(cat("op variant ", name, " never sent"));
     std::map<std::string, std::set<std::string>> values;
     for (std::uint64_t seed = o.first; seed <= o.last; ++seed) {
-        const nlohmann::json drawn = ServerSettings::draw(seed).to_json();
-        for (const auto& [name, value] : drawn.items()) values[name].insert(value.dump());
+        const nlohmann::json drawn = ServerSettings::draw(seed, o.arch).to_json();
+        for (const auto& [name, value] : drawn.items())
+            if (is_drawn(name, o.arch)) values[name].insert(value.dump());
     }
     for (const auto& [name, seen] : values)
         if (seen.size() < 2) out.push_back(cat("settings field '", name, "' drawn only as ", *seen.begin()));

@@ -8,7 +8,8 @@
 // adapters runs with the server's) is written once.
 //
 // What a state must have: `tokens` (what the RAM cache compares) and
-// `clear()`. What happens to it when a request runs is the owner's: it gets
+// `clear()`; it may have `as_saved()`, what a slot file keeps of it (all
+// of it otherwise). What happens to it when a request runs is the owner's: it gets
 // the slot's state as it was before the prompt and makes it what it is after.
 #pragma once
 
@@ -84,7 +85,7 @@ public:
         if (files_.size() <= std::size_t(op.file)) files_.resize(std::size_t(op.file) + 1);
         std::optional<State>& f = files_[std::size_t(op.file)];
         switch (op.action) {
-            case SlotAction::save: f = s; break;
+            case SlotAction::save: f = saved(s); break;
             case SlotAction::restore: s = f ? *f : empty_; break;
             case SlotAction::erase: s.clear(); break;
         }
@@ -116,6 +117,11 @@ public:
     }
 
 private:
+    // What a slot file keeps of a state: all of it, unless the state says (as_saved).
+    static State saved(const State& s) {
+        if constexpr (requires { s.as_saved(); }) return s.as_saved();
+        else return s;
+    }
     State empty_;
     std::vector<State> slots_;
     std::vector<std::optional<State>> files_;

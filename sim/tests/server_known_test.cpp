@@ -135,7 +135,7 @@ TEST(ServerKnown, EachFindingsTraceMatchesItAndItsSteerLeavesThePrecondition) {
 TEST(ServerKnown, ASteerSetsItsFieldsOverTheDrawnOnesAndNamesAWrongOne) {
     const ServerKnownFinding& f = *finding("pinned-empty-slot-skips-cache");
     for (std::uint64_t seed = 0; seed < 200; ++seed) {
-        const ServerSettings drawn = ServerSettings::draw(seed), s = steered(drawn, f);
+        const ServerSettings drawn = ServerSettings::draw(seed, "llama"), s = steered(drawn, f);
         EXPECT_EQ(s.cache_ram, 0);
         EXPECT_FALSE(s.idle_slots);
         EXPECT_EQ(s.slots, drawn.slots);  // the rest as drawn
@@ -144,13 +144,13 @@ TEST(ServerKnown, ASteerSetsItsFieldsOverTheDrawnOnesAndNamesAWrongOne) {
     ServerKnownFinding g = f;
     g.steer = {{"cache_rams", 0}};
     EXPECT_THROW(
-        try { steered(ServerSettings::draw(1), g); } catch (const Error& e) {
+        try { steered(ServerSettings::draw(1, "llama"), g); } catch (const Error& e) {
             EXPECT_NE(std::string(e.what()).find("'cache_rams' is not a settings field"), std::string::npos) << e.what();
             throw;
         },
         Error);
     g.steer = {{"slots", 17}};  // the table allows 1 to 16
-    EXPECT_THROW(steered(ServerSettings::draw(1), g), Error);
+    EXPECT_THROW(steered(ServerSettings::draw(1, "llama"), g), Error);
 }
 
 TEST(ServerKnown, AFileWithABadSteerIsRefusedNamingTheFinding) {

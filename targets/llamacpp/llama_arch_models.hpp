@@ -43,12 +43,16 @@ inline constexpr bool kHasInitFromUser = kInitFromUser<llama_model_params>;
 
 struct ArchShape {
     std::uint32_t vocab = 64, embd = 64, ff = 128, layers = 3, heads = 4, heads_kv = 2, window = 8;
+    std::uint32_t ctx_train = 256;  // its training context (a server caps a slot's at it)
     // Of the weights. At 0.1 a mamba model's next row moved by 2.6e-6 when
     // two tokens of its history were taken away, under any tolerance an
     // oracle could use: its state forgot them. At 0.3 every kind's moved by
     // 0.15 to 3.0 (logits up to 2.5), and a step still matches a fresh
     // prefill within 1e-4 (tests/memory_kinds_test.cpp).
     float stdev = 0.3f;
+    // llama.cpp's dummy "test" vocabulary (tokens tok_0.., as kvweld's
+    // GGUF writer gives llama-server), not none: a server detokenizes.
+    bool test_vocab = false;
 };
 
 // The metadata llama.cpp reads for `arch` (the caller frees it with
@@ -59,12 +63,22 @@ inline gguf_context* arch_metadata(const ArchModel& model, const ArchShape& s) {
     const auto key = [&](const char* name) { return arch + "." + name; };
     gguf_set_val_str(g, "general.architecture", arch.c_str());
     gguf_set_val_u32(g, key("vocab_size").c_str(), s.vocab);
-    gguf_set_val_u32(g, key("context_length").c_str(), 256);
+    gguf_set_val_u32(g, key("context_length").c_str(), s.ctx_train);
     gguf_set_val_u32(g, key("embedding_length").c_str(), s.embd);
     gguf_set_val_u32(g, key("block_count").c_str(), s.layers);
     gguf_set_val_u32(g, key("feed_forward_length").c_str(), s.ff);
     gguf_set_val_f32(g, key("attention.layer_norm_rms_epsilon").c_str(), 1e-5f);
-    gguf_set_val_str(g, "tokenizer.ggml.model", "none");  // no vocabulary: tokens are ids
+    if (s.test_vocab) {
+        std::vector<std::string> names(s.vocab);
+        std::vector<const char*> tokens(s.vocab);
+        for (std::uint32_t i = 0; i < s.vocab; ++i) names[i] = "tok_" + std::to_string(i), tokens[i] = names[i].c_str();
+        const std::vector<float> scores(s.vocab, 0.f);
+        gguf_set_val_str(g, "tokenizer.ggml.model", "test");
+        gguf_set_arr_str(g, "tokenizer.ggml.tokens", tokens.data(), tokens.size());
+        gguf_set_arr_data(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores.data(), scores.size());
+    } else {
+        gguf_set_val_str(g, "tokenizer.ggml.model", "none");  // no vocabulary: tokens are ids
+    }
     if (arch == "mamba") {
         gguf_set_val_u32(g, key("attention.head_count").c_str(), 0);
         gguf_set_val_u32(g, key("ssm.inner_size").c_str(), 2 * s.embd);
@@ -97,6 +111,21 @@ inline gguf_context* arch_metadata(const ArchModel& model, const ArchShape& s) {
         gguf_set_val_f32(g, key("attention.scale").c_str(), 1.f / std::sqrt(float(s.embd / s.heads)));
     }
     return g;
+}
+
+// The shape of kvweld's llama model `file` (vocabulary, width, depth,
+// heads), for another architecture of the same size.
+inline ArchShape arch_shape_of(const llama_model* file, std::uint32_t window) {
+    ArchShape shape;
+    shape.vocab = std::uint32_t(llama_vocab_n_tokens(llama_model_get_vocab(file)));
+    shape.embd = std::uint32_t(llama_model_n_embd(file));
+    shape.ff = 2 * shape.embd;
+    shape.layers = std::uint32_t(llama_model_n_layer(file));
+    shape.heads = std::uint32_t(llama_model_n_head(file));
+    shape.heads_kv = std::uint32_t(llama_model_n_head_kv(file));
+    shape.window = window;
+    shape.ctx_train = std::uint32_t(llama_model_n_ctx_train(file));
+    return shape;
 }
 
 // Fills each tensor from `seed` and its name (a recurrent model's ssm_a

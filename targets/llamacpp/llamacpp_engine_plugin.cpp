@@ -391,14 +391,7 @@ llama_model* load_model(const char* path, const ArchModel* arch, std::uint32_t w
     llama_model* file = llama_model_load_from_file(path, mp);
     require(file != nullptr, "llama.cpp cannot load ", path);
     if (!arch || arch->memory == MemoryKind::kv) return file;
-    kvweld::llamacpp::ArchShape shape;
-    shape.vocab = std::uint32_t(llama_vocab_n_tokens(llama_model_get_vocab(file)));
-    shape.embd = std::uint32_t(llama_model_n_embd(file));
-    shape.ff = 2 * shape.embd;
-    shape.layers = std::uint32_t(llama_model_n_layer(file));
-    shape.heads = std::uint32_t(llama_model_n_head(file));
-    shape.heads_kv = std::uint32_t(llama_model_n_head_kv(file));
-    shape.window = window;
+    const kvweld::llamacpp::ArchShape shape = kvweld::llamacpp::arch_shape_of(file, window);
     llama_model_free(file);
     std::string why;  // llama.cpp logs why it refuses the metadata
     error_log = &why;

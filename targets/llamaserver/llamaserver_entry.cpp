@@ -6,6 +6,13 @@
 
 #include <filesystem>
 
+#ifndef LLAMA_ARCH_MODEL_PATH
+#define LLAMA_ARCH_MODEL_PATH ""
+#endif
+#ifndef LLAMA_ARCH_MODEL_MISSING
+#define LLAMA_ARCH_MODEL_MISSING "a server over HTTP, not a plugin"
+#endif
+
 namespace kvweld::targets {
 
 namespace {
@@ -25,8 +32,9 @@ std::string cached_server(const std::string& release, std::string* why) {
 
 const EngineEntry kLlamaServerEntry{
     .name = "llama-server",
-    .missing = "a server over HTTP, not a plugin",
+    .missing = LLAMA_ARCH_MODEL_MISSING,
     .server_binary = cached_server,
+    .arch_model_writer = LLAMA_ARCH_MODEL_PATH,
 };
 
 }  // namespace kvweld::targets

@@ -78,13 +78,11 @@ std::string describe(int status) {
     return cat("exit ", WEXITSTATUS(status));
 }
 
-}  // namespace
-
-ServerProcess::ServerProcess(ServerSetup setup) : setup_(std::move(setup)) {
-    const int log = ::open(setup_.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    require(log >= 0, "llama-server: cannot write its log ", setup_.log, ": ", std::strerror(errno));
-    std::vector<std::string> words = {setup_.binary, "-m", setup_.model, "--host", "127.0.0.1", "--port", "0"};
-    words.insert(words.end(), setup_.args.begin(), setup_.args.end());
+// Starts `words` (the program first) with its output to `log`; throws
+// Error naming `what` where it cannot.
+pid_t spawn(std::vector<std::string> words, const std::string& log_path, const char* what) {
+    const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    require(log >= 0, what, ": cannot write its log ", log_path, ": ", std::strerror(errno));
     std::vector<char*> argv;
     for (std::string& w : words) argv.push_back(w.data());
     argv.push_back(nullptr);
@@ -92,11 +90,45 @@ ServerProcess::ServerProcess(ServerSetup setup) : setup_(std::move(setup)) {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, log, 1);
     posix_spawn_file_actions_adddup2(&actions, log, 2);
-    const int rc = ::posix_spawn(&pid_, setup_.binary.c_str(), &actions, nullptr, argv.data(), environ);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, words[0].c_str(), &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     ::close(log);
-    if (rc != 0) pid_ = -1;
-    require(rc == 0, "llama-server: cannot start ", setup_.binary, ": ", std::strerror(rc));
+    require(rc == 0, what, ": cannot start ", words[0], ": ", std::strerror(rc));
+    return pid;
+}
+
+std::string tail(const std::string& log, int lines) {
+    std::ifstream in(log);
+    std::vector<std::string> all;
+    for (std::string line; std::getline(in, line);) all.push_back(line);
+    std::string out;
+    for (std::size_t i = all.size() > std::size_t(lines) ? all.size() - std::size_t(lines) : 0; i < all.size(); ++i)
+        out += all[i] + "\n";
+    return out;
+}
+
+}  // namespace
+
+void run_to_end(const std::vector<std::string>& words, const std::string& log, double timeout_s) {
+    const pid_t pid = spawn(words, log, words[0].c_str());
+    remember(pid);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(long(timeout_s * 1000));
+    int status = 0;
+    pid_t got = 0;
+    while ((got = ::waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(kPoll);
+    if (got == 0) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+    forget(pid);
+    require(got != 0, words[0], " did not end within ", timeout_s, " s (killed); the last lines of its log (", log, "):\n",
+            tail(log, 8));
+    require(WIFEXITED(status) && WEXITSTATUS(status) == 0, words[0], " failed (", describe(status),
+            "); the last lines of its log (", log, "):\n", tail(log, 8));
+}
+
+ServerProcess::ServerProcess(ServerSetup setup) : setup_(std::move(setup)) {
+    std::vector<std::string> words = {setup_.binary, "-m", setup_.model, "--host", "127.0.0.1", "--port", "0"};
+    words.insert(words.end(), setup_.args.begin(), setup_.args.end());
+    pid_ = spawn(words, setup_.log, "llama-server");
     remember(pid_);
     try {
         await_health();
@@ -150,14 +182,6 @@ void ServerProcess::stop(double grace_s) {
     pid_ = -1;
 }
 
-std::string ServerProcess::log_tail(int lines) const {
-    std::ifstream in(setup_.log);
-    std::vector<std::string> all;
-    for (std::string line; std::getline(in, line);) all.push_back(line);
-    std::string out;
-    for (std::size_t i = all.size() > std::size_t(lines) ? all.size() - std::size_t(lines) : 0; i < all.size(); ++i)
-        out += all[i] + "\n";
-    return out;
-}
+std::string ServerProcess::log_tail(int lines) const { return tail(setup_.log, lines); }
 
 }  // namespace kvweld::targets::llamaserver

@@ -48,4 +48,10 @@ private:
     int status_ = 0;
 };
 
+// Runs a short-lived program of kvweld's own (`words`, the program first)
+// to its end, its output to `log`: an Error quoting the log's last lines
+// where it fails or outlives `timeout_s` (then it is killed). A signal that
+// stops kvweld stops it too.
+void run_to_end(const std::vector<std::string>& words, const std::string& log, double timeout_s);
+
 }  // namespace kvweld::targets::llamaserver
