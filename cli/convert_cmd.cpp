@@ -7,6 +7,8 @@
 #include "engine/checkpoint.hpp"
 #include "engine/gguf.hpp"
 #include "sim/server/server_exchange.hpp"
+#include "sim/server/server_settings.hpp"
+#include "sim/server/server_sim.hpp"
 
 #include <fstream>
 
@@ -22,6 +24,8 @@ struct ConvertArgs {
     std::uint64_t seed = 1;
     std::string vocab = "none";
     int lora = -1;  // --lora I: the server simulator's I-th adapter of the model instead
+    std::string arch = "llama";  // another architecture of the same shape (kvweld-arch-model)
+    int window = 8;
 };
 
 int run_convert(const ConvertArgs& a) {
@@ -42,6 +46,14 @@ int run_convert(const ConvertArgs& a) {
         return 0;
     }
     const Model model = a.config.empty() ? load_llama2c(a.input) : Model::random(config_by_name(a.config), a.seed);
+    if (a.arch != "llama") {
+        require(!a.config.empty() && a.vocab == "test" && !a.output.ends_with(".bin"), "convert: --arch ", a.arch,
+                " needs --config, --vocab test and a .gguf OUTPUT (the model a server run of --config and --seed loads)");
+        sim::server::write_server_model(model, a.arch, a.window, a.seed, a.output, 120);
+        std::printf("convert: random %s seed %llu as arch %s (window %d; kvweld-arch-model, the server simulator's) -> %s\n",
+                    a.config.c_str(), (unsigned long long)a.seed, a.arch.c_str(), a.window, a.output.c_str());
+        return 0;
+    }
     if (a.output.ends_with(".bin"))
         save_llama2c(model, a.output);
     else
@@ -73,6 +85,18 @@ void add_convert_command(CLI::App& app, std::function<int()>& action) {
                     "write the I-th LoRA adapter a server run of --config and --seed loads (--engine llama-server: "
                     "its server script's adapter files) instead of the model")
         ->check(CLI::Range(0, 7));
+    cmd->add_option("--arch", args->arch,
+                    cat("another architecture of --config's shape, with llama.cpp's other memories (", sim::server::arch_names(),
+                        "): the model a server run with --params arch=NAME loads, written by kvweld-arch-model"))
+        ->capture_default_str()
+        ->check([](const std::string& name) {
+            try {
+                return sim::server::is_drawn("arch", name), std::string();
+            } catch (const Error& e) {
+                return std::string(e.what());  // names the archs
+            }
+        });
+    cmd->add_option("--window", args->window, "the sliding window of an --arch that has one")->capture_default_str()->check(CLI::Range(1, 64));
     cmd->callback([args, &action] {
         // One positional means OUTPUT (with --config); two mean INPUT OUTPUT.
         if (args->output.empty()) std::swap(args->input, args->output);

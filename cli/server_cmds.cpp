@@ -55,15 +55,9 @@ std::string arch(const RunOptions& o) {
     return name;
 }
 
-// kvweld-arch-model where the model is not llama ("" where it is).
-std::string arch_writer(const std::string& arch) {
-    return arch == "llama" ? "" : targets::arch_model_writer("llama-server");
-}
-
 ServerRunConfig config_for(const RunOptions& o, std::uint64_t seed, const std::string& dir) {
     ServerRunConfig c = server_config(need_server(o.server, o.engine), preset(o), arch(o), seed, dir);
     c.request_timeout_s = o.call_timeout;
-    c.arch_writer = arch_writer(c.settings.arch);
     return c;
 }
 
@@ -95,7 +89,7 @@ int run_server_swarm(const RunOptions& o, std::uint64_t first, std::uint64_t las
     refuse_library_flags(o);
     ServerSwarmOptions s;
     s.server = need_server(o.server, o.engine), s.preset = preset(o), s.first = first, s.last = last, s.steps = o.steps, s.jobs = jobs;
-    s.arch = arch(o), s.arch_writer = arch_writer(s.arch);
+    s.arch = arch(o);
     s.work_dir = work_dir(o.work_dir, "server-swarm");
     s.known_findings = known_for(o);
     s.request_timeout_s = o.call_timeout;
@@ -125,7 +119,6 @@ int run_server_replay(const std::string& text, const std::string& path, const st
     const ServerTrace t = parse_server_trace(text, path);
     ServerRunConfig c = t.config;
     c.server = need_server(server), c.work_dir = work_dir(dir, "server-replay");
-    c.arch_writer = arch_writer(c.settings.arch);
     const ServerRunResult r = run_server_ops(c, t.ops, t.observed);
     print(server_report(r));
     std::printf("the server's log: %s\n", r.log.c_str());
@@ -137,7 +130,6 @@ int run_server_shrink(const std::string& text, const std::string& path, const st
     const ServerTrace t = parse_server_trace(text, path);
     ServerRunConfig c = t.config;
     c.server = need_server(server), c.work_dir = work_dir(dir, "server-shrink");
-    c.arch_writer = arch_writer(c.settings.arch);
     // Identity: the known finding of the pinned release the failure is (or none), kept through the shrink.
     const ServerKnownFindings known = server_known_findings_for("");
     const ServerRunResult first = run_server_ops(c, t.ops);

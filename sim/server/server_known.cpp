@@ -1,6 +1,7 @@
 // Known findings of a llama-server release (sim/server/server_known.hpp).
 #include "sim/server/server_known.hpp"
 
+#include "sim/server/server_oracles.hpp"
 #include "sim/server/slot_states.hpp"
 
 #include "sim/json_field.hpp"
@@ -218,6 +219,23 @@ bool pinned_to_a_busy_slot(const ServerRunResult& r) {
     return false;
 }
 
+// reset-keeps-first-checkpoint: another memory than a KV cache with
+// context checkpoints; at the failing op or before it, a request's cache_n
+// is a count only a checkpoint of another prompt gives (the reuse model's
+// walk): the server restored a checkpoint made for tokens the prompt does
+// not start with.
+bool restored_another_prompts_checkpoint(const ServerRunResult& r) {
+    const ServerSettings& s = r.config.settings;
+    if (s.llama() || s.ctx_checkpoints == 0 || !r.failure) return false;
+    SlotCacheModel cache(s, config_by_name(r.config.preset).max_seq_len);
+    const std::vector<ServerOp> ops = up_to_failure(r);
+    for (std::size_t i = 0; i < ops.size() && i < r.observed.size(); ++i) {
+        if (const auto* a = std::get_if<Slot>(&ops[i].args)) cache.on_slot(*a, 0);
+        for (const Answered& a : answered(ops[i], r.observed[i])) cache.on_completion(a.request, a.answers);
+    }
+    return cache.foreign_restores() > 0;
+}
+
 struct Precondition {
     const char* name;
     const char* says;
@@ -254,6 +272,10 @@ constexpr Precondition kPreconditions[] = {
      "a RAM prompt cache; at the failing op or before it, a completion sent while a stream ran, pinned to a slot the stream "
      "held then (its own, or a copy's before that copy ended)",
      pinned_to_a_busy_slot},
+    {"restored-another-prompts-checkpoint",
+     "another memory than a KV cache, context checkpoints on; at the failing op or before it, a request's cache_n is a "
+     "count only a checkpoint made for another prompt gives",
+     restored_another_prompts_checkpoint},
     {"server-scales-over-other-scales",
      "LoRA adapters; the failing request names none (the server's scales) on a slot whose cache was computed with other "
      "scales", server_scales_over_other_scales},

@@ -110,12 +110,13 @@ SlotCacheModel::Memory SlotCacheModel::memory_of(const ServerSettings& s) {
     const llamacpp::ArchModel* a = llamacpp::find_arch(s.arch);
     require(a != nullptr, "arch '", s.arch, "': not one of kvweld's");
     if (a->memory == llamacpp::MemoryKind::kv) return Memory::kv;
-    if (llamacpp::has_recurrent_state(a->memory) && (!a->window || s.swa_full)) return Memory::state;
+    if (llamacpp::has_recurrent_state(a->memory)) return Memory::state;
     return Memory::window;
 }
 
 SlotCacheModel::SlotCacheModel(const ServerSettings& s, int model_ctx)
     : cache_reuse_(s.cache_reuse), shift_ctx_(s.shift_ctx(model_ctx)), memory_(memory_of(s)),
+      n_swa_(llamacpp::find_arch(s.arch)->window && !s.swa_full ? s.window : 0),
       ctx_checkpoints_(s.ctx_checkpoints), checkpoint_min_step_(s.checkpoint_min_step), states_(s, model_ctx, Held{}) {}
 
 SlotCacheModel::Held SlotCacheModel::after(const Held& before, const Completion& c, const ServerAnswer& a) const {
@@ -172,46 +173,48 @@ SlotCacheModel::Bounds SlotCacheModel::bounds(const Held& before, const Completi
     if (memory_ == Memory::kv) return {kv, hi, false, false};
     // Unmodelled (no lower bound): chunks or a context shift moved the
     // positions, or a cut stream left tokens the model does not know.
-    if (cache_reuse_ || shift_ctx_ || before.maybe_more) return {0, hi, false, hi > 0};
+    if (cache_reuse_ || shift_ctx_ || before.maybe_more) return {0, hi, false, hi > 0, {}, memory_bounds(before, c).foreign};
     return memory_bounds(before, c);
 }
 
 // Another memory than a KV cache: the server keeps the slot's memory where
 // its smallest position is below a threshold (server-context.cpp:3520-3615:
-// pos_min < pos_next - n_swa), else restores the newest checkpoint that
-// passes the same test (or starts at position 0) and ends within the
-// common prefix, or processes the prompt from the start. A recurrent
-// state's smallest position is its last (seq_pos_min), so it keeps its
-// memory only for a prompt that extends all of it: the count is then
-// known. A sliding window's is one kvweld does not model: any count the
-// memory may give is allowed. Either way a checkpoint holds the state of
-// the tokens it was made after, and only one of this prompt's may be
-// restored: a count only another prompt's checkpoint gives is a stale read.
+// pos_min < pos_next - n_swa, one less for a prompt it holds whole), else
+// restores the newest checkpoint that passes the same test (or starts at
+// position 0) and ends within the common prefix, or processes the prompt
+// from the start. A recurrent state's smallest position is its last
+// (seq_pos_min; a hybrid's is the larger of its two), so it keeps its
+// memory only for a prompt that extends all of it, and restores a
+// checkpoint to its count: the count is known. A sliding-window cache's
+// is one kvweld does not model: any count the memory may give is allowed
+// (a checkpoint ends a position before its count: n - 1 too). Either way
+// a checkpoint holds the state of the tokens it was made after, and only
+// one of this prompt's may be restored: a count only another prompt's
+// checkpoint gives is a stale read.
 SlotCacheModel::Bounds SlotCacheModel::memory_bounds(const Held& before, const Completion& c) const {
     const int held = int(before.tokens.size()), prompt = int(c.prompt.size());
     const int lcp = common_prefix(before.tokens, c.prompt);
     if (lcp == 0) return {0, 0, false, false};
     const auto last_evaluated = [&](int n) { return n == prompt ? n - 1 : n; };  // [TAG_PROMPT_LOGITS]
-    const int thold = lcp - (lcp < prompt ? 0 : 1);
-    Bounds b{0, 0, false, memory_ == Memory::window, {0}};
-    if (memory_ == Memory::window) b.may.push_back(last_evaluated(lcp));
-    if (memory_ == Memory::state && held - 1 < thold) return {lcp, lcp, false, false, {lcp}};
-    bool newest = true;
+    const bool state = memory_ == Memory::state;
+    const int thold = std::max(0, lcp - n_swa_ - (lcp < prompt ? 0 : 1));
+    if (state && held - 1 < thold) return {lcp, lcp, false, false, {lcp}};
+    // Nothing kept, or (a window's) the common prefix kept.
+    Bounds b{0, 0, false, !state, state ? std::vector<int>{0} : std::vector<int>{0, last_evaluated(lcp)}};
     for (auto k = before.checkpoints.rbegin(); k != before.checkpoints.rend(); ++k) {
         if (k->n_tokens - 1 > lcp) continue;
         const int n = last_evaluated(std::min(lcp, k->n_tokens));
-        const bool ours = std::equal(k->tokens.begin(), k->tokens.end(), c.prompt.begin());
-        if (!ours) {
-            b.foreign.push_back(n);
-            continue;
+        const bool passes = k->n_tokens - 1 < thold || k->n_tokens == 1;  // a state's pos_min is n_tokens - 1
+        if (!std::equal(k->tokens.begin(), k->tokens.end(), c.prompt.begin())) {
+            if (!state || passes) b.foreign.push_back(n);
+        } else if (!state) {
+            b.may.insert(b.may.end(), {n, n - 1});
+        } else if (passes) {
+            b.may.push_back(n);
+            if (!b.checkpoint) b.lo = n, b.checkpoint = true;  // the newest
         }
-        // A sliding window's checkpoint ends a position before its count (pos_max = n_tokens - 1).
-        b.may.push_back(n);
-        if (memory_ == Memory::window) b.may.push_back(n - 1);
-        if (memory_ == Memory::state && newest && (k->n_tokens - 1 < thold || k->n_tokens == 1))
-            b.lo = n, b.checkpoint = true, newest = false;
     }
-    b.hi = memory_ == Memory::window ? lcp : *std::max_element(b.may.begin(), b.may.end());
+    b.hi = state ? *std::max_element(b.may.begin(), b.may.end()) : lcp;
     return b;
 }
 
@@ -232,9 +235,11 @@ std::string SlotCacheModel::judge(const Held& before, const Completion& c, const
     const auto [lo, hi, checkpoint, unbounded, may, foreign] = bounds(before, c);
     reused_ += a.cache_n, allowed_ += std::clamp(a.cache_n, lo, hi);
     restored_ += checkpoint, unbounded_ += unbounded;
-    const bool allowed = may.empty() || std::find(may.begin(), may.end(), a.cache_n) != may.end();
+    const bool may_give = std::find(may.begin(), may.end(), a.cache_n) != may.end();
+    const bool foreign_gives = std::find(foreign.begin(), foreign.end(), a.cache_n) != foreign.end();
+    foreign_ += foreign_gives && !may_give;  // unmodelled too (no `may`): the known findings' walk counts it
     // check reuse.foreign-checkpoint: a count only a checkpoint of another prompt gives
-    if (!allowed && std::find(foreign.begin(), foreign.end(), a.cache_n) != foreign.end())
+    if (!may.empty() && !may_give && foreign_gives)
         return ++stale_, cat("cache_n ", a.cache_n, " but the checkpoints of slot ", a.slot, " that end there hold another "
                              "prompt's tokens: the server restored a state that does not belong (a stale read)");
     // check reuse.stale-read: cache_n above what the slot holds of the prompt

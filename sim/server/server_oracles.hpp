@@ -84,6 +84,9 @@ public:
     void tally(ServerTally& t) const override;
     int stale() const { return stale_; }
     int lost() const { return lost_; }
+    // Answers whose count only a checkpoint of another prompt gives (where
+    // a chunk or context shift leaves the count unmodelled, too).
+    int foreign_restores() const { return foreign_; }
     // The least and most cache_n `slot` allows for `c` now, were it served
     // there (a server script's expectation; the traffic study's).
     std::pair<int, int> allowed(const Completion& c, int slot) const;
@@ -114,9 +117,9 @@ private:
     };
     // How the slot's memory takes a prompt that shares a prefix with it:
     // kv, a KV cache, which keeps any prefix; state, a recurrent state
-    // (mamba, lfm2, lfm2_swa with --swa-full), which keeps its last position
-    // only, so the server reuses a prefix from a checkpoint or not at all;
-    // window, a sliding window the server checks against positions kvweld
+    // (mamba, lfm2, lfm2_swa), whose smallest position is its last, so the
+    // server reuses a prefix from a checkpoint or not at all; window, a
+    // sliding-window cache (granite_swa), whose smallest position kvweld
     // does not model (no lower bound).
     enum class Memory { kv, state, window };
     struct Bounds {
@@ -137,8 +140,9 @@ private:
     Held after(const Held& before, const Completion& c, const ServerAnswer& a) const;
     void make_checkpoints(std::vector<Checkpoint>& checkpoints, int n_past, const std::vector<int>& prompt) const;
     void add_checkpoint(std::vector<Checkpoint>& checkpoints, Checkpoint k) const;
-    int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0;
+    int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0, foreign_ = 0;
     Memory memory_;
+    int n_swa_;  // the window the server checks positions against (server-context.cpp:1337)
     int ctx_checkpoints_, checkpoint_min_step_;
     int requests_ = 0;  // the request being served: a checkpoint's task
     SlotStates<Held> states_;

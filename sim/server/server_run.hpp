@@ -70,7 +70,6 @@ struct ServerSwarmOptions {
     std::string server;
     std::string preset = "small";
     std::string arch = "llama";  // the model's architecture (ServerSettings::arch)
-    std::string arch_writer;     // ServerRunConfig::arch_writer
     std::uint64_t first = 0, last = 0;
     int steps = 60;
     int jobs = 1;

@@ -8,6 +8,7 @@
 #include "sim/server/server_variants.hpp"
 #include "sim/server/server_wire.hpp"
 #include "targets/llamaserver/http.hpp"
+#include "targets/registry.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
 
@@ -60,6 +61,18 @@ std::vector<std::string> write_loras(const Model& model, const ServerRunConfig& 
 
 }  // namespace
 
+void write_server_model(const Model& model, const std::string& arch, int window, std::uint64_t seed, const std::string& path,
+                        double timeout_s) {
+    if (arch == "llama") return save_gguf(model, path, Vocab::test);
+    const std::string writer = targets::arch_model_writer("llama-server");
+    const std::string shape = path + ".shape.gguf";
+    save_gguf(model, shape, Vocab::test);
+    targets::llamaserver::run_to_end({writer, arch, std::to_string(window), std::to_string(std::uint32_t(seed)), shape, path},
+                                     path + ".log", timeout_s);
+    std::filesystem::remove(shape);
+    std::filesystem::remove(path + ".log");
+}
+
 std::string_view to_string(ServerVerdict v) {
     switch (v) {
         case ServerVerdict::pass: return "PASS";
@@ -67,19 +80,6 @@ std::string_view to_string(ServerVerdict v) {
         case ServerVerdict::server_error: return "SERVER_ERROR";
     }
     return "?";
-}
-
-// The server's model file: kvweld's llama model, or for another arch the
-// model of its shape kvweld-arch-model writes (weights from the run's
-// seed): the server loads files only.
-void write_model(const ServerRunConfig& c, const Model& model, const std::string& path) {
-    if (c.settings.llama()) return save_gguf(model, path, Vocab::test);
-    require(!c.arch_writer.empty(), "arch '", c.settings.arch, "': no writer of its model given (kvweld-arch-model)");
-    const std::string shape = c.work_dir + "/shape.gguf";
-    save_gguf(model, shape, Vocab::test);
-    targets::llamaserver::run_to_end({c.arch_writer, c.settings.arch, std::to_string(c.settings.window),
-                                      std::to_string(std::uint32_t(c.seed)), shape, path},
-                                     c.work_dir + "/arch-model.log", c.request_timeout_s);
 }
 
 // ---- the simulator
@@ -91,7 +91,7 @@ ServerSim::ServerSim(const ServerRunConfig& c)
     std::filesystem::remove_all(c.work_dir + "/truth/slots");
     std::filesystem::create_directories(c.work_dir + "/slots");
     const std::string gguf = c.work_dir + "/model.gguf";
-    write_model(c, model_, gguf);
+    write_server_model(model_, c.settings.arch, c.settings.window, c.seed, gguf, c.request_timeout_s);
     const int n_ctx = model_.config().max_seq_len;
     ServerFiles files{c.work_dir + "/slots/", write_loras(model_, c), ""};
     if (c.settings.draft) {

@@ -42,10 +42,16 @@ struct ServerRunConfig {
     std::string work_dir;         // the model, the servers' logs, the slot files
     bool lockstep = true;         // a ground-truth server beside it
     double request_timeout_s = 60;
-    // kvweld-arch-model, which writes the model where settings.arch is not
-    // llama (targets::arch_model_writer); not in a trace.
-    std::string arch_writer;
 };
+
+// The server's model file at `path`: kvweld's llama model (Vocab::test),
+// or for another arch the model of its shape that this build's
+// kvweld-arch-model makes (targets::arch_model_writer), its weights from
+// `seed`, the window its sliding window's: a server loads files only. An
+// Error quoting the writer's log where it fails, or naming why this build
+// has no writer.
+void write_server_model(const Model& model, const std::string& arch, int window, std::uint64_t seed, const std::string& path,
+                        double timeout_s);
 
 enum class ServerVerdict { pass, fail, server_error };
 std::string_view to_string(ServerVerdict v);

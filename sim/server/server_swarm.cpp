@@ -27,7 +27,6 @@ ServerRunResult run_seed(const ServerSwarmOptions& o, const ServerKnownFindings&
                          std::vector<std::string>& past) {
     ServerRunConfig c = server_config(o.server, o.preset, o.arch, seed, cat(o.work_dir, "/seed-", seed));
     c.request_timeout_s = o.request_timeout_s;
-    c.arch_writer = o.arch_writer;
     ServerRunResult r = run_server_generated(c, o.steps);
     ServerTally judged;
     for (int n = 0; o.steer && n < kMaxSteers; ++n) {

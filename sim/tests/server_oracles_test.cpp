@@ -82,6 +82,68 @@ TEST(ServerOracles, SlotCacheModelSeesAStaleReadAndLostReuse) {
     EXPECT_EQ(model.lost(), 1);
 }
 
+// A recurrent state (mamba, --ctx-checkpoints 3): the server keeps the
+// slot's memory for a prompt that extends all of it, else restores the
+// newest checkpoint within the common prefix (made 4 tokens before each
+// prompt's end, and at the reused count), else reuses nothing; cache_n
+// must be exactly that, above is a stale read, below lost reuse.
+ServerSettings memory_settings(const char* arch) {
+    ServerSettings s = plain_settings(1);
+    s.arch = arch, s.ctx_checkpoints = 3;
+    return s;
+}
+
+TEST(ServerOracles, SlotCacheModelFollowsARecurrentStatesCheckpoints) {
+    SlotCacheModel model(memory_settings("mamba"), kTestCtx);
+    const std::vector<int> ten = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    EXPECT_EQ(model.on_completion(request(0, ten), {answer(0, {11})}), "");  // a checkpoint at 6
+    // It extends all the slot holds (10): kept whole.
+    std::vector<int> more = ten;
+    more.insert(more.end(), {11, 12, 13});
+    EXPECT_EQ(model.on_completion(request(0, more), {answer(0, {14}, 10)}), "");  // checkpoints at 10 and 9
+    EXPECT_NE(model.on_completion(request(0, more), {answer(0, {14}, 12)}).find("a stale read"), std::string::npos)
+        << "the whole prompt held: the state cannot drop its last token, a checkpoint gives at most 10";
+    // Shares 7 with 13 held: the newest checkpoint that ends within the 7 is at 6.
+    SlotCacheModel again(memory_settings("mamba"), kTestCtx);
+    EXPECT_EQ(again.on_completion(request(0, ten), {answer(0, {11})}), "");
+    const Completion edit = request(0, {1, 2, 3, 4, 5, 6, 7, 20, 21, 22});
+    EXPECT_NE(again.on_completion(edit, {answer(0, {9}, 7)}).find("a stale read"), std::string::npos)
+        << "a recurrent state holds 10 tokens: it cannot be cut to the 7 shared";
+    SlotCacheModel lost(memory_settings("mamba"), kTestCtx);
+    EXPECT_EQ(lost.on_completion(request(0, ten), {answer(0, {11})}), "");
+    EXPECT_NE(lost.on_completion(edit, {answer(0, {9}, 0)}).find("in a context checkpoint (lost reuse)"), std::string::npos);
+    SlotCacheModel right(memory_settings("mamba"), kTestCtx);
+    EXPECT_EQ(right.on_completion(request(0, ten), {answer(0, {11})}), "");
+    EXPECT_EQ(right.on_completion(edit, {answer(0, {9}, 6)}), "");
+    // No checkpoints: nothing to restore, and 0 is right.
+    ServerSettings none = memory_settings("mamba");
+    none.ctx_checkpoints = 0;
+    SlotCacheModel bare(none, kTestCtx);
+    EXPECT_EQ(bare.on_completion(request(0, ten), {answer(0, {11})}), "");
+    EXPECT_EQ(bare.on_completion(edit, {answer(0, {9}, 0)}), "");
+}
+
+// reset-keeps-first-checkpoint: a 5-token prompt leaves a checkpoint at 1;
+// a prompt sharing nothing keeps it (b11434 erases only pos_max > 0); a
+// third sharing 3 tokens with the second is served from it. Its count, 1,
+// only another prompt's checkpoint gives: a stale read, on a recurrent
+// state and on a sliding window alike; 0 passes, and so does a count a
+// checkpoint of this prompt gives.
+TEST(ServerOracles, SlotCacheModelSeesACheckpointOfAnotherPromptRestored) {
+    for (const char* arch : {"mamba", "lfm2", "granite_swa"}) {
+        SlotCacheModel model(memory_settings(arch), kTestCtx), right(memory_settings(arch), kTestCtx);
+        for (SlotCacheModel* m : {&model, &right}) {
+            EXPECT_EQ(m->on_completion(request(0, {57, 80, 32, 90, 29}), {answer(0, {50})}), "") << arch;
+            EXPECT_EQ(m->on_completion(request(0, {85, 92, 1, 13, 89, 56, 91, 68, 80}), {answer(0, {24})}), "") << arch;
+        }
+        const Completion third = request(0, {85, 92, 1, 40, 41, 42, 43, 44, 45, 46, 47});
+        EXPECT_NE(model.on_completion(third, {answer(0, {16}, 1)}).find("another prompt's tokens"), std::string::npos) << arch;
+        EXPECT_EQ(model.foreign_restores(), 1) << arch;
+        EXPECT_EQ(right.on_completion(third, {answer(0, {50}, 0)}), "") << arch;
+        EXPECT_EQ(right.foreign_restores(), 0) << arch;
+    }
+}
+
 // With --cache-reuse 2, an agent's edit (a token cut from the middle) keeps
 // the chunk after the cut: the prefix of 2, then the 3 tokens shifted back.
 TEST(ServerOracles, SlotCacheModelCountsTheChunksTheServerShifts) {
