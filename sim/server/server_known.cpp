@@ -2,6 +2,7 @@
 #include "sim/server/server_known.hpp"
 
 #include "sim/server/server_oracles.hpp"
+#include "targets/llamacpp/llama_arch_list.hpp"
 #include "sim/server/slot_states.hpp"
 
 #include "sim/json_field.hpp"
@@ -194,6 +195,41 @@ bool aborted_rotating_bf16_keys(const ServerRunResult& r) {
     return text.str().find("ggml-cpu/ops.cpp:6485: fatal error") != std::string::npos;
 }
 
+// kshift-all-window-aborts: a model whose attention layers all slide
+// (lfm2_swa: llama_kv_cache_iswa's full-attention cache holds no layer), a
+// KV shift drawn (chunk reuse or context shift), and the server aborted
+// where llama_kv_cache::set_input_k_shift gets a k_shift input with no
+// buffer (GGML_ASSERT(buffer), ggml/src/ggml-backend.cpp:345, which
+// ggml_abort prints whether or not a backtrace follows).
+bool aborted_shifting_all_window_keys(const ServerRunResult& r) {
+    const ServerSettings& s = r.config.settings;
+    if (s.arch != "lfm2_swa" || (s.cache_reuse == 0 && !s.context_shift) || r.verdict != ServerVerdict::server_error)
+        return false;
+    std::ifstream in(r.log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str().find("ggml-backend.cpp:345: GGML_ASSERT(buffer) failed") != std::string::npos;
+}
+
+// swa-full-unified-drops-window: a sliding window kept whole (--swa-full)
+// in one unified cache, with a KV shift drawn (a shifted slot's new tokens
+// take cells: chunk reuse or context shift), and the failing request
+// reused part of its slot (cache_n above 0): llama_kv_cache::find_slot
+// gives another slot's cells its window no longer needs to a new token,
+// --swa-full or not, while the server, trusting --swa-full, checks no
+// window (n_swa 0) before it reuses a prefix.
+bool window_kept_whole_in_a_unified_cache(const ServerRunResult& r) {
+    const ServerSettings& s = r.config.settings;
+    const llamacpp::ArchModel* a = llamacpp::find_arch(s.arch);
+    if (!a || !a->window || !s.swa_full || !s.unified || (!s.context_shift && s.cache_reuse == 0) || !r.failure) return false;
+    const std::vector<ServerOp> ops = up_to_failure(r);
+    if (ops.empty() || r.failure->op >= r.observed.size()) return false;
+    for (const Answered& q : answered(ops.back(), r.observed[r.failure->op]))
+        for (const ServerAnswer& x : q.answers)
+            if (x.cache_n > 0) return true;
+    return false;
+}
+
 // busy-slot-takes-ram-cache: a RAM prompt cache, and at the failing op or
 // before it a completion sent while a stream ran, pinned to a slot the
 // stream held at that moment (its own, or a copy's before that copy
@@ -272,6 +308,13 @@ constexpr Precondition kPreconditions[] = {
      "a RAM prompt cache; at the failing op or before it, a completion sent while a stream ran, pinned to a slot the stream "
      "held then (its own, or a copy's before that copy ended)",
      pinned_to_a_busy_slot},
+    {"aborted-shifting-all-window-keys",
+     "an lfm2 model with a sliding window (every attention layer slides), chunk reuse or context shift; the server aborted "
+     "at ggml-backend.cpp:345 (GGML_ASSERT(buffer), the K-shift's input)",
+     aborted_shifting_all_window_keys},
+    {"window-kept-whole-in-a-unified-cache",
+     "a sliding window with --swa-full, one unified cache, chunk reuse or context shift; the failing request reused part of "
+     "its slot", window_kept_whole_in_a_unified_cache},
     {"restored-another-prompts-checkpoint",
      "another memory than a KV cache, context checkpoints on; at the failing op or before it, a request's cache_n is a "
      "count only a checkpoint made for another prompt gives",

@@ -95,10 +95,6 @@ std::string invalid(const S& s) {
     if (!s.llama() && s.loras)
         return cat("field 'loras' = ", s.loras, ": kvweld's adapters are llama's (arch '", s.arch, "')");
     if (!a->window && s.swa_full) return cat("field 'swa_full': arch '", s.arch, "' has no sliding window");
-    // The server turns them off where the memory cannot shift (server-context.cpp:1318-1328).
-    if (a->window && !s.swa_full && (s.cache_reuse || s.context_shift))
-        return cat("fields 'cache_reuse' = ", s.cache_reuse, " and 'context_shift' = ", s.context_shift, ": arch '", s.arch,
-                   "' without 'swa_full' cannot shift, and the server turns both off");
     return "";
 }
 
@@ -124,9 +120,11 @@ std::string arch_names() {
 namespace {
 
 // The other memories' settings, on their own stream (a llama seed's draw
-// is what it was). What the server turns off for a memory that cannot
-// shift (server-context.cpp:1318-1328: a sliding window without
-// --swa-full) is drawn off: the oracles follow the command line. No
+// is what it was). The server turns chunk reuse and context shift off
+// where the memory cannot shift (server-context.cpp:1318-1328), which a
+// sliding window can only where its cache is smaller than the full one:
+// at these contexts (a slot's 128 tokens, below the window plus a 512-token
+// ubatch) it is never, and both are drawn as for llama. No
 // embeddings and no draft model: the reference, which judges embeddings,
 // knows llama only, and a draft or an adapter would need one of its own arch.
 void draw_memory(S& s, std::uint64_t seed) {
@@ -137,7 +135,6 @@ void draw_memory(S& s, std::uint64_t seed) {
     s.pooling.clear(), s.draft = 0, s.loras = 0;
     s.window = a.window ? std::array<int, 3>{4, 8, 16}[rng.below(3)] : 8;
     s.swa_full = a.window && rng.chance(0.3);
-    if (a.window && !s.swa_full) s.cache_reuse = 0, s.context_shift = false;
     s.ctx_checkpoints = std::array<int, 4>{0, 1, 3, 32}[rng.below(4)];
     s.checkpoint_min_step = std::array<int, 3>{0, 4, 8192}[rng.below(3)];
 }

@@ -48,7 +48,8 @@ ServerRunResult failed_as_recorded(const ServerKnownFinding& f, const std::vecto
     // A trace of no ops: the server failed while starting, at op 0.
     r.failure = ServerFailure{r.ops.empty() ? 0 : r.ops.size() - 1, f.oracles.front(), "generated token 1: token 39 logprob 0, reference -1.9"};
     r.log = (std::filesystem::temp_directory_path() / cat("kvweld-known-test-", f.id, ".log")).string();
-    std::ofstream(r.log) << "ggml/src/ggml-cpu/ops.cpp:6485: fatal error\n";
+    // The aborts the crash findings' preconditions read (each also needs its own settings).
+    std::ofstream(r.log) << "ggml/src/ggml-cpu/ops.cpp:6485: fatal error\nggml/src/ggml-backend.cpp:345: GGML_ASSERT(buffer) failed\n";
     return r;
 }
 

@@ -1,5 +1,6 @@
-// Candidate finding of kvweld (not yet a known finding: no trace in the
-// findings file, no fix): on an lfm2 model with a sliding window, where
+// kvweld's known finding kshift-all-window-aborts (no fix yet; trace
+// targets/llamacpp/known_findings/memories/kshift_all_window_aborts.jsonl):
+// on an lfm2 model with a sliding window, where
 // every attention layer slides, a context shift (seq_rm then seq_add, as
 // llama-server makes one) aborts the process at the next llama_decode:
 // the K-shift of llama_kv_cache_iswa's full-attention cache, which holds
@@ -11,11 +12,16 @@
 //
 // Build against a llama.cpp install (b11434):
 //   g++ -std=c++17 kshift-all-window-aborts.cpp -I$P/include -L$P/lib -lllama -lggml -lggml-base -Wl,-rpath,$P/lib
-// Exits 0 when the decode after the shift returns; an abort shows the bug.
+// The decode after the shift runs in a child process: exit 1 (FINDING
+// SHOWN) when it aborts there, 0 when it returns.
 #include <ggml-backend.h>
 #include <gguf.h>
 #include <llama.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -86,8 +92,21 @@ int main() {
     llama_memory_seq_rm(mem, 0, 0, 5);        // a context shift: positions 0..4 dropped,
     llama_memory_seq_add(mem, 0, 5, -1, -5);  // the rest moved down by 5
     std::fflush(stdout);
-    std::printf("decode after the shift: %d\n", decode(ctx, 6, 1));  // aborts on b11434
+    const pid_t child = fork();
+    if (child == 0) {
+        std::printf("decode after the shift: %d\n", decode(ctx, 6, 1));  // aborts on b11434
+        std::fflush(stdout);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
     llama_free(ctx);
     llama_model_free(model);
+    if (WIFSIGNALED(status)) {
+        std::printf("FINDING SHOWN: llama_decode after the shift killed the process (signal %d, %s): exit 1\n", WTERMSIG(status),
+                    strsignal(WTERMSIG(status)));
+        return 1;
+    }
+    std::printf("not shown: exit 0\n");
     return 0;
 }
