@@ -123,7 +123,8 @@ SlotCacheModel::Held SlotCacheModel::after(const Held& before, const Completion&
     // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
     const std::vector<int> held = held_after(c, a, shift_ctx_);
     const bool counted = int(held.size()) == a.held;  // the server's count named only tokens the client saw
-    Held out{held, a.cut && !counted ? c.n_predict - int(a.tokens.size()) : 0, states_.scales(c), before.checkpoints};
+    Held out{held, a.cut && !counted ? c.n_predict - int(a.tokens.size()) : 0, states_.scales(c), before.checkpoints,
+             before.known && !a.cut};
     // The answer that computed the prompt made the checkpoints; a copy starts from its cells.
     if (memory_ != Memory::kv && a.index == 0) make_checkpoints(out.checkpoints, a.cache_n, c.prompt);
     return out;
@@ -172,8 +173,9 @@ SlotCacheModel::Bounds SlotCacheModel::bounds(const Held& before, const Completi
     const int hi = to_the_end ? std::min(kv + before.maybe_more, int(c.prompt.size()) - 1) : kv;
     if (memory_ == Memory::kv) return {kv, hi, false, false};
     // Unmodelled (no lower bound): chunks or a context shift moved the
-    // positions, or a cut stream left tokens the model does not know.
+    // positions, or a cut stream left tokens or checkpoints the model does not know.
     if (cache_reuse_ || shift_ctx_ || before.maybe_more) return {0, hi, false, hi > 0, {}, memory_bounds(before, c).foreign};
+    if (!before.known) return {0, hi, false, hi > 0};  // checkpoints made from a count a cut stream did not give
     return memory_bounds(before, c);
 }
 

@@ -110,10 +110,13 @@ private:
         int maybe_more = 0;
         std::vector<float> scales = {};  // the LoRA scales its KV was computed with
         std::vector<Checkpoint> checkpoints = {};  // oldest first, as the server keeps them
+        // Whether `checkpoints` are the server's: not once a cut stream,
+        // whose answer carries no count, made some from a count unknown.
+        bool known = true;
         void clear() { *this = {}; }
         // A slot file keeps the tokens and the memory, not the checkpoints
         // (a restore clears them: server_prompt::clear).
-        Held as_saved() const { return {tokens, maybe_more, scales, {}}; }
+        Held as_saved() const { return {tokens, maybe_more, scales, {}, true}; }
     };
     // How the slot's memory takes a prompt that shares a prefix with it:
     // kv, a KV cache, which keeps any prefix; state, a recurrent state

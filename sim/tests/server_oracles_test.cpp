@@ -121,6 +121,15 @@ TEST(ServerOracles, SlotCacheModelFollowsARecurrentStatesCheckpoints) {
     SlotCacheModel bare(none, kTestCtx);
     EXPECT_EQ(bare.on_completion(request(0, ten), {answer(0, {11})}), "");
     EXPECT_EQ(bare.on_completion(edit, {answer(0, {9}, 0)}), "");
+    // A cut stream's answer carries no count (seed 184): the checkpoints it
+    // made are unknown, and the slot's next counts have no exact value.
+    SlotCacheModel cut(memory_settings("mamba"), kTestCtx);
+    EXPECT_EQ(cut.on_completion(request(0, ten), {answer(0, {11})}), "");
+    ServerAnswer stopped = answer(0, {11, 12}, 0);
+    stopped.cut = true, stopped.held = 14;
+    Completion streamed = request(0, more, 5);
+    EXPECT_EQ(cut.on_completion(streamed, {stopped}), "");
+    EXPECT_EQ(cut.on_completion(edit, {answer(0, {9}, 7)}), "") << "the server may hold a checkpoint at 7 the model never saw";
 }
 
 // reset-keeps-first-checkpoint: a 5-token prompt leaves a checkpoint at 1;
