@@ -21,7 +21,16 @@ open(sys.argv[3], "w").write("\n".join([json.dumps(header)] + lines[1:]) + "\n")
 PY
   trace=$dir/$(basename "$trace")
 fi
-"$kvweld" repro --server "$pinned" "$trace" -o "$dir/finding.sh" || { echo "server_repro: kvweld repro failed"; exit 1; }
+# A request timed to a stream's event (a during op) lands when the stream
+# is where the trace says only as often as the machine allows (under
+# ASan's load a 118-token stream can end first): such a finding must show
+# in one of 3 runs, and a side that must not show it must not in any.
+tries=1
+grep -q '"op":"during"' "$trace" && tries=3
+for ((k = 1; k <= tries; ++k)); do
+  "$kvweld" repro --server "$pinned" "$trace" -o "$dir/finding.sh" && break
+  ((k < tries)) || { echo "server_repro: kvweld repro failed ($tries tries)"; exit 1; }
+done
 # The files the script takes, as its header names them ("#   kvweld convert ARGS FILE": the model, each LoRA adapter, a draft model).
 files=()
 while read -r -a words; do
@@ -31,9 +40,18 @@ done < <(grep -E '^#   kvweld convert .* [A-Za-z0-9_.-]+\.gguf$' "$dir/finding.s
 status=0
 for side in "$pinned 1" "$fixed $want_fixed"; do
   read -r server want <<< "$side"
-  out=$(bash "$dir/finding.sh" "$server" "${files[@]}" 2>&1); rc=$?
-  printf '%s\n' "$out" | grep -v "Aborted" | tail -4
-  echo "server_repro: $(basename "$trace") on $server exited $rc (expected $want)"
-  [[ $rc == "$want" ]] || status=1
+  ok=0
+  ((want == 0)) && ok=1
+  for ((k = 1; k <= tries; ++k)); do
+    out=$(bash "$dir/finding.sh" "$server" "${files[@]}" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -v "Aborted" | tail -4
+    echo "server_repro: $(basename "$trace") on $server exited $rc (expected $want; run $k of $tries)"
+    if ((want == 1)); then
+      ((rc == 1)) && { ok=1; break; }  # shown: once is enough
+    else
+      ((rc == 0)) || { ok=0; break; }  # a fix must not show it in any run
+    fi
+  done
+  ((ok)) || status=1
 done
 exit $status

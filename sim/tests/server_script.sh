@@ -27,7 +27,16 @@ if ((${#files[@]} == 0)); then
   "$kvweld" convert --config small --seed 1 --vocab test "$dir/model.gguf" > /dev/null || { echo "kvweld convert failed"; exit 1; }
   files=("$dir/model.gguf")
 fi
-out=$(GGML_NO_BACKTRACE=1 bash "$script" "$server" "${files[@]}" 2>&1); rc=$?
+# A request timed to a stream's event (the script's `moment`) lands where
+# the trace says only as often as the machine allows: such a finding must
+# show in one of 3 runs; a build that must not show it runs it 3 times.
+tries=1
+grep -q '^moment ' "$script" && tries=3
+for ((k = 1; k <= tries; ++k)); do
+  out=$(GGML_NO_BACKTRACE=1 bash "$script" "$server" "${files[@]}" 2>&1); rc=$?
+  [[ $want == 1 && $rc == 1 ]] && break
+  [[ $want == 0 && $rc != 0 ]] && break
+done
 printf '%s\n' "$out" | tail -8
 if [[ $rc != "$want" ]]; then
   echo "server_script: $(basename "$script") exited $rc, expected $want ($([[ $want == 1 ]] && echo 'the bug shown on the unfixed build' || echo 'no bug with the fix'))"
