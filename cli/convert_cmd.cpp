@@ -91,7 +91,7 @@ void add_convert_command(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str()
         ->check([](const std::string& name) {
             try {
-                return sim::server::is_drawn("arch", name), std::string();
+                return sim::server::arch_named(name), std::string();
             } catch (const Error& e) {
                 return std::string(e.what());  // names the archs
             }

@@ -2,7 +2,6 @@
 #include "sim/server/server_known.hpp"
 
 #include "sim/server/server_oracles.hpp"
-#include "targets/llamacpp/llama_arch_list.hpp"
 #include "sim/server/slot_states.hpp"
 
 #include "sim/json_field.hpp"
@@ -220,8 +219,7 @@ bool aborted_shifting_all_window_keys(const ServerRunResult& r) {
 // window (n_swa 0) before it reuses a prefix.
 bool window_kept_whole_in_a_unified_cache(const ServerRunResult& r) {
     const ServerSettings& s = r.config.settings;
-    const llamacpp::ArchModel* a = llamacpp::find_arch(s.arch);
-    if (!a || !a->window || !s.swa_full || !s.unified || (!s.context_shift && s.cache_reuse == 0) || !r.failure) return false;
+    if (!arch_named(s.arch).window || !s.swa_full || !s.unified || (!s.context_shift && s.cache_reuse == 0) || !r.failure) return false;
     const std::vector<ServerOp> ops = up_to_failure(r);
     if (ops.empty() || r.failure->op >= r.observed.size()) return false;
     for (const Answered& q : answered(ops.back(), r.observed[r.failure->op]))

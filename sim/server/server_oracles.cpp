@@ -3,7 +3,6 @@
 
 #include "sim/server/sampler_cut.hpp"
 #include "sim/server/server_wire.hpp"
-#include "targets/llamacpp/llama_arch_list.hpp"
 #include "targets/llamaserver/http.hpp"
 #include "util/cat.hpp"
 #include "util/error.hpp"
@@ -107,16 +106,15 @@ void LogprobOracle::tally(ServerTally& t) const {
 // A sliding window the server keeps whole (--swa-full) is no window to it
 // (n_swa 0, server-context.cpp:1337).
 SlotCacheModel::Memory SlotCacheModel::memory_of(const ServerSettings& s) {
-    const llamacpp::ArchModel* a = llamacpp::find_arch(s.arch);
-    require(a != nullptr, "arch '", s.arch, "': not one of kvweld's");
-    if (a->memory == llamacpp::MemoryKind::kv) return Memory::kv;
-    if (llamacpp::has_recurrent_state(a->memory)) return Memory::state;
+    const llamacpp::ArchModel& a = arch_named(s.arch);
+    if (a.memory == llamacpp::MemoryKind::kv) return Memory::kv;
+    if (llamacpp::has_recurrent_state(a.memory)) return Memory::state;
     return Memory::window;
 }
 
 SlotCacheModel::SlotCacheModel(const ServerSettings& s, int model_ctx)
     : cache_reuse_(s.cache_reuse), shift_ctx_(s.shift_ctx(model_ctx)), memory_(memory_of(s)),
-      n_swa_(llamacpp::find_arch(s.arch)->window && !s.swa_full ? s.window : 0),
+      n_swa_(arch_named(s.arch).window && !s.swa_full ? s.window : 0),
       ctx_checkpoints_(s.ctx_checkpoints), checkpoint_min_step_(s.checkpoint_min_step), states_(s, model_ctx, Held{}) {}
 
 SlotCacheModel::Held SlotCacheModel::after(const Held& before, const Completion& c, const ServerAnswer& a) const {
@@ -207,7 +205,8 @@ SlotCacheModel::Bounds SlotCacheModel::memory_bounds(const Held& before, const C
         if (k->n_tokens - 1 > lcp) continue;
         const int n = last_evaluated(std::min(lcp, k->n_tokens));
         const bool passes = k->n_tokens - 1 < thold || k->n_tokens == 1;  // a state's pos_min is n_tokens - 1
-        if (!std::equal(k->tokens.begin(), k->tokens.end(), c.prompt.begin())) {
+        const bool ours = k->tokens.size() <= c.prompt.size() && std::equal(k->tokens.begin(), k->tokens.end(), c.prompt.begin());
+        if (!ours) {
             if (!state || passes) b.foreign.push_back(n);
         } else if (!state) {
             b.may.insert(b.may.end(), {n, n - 1});

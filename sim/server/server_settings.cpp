@@ -106,7 +106,7 @@ void check(const S& s) {
 // The architecture named by the settings (checked).
 const llamacpp::ArchModel& arch_of(const S& s) {
     check(s);
-    return *llamacpp::find_arch(s.arch);
+    return arch_named(s.arch);
 }
 
 }  // namespace
@@ -115,6 +115,12 @@ std::string arch_names() {
     std::string out;
     for (const llamacpp::ArchModel& a : llamacpp::kArchModels) out += cat(out.empty() ? "" : ", ", a.name);
     return out;
+}
+
+const llamacpp::ArchModel& arch_named(const std::string& name) {
+    const llamacpp::ArchModel* a = llamacpp::find_arch(name);
+    require(a != nullptr, "arch '", name, "': must be one of ", arch_names());
+    return *a;
 }
 
 namespace {
@@ -129,9 +135,7 @@ namespace {
 // knows llama only, and a draft or an adapter would need one of its own arch.
 void draw_memory(S& s, std::uint64_t seed) {
     Rng rng(seed ^ 0xa7c4ULL);
-    const llamacpp::ArchModel* arch = llamacpp::find_arch(s.arch);
-    require(arch != nullptr, "arch '", s.arch, "': must be one of ", arch_names());
-    const llamacpp::ArchModel& a = *arch;
+    const llamacpp::ArchModel& a = arch_named(s.arch);
     s.pooling.clear(), s.draft = 0, s.loras = 0;
     s.window = a.window ? std::array<int, 3>{4, 8, 16}[rng.below(3)] : 8;
     s.swa_full = a.window && rng.chance(0.3);
@@ -185,10 +189,9 @@ std::vector<std::string> ServerSettings::flags() const {
 }
 
 bool is_drawn(const std::string& name, const std::string& arch) {
-    const llamacpp::ArchModel* a = llamacpp::find_arch(arch);
-    require(a != nullptr, "arch '", arch, "': must be one of ", arch_names());
+    const llamacpp::ArchModel& a = arch_named(arch);
     if (name == "arch") return false;
-    if (name == "window" || name == "swa_full") return a->window;
+    if (name == "window" || name == "swa_full") return a.window;
     if (name == "pooling" || name == "draft" || name == "loras") return arch == "llama";
     for (const Field& f : kServerSettingsFields)
         if (name == f.name) return arch != "llama" || !f.other_memories;

@@ -6,6 +6,7 @@
 
 #include "engine/kv_type.hpp"
 #include "sim/server/prompt_cache.hpp"
+#include "targets/llamacpp/llama_arch_list.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -78,6 +79,9 @@ bool is_drawn(const std::string& name, const std::string& arch);
 
 // kvweld's architectures, "llama, granite_swa, ...", for errors and --help.
 std::string arch_names();
+// The architecture kvweld names `name` (llama_arch_list.hpp); throws Error
+// naming them all where it is none.
+const llamacpp::ArchModel& arch_named(const std::string& name);
 
 // Where a server's files are: its slot files' folder, each LoRA adapter
 // (settings.loras of them), the draft model ("" without one). The

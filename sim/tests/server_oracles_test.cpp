@@ -121,6 +121,12 @@ TEST(ServerOracles, SlotCacheModelFollowsARecurrentStatesCheckpoints) {
     SlotCacheModel bare(none, kTestCtx);
     EXPECT_EQ(bare.on_completion(request(0, ten), {answer(0, {11})}), "");
     EXPECT_EQ(bare.on_completion(edit, {answer(0, {9}, 0)}), "");
+    // A checkpoint that ends one past a shorter prompt (at 6, the prompt's
+    // 5 all held) is not this prompt's, and is compared within the prompt,
+    // never past its end; a state cut to 5 cannot be kept: 0.
+    SlotCacheModel shorter(memory_settings("mamba"), kTestCtx);
+    EXPECT_EQ(shorter.on_completion(request(0, ten), {answer(0, {11})}), "");
+    EXPECT_EQ(shorter.on_completion(request(0, {1, 2, 3, 4, 5}), {answer(0, {9}, 0)}), "");
     // A cut stream's answer carries no count (seed 184): the checkpoints it
     // made are unknown, and the slot's next counts have no exact value.
     SlotCacheModel cut(memory_settings("mamba"), kTestCtx);
