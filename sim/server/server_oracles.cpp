@@ -121,10 +121,13 @@ SlotCacheModel::Held SlotCacheModel::after(const Held& before, const Completion&
     // A cut stream: the server may have decoded up to n_predict - 1 tokens before it heard.
     const std::vector<int> held = held_after(c, a, shift_ctx_);
     const bool counted = int(held.size()) == a.held;  // the server's count named only tokens the client saw
+    // A cut stream's answer carries no count; where the model allows only
+    // 0 (the prompt shares nothing the slot may reuse), 0 is its count.
+    const bool none = a.cut && bounds(before, c).hi == 0;
     Held out{held, a.cut && !counted ? c.n_predict - int(a.tokens.size()) : 0, states_.scales(c), before.checkpoints,
-             before.known && !a.cut};
+             before.known && (!a.cut || none)};
     // The answer that computed the prompt made the checkpoints; a copy starts from its cells.
-    if (memory_ != Memory::kv && a.index == 0) make_checkpoints(out.checkpoints, a.cache_n, c.prompt);
+    if (memory_ != Memory::kv && a.index == 0) make_checkpoints(out.checkpoints, none ? 0 : a.cache_n, c.prompt);
     return out;
 }
 

@@ -111,7 +111,8 @@ private:
         std::vector<float> scales = {};  // the LoRA scales its KV was computed with
         std::vector<Checkpoint> checkpoints = {};  // oldest first, as the server keeps them
         // Whether `checkpoints` are the server's: not once a cut stream,
-        // whose answer carries no count, made some from a count unknown.
+        // whose answer carries no count, made some from a count unknown
+        // (one the model allows only 0 for is known).
         bool known = true;
         void clear() { *this = {}; }
         // A slot file keeps the tokens and the memory, not the checkpoints

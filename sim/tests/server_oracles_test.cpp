@@ -159,6 +159,26 @@ TEST(ServerOracles, SlotCacheModelSeesACheckpointOfAnotherPromptRestored) {
     }
 }
 
+// granite_swa seed 70: the second prompt comes as a stream cut after its
+// first token (its answer carries no count). It shares nothing with the
+// slot, so its count is 0 and its checkpoints are known: the foreign
+// restore after it (count 1, the first prompt's checkpoint) is still seen,
+// and the count 0 still passes. (One that shares tokens leaves them
+// unknown: SlotCacheModelFollowsARecurrentStatesCheckpoints.)
+TEST(ServerOracles, SlotCacheModelKnowsACutStreamThatSharedNothing) {
+    for (const int cache_n : {1, 0}) {
+        SlotCacheModel model(memory_settings("granite_swa"), kTestCtx);
+        EXPECT_EQ(model.on_completion(request(0, {57, 80, 32, 90, 29}), {answer(0, {50})}), "");
+        ServerAnswer stopped = answer(0, {24}, 0);
+        stopped.cut = true, stopped.held = 10;
+        EXPECT_EQ(model.on_completion(request(0, {85, 92, 1, 13, 89, 56, 91, 68, 80}, 4), {stopped}), "");
+        const Completion third = request(0, {85, 92, 1, 40, 41, 42, 43, 44, 45, 46, 47});
+        const std::string why = model.on_completion(third, {answer(0, {16}, cache_n)});
+        if (cache_n == 0) EXPECT_EQ(why, "");
+        else EXPECT_NE(why.find("another prompt's tokens"), std::string::npos) << why;
+    }
+}
+
 // With --cache-reuse 2, an agent's edit (a token cut from the middle) keeps
 // the chunk after the cut: the prefix of 2, then the 3 tokens shifted back.
 TEST(ServerOracles, SlotCacheModelCountsTheChunksTheServerShifts) {
