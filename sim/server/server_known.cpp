@@ -210,23 +210,43 @@ bool aborted_shifting_all_window_keys(const ServerRunResult& r) {
     return text.str().find("ggml-backend.cpp:345: GGML_ASSERT(buffer) failed") != std::string::npos;
 }
 
-// swa-full-unified-drops-window: a sliding window kept whole (--swa-full)
-// in one unified cache, with a KV shift drawn (a shifted slot's new tokens
-// take cells: chunk reuse or context shift), and the failing request
-// reused part of its slot (cache_n above 0): llama_kv_cache::find_slot
-// gives another slot's cells its window no longer needs to a new token,
-// --swa-full or not, while the server, trusting --swa-full, checks no
-// window (n_swa 0) before it reuses a prefix.
-bool window_kept_whole_in_a_unified_cache(const ServerRunResult& r) {
-    const ServerSettings& s = r.config.settings;
-    if (!arch_named(s.arch).window || !s.swa_full || !s.unified || (!s.context_shift && s.cache_reuse == 0) || !r.failure) return false;
+// The failing request reused part of its slot (cache_n above 0).
+bool failing_request_reused(const ServerRunResult& r) {
     const std::vector<ServerOp> ops = up_to_failure(r);
-    if (ops.empty() || r.failure->op >= r.observed.size()) return false;
+    if (ops.empty() || !r.failure || r.failure->op >= r.observed.size()) return false;
     for (const Answered& q : answered(ops.back(), r.observed[r.failure->op]))
         for (const ServerAnswer& x : q.answers)
             if (x.cache_n > 0) return true;
     return false;
 }
+
+// A sliding window the server takes as kept whole (--swa-full: n_swa 0,
+// so it checks no window before it reuses a prefix).
+bool window_whole(const ServerSettings& s) { return arch_named(s.arch).window && s.swa_full; }
+
+// A state the server may have loaded into a slot by the failing op: the
+// RAM prompt cache on, or a slot restore.
+bool state_loaded(const ServerRunResult& r) {
+    if (r.config.settings.cache_ram != 0) return true;
+    for (const ServerOp& op : up_to_failure(r)) {
+        const auto* a = std::get_if<Slot>(&op.args);
+        if (a && a->action == SlotAction::restore) return true;
+    }
+    return false;
+}
+
+// swa-full-state-drops-window: a window kept whole, a state loaded
+// (llama_kv_cache::state_write left out the cells the window masks), and
+// the failing request reused part of its slot.
+bool window_kept_whole_loaded(const ServerRunResult& r) {
+    return window_whole(r.config.settings) && state_loaded(r) && failing_request_reused(r);
+}
+
+// swa-full-find-slot-drops-window: a window kept whole, and the failing
+// request reused part of its slot: llama_kv_cache::find_slot gives the
+// cells a sequence's window masks (another slot's in one unified cache, or
+// the slot's own) to new tokens, --swa-full or not.
+bool window_kept_whole(const ServerRunResult& r) { return window_whole(r.config.settings) && failing_request_reused(r); }
 
 // busy-slot-takes-ram-cache: a RAM prompt cache, and at the failing op or
 // before it a completion sent while a stream ran, pinned to a slot the
@@ -310,9 +330,10 @@ constexpr Precondition kPreconditions[] = {
      "an lfm2 model with a sliding window (every attention layer slides), chunk reuse or context shift; the server aborted "
      "at ggml-backend.cpp:345 (GGML_ASSERT(buffer), the K-shift's input)",
      aborted_shifting_all_window_keys},
-    {"window-kept-whole-in-a-unified-cache",
-     "a sliding window with --swa-full, one unified cache, chunk reuse or context shift; the failing request reused part of "
-     "its slot", window_kept_whole_in_a_unified_cache},
+    {"window-kept-whole-loaded",
+     "a sliding window with --swa-full, the RAM prompt cache on or a slot restore; the failing request reused part of its slot",
+     window_kept_whole_loaded},
+    {"window-kept-whole", "a sliding window with --swa-full; the failing request reused part of its slot", window_kept_whole},
     {"restored-another-prompts-checkpoint",
      "another memory than a KV cache, context checkpoints on; at the failing op or before it, a request's cache_n is a "
      "count only a checkpoint made for another prompt gives",

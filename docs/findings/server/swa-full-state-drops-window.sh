@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# llama-server with --swa-full --kv-unified on a sliding-window model
-# (granite_swa, window 16), 4 slots, --context-shift: --swa-full makes the
-# server take the window as kept whole (n_swa 0), but in a unified cache
-# llama_kv_cache::find_slot gives cells another slot's window no longer
-# needs to a new token. A long completion on slot 0 (its context shifted)
-# takes 10 of slot 2's oldest cells; a prompt that reuses 16 of slot 2's
-# tokens is then computed over a window that lost them.
-# The trace: targets/llamaserver/known_findings/swa_full_unified_drops_window.jsonl
+# llama-server with --swa-full and the RAM prompt cache on a sliding-window
+# model (granite_swa, window 16), 2 slots, --cache-idle-slots: --swa-full
+# makes the server take the window as kept whole (n_swa 0), so after it
+# loads a prompt from the RAM cache it checks no window before reusing a
+# prefix of it. But the state it saved holds only the window's cells:
+# llama_kv_cache::state_write leaves out the cells the window masks, whatever
+# the cache's size. Slot 0 loads slot 1's 26-token prompt, keeps the 16 it
+# shares, and computes the rest over a window that lost positions 0 to 9.
+# The trace: targets/llamaserver/known_findings/swa_full_state_drops_window.jsonl
 # (kvweld replay --server <llama-server> reproduces it). Written by hand
 # from the trace; the model:
-#   kvweld convert --config small --seed 25 --vocab test --arch granite_swa --window 16 model.gguf
+#   kvweld convert --config small --seed 150 --vocab test --arch granite_swa --window 16 model.gguf
 #   <this script> <llama-server> model.gguf
 # It sends the trace's three requests, then the third again with
 # "cache_prompt": false (computed from the start on the same server), and
@@ -20,8 +21,8 @@ set -u
 server=$1 model=$2
 dir=$(mktemp -d) pid= url=
 trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
-GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 128 -t 1 --no-warmup -fa off \
-  --cache-reuse 0 --cache-ram 0 --ctx-checkpoints 0 -np 4 --kv-unified --swa-full --context-shift > "$dir/log" 2>&1 & pid=$!
+GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 256 -t 1 --no-warmup -fa off \
+  --cache-reuse 0 --cache-ram -1 --cache-idle-slots --ctx-checkpoints 0 -np 2 --no-kv-unified --swa-full > "$dir/log" 2>&1 & pid=$!
 for _ in $(seq 600); do
   url=$(sed -n 's|.*listening on \(http://127.0.0.1:[0-9]*\).*|\1|p' "$dir/log" | head -1)
   [[ -n $url ]] && curl -sf "$url/health" > /dev/null && break
@@ -31,17 +32,17 @@ done
 [[ -n $url ]] || { echo "llama-server did not answer /health in 60 s"; exit 2; }
 post() { curl -sf --max-time 60 "$url/completion" -d "$1" || { echo "POST /completion failed; the server's log ends:"; tail -3 "$dir/log"; exit 2; }; }
 ask() { printf '{"prompt":%s,"n_predict":%s,"n_probs":4,"temperature":0.0,"id_slot":%s,"return_tokens":true,"cache_prompt":%s}' "$1" "$2" "$3" "${4:-true}"; }
-# Slot 2: 20 tokens and 6 generated.
-post "$(ask '[7,57,75,12,9,20,78,28,14,88,50,89,78,17,8,42,42,69,28,43]' 6 2)" > /dev/null
-# Slot 0: 94 tokens and 44 generated: its context (128) shifts, and its new tokens take cells in the one unified cache.
-post "$(ask '[76,52,57,88,72,91,55,32,18,43,82,65,39,74,69,63,67,63,19,13,9,63,19,50,53,88,56,72,73,6,48,66,86,43,66,34,93,82,1,40,13,30,15,45,24,42,4,82,28,44,84,14,42,23,8,71,72,16,67,87,32,81,71,37,40,4,16,14,93,71,67,6,20,4,81,24,84,42,41,17,23,7,80,37,6,22,20,3,87,12,86,65,14,15,83]' 44 0)" > /dev/null
-# Slot 2 again: its first 16 tokens and 6 new ones.
-post "$(ask '[7,57,75,12,9,20,78,28,14,88,50,89,78,17,8,42,1,55,9,41,20,90]' 1 2)" > "$dir/reused"
-post "$(ask '[7,57,75,12,9,20,78,28,14,88,50,89,78,17,8,42,1,55,9,41,20,90]' 1 2 false)" > "$dir/fresh"
+# Slot 1: 21 tokens and 6 generated.
+post "$(ask '[93,75,70,25,70,54,50,21,63,86,24,61,57,61,17,38,82,38,63,27,89]' 6 1)" > /dev/null
+# Slot 0: another prompt; slot 1, idle, is saved to the RAM cache.
+post "$(ask '[7,89,33,45,52,14,38,56,59,84,86,3,35,18]' 1 0)" > /dev/null
+# Slot 0 again: slot 1's first 16 tokens and 6 new ones, loaded from the RAM cache.
+post "$(ask '[93,75,70,25,70,54,50,21,63,86,24,61,57,61,17,38,62,13,68,10,76,0]' 4 0)" > "$dir/reused"
+post "$(ask '[93,75,70,25,70,54,50,21,63,86,24,61,57,61,17,38,62,13,68,10,76,0]' 4 0 false)" > "$dir/fresh"
 python3 - "$dir" <<'PY'
 import json, sys
 reused, fresh = (json.load(open(f"{sys.argv[1]}/{n}")) for n in ("reused", "fresh"))
-print(f"third request: cache_n {reused['timings']['cache_n']} (16 of slot 2's tokens reused)")
+print(f"third request: cache_n {reused['timings']['cache_n']} (16 of slot 1's tokens, loaded from the RAM cache)")
 top = lambda a: {p["id"]: p["logprob"] for p in a["completion_probabilities"][0]["top_logprobs"]}
 r, f = top(reused), top(fresh)
 d = max(abs(r[t] - f[t]) for t in r if t in f) if set(r) & set(f) else float("inf")
