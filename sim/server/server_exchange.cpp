@@ -150,7 +150,7 @@ std::vector<std::string> ServerTally::lines() const {
     std::string kinds;
     for (int k = 0; k < kServerOpKinds; ++k) kinds += cat(k ? ", " : "", to_string(ServerOpKind(k)), " ", ops[std::size_t(k)]);
     return {cat("logprobs: ", tokens_judged, " generated tokens judged against kvweld's reference forward over the slot's KV; max "
-                "|logprob - reference| ", worst_logprob, " (tolerance ", kv_tolerances(), "); drafts (-md): ", accepted, " of ",
+                "|logprob - reference| ", worst_logprob, " (tolerance ", kv_tolerances(), "); drafts (-md or ngram): ", accepted, " of ",
                 drafted, " accepted; context shifts: ", context_shifts),
             cat("reuse: cache_n ", cache_n, " of the ", cache_allowed, " prompt tokens the slots held (stale reads ", stale,
                 ", lost reuse ", lost, "); ", slot_actions, " slot actions' counts against the slot or file they moved; ",

@@ -84,6 +84,9 @@ Adapters adapters_at(const ModelConfig& config, const std::vector<std::shared_pt
 // rejected, so the server removes them from its KV). Drafts of kDraftMax.
 std::uint64_t draft_seed(std::uint64_t seed, int draft);
 inline constexpr int kDraftMax = 4;
+// ngram drafts (settings.ngram): looked up after the slot's last 2 tokens (a random
+// model's greedy text repeats, so they are often accepted), kDraftMax long.
+inline constexpr int kNgramLookup = 2;
 
 // [{"id": i, "scale": s}, ...]: a request's "lora" and POST /lora-adapters' body.
 nlohmann::json lora_body(const std::vector<float>& scales);

@@ -68,7 +68,7 @@ private:
     std::string judge(Mirror& m, const Completion& c, const ServerAnswer& a);
     const Model& model_;
     double tolerance_, worst_ = 0;
-    int cache_reuse_, shift_ctx_, judged_ = 0, drafted_ = 0, accepted_ = 0, shifts_ = 0;
+    int cache_reuse_, shift_ctx_, judged_ = 0, shifts_ = 0;
     SlotStates<Mirror> states_;
     std::vector<std::shared_ptr<const LoraAdapter>> loras_;
 };
@@ -151,6 +151,7 @@ private:
     int requests_ = 0;  // the request being served: a checkpoint's task
     SlotStates<Held> states_;
     long reused_ = 0, allowed_ = 0, restored_ = 0, unbounded_ = 0;
+    int drafted_ = 0, accepted_ = 0;  // the answers' draft tokens (timings), on every arch
 };
 
 class GroundTruth final : public ServerOracle {
@@ -179,6 +180,11 @@ private:
     };
     targets::llamaserver::ServerProcess process_;
     int cache_reuse_, shift_ctx_, vocab_;
+    // Drafts (a draft model or ngram): a sampled answer's tokens after its
+    // first are drawn by rejection against the drafts
+    // (server-context.cpp:503-506), not by the plain sampler the ground
+    // truth runs: only its first is compared.
+    bool speculative_;
     double timeout_s_, tolerance_;
     int compared_ = 0, skipped_ = 0, uncertain_ = 0;
     SlotStates<Held> states_;  // its server scales: each request is sent to the ground truth with its scales named

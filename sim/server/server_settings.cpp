@@ -41,7 +41,7 @@ struct Field {
 // The arch and its window are the model's (a trace's ops were drawn for
 // it): no simpler value. Traces before the other archs ran llama at the
 // server's checkpoint defaults.
-constexpr std::array<Field, 16> kServerSettingsFields = {{
+constexpr std::array<Field, 17> kServerSettingsFields = {{
     {"slots", &S::slots, 1, 16, nullptr, nullptr, false},
     {"unified", &S::unified, 0, 0, nullptr, "false", false},
     {"cache_reuse", &S::cache_reuse, 0, 64, nullptr, "0", false},
@@ -58,6 +58,7 @@ constexpr std::array<Field, 16> kServerSettingsFields = {{
     {"swa_full", &S::swa_full, 0, 0, "false", "false", true},
     {"ctx_checkpoints", &S::ctx_checkpoints, 0, 64, "32", "0", true},
     {"checkpoint_min_step", &S::checkpoint_min_step, 0, 8192, "8192", "8192", true},
+    {"ngram", &S::ngram, 0, 0, "false", "false", true},
 }};
 
 nlohmann::json field_json(const S& s, const Field& f) {
@@ -95,6 +96,7 @@ std::string invalid(const S& s) {
     if (!s.llama() && s.loras)
         return cat("field 'loras' = ", s.loras, ": kvweld's adapters are llama's (arch '", s.arch, "')");
     if (!a->window && s.swa_full) return cat("field 'swa_full': arch '", s.arch, "' has no sliding window");
+    if (s.ngram && s.draft) return cat("field 'ngram': ngram drafts or a draft model (draft ", s.draft, "), not both");
     return "";
 }
 
@@ -141,6 +143,7 @@ void draw_memory(S& s, std::uint64_t seed) {
     s.swa_full = a.window && rng.chance(0.3);
     s.ctx_checkpoints = std::array<int, 4>{0, 1, 3, 32}[rng.below(4)];
     s.checkpoint_min_step = std::array<int, 3>{0, 4, 8192}[rng.below(3)];
+    s.ngram = rng.chance(0.3);
 }
 
 }  // namespace
@@ -167,7 +170,7 @@ ServerSettings ServerSettings::draw(std::uint64_t seed, const std::string& arch)
     ServerSettings s{.slots = slots, .unified = unified, .cache_reuse = cache_reuse, .pooling = pooling,
                      .ctx_extra = ctx_extra, .loras = loras, .cache_ram = cache_ram, .idle_slots = idle_slots,
                      .draft = draft, .context_shift = context_shift, .kv_type = kv_type, .arch = arch, .window = 8,
-                     .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192};
+                     .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192, .ngram = false};
     if (!s.llama()) draw_memory(s, seed);
     check(s);
     return s;
@@ -184,6 +187,9 @@ std::vector<std::string> ServerSettings::flags() const {
         out.insert(out.end(), {"--ctx-checkpoints", std::to_string(ctx_checkpoints), "--checkpoint-min-step",
                                std::to_string(checkpoint_min_step)});
         if (swa_full) out.push_back("--swa-full");
+        if (ngram)
+            out.insert(out.end(), {"--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", std::to_string(kNgramLookup),
+                                   "--spec-ngram-simple-size-m", std::to_string(kDraftMax)});
     }
     return out;
 }
@@ -203,6 +209,7 @@ std::string ServerSettings::describe() const {
     for (const std::string& f : flags()) out += cat(out.empty() ? "" : " ", f);
     if (loras) out += cat(", ", loras, " LoRA adapter", loras > 1 ? "s" : "");
     if (draft) out += draft == 1 ? ", a draft model of the same weights" : ", a draft model of other weights";
+    if (ngram) out += ", ngram drafts";
     if (!llama()) out += cat(", arch ", arch, arch_of(*this).window ? cat(" (window ", window, ")") : "");
     return ctx_extra ? cat(out, ", -c ", slots, " contexts + ", ctx_extra) : out;
 }
@@ -226,7 +233,7 @@ ServerSettings ServerSettings::from_json(const nlohmann::json& j) {
     require(j.is_object(), "settings: not an object");
     ServerSettings s{.slots = 0, .unified = false, .cache_reuse = 0, .pooling = "", .ctx_extra = 0, .loras = 0,
                      .cache_ram = 0, .idle_slots = false, .draft = 0, .context_shift = false, .kv_type = KvType::f32,
-                     .arch = "", .window = 0, .swa_full = false, .ctx_checkpoints = 0, .checkpoint_min_step = 0};
+                     .arch = "", .window = 0, .swa_full = false, .ctx_checkpoints = 0, .checkpoint_min_step = 0, .ngram = false};
     for (const Field& f : kServerSettingsFields) read_field(s, f, j);
     check(s);
     return s;

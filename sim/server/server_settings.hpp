@@ -49,6 +49,10 @@ struct ServerSettings {
     bool swa_full;           // --swa-full: a full-size sliding-window cache, which can shift
     int ctx_checkpoints;     // --ctx-checkpoints: per slot, 0 none (the server's default 32)
     int checkpoint_min_step; // --checkpoint-min-step: tokens between two (the server's default 8192; 0 none)
+    // --spec-type ngram-simple: drafts looked up in the slot's own tokens,
+    // no draft model; a recurrent or hybrid memory rolls a rejected draft
+    // back through a checkpoint of its own (server-context.cpp:3262-3304).
+    bool ngram;
     bool operator==(const ServerSettings&) const = default;
 
     // Drawn for the model `arch` (a llama seed draws what it drew before the other archs).

@@ -32,7 +32,7 @@ std::vector<ServerSettings> traffic_settings() {
         return ServerSettings{.slots = slots, .unified = unified, .cache_reuse = cache_reuse, .pooling = "", .ctx_extra = 0,
                               .loras = 0, .cache_ram = cache_ram, .idle_slots = cache_ram != 0, .draft = 0,
                               .context_shift = false, .kv_type = KvType::f32, .arch = "llama", .window = 8,
-                              .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192};
+                              .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192, .ngram = false};
     };
     std::vector<ServerSettings> out;
     for (int slots : {2, 3})

@@ -31,7 +31,7 @@ TEST(ServerSettings, EveryDrawnSettingRoundTripsThroughJson) {
             for (const auto& [name, value] : j.items()) seen[name].insert(value.dump());
         }
         // Not vacuous: every field is written, and the draw varies each it draws for the arch, and no other.
-        EXPECT_EQ(seen.size(), 16u);
+        EXPECT_EQ(seen.size(), 17u);
         for (const auto& [name, values] : seen) EXPECT_EQ(values.size() >= 2, is_drawn(name, arch)) << arch << " " << name;
     }
 }
@@ -66,7 +66,7 @@ TEST(ServerSettings, TheOtherArchsDrawOnTheirOwnStream) {
 TEST(ServerSettings, ATraceWrittenBeforeAFieldReadsTheValueItsServersRanWith) {
     nlohmann::json j = ServerSettings::draw(7, "llama").to_json();
     j.erase("kv_type"), j.erase("loras"), j.erase("cache_ram"), j.erase("context_shift");
-    for (const char* f : {"arch", "window", "swa_full", "ctx_checkpoints", "checkpoint_min_step"}) j.erase(f);
+    for (const char* f : {"arch", "window", "swa_full", "ctx_checkpoints", "checkpoint_min_step", "ngram"}) j.erase(f);
     const ServerSettings s = ServerSettings::from_json(j);
     EXPECT_EQ(s.arch, "llama");
     EXPECT_EQ(s.ctx_checkpoints, 32);  // the server's defaults
@@ -96,7 +96,7 @@ TEST(ServerSettings, ATraceWrittenBeforeAFieldReadsTheValueItsServersRanWith) {
 TEST(ServerSettings, SimplerSettingsCoverEveryFieldWithASimplerValue) {
     const ServerSettings busy{.slots = 3, .unified = true, .cache_reuse = 4, .pooling = "", .ctx_extra = 2, .loras = 2,
                               .cache_ram = 8192, .idle_slots = true, .draft = 2, .context_shift = true, .kv_type = KvType::bf16,
-                              .arch = "llama", .window = 8, .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192};
+                              .arch = "llama", .window = 8, .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192, .ngram = false};
     const nlohmann::json before = busy.to_json();
     std::set<std::string> changed;
     for (const ServerSettings& c : busy.simpler()) {
@@ -114,7 +114,7 @@ TEST(ServerSettings, SimplerSettingsCoverEveryFieldWithASimplerValue) {
                                               "context_shift", "kv_type"}));
     EXPECT_TRUE(ServerSettings::draw(0, "llama").simpler().size() <= 8u);
     ServerSettings swa = busy;
-    swa.arch = "granite_swa", swa.swa_full = true, swa.loras = 0, swa.draft = 0, swa.ctx_checkpoints = 3, swa.checkpoint_min_step = 4;
+    swa.arch = "granite_swa", swa.swa_full = true, swa.loras = 0, swa.draft = 0, swa.ctx_checkpoints = 3, swa.checkpoint_min_step = 4, swa.ngram = true;
     changed.clear();
     const nlohmann::json swa_json = swa.to_json();
     for (const ServerSettings& c : swa.simpler()) {
@@ -123,7 +123,7 @@ TEST(ServerSettings, SimplerSettingsCoverEveryFieldWithASimplerValue) {
             if (value != swa_json.at(name)) changed.insert(name);
     }
     EXPECT_EQ(changed, (std::set<std::string>{"unified", "cache_reuse", "ctx_extra", "cache_ram", "idle_slots", "context_shift",
-                                              "kv_type", "swa_full", "ctx_checkpoints", "checkpoint_min_step"}));
+                                              "kv_type", "swa_full", "ctx_checkpoints", "checkpoint_min_step", "ngram"}));
 }
 
 // The script of a trace run with f16 rows holds f16's tolerance: a correct

@@ -15,7 +15,7 @@ namespace kvweld::sim::server::test {
 inline ServerSettings plain_settings(int slots) {
     return {.slots = slots, .unified = false, .cache_reuse = 0, .pooling = "", .ctx_extra = 0, .loras = 0, .cache_ram = 0,
             .idle_slots = false, .draft = 0, .context_shift = false, .kv_type = KvType::f32, .arch = "llama", .window = 8,
-            .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192};
+            .swa_full = false, .ctx_checkpoints = 32, .checkpoint_min_step = 8192, .ngram = false};
 }
 
 // The model context the oracles' tests size slots and the RAM cache with
