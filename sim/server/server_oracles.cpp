@@ -239,6 +239,7 @@ std::string SlotCacheModel::judge(const Held& before, const Completion& c, const
     const bool may_give = std::find(may.begin(), may.end(), a.cache_n) != may.end();
     const bool foreign_gives = std::find(foreign.begin(), foreign.end(), a.cache_n) != foreign.end();
     foreign_ += foreign_gives && !may_give;  // unmodelled too (no `may`): the known findings' walk counts it
+    window_or_foreign_ += foreign_gives && may_give && memory_ == Memory::window;
     // check reuse.foreign-checkpoint: a count only a checkpoint of another prompt gives
     if (!may.empty() && !may_give && foreign_gives)
         return ++stale_, cat("cache_n ", a.cache_n, " but the checkpoints of slot ", a.slot, " that end there hold another "

@@ -87,6 +87,10 @@ public:
     // Answers whose count only a checkpoint of another prompt gives (where
     // a chunk or context shift leaves the count unmodelled, too).
     int foreign_restores() const { return foreign_; }
+    // Counts a checkpoint of another prompt gives where a sliding window's
+    // own memory (its common prefix, kept where its positions pass the
+    // server's test, which kvweld does not model) may give it too.
+    int window_or_foreign_restores() const { return window_or_foreign_; }
     // The least and most cache_n `slot` allows for `c` now, were it served
     // there (a server script's expectation; the traffic study's).
     std::pair<int, int> allowed(const Completion& c, int slot) const;
@@ -144,7 +148,7 @@ private:
     Held after(const Held& before, const Completion& c, const ServerAnswer& a) const;
     void make_checkpoints(std::vector<Checkpoint>& checkpoints, int n_past, const std::vector<int>& prompt) const;
     void add_checkpoint(std::vector<Checkpoint>& checkpoints, Checkpoint k) const;
-    int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0, foreign_ = 0;
+    int cache_reuse_, shift_ctx_, stale_ = 0, lost_ = 0, actions_ = 0, foreign_ = 0, window_or_foreign_ = 0;
     Memory memory_;
     int n_swa_;  // the window the server checks positions against (server-context.cpp:1337)
     int ctx_checkpoints_, checkpoint_min_step_;

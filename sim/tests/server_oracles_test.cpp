@@ -159,6 +159,23 @@ TEST(ServerOracles, SlotCacheModelSeesACheckpointOfAnotherPromptRestored) {
     }
 }
 
+// granite_swa seed 693: a checkpoint of another prompt at 1 is kept
+// (reset-keeps-first-checkpoint); the next prompt shares 1 token with the
+// slot. On a sliding window the slot's own memory may give 1 too (kvweld
+// does not follow the window's positions): not a stale read, but counted
+// for the known findings' walk, which names the finding where the ground
+// truth found the answer wrong. Where the count is not 1, nothing is counted.
+TEST(ServerOracles, SlotCacheModelCountsAWindowsOwnCountAnotherPromptsCheckpointGives) {
+    for (const int cache_n : {1, 0}) {
+        SlotCacheModel model(memory_settings("granite_swa"), kTestCtx);
+        EXPECT_EQ(model.on_completion(request(0, {18, 12, 77, 79, 91}), {answer(0, {44})}), "");  // a checkpoint at 1: 18
+        EXPECT_EQ(model.on_completion(request(0, {17, 81, 32, 93, 29, 10, 14, 66, 81}), {answer(0, {15, 91})}), "");
+        EXPECT_EQ(model.on_completion(request(0, {17, 20, 92, 16, 11, 68}), {answer(0, {2}, cache_n)}), "");
+        EXPECT_EQ(model.foreign_restores(), 0);
+        EXPECT_EQ(model.window_or_foreign_restores(), cache_n == 1 ? 1 : 0);
+    }
+}
+
 // granite_swa seed 70: the second prompt comes as a stream cut after its
 // first token (its answer carries no count). It shares nothing with the
 // slot, so its count is 0 and its checkpoints are known: the foreign
