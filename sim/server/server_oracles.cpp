@@ -236,14 +236,7 @@ std::string SlotCacheModel::judge(const Held& before, const Completion& c, const
     const auto [lo, hi, checkpoint, unbounded, may, foreign] = bounds(before, c);
     reused_ += a.cache_n, allowed_ += std::clamp(a.cache_n, lo, hi);
     restored_ += checkpoint, unbounded_ += unbounded;
-    const bool may_give = std::find(may.begin(), may.end(), a.cache_n) != may.end();
-    const bool foreign_gives = std::find(foreign.begin(), foreign.end(), a.cache_n) != foreign.end();
-    foreign_ += foreign_gives && !may_give;  // unmodelled too (no `may`): the known findings' walk counts it
-    window_or_foreign_ += foreign_gives && may_give && memory_ == Memory::window;
-    // check reuse.foreign-checkpoint: a count only a checkpoint of another prompt gives
-    if (!may.empty() && !may_give && foreign_gives)
-        return ++stale_, cat("cache_n ", a.cache_n, " but the checkpoints of slot ", a.slot, " that end there hold another "
-                             "prompt's tokens: the server restored a state that does not belong (a stale read)");
+    if (std::string why = judge_foreign(before, c, a); !why.empty()) return why;
     // check reuse.stale-read: cache_n above what the slot holds of the prompt
     if (a.cache_n > hi)
         return ++stale_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds only ", hi, " of the prompt (a stale read)");
@@ -280,13 +273,29 @@ std::string SlotCacheModel::slot_choice(const Completion& c, const std::vector<S
 
 // What a cut stream's slot holds once idle: what the client saw but the
 // last token, up to the n_predict - 1 the server may have decoded.
-std::string SlotCacheModel::judge_cut(const Completion& c, const ServerAnswer& a) {
+std::string SlotCacheModel::judge_cut(const Held& before, const Completion& c, const ServerAnswer& a) {
     if (a.held < 0) return "";  // a trace from before the count was read
     const int lo = int(c.prompt.size() + a.tokens.size()) - 1, hi = int(c.prompt.size()) + c.n_predict - 1;
     // check reuse.cut-stream-held: a cut stream's slot holding other than it may
     if (a.held < lo || a.held > hi)
         return ++stale_, cat("slot ", a.slot, " holds ", a.held, " tokens after the stream was cut at ", a.tokens.size(), " of ",
                              c.n_predict, ": the prompt's ", c.prompt.size(), " and what it generated allow ", lo, " to ", hi);
+    // Where its answer carries a count (cache_n above 0), only that count is judged.
+    return a.cache_n > 0 ? judge_foreign(before, c, a) : "";
+}
+
+// A count only a checkpoint of another prompt gives (and, for the known
+// findings' walk, one a sliding window's own memory may give too).
+std::string SlotCacheModel::judge_foreign(const Held& before, const Completion& c, const ServerAnswer& a) {
+    const Bounds b = bounds(before, c);
+    const bool may_give = std::find(b.may.begin(), b.may.end(), a.cache_n) != b.may.end();
+    const bool foreign_gives = std::find(b.foreign.begin(), b.foreign.end(), a.cache_n) != b.foreign.end();
+    foreign_ += foreign_gives && !may_give;  // unmodelled too (no `may`): the known findings' walk counts it
+    window_or_foreign_ += foreign_gives && may_give && memory_ == Memory::window;
+    // check reuse.foreign-checkpoint: a count only a checkpoint of another prompt gives
+    if (!b.may.empty() && !may_give && foreign_gives)
+        return ++stale_, cat("cache_n ", a.cache_n, " but the checkpoints of slot ", a.slot, " that end there hold another "
+                             "prompt's tokens: the server restored a state that does not belong (a stale read)");
     return "";
 }
 
@@ -295,7 +304,7 @@ std::string SlotCacheModel::on_completion(const Completion& c, const std::vector
     const std::string why = states_.complete(c, answers, [&](Held& held, const Held& before, const ServerAnswer& a) {
         // A copy (n_cmpl) reports the parent's prompt statistics; a cut
         // stream never got its final event, which carries them.
-        const std::string why = a.cut ? judge_cut(c, a) : judge(before, c, a);
+        const std::string why = a.cut ? judge_cut(before, c, a) : judge(before, c, a);
         held = after(before, c, a);
         drafted_ += a.drafted, accepted_ += a.accepted;
         return why;

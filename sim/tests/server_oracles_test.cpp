@@ -176,6 +176,25 @@ TEST(ServerOracles, SlotCacheModelCountsAWindowsOwnCountAnotherPromptsCheckpoint
     }
 }
 
+// mamba seed 314: the stream that restores another prompt's checkpoint is
+// itself cut (its first token's answer is wrong). Its answer carries a
+// count only where the server's last event came before the cut: 1 is then
+// judged as any count, and a cut answer without one is not.
+TEST(ServerOracles, SlotCacheModelJudgesTheCountACutStreamCarries) {
+    for (const int cache_n : {1, 0}) {
+        SlotCacheModel model(memory_settings("mamba"), kTestCtx);
+        EXPECT_EQ(model.on_completion(request(0, {52, 12, 85, 35, 30}), {answer(0, {62})}), "");  // a checkpoint at 1: 52
+        const std::vector<int> second = {65, 19, 1, 3, 13, 18, 72, 85, 78, 55};
+        EXPECT_EQ(model.on_completion(request(0, second), {answer(0, {79})}), "");
+        ServerAnswer stopped = answer(0, {46, 92}, cache_n);
+        stopped.cut = true, stopped.held = 10;
+        const std::string why = model.on_completion(request(0, {65, 19, 1, 3, 13, 18, 72, 86, 78}, 4), {stopped});
+        if (cache_n == 0) EXPECT_EQ(why, "");
+        else EXPECT_NE(why.find("another prompt's tokens"), std::string::npos) << why;
+        EXPECT_EQ(model.foreign_restores(), cache_n == 1 ? 1 : 0);
+    }
+}
+
 // granite_swa seed 70: the second prompt comes as a stream cut after its
 // first token (its answer carries no count). It shares nothing with the
 // slot, so its count is 0 and its checkpoints are known: the foreign
