@@ -233,10 +233,11 @@ std::pair<int, int> SlotCacheModel::allowed(const Completion& c, int slot) const
 }
 
 std::string SlotCacheModel::judge(const Held& before, const Completion& c, const ServerAnswer& a) {
-    const auto [lo, hi, checkpoint, unbounded, may, foreign] = bounds(before, c);
+    const Bounds b = bounds(before, c);
+    const auto& [lo, hi, checkpoint, unbounded, may, foreign] = b;
     reused_ += a.cache_n, allowed_ += std::clamp(a.cache_n, lo, hi);
     restored_ += checkpoint, unbounded_ += unbounded;
-    if (std::string why = judge_foreign(before, c, a); !why.empty()) return why;
+    if (std::string why = judge_foreign(b, a); !why.empty()) return why;
     // check reuse.stale-read: cache_n above what the slot holds of the prompt
     if (a.cache_n > hi)
         return ++stale_, cat("cache_n ", a.cache_n, " but slot ", a.slot, " holds only ", hi, " of the prompt (a stale read)");
@@ -281,13 +282,12 @@ std::string SlotCacheModel::judge_cut(const Held& before, const Completion& c, c
         return ++stale_, cat("slot ", a.slot, " holds ", a.held, " tokens after the stream was cut at ", a.tokens.size(), " of ",
                              c.n_predict, ": the prompt's ", c.prompt.size(), " and what it generated allow ", lo, " to ", hi);
     // Where its answer carries a count (cache_n above 0), only that count is judged.
-    return a.cache_n > 0 ? judge_foreign(before, c, a) : "";
+    return a.cache_n > 0 ? judge_foreign(bounds(before, c), a) : "";
 }
 
 // A count only a checkpoint of another prompt gives (and, for the known
 // findings' walk, one a sliding window's own memory may give too).
-std::string SlotCacheModel::judge_foreign(const Held& before, const Completion& c, const ServerAnswer& a) {
-    const Bounds b = bounds(before, c);
+std::string SlotCacheModel::judge_foreign(const Bounds& b, const ServerAnswer& a) {
     const bool may_give = std::find(b.may.begin(), b.may.end(), a.cache_n) != b.may.end();
     const bool foreign_gives = std::find(b.foreign.begin(), b.foreign.end(), a.cache_n) != b.foreign.end();
     foreign_ += foreign_gives && !may_give;  // unmodelled too (no `may`): the known findings' walk counts it

@@ -142,7 +142,7 @@ private:
     static Memory memory_of(const ServerSettings& s);
     std::string judge(const Held& before, const Completion& c, const ServerAnswer& a);
     std::string judge_cut(const Held& before, const Completion& c, const ServerAnswer& a);
-    std::string judge_foreign(const Held& before, const Completion& c, const ServerAnswer& a);
+    std::string judge_foreign(const Bounds& b, const ServerAnswer& a);
     std::string slot_choice(const Completion& c, const std::vector<ServerAnswer>& answers) const;
     Bounds bounds(const Held& before, const Completion& c) const;
     Bounds memory_bounds(const Held& before, const Completion& c) const;

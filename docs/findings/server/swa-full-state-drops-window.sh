@@ -19,18 +19,12 @@
 set -u
 (($# >= 2)) || { echo "usage: $0 <llama-server> <model.gguf>"; exit 2; }
 server=$1 model=$2
-dir=$(mktemp -d) pid= url=
-trap '[[ -z $pid ]] || { kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null; }; rm -rf "$dir"' EXIT
-GGML_NO_BACKTRACE=1 "$server" -m "$model" --host 127.0.0.1 --port 0 -c 256 -t 1 --no-warmup -fa off \
-  --cache-reuse 0 --cache-ram -1 --cache-idle-slots --ctx-checkpoints 0 -np 2 --no-kv-unified --swa-full > "$dir/log" 2>&1 & pid=$!
-for _ in $(seq 600); do
-  url=$(sed -n 's|.*listening on \(http://127.0.0.1:[0-9]*\).*|\1|p' "$dir/log" | head -1)
-  [[ -n $url ]] && curl -sf "$url/health" > /dev/null && break
-  kill -0 "$pid" 2> /dev/null || { wait "$pid"; rc=$? pid=; echo "llama-server ended while starting (exit $rc); its log ends:"; tail -3 "$dir/log"; exit 2; }
-  url= && sleep 0.1
-done
-[[ -n $url ]] || { echo "llama-server did not answer /health in 60 s"; exit 2; }
-post() { curl -sf --max-time 60 "$url/completion" -d "$1" || { echo "POST /completion failed; the server's log ends:"; tail -3 "$dir/log"; exit 2; }; }
+source "$(dirname "$0")/start-server.bash"
+export GGML_NO_BACKTRACE=1
+start_server -c 256 -fa off \
+  --cache-reuse 0 --cache-ram -1 --cache-idle-slots --ctx-checkpoints 0 -np 2 --no-kv-unified --swa-full ||
+  { echo "llama-server ended while starting (exit $server_rc); its log ends:"; tail -3 "$log_file"; exit 2; }
+post() { curl -sf --max-time 60 "$url/completion" -d "$1" || { echo "POST /completion failed; the server's log ends:"; tail -3 "$log_file"; exit 2; }; }
 ask() { printf '{"prompt":%s,"n_predict":%s,"n_probs":4,"temperature":0.0,"id_slot":%s,"return_tokens":true,"cache_prompt":%s}' "$1" "$2" "$3" "${4:-true}"; }
 # Slot 1: 21 tokens and 6 generated.
 post "$(ask '[93,75,70,25,70,54,50,21,63,86,24,61,57,61,17,38,82,38,63,27,89]' 6 1)" > /dev/null
