@@ -1,6 +1,6 @@
 // The llama.cpp rule's account of sequences whose K/V rows an earlier op
 // left wrong in llama.cpp 0.3.36 (targets/llamacpp/known_findings): not
-// contract clauses but the conditions six known findings need, so that
+// contract clauses but the conditions the known findings below need, so that
 // every call decoding such a sequence names one and a failure there is
 // matched to its finding, never hidden among others. Each is read off the
 // source at the line the finding cites:
@@ -48,6 +48,10 @@
 //   (lines 200-210) for every sequence in it, while the snapshot index it
 //   sets (rs_idx) is the rolled-back sequence's alone: the others now hold
 //   a position the caller never asked for, over their old state.
+// "shift-moves-copy": a context shift's seq_add on a recurrent state moves
+//   the position of the sequence's tail cell (src/llama-memory-recurrent.cpp:
+//   354 in b11434), the cell seq_cp shares: every sequence in it moves
+//   with it, though the caller shifted one.
 // "copy-after-rollback": the same index is per sequence, so a copy made
 //   between a rollback and the next decode shares the cell but not the
 //   pending index: it decodes from the state before the rollback.
@@ -139,6 +143,8 @@ public:
     }
     void shifted(int seq, bool moved) {
         if (!moved) return;
+        if (recurrent_)
+            for (int other : state_sharing_[seq]) mark(other, "shift-moves-copy");
         shifted_.insert(seq);
         if (shift_unshares_) return;  // the moved cells are its own copies: the others keep theirs
         for (int other : sharing_[seq]) mark_kv(other, "shift-moves-shared-cells");
