@@ -52,6 +52,12 @@
 //   the position of the sequence's tail cell (src/llama-memory-recurrent.cpp:
 //   354 in b11434), the cell seq_cp shares: every sequence in it moves
 //   with it, though the caller shifted one.
+// "aborted-decode-keeps-position": a decode the abort callback stops
+//   removes the stopped ubatch's positions with seq_rm
+//   (src/llama-context.cpp:1895-1916 in b11434), which a recurrent state
+//   refuses for a suffix (llama-memory-recurrent.cpp:200-216), and the
+//   result is not checked: the state's position stays at the stopped
+//   ubatch's last token, over a state that never took it (in full).
 // "copy-after-rollback": the same index is per sequence, so a copy made
 //   between a rollback and the next decode shares the cell but not the
 //   pending index: it decodes from the state before the rollback.
@@ -106,7 +112,11 @@ public:
     void aborted() {  // a decode the abort callback stopped, maybe inside the K-shift
         for (int seq : shifted_) mark_kv(seq, "kshift-aborted");
     }
-    void split(int seq) { mark_kv(seq, "non-causal-split"); }  // its tokens of a non-causal call in two ubatches
+    void split(int seq) { mark_kv(seq, "non-causal-split"); }
+    // A sequence that kept a token of a call the abort callback stopped.
+    void kept_uncomputed(int seq) {
+        if (recurrent_) mark(seq, "aborted-decode-keeps-position");
+    }  // its tokens of a non-causal call in two ubatches
     void decoded() {  // the memory update ran: copies and rotations done, rollbacks applied
         queued_.clear();
         shifted_.clear();
