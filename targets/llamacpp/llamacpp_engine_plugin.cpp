@@ -641,11 +641,29 @@ int decode_outputs(kvweld_engine* e, const int32_t* seqs, const int32_t* tokens,
     return decode_rows(e, seqs, tokens, outputs, n, logits, err, err_len);
 }
 
+// A sliding window's cache (without swa_full) holds a sequence's positions
+// from llama_memory_seq_pos_min on, the others masked and given away
+// (llama.h: "all positions in the range [pos_min, pos_max] are guaranteed
+// to be present"). A cut to `keep` leaves the next token at position keep,
+// whose window needs every position from keep - n_swa + 1
+// (llama_hparams::is_masked_swa): where they are gone, the plugin refuses
+// the cut before making it, as llama-server re-processes the prompt there.
+void window_kept_for(kvweld_engine* e, int32_t seq, int keep) {
+    // (A hybrid one's recurrent part answers seq_pos_min with its last
+    // position and refuses such cuts itself, past its snapshots.)
+    if (keep == 0 || !e->arch || e->arch->memory != MemoryKind::sliding_window || e->cparams.swa_full) return;
+    const int needed = std::max(0, keep - int(llama_model_n_swa(e->model)) + 1);
+    const llama_pos held = llama_memory_seq_pos_min(memory(e), seq);
+    require(held <= needed, "truncate_to(", keep, "): refused: the sliding window's cache holds this sequence from "
+            "position ", held, " (llama_memory_seq_pos_min), and the next token's window needs position ", needed);
+}
+
 int truncate(kvweld_engine* e, int32_t seq, int32_t n, char* err, size_t err_len) {
     return guarded(err, err_len, [&] {
         int& len = len_of(e, seq);
         require(n >= 0 && n <= len, "truncate_to(", n, "): must be in 0..", len);
         const int keep = (e->faults & truncate_one_short) && n < len ? n + 1 : n;
+        window_kept_for(e, seq, keep);
         run_steps(e, llama_steps::truncate(seq, keep));
         len = keep;
     });

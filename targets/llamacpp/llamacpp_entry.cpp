@@ -141,6 +141,13 @@ PartialRemoval llamacpp_partial_removal(const std::string& params, const MemoryC
         "a sliding-window cache smaller than the full one cannot shift (llama_memory_can_shift: "
         "llama_kv_cache_iswa::get_can_shift)";
     if (arch && arch->window && shift && !abi::flag_param(p, "swa_full", false)) return {kWindowShift, shift->p0};
+    static constexpr const char* kWindowCut =
+        "a sliding-window cache smaller than the full one holds a sequence from llama_memory_seq_pos_min on: a cut "
+        "whose next token's window needs a position before it is refused (the plugin checks before it cuts)";
+    if (const auto* t = std::get_if<calls::Truncate>(&call);
+        t && t->n > 0 && arch && arch->window && !abi::flag_param(p, "swa_full", false) &&
+        !llamacpp::has_recurrent_state(arch->memory))
+        return {kWindowCut, t->n};
     if (!arch || !llamacpp::has_recurrent_state(arch->memory)) return {};
     static constexpr const char* kRefuse =
         "a recurrent state cannot drop positions past its n_rs_seq snapshots (llama_memory_recurrent::seq_rm "

@@ -544,7 +544,13 @@ public:
         if (wrong) e.clause = wrong;  // clause 9 over the others
         wrong_rows_.decoding(seqs);
         wrong_rows_.decoded();
-        if (memory_ != llamacpp::MemoryKind::kv) bound_only(e, int(seqs.size()), wrong);
+        // A sliding window's cache splits a call as llama_kv_cache does
+        // (llama_kv_cache_iswa::init_batch, llama-kv-cache-iswa.cpp:163-209:
+        // split_simple with one stream, split_equal with one per sequence),
+        // so a pooled sequence in two ubatches is pooled-split's there too.
+        const bool pooled_split = e.clause && std::string_view(e.clause) == "pooled-split" &&
+                                  memory_ == llamacpp::MemoryKind::sliding_window;
+        if (memory_ != llamacpp::MemoryKind::kv) bound_only(e, int(seqs.size()), wrong ? wrong : pooled_split ? e.clause : nullptr);
         return e;
     }
     // Why a same-shape graph may be reused but need not be.
