@@ -539,6 +539,7 @@ public:
             if (n > 1 && !causal_ && !unified_) wrong_rows_.split(s);
             if (n > 1 && mean_pooled_ && embeddings_) e.clause = "pooled-split";
         }
+        if (!causal_ && hybrid() && !embeddings_) hybrid_non_causal(seqs);
         if (const char* in_place = changed_in_place(seqs)) e.clause = in_place;
         const char* wrong = wrong_rows_.clause(seqs);
         if (wrong) e.clause = wrong;  // clause 9 over the others
@@ -552,6 +553,22 @@ public:
                                   memory_ == llamacpp::MemoryKind::sliding_window;
         if (memory_ != llamacpp::MemoryKind::kv) bound_only(e, int(seqs.size()), wrong ? wrong : pooled_split ? e.clause : nullptr);
         return e;
+    }
+    bool hybrid() const {
+        return memory_ == llamacpp::MemoryKind::hybrid || memory_ == llamacpp::MemoryKind::hybrid_sliding_window;
+    }
+    // A hybrid memory splits a call with split_equal in either KV layout
+    // (llama_memory_hybrid::init_batch, llama-memory-hybrid.cpp:77-89: by
+    // sequence only with embeddings on: llama_context::decode's output_all,
+    // llama-context.cpp:1737), so with non-causal
+    // attention a call of several sequences puts a longer one's tokens in
+    // more than one ubatch: non-causal-split's rows, whatever the layout.
+    void hybrid_non_causal(std::span<const int> seqs) {
+        std::map<int, int> tokens_of;
+        for (int s : seqs) ++tokens_of[s];
+        if (tokens_of.size() < 2) return;
+        for (const auto& [s, n] : tokens_of)
+            if (n > 1) wrong_rows_.split(s);
     }
     // Why a same-shape graph may be reused but need not be.
     const char* may_why(bool same_window) const {
