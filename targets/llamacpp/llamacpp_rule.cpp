@@ -444,6 +444,7 @@ public:
         // finding), so the rule's split cannot tell which ubatch stopped:
         // every sequence that kept a token of the call carries the clause.
         for (int s : kept) wrong_rows_.kept_uncomputed(s);
+        for (int s : seqs) wrong_rows_.length_unknown(s);
         const std::map<int, int> lengths = len_;
         if (!kshift_whole_) wrong_rows_.aborted();
         // A stop inside the K-shift leaves it owed, and the next call's
@@ -544,6 +545,7 @@ public:
         const char* wrong = wrong_rows_.clause(seqs);
         if (wrong) e.clause = wrong;  // clause 9 over the others
         wrong_rows_.decoding(seqs);
+        wrong_rows_.last_decode(seqs);
         wrong_rows_.decoded();
         // A sliding window's cache splits a call as llama_kv_cache does
         // (llama_kv_cache_iswa::init_batch, llama-kv-cache-iswa.cpp:163-209:
@@ -630,7 +632,7 @@ public:
                        },
                        [&](const calls::Truncate& c) {
                            if (c.n == 0) wrong_rows_.emptied(c.seq);
-                           else wrong_rows_.rolled_back(c.seq);  // taken: a refused one is not told
+                           else wrong_rows_.rolled_back(c.seq, c.n);  // taken: a refused one is not told
                            run(llama_steps::truncate(c.seq, c.n));
                            len_[c.seq] = c.n;
                        },
@@ -647,7 +649,10 @@ public:
                            wrong_rows_.emptied(c.seq);
                            emptied(c.seq);
                        },
-                       [&](const calls::Open& c) { emptied(c.seq); },
+                       [&](const calls::Open& c) {
+                           wrong_rows_.emptied(c.seq);
+                           emptied(c.seq);
+                       },
                        [&](const calls::Reload&) { reload(); },
                        [&](const calls::ClearAll&) { clear_all(); },
                        [&](const calls::SetLive& c) { live(c.key, c.value); },

@@ -58,6 +58,12 @@
 //   refuses for a suffix (llama-memory-recurrent.cpp:200-216), and the
 //   result is not checked: the state's position stays at the stopped
 //   ubatch's last token, over a state that never took it (in full).
+// "rollback-whole-last-decode": the snapshots a decode keeps are of its
+//   own tokens (the newest min(n_seq_tokens, n_rs_seq + 1), written by the
+//   recurrent op; src/llama-memory-recurrent.cpp:200-216 accepts any rewind
+//   up to n_rs_seq), so a rewind of every token the last decode gave the
+//   sequence, or more, restores a slot that decode never wrote (llama.cpp
+//   #26695).
 // "copy-after-rollback": the same index is per sequence, so a copy made
 //   between a rollback and the next decode shares the cell but not the
 //   pending index: it decodes from the state before the rollback.
@@ -130,13 +136,32 @@ public:
             state_sharing_.erase(seq);
         }
     }
-    // A rewind a recurrent state took (within its snapshots): the sequences
-    // sharing its cell moved with it.
-    void rolled_back(int seq) {
+    // A rewind to `n` tokens a recurrent state took (within its
+    // snapshots): the sequences sharing its cell moved with it, and a
+    // rewind of the whole last decode or more restores a snapshot that
+    // decode never wrote.
+    void rolled_back(int seq, int n) {
+        const auto held = held_.find(seq), last = last_decode_.find(seq);
+        const bool whole_last = held != held_.end() && last != last_decode_.end() && held->second - n >= last->second;
+        if (held != held_.end()) held->second = n;
         if (!recurrent_) return;
         for (int other : state_sharing_[seq]) mark(other, "rollback-moves-copy");
         rolled_back_.insert(seq);
+        if (whole_last) mark(seq, "rollback-whole-last-decode");
     }
+    // A call decoded `seqs` (one entry per token): each one's tokens in it,
+    // and what it holds after it where that is known.
+    void last_decode(std::span<const int> seqs) {
+        std::map<int, int> tokens_of;
+        for (int s : seqs) ++tokens_of[s];
+        for (const auto& [s, n] : tokens_of) {
+            last_decode_[s] = n;
+            if (const auto it = held_.find(s); it != held_.end()) it->second += n;
+        }
+    }
+    // What a sequence holds is no longer followed (a shift, a state load, a
+    // stopped call): no rewind of it is judged whole until it is emptied.
+    void length_unknown(int seq) { held_.erase(seq); }
     void copied(int src, int dst) {
         emptied(dst);
         if (!unified_) queued_.push_back({src, dst});
@@ -144,6 +169,9 @@ public:
         if (recurrent_) {
             for (int other : state_sharing_[src]) share_state(other, dst);
             share_state(src, dst);
+            if (const auto it = last_decode_.find(src); it != last_decode_.end()) last_decode_[dst] = it->second;
+            if (const auto it = held_.find(src); it != held_.end()) held_[dst] = it->second;
+            else held_.erase(dst);
             if (rolled_back_.count(src) && !copy_keeps_rollback_) mark(dst, "copy-after-rollback");
         }
         if (shifted_.count(src)) shifted_.insert(dst);
@@ -152,6 +180,7 @@ public:
         share(src, dst);
     }
     void shifted(int seq, bool moved) {
+        length_unknown(seq);
         if (!moved) return;
         if (recurrent_)
             for (int other : state_sharing_[seq]) mark(other, "shift-moves-copy");
@@ -170,6 +199,7 @@ public:
     }
     void loaded(int seq, int id) {
         emptied(seq);
+        length_unknown(seq);
         if (const auto it = states_.find(id); it != states_.end()) wrong_[seq] = it->second;
         if (kv_cache_ && copy_queued_onto(seq)) wrong_[seq] = "state-io-under-queued-copy";
         // The queued copies run in their order at the next memory update, so
@@ -197,6 +227,8 @@ public:
         sharing_.erase(seq);
         for (int other : state_sharing_[seq]) state_sharing_[other].erase(seq);
         state_sharing_.erase(seq);
+        last_decode_.erase(seq);
+        held_[seq] = 0;
     }
     // Every sequence but one emptied by seq_keep: with one stream per
     // sequence, the others' cells stay (seq-keep-other-streams).
@@ -212,6 +244,8 @@ public:
         wrong_.clear();
         sharing_.clear();
         state_sharing_.clear();
+        last_decode_.clear();
+        for (auto& [s, n] : held_) n = 0;
         rolled_back_.clear();
         shifted_.clear();
         if (new_context) queued_.clear();
@@ -240,6 +274,8 @@ private:
     }
     bool unified_, keep_every_stream_, shift_unshares_, recurrent_, copy_keeps_rollback_, kv_cache_;
     std::map<int, std::set<int>> state_sharing_;  // recurrent: sequences sharing one state cell (since a copy)
+    std::map<int, int> last_decode_;  // recurrent: each sequence's tokens in the last call that decoded it
+    std::map<int, int> held_;         // the tokens a sequence holds, where followed (from its emptying on)
     std::set<int> rolled_back_;                   // recurrent: rewound since the last decode
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
     std::map<int, const char*> states_;  // saved state id -> the clause it was saved wrong under
