@@ -17,7 +17,8 @@
 // each call's effect on the tokens a sequence holds. A sequence whose
 // earlier rows were made under other adapters (a LoRA set, a control
 // vector, warmup on an MoE model) or by a non-causal span, or that was
-// shifted, is left unjudged (counted) until it is emptied: no single
+// shifted, is left unjudged (counted) until it is emptied (a state saved
+// before an adapter change is such a sequence when loaded): no single
 // fresh prefill makes those rows (a K-shift rotates stored keys again,
 // within rounding; a recurrent state keeps what a shift drops, by design).
 #include "sim/observers.hpp"
@@ -75,10 +76,14 @@ void FreshPrefill::on_call(const MemoryCall& call) {
         require(!held_.count(seq), "fresh prefill: sequence ", seq, " opened while it holds it");
         held_[seq] = Held{};
     };
-    // Rows made under other adapters stay in every sequence that holds any.
+    // Rows made under other adapters stay in every sequence that holds any,
+    // and in every saved state: one loaded after the change brings them back.
     const auto adapters_changed = [&] {
-        for (auto& [seq, h] : held_)
+        const auto mark = [](Held& h) {
             if (!h.tokens.empty() && h.unjudged.empty()) h.unjudged = "holds rows made under other adapters";
+        };
+        for (auto& [seq, h] : held_) mark(h);
+        for (auto& [id, h] : saved_) mark(h);
     };
     std::visit(Overloaded{
                    [&](const calls::Open& c) { opened(c.seq); },

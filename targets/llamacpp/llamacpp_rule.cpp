@@ -208,6 +208,15 @@ struct ReleaseFacts {
     // happen. (rollback-moves-copy's fix refuses the rollback of a shared
     // cell instead: a refused call is never told to the rule.)
     bool copy_keeps_rollback = false;
+    // With a checked fix: a full-size window cache (swa_full) keeps the
+    // cells its window masks, in find_slot and in a saved state, so clause
+    // 9's swa-full-*-drops-window do not happen.
+    bool swa_full_keeps_window = false;
+    // With a checked fix: on a recurrent or hybrid model the abort callback
+    // is asked before each ubatch, not inside it, so a stopped call keeps
+    // no position it did not compute (clause 9's
+    // aborted-decode-keeps-position does not happen).
+    bool stops_between_ubatches = false;
 };
 constexpr ReleaseFacts kReleaseFacts[] = {
     {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
@@ -243,7 +252,10 @@ constexpr ReleaseFacts kReleaseFacts[] = {
      /* llama-context.cpp:883 with docs/findings/kshift-aborted.patch */ true,
      /* llama-kv-cache.cpp:619-631 with docs/findings/shift-copies-shared-cells.patch */ true,
      /* llama-context.cpp state_seq_write_data, state_seq_read_data with docs/findings/state-io-applies-pending-update.patch */ true,
-     /* llama-memory-recurrent.cpp:291-296 with docs/findings/copy-after-rollback.patch */ true},
+     /* llama-memory-recurrent.cpp:291-296 with docs/findings/copy-after-rollback.patch */ true,
+     /* llama-kv-cache.cpp:1068, 2096, llama-kv-cache-iswa.cpp:103 with docs/findings/server/swa-full-keeps-window.patch */
+     true,
+     /* llama-context.cpp:1893 with docs/findings/aborted-decode-keeps-position.patch */ true},
 };
 
 const ReleaseFacts* facts_of(const std::string& build) {
@@ -404,14 +416,17 @@ public:
     // required, and only the clauses of the wrong rows are kept.
     // cells: a unified cache's cell count where its window can grow past
     // 256 and the release's placement is modelled (clause 3), else nullopt.
+    // swa_drops: the window of a full-size window cache whose release drops
+    // the cells it masks (WindowDrops), else 0.
     LlamacppRule(bool unified, bool reuse, bool window_fixed, std::optional<int> cells, int n_ubatch,
-                 abi::Pooling pooling, const ReleaseFacts* facts, llamacpp::MemoryKind memory)
+                 abi::Pooling pooling, const ReleaseFacts* facts, llamacpp::MemoryKind memory, int swa_drops)
         : memory_(memory), unified_(unified), reuse_(reuse), window_fixed_(window_fixed),
           cvec_by_layers_(facts && facts->cvec_keyed_by_layers), n_ubatch_(n_ubatch),
           whole_seqs_(facts && facts->splits_whole_sequences), kshift_whole_(facts && facts->kshift_runs_whole),
           unshares_(facts && facts->shift_unshares_cells), state_io_updates_(facts && facts->state_io_updates),
+          stops_between_(facts && facts->stops_between_ubatches),
           wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_, recurrent_kind(memory, facts),
-                      memory != llamacpp::MemoryKind::recurrent),
+                      memory != llamacpp::MemoryKind::recurrent, swa_drops),
           lists_causal_(n_ubatch >= kUbatch),
           mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {
         cells_size_ = cells;
@@ -443,7 +458,7 @@ public:
         // cannot remove them (aborted-decode-keeps-position, a known
         // finding), so the rule's split cannot tell which ubatch stopped:
         // every sequence that kept a token of the call carries the clause.
-        for (int s : kept) wrong_rows_.kept_uncomputed(s);
+        if (!stops_between_) for (int s : kept) wrong_rows_.kept_uncomputed(s);
         for (int s : seqs) wrong_rows_.length_unknown(s);
         const std::map<int, int> lengths = len_;
         if (!kshift_whole_) wrong_rows_.aborted();
@@ -457,10 +472,21 @@ public:
         // reuse or build, and carries the finding's clause.
         const bool warmup_owed = reuse_ && warmup_ != graph_warmup_;
         decide(seqs, ran);
+        // The stopped ubatch's tokens were placed, then removed (on a
+        // sliding window's cache: the window's account, WindowDrops).
+        std::map<int, int> unplaced;
+        for (std::size_t i = 0; i < tokens_of(ran) && i < seqs.size(); ++i) ++unplaced[seqs[i]];
+        for (int s : kept) --unplaced[s];
+        for (const auto& [s, n] : unplaced) wrong_rows_.unplaced(s, n);
         aborted_cells(seqs, lengths, stopped_inside ? &ran.back() : nullptr, kept, shift_owed);
         shift_maybe_owed_ = shift_owed;
         warmup_maybe_owed_ = warmup_owed;
         return std::nullopt;
+    }
+    static std::size_t tokens_of(const std::vector<UbatchShape>& ran) {  // the tokens of those ubatches
+        std::size_t n = 0;
+        for (const UbatchShape& u : ran) n += std::size_t(u.n_tokens);
+        return n;
     }
     std::vector<UbatchShape> split(std::span<const int> seqs, std::span<const std::uint8_t> outputs) const {
         if (embeddings_) outputs = {};  // clause 10: every token an output
@@ -476,6 +502,7 @@ public:
         std::size_t first_token = 0;
         for (const UbatchShape& u : ubatches) {
             placed_ += u.n_tokens;
+            wrong_rows_.placing(seqs.subspan(first_token, std::size_t(u.n_tokens)));
             const std::optional<int> window = place(seqs.subspan(first_token, std::size_t(u.n_tokens)));
             first_token += std::size_t(u.n_tokens);
             // Clause 3: the same window, another, or (the cells' placement
@@ -617,7 +644,7 @@ public:
                        [&](const calls::Load& c) {
                            state_io();
                            placed_ += c.len;
-                           wrong_rows_.loaded(c.seq, c.id);
+                           wrong_rows_.loaded(c.seq, c.id, c.len);
                            load(c.seq, c.id, c.len);
                        },
                        // The plugin puts a refused load's sequence back from a
@@ -860,7 +887,7 @@ private:
     bool loras_changed_ = false, cvec_changed_ = false;
     int n_ubatch_;
     // Likewise: splits_whole_sequences, kshift_runs_whole, shift_unshares_cells, state_io_updates.
-    bool whole_seqs_, kshift_whole_, unshares_, state_io_updates_;
+    bool whole_seqs_, kshift_whole_, unshares_, state_io_updates_, stops_between_;
     std::optional<UbatchShape> previous_;
     std::optional<int> previous_window_;  // the previous graph's window (n_kv), where known
     // Clause 3 in a unified cache whose window can grow: its cells
@@ -927,12 +954,15 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     abi::Pooling pooling = abi::Pooling::none;
     int n_ubatch = kUbatch;
     llamacpp::MemoryKind memory = llamacpp::MemoryKind::kv;
+    int swa_window = 0;  // a full-size window cache's window (swa_full=1), else 0
     try {
         params = abi::parse_params(config.params.c_str(), kLlamacppSettings);
         if (params.count("arch")) {
             const llamacpp::ArchModel* arch = llamacpp::find_arch(params.at("arch"));
             require(arch != nullptr, "setting arch=", params.at("arch"), ": not an architecture kvweld makes");
             memory = arch->memory;
+            if (arch->window && abi::flag_param(params, "swa_full", false))
+                swa_window = abi::int_param(params, "swa_window", 8, 1, 64);  // the plugin's default and range
         }
         unified = abi::flag_param(params, "kv_unified", false);
         reuse = abi::flag_param(params, "graph_reuse", true);
@@ -948,9 +978,10 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     const int cells = (wanted + kPad - 1) / kPad * kPad;
     const bool window_fixed = !unified || cells <= kPad;
     const ReleaseFacts* facts = facts_of(build);
+    const int swa_drops = facts && facts->swa_full_keeps_window ? 0 : swa_window;
     std::optional<int> modelled;
     if (!window_fixed && memory == llamacpp::MemoryKind::kv && facts && facts->cells) modelled = cells;
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, modelled, n_ubatch, pooling, facts, memory);
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, modelled, n_ubatch, pooling, facts, memory, swa_drops);
 }
 
 const char* llamacpp_rule_gap(const std::string& build, const std::string&) {

@@ -72,7 +72,12 @@
 //   (src/llama-kv-cache.cpp:543-567 in 0.3.36), so every other sequence
 //   keeps its cells: its next token at the position its emptied history
 //   says is refused (llama_batch_allocr::init's position check).
+// "swa-full-find-slot-drops-window", "swa-full-state-drops-window": a cut
+//   into the positions a full-size window cache gave away
+//   (llamacpp_window_drops.hpp).
 #pragma once
+
+#include "targets/llamacpp/llamacpp_window_drops.hpp"
 
 #include <algorithm>
 #include <map>
@@ -96,8 +101,10 @@ public:
     // kv_cache: it has a llama_kv_cache (every one but mamba's), whose
     // findings above are the KV cache's own: a memory without one is never
     // named under them.
-    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares, Recurrent recurrent, bool kv_cache)
-        : unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares),
+    // swa_drops: the window (n_swa) of a full-size window cache that drops
+    // the cells it masks (WindowDrops), else 0.
+    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares, Recurrent recurrent, bool kv_cache, int swa_drops)
+        : window_(swa_drops, unified), unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares),
           recurrent_(recurrent != Recurrent::no), copy_keeps_rollback_(recurrent == Recurrent::copies_rollback),
           kv_cache_(kv_cache) {}
 
@@ -141,6 +148,7 @@ public:
     // rewind of the whole last decode or more restores a snapshot that
     // decode never wrote.
     void rolled_back(int seq, int n) {
+        if (const char* lost = window_.cut(seq, n)) mark_kv(seq, lost);
         const auto held = held_.find(seq), last = last_decode_.find(seq);
         const bool whole_last = held != held_.end() && last != last_decode_.end() && held->second - n >= last->second;
         if (held != held_.end()) held->second = n;
@@ -162,8 +170,12 @@ public:
     // What a sequence holds is no longer followed (a shift, a state load, a
     // stopped call): no rewind of it is judged whole until it is emptied.
     void length_unknown(int seq) { held_.erase(seq); }
+    void placing(std::span<const int> ubatch) { window_.placing(ubatch); }  // before a ubatch's find_slot
+    // n of the tokens placed for seq were removed again (a stopped call's).
+    void unplaced(int seq, int n) { window_.unplaced(seq, n); }
     void copied(int src, int dst) {
         emptied(dst);
+        window_.copied(src, dst);
         if (!unified_) queued_.push_back({src, dst});
         if (const auto it = wrong_.find(src); it != wrong_.end()) wrong_[dst] = it->second;
         if (recurrent_) {
@@ -181,6 +193,7 @@ public:
     }
     void shifted(int seq, bool moved) {
         length_unknown(seq);
+        window_.unknown(seq);
         if (!moved) return;
         if (recurrent_)
             for (int other : state_sharing_[seq]) mark(other, "shift-moves-copy");
@@ -193,13 +206,16 @@ public:
         return it != sharing_.end() && !it->second.empty();
     }
     void saved(int seq, int id) {
+        window_.saved(seq, id);
         if (const auto it = wrong_.find(seq); it != wrong_.end()) states_[id] = it->second;
         else if (kv_cache_ && copy_queued_onto(seq)) states_[id] = "state-io-under-queued-copy";
         else if (kv_cache_ && shifted_.count(seq)) states_[id] = "state-saved-before-k-shift";
     }
-    void loaded(int seq, int id) {
+    // A state loaded into seq, which now holds `len` tokens.
+    void loaded(int seq, int id, int len) {
         emptied(seq);
         length_unknown(seq);
+        window_.loaded(seq, id, len);
         if (const auto it = states_.find(id); it != states_.end()) wrong_[seq] = it->second;
         if (kv_cache_ && copy_queued_onto(seq)) wrong_[seq] = "state-io-under-queued-copy";
         // The queued copies run in their order at the next memory update, so
@@ -214,8 +230,9 @@ public:
     }
     void put_back(int seq) {  // saved and loaded again at once
         constexpr int kNow = -1;  // no simulator state has this id
+        const int len = window_.next(seq).value_or(0);  // unfollowed: the state is too
         saved(seq, kNow);
-        loaded(seq, kNow);
+        loaded(seq, kNow, len);
         states_.erase(kNow);
     }
     // Its cells freed (clear, close, truncate to 0, the target of a copy or load).
@@ -229,6 +246,7 @@ public:
         state_sharing_.erase(seq);
         last_decode_.erase(seq);
         held_[seq] = 0;
+        window_.emptied(seq);
     }
     // Every sequence but one emptied by seq_keep: with one stream per
     // sequence, the others' cells stay (seq-keep-other-streams).
@@ -246,6 +264,7 @@ public:
         state_sharing_.clear();
         last_decode_.clear();
         for (auto& [s, n] : held_) n = 0;
+        window_.all_emptied();
         rolled_back_.clear();
         shifted_.clear();
         if (new_context) queued_.clear();
@@ -272,6 +291,7 @@ private:
         state_sharing_[a].insert(b);
         state_sharing_[b].insert(a);
     }
+    WindowDrops window_;
     bool unified_, keep_every_stream_, shift_unshares_, recurrent_, copy_keeps_rollback_, kv_cache_;
     std::map<int, std::set<int>> state_sharing_;  // recurrent: sequences sharing one state cell (since a copy)
     std::map<int, int> last_decode_;  // recurrent: each sequence's tokens in the last call that decoded it
