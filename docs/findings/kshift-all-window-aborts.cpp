@@ -1,4 +1,4 @@
-// kvweld's known finding kshift-all-window-aborts (no fix yet; trace
+// kvweld's known finding kshift-all-window-aborts (fixed by kshift-all-window-aborts.patch; trace
 // targets/llamacpp/known_findings/memories/kshift_all_window_aborts.jsonl):
 // on an lfm2 model with a sliding window, where
 // every attention layer slides, a context shift (seq_rm then seq_add, as

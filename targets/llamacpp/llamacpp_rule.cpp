@@ -455,10 +455,11 @@ public:
         const bool stopped_inside = stopped != ran.end();  // else the kept tokens are every one fed
         if (stopped_inside) ran.erase(stopped + 1, ran.end());
         // A recurrent state keeps the stopped ubatch's positions where it
-        // cannot remove them (aborted-decode-keeps-position, a known
-        // finding), so the rule's split cannot tell which ubatch stopped:
-        // every sequence that kept a token of the call carries the clause.
-        if (!stops_between_) for (int s : kept) wrong_rows_.kept_uncomputed(s);
+        // cannot remove them, and restores a snapshot the stopped ubatch
+        // was writing where it can (aborted-decode-keeps-position, a known
+        // finding); the rule's split cannot tell which ubatch stopped:
+        // every sequence the call fed carries the clause.
+        if (!stops_between_) for (int s : seqs) wrong_rows_.stopped_in(s);
         for (int s : seqs) wrong_rows_.length_unknown(s);
         const std::map<int, int> lengths = len_;
         if (!kshift_whole_) wrong_rows_.aborted();

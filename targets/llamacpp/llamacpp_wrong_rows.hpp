@@ -57,7 +57,10 @@
 //   (src/llama-context.cpp:1895-1916 in b11434), which a recurrent state
 //   refuses for a suffix (llama-memory-recurrent.cpp:200-216), and the
 //   result is not checked: the state's position stays at the stopped
-//   ubatch's last token, over a state that never took it (in full).
+//   ubatch's last token, over a state that never took it (in full). With
+//   rollback snapshots (n_rs_seq) the removal is taken instead, and
+//   restores a snapshot the stopped ubatch was writing: either way the
+//   state is not what the finished ubatches left.
 // "rollback-whole-last-decode": the snapshots a decode keeps are of its
 //   own tokens (the newest min(n_seq_tokens, n_rs_seq + 1), written by the
 //   recurrent op; src/llama-memory-recurrent.cpp:200-216 accepts any rewind
@@ -126,10 +129,10 @@ public:
         for (int seq : shifted_) mark_kv(seq, "kshift-aborted");
     }
     void split(int seq) { mark_kv(seq, "non-causal-split"); }
-    // A sequence that kept a token of a call the abort callback stopped.
-    void kept_uncomputed(int seq) {
+    // A sequence fed by a call the abort callback stopped.
+    void stopped_in(int seq) {
         if (recurrent_) mark(seq, "aborted-decode-keeps-position");
-    }  // its tokens of a non-causal call in two ubatches
+    }
     void decoded() {  // the memory update ran: copies and rotations done, rollbacks applied
         queued_.clear();
         shifted_.clear();
