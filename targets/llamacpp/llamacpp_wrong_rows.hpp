@@ -275,12 +275,12 @@ public:
 
 private:
     static constexpr const char* kKeepOtherStreams = "seq-keep-other-streams";
-    // A sequence whose cells seq_keep left keeps that clause until it is
-    // emptied: its next token is refused whatever else is wrong with it.
-    void mark(int seq, const char* clause) {
-        const auto it = wrong_.find(seq);
-        if (it == wrong_.end() || std::string_view(it->second) != kKeepOtherStreams) wrong_[seq] = clause;
-    }
+    // A sequence's rows are wrong from the first op that left them so: it
+    // keeps that clause until it is emptied (a later one does not make them
+    // wrong again; on a fixed build the later may be a fixed finding's own
+    // precondition met over them). seq_keep's is set over it (kept): its
+    // next token is refused whatever else is wrong with it.
+    void mark(int seq, const char* clause) { wrong_.try_emplace(seq, clause); }
     void mark_kv(int seq, const char* clause) {  // a finding of llama_kv_cache's
         if (kv_cache_) mark(seq, clause);
     }
