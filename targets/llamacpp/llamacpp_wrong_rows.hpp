@@ -67,6 +67,16 @@
 //   up to n_rs_seq), so a rewind of every token the last decode gave the
 //   sequence, or more, restores a slot that decode never wrote (llama.cpp
 //   #26695).
+// "rollback-after-reorder": find_slot makes a ubatch's state cells
+//   contiguous by swapping cell metadata with the cells in the way
+//   (src/llama-memory-recurrent.cpp:639-662 in b11434), which may hold a
+//   sequence the ubatch does not decode; its rollback snapshots stay in its
+//   old cell's rows (read at rs_idx * size + src0, lines 1364-1381), which
+//   the ubatch overwrites, and seq_rm still takes its rollback. The cells
+//   are not modelled: a sequence counts as maybe moved from a ubatch that
+//   decodes two or more other sequences (a later call's, or a later ubatch
+//   of its own call, where two others feed more tokens than it) until it
+//   decodes again.
 // "copy-after-rollback": the same index is per sequence, so a copy made
 //   between a rollback and the next decode shares the cell but not the
 //   pending index: it decodes from the state before the rollback.
@@ -159,12 +169,14 @@ public:
         for (int other : state_sharing_[seq]) mark(other, "rollback-moves-copy");
         rolled_back_.insert(seq);
         if (whole_last) mark(seq, "rollback-whole-last-decode");
+        if (maybe_moved_.count(seq)) mark(seq, "rollback-after-reorder");
     }
     // A call decoded `seqs` (one entry per token): each one's tokens in it,
     // and what it holds after it where that is known.
     void last_decode(std::span<const int> seqs) {
         std::map<int, int> tokens_of;
         for (int s : seqs) ++tokens_of[s];
+        if (recurrent_) reordered(tokens_of);
         for (const auto& [s, n] : tokens_of) {
             last_decode_[s] = n;
             if (const auto it = held_.find(s); it != held_.end()) it->second += n;
@@ -179,6 +191,7 @@ public:
     void copied(int src, int dst) {
         emptied(dst);
         window_.copied(src, dst);
+        if (maybe_moved_.count(src)) maybe_moved_.insert(dst);
         if (!unified_) queued_.push_back({src, dst});
         if (const auto it = wrong_.find(src); it != wrong_.end()) wrong_[dst] = it->second;
         if (recurrent_) {
@@ -248,6 +261,7 @@ public:
         for (int other : state_sharing_[seq]) state_sharing_[other].erase(seq);
         state_sharing_.erase(seq);
         last_decode_.erase(seq);
+        maybe_moved_.erase(seq);
         held_[seq] = 0;
         window_.emptied(seq);
     }
@@ -266,6 +280,7 @@ public:
         sharing_.clear();
         state_sharing_.clear();
         last_decode_.clear();
+        maybe_moved_.clear();
         for (auto& [s, n] : held_) n = 0;
         window_.all_emptied();
         rolled_back_.clear();
@@ -289,6 +304,16 @@ private:
         sharing_[a].insert(b);
         sharing_[b].insert(a);
     }
+    // The sequences a call may have moved out of the way (rollback-after-reorder).
+    void reordered(const std::map<int, int>& tokens_of) {
+        for (const auto& [s, n] : last_decode_)
+            if (!tokens_of.count(s) && tokens_of.size() >= 2) maybe_moved_.insert(s);
+        for (const auto& [s, n] : tokens_of) {
+            const auto longer = std::count_if(tokens_of.begin(), tokens_of.end(), [&](const auto& o) { return o.second > n; });
+            if (longer >= 2) maybe_moved_.insert(s);
+            else maybe_moved_.erase(s);
+        }
+    }
     void share_state(int a, int b) {
         if (a == b) return;
         state_sharing_[a].insert(b);
@@ -300,6 +325,7 @@ private:
     std::map<int, int> last_decode_;  // recurrent: each sequence's tokens in the last call that decoded it
     std::map<int, int> held_;         // the tokens a sequence holds, where followed (from its emptying on)
     std::set<int> rolled_back_;                   // recurrent: rewound since the last decode
+    std::set<int> maybe_moved_;                   // recurrent: its state cell maybe moved since it decoded
     std::map<int, const char*> wrong_;   // sequence -> the clause its rows are wrong under
     std::map<int, const char*> states_;  // saved state id -> the clause it was saved wrong under
     bool copy_queued_onto(int seq) const {
