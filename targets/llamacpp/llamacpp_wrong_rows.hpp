@@ -77,9 +77,9 @@
 //   decodes two or more other sequences (a later call's, or a later ubatch
 //   of its own call, where two others feed more tokens than it) until it
 //   decodes again, and the clause names only the call right after the
-//   rollback: a restored snapshot that is another's is off at once, and a
-//   failure of a later call was measured to be another cause (14 of 111
-//   seeds so named failed the same way on the fixed build).
+//   rollback (a restored snapshot that is another's is off at once). Loose:
+//   of 110 seeds it named, 14 failed the same way on the fixed build
+//   (docs/FINDINGS.md).
 // "copy-after-rollback": the same index is per sequence, so a copy made
 //   between a rollback and the next decode shares the cell but not the
 //   pending index: it decodes from the state before the rollback.
