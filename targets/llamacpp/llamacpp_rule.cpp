@@ -141,6 +141,7 @@
 #include "targets/llamacpp/llama_arch_list.hpp"
 #include "targets/llamacpp/llamacpp_kv_cells.hpp"
 #include "targets/llamacpp/llamacpp_params.hpp"
+#include "targets/llamacpp/llamacpp_hybrid_split.hpp"
 #include "targets/llamacpp/llamacpp_wrong_rows.hpp"
 #include "targets/reuse_rule.hpp"
 #include "targets/registry.hpp"
@@ -217,6 +218,10 @@ struct ReleaseFacts {
     // no position it did not compute (clause 9's
     // aborted-decode-keeps-position does not happen).
     bool stops_between_ubatches = false;
+    // With a checked fix: llama_kv_cache::prepare restores every cell of a
+    // window's cache after its dry run, so clause 9's prepare-purges-window
+    // does not happen.
+    bool prepare_restores_cells = false;
 };
 constexpr ReleaseFacts kReleaseFacts[] = {
     {"0.3.20", "llama-context.cpp:179, llama-kv-cache.cpp:1121", "llama-batch.cpp:474, 508", "llama-graph.h:570-601",
@@ -255,7 +260,8 @@ constexpr ReleaseFacts kReleaseFacts[] = {
      /* llama-memory-recurrent.cpp:291-296 with docs/findings/copy-after-rollback.patch */ true,
      /* llama-kv-cache.cpp:1068, 2096, llama-kv-cache-iswa.cpp:103 with docs/findings/server/swa-full-keeps-window.patch */
      true,
-     /* llama-context.cpp:1893 with docs/findings/aborted-decode-keeps-position.patch */ true},
+     /* llama-context.cpp:1893 with docs/findings/aborted-decode-keeps-position.patch */ true,
+     /* llama-kv-cache.cpp:769-826 with docs/findings/prepare-purges-window.patch */ true},
 };
 
 const ReleaseFacts* facts_of(const std::string& build) {
@@ -416,17 +422,19 @@ public:
     // required, and only the clauses of the wrong rows are kept.
     // cells: a unified cache's cell count where its window can grow past
     // 256 and the release's placement is modelled (clause 3), else nullopt.
-    // swa_drops: the window of a full-size window cache whose release drops
-    // the cells it masks (WindowDrops), else 0.
+    // window: the sliding window's account (WindowDrops); n_rs_seq: the
+    // recurrent part's snapshots, which shape a hybrid memory's split.
     LlamacppRule(bool unified, bool reuse, bool window_fixed, std::optional<int> cells, int n_ubatch,
-                 abi::Pooling pooling, const ReleaseFacts* facts, llamacpp::MemoryKind memory, int swa_drops)
+                 abi::Pooling pooling, const ReleaseFacts* facts, llamacpp::MemoryKind memory, WindowDrops window,
+                 int n_rs_seq)
         : memory_(memory), unified_(unified), reuse_(reuse), window_fixed_(window_fixed),
           cvec_by_layers_(facts && facts->cvec_keyed_by_layers), n_ubatch_(n_ubatch),
           whole_seqs_(facts && facts->splits_whole_sequences), kshift_whole_(facts && facts->kshift_runs_whole),
           unshares_(facts && facts->shift_unshares_cells), state_io_updates_(facts && facts->state_io_updates),
           stops_between_(facts && facts->stops_between_ubatches),
           wrong_rows_(unified, facts && facts->keep_clears_every_stream, unshares_, recurrent_kind(memory, facts),
-                      memory != llamacpp::MemoryKind::recurrent, swa_drops),
+                      memory != llamacpp::MemoryKind::recurrent, std::move(window)),
+          n_rs_seq_(n_rs_seq),
           lists_causal_(n_ubatch >= kUbatch),
           mean_pooled_(pooling == abi::Pooling::mean), pooled_(pooling != abi::Pooling::none) {
         cells_size_ = cells;
@@ -501,6 +509,8 @@ public:
         e.plans = int(ubatches.size());
         last_.clear();
         std::size_t first_token = 0;
+        // Before the ubatches are placed: what the memory's dry run may purge.
+        const char* purge = wrong_rows_.purges(memory_ubatches(seqs, ubatches)) ? WindowDrops::kPurge : nullptr;
         for (const UbatchShape& u : ubatches) {
             placed_ += u.n_tokens;
             wrong_rows_.placing(seqs.subspan(first_token, std::size_t(u.n_tokens)));
@@ -581,8 +591,23 @@ public:
         // so a pooled sequence in two ubatches is pooled-split's there too.
         const bool pooled_split = e.clause && std::string_view(e.clause) == "pooled-split" &&
                                   memory_ == llamacpp::MemoryKind::sliding_window;
-        if (memory_ != llamacpp::MemoryKind::kv) bound_only(e, int(seqs.size()), wrong ? wrong : pooled_split ? e.clause : nullptr);
+        if (memory_ != llamacpp::MemoryKind::kv)
+            bound_only(e, int(seqs.size()), wrong ? wrong : pooled_split ? e.clause : purge);
         return e;
+    }
+    // The call's ubatches as the memory splits it, each its tokens'
+    // sequences: a hybrid memory's own split (llamacpp_hybrid_split.hpp),
+    // else the rule's.
+    std::vector<std::vector<int>> memory_ubatches(std::span<const int> seqs, const std::vector<UbatchShape>& ubatches) const {
+        if (memory_ == llamacpp::MemoryKind::hybrid_sliding_window && !embeddings_)
+            return hybrid_split(seqs, n_ubatch_, !unified_, n_rs_seq_ > 0 ? n_rs_seq_ + 1 : 0);
+        std::vector<std::vector<int>> out;
+        std::size_t first = 0;
+        for (const UbatchShape& u : ubatches) {
+            out.emplace_back(seqs.begin() + long(first), seqs.begin() + long(first + std::size_t(u.n_tokens)));
+            first += std::size_t(u.n_tokens);
+        }
+        return out;
     }
     bool hybrid() const {
         return memory_ == llamacpp::MemoryKind::hybrid || memory_ == llamacpp::MemoryKind::hybrid_sliding_window;
@@ -910,6 +935,7 @@ private:
     bool warmup_maybe_owed_ = false; // clause 8: a warmup switch at a call the abort callback stopped
     bool moved_positions_unknown_ = false;  // a shift of a sequence shift-moves-shared-cells moved
     WrongRows wrong_rows_;  // clause 9
+    int n_rs_seq_;          // a hybrid memory's split keeps each sequence's last n_rs_seq + 1 tokens together
     bool adapters_changed_ = false;  // clause 7: since the last graph
     bool adapters_set_again_ = false;  // clause 7's other half: set again unchanged since the last graph
     // Clause 8: the setting now, and the one the last graph was built under
@@ -955,15 +981,18 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     abi::Pooling pooling = abi::Pooling::none;
     int n_ubatch = kUbatch;
     llamacpp::MemoryKind memory = llamacpp::MemoryKind::kv;
-    int swa_window = 0;  // a full-size window cache's window (swa_full=1), else 0
+    int swa_window = 0;  // the model's sliding window, else 0
+    bool swa_full = false;
+    int n_rs_seq = 0;
     try {
         params = abi::parse_params(config.params.c_str(), kLlamacppSettings);
         if (params.count("arch")) {
             const llamacpp::ArchModel* arch = llamacpp::find_arch(params.at("arch"));
             require(arch != nullptr, "setting arch=", params.at("arch"), ": not an architecture kvweld makes");
             memory = arch->memory;
-            if (arch->window && abi::flag_param(params, "swa_full", false))
-                swa_window = abi::int_param(params, "swa_window", 8, 1, 64);  // the plugin's default and range
+            if (arch->window) swa_window = abi::int_param(params, "swa_window", 8, 1, 64);  // the plugin's default and range
+            swa_full = abi::flag_param(params, "swa_full", false);
+            n_rs_seq = abi::int_param(params, "n_rs_seq", 0, 0, 8);
         }
         unified = abi::flag_param(params, "kv_unified", false);
         reuse = abi::flag_param(params, "graph_reuse", true);
@@ -979,10 +1008,11 @@ std::unique_ptr<ReuseRule> llamacpp_reuse_rule(const EngineSetup& config, const 
     const int cells = (wanted + kPad - 1) / kPad * kPad;
     const bool window_fixed = !unified || cells <= kPad;
     const ReleaseFacts* facts = facts_of(build);
-    const int swa_drops = facts && facts->swa_full_keeps_window ? 0 : swa_window;
+    WindowDrops window(swa_window, swa_full && !(facts && facts->swa_full_keeps_window),
+                       !(facts && facts->prepare_restores_cells), unified);
     std::optional<int> modelled;
     if (!window_fixed && memory == llamacpp::MemoryKind::kv && facts && facts->cells) modelled = cells;
-    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, modelled, n_ubatch, pooling, facts, memory, swa_drops);
+    return std::make_unique<LlamacppRule>(unified, reuse, window_fixed, modelled, n_ubatch, pooling, facts, memory, std::move(window), n_rs_seq);
 }
 
 const char* llamacpp_rule_gap(const std::string& build, const std::string&) {

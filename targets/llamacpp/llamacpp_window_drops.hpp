@@ -13,7 +13,18 @@
 //   out the cells the sequence's window masks (lines 2096-2101: positions
 //   up to seq_pos_max - n_swa), so a loaded state lacks them.
 //
-// Neither matters while the sequence only grows: its next token's window
+// "prepare-purges-window": before a call is computed,
+//   llama_kv_cache::prepare places its ubatches in turn to find their slots
+//   and undoes that cell by cell for each slot (lines 769-826), but placing
+//   a ubatch in a masked cell also purges that sequence's positions up to
+//   the one overwritten (apply_ubatch, 1180-1198), cells outside the slot,
+//   which are never put back: a later ubatch of the call may take cells an
+//   earlier ubatch's tokens made their own window mask, and the earlier
+//   ubatch is then computed without them. Named for a call where a
+//   sequence's tokens in a ubatch before the last bring it past the window
+//   (loose: find_slot may take free cells instead), with swa_full or not.
+//
+// Neither drop matters while the sequence only grows: its next token's window
 // starts past them. A cut (seq_rm of a suffix, which swa_full exists to
 // allow) to n tokens needs positions from n - n_swa + 1 again, and where
 // one of those may be gone the sequence's rows are wrong from there on.
@@ -26,6 +37,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <vector>
 
 namespace kvweld::targets {
 
@@ -33,16 +45,37 @@ class WindowDrops {
 public:
     static constexpr const char* kFindSlot = "swa-full-find-slot-drops-window";
     static constexpr const char* kState = "swa-full-state-drops-window";
+    static constexpr const char* kPurge = "prepare-purges-window";
 
-    // n_swa: the model's window where its cache is full-size and the
-    // release drops masked cells (0: nothing is dropped); unified: one cache.
-    WindowDrops(int n_swa, bool unified) : n_swa_(n_swa), unified_(unified) {}
+    // n_swa: the model's window (0: none, nothing followed); drops: its
+    // cache is full-size and the release drops masked cells; purges: the
+    // release's prepare leaves purged cells out; unified: one cache.
+    WindowDrops(int n_swa, bool drops, bool purges, bool unified)
+        : n_swa_(n_swa), drops_(drops), purges_(purges), unified_(unified) {}
+
+    // A call's ubatches as the memory splits it (each its tokens'
+    // sequences): whether prepare may purge what an earlier one's rows need.
+    bool purges(const std::vector<std::vector<int>>& ubatches) const {
+        if (!n_swa_ || !purges_ || ubatches.size() < 2) return false;
+        std::map<int, int> next;
+        for (const auto& [s, seq] : seqs_) next[s] = seq.next;
+        for (std::size_t k = 0; k + 1 < ubatches.size(); ++k) {
+            for (int s : ubatches[k]) ++next[s];
+            for (int s : ubatches[k]) {
+                const bool later = unified_ || std::any_of(ubatches.begin() + long(k) + 1, ubatches.end(), [&](const auto& u) {
+                                       return std::find(u.begin(), u.end(), s) != u.end();
+                                   });
+                if (later && seqs_.count(s) && next[s] >= n_swa_) return true;
+            }
+        }
+        return false;
+    }
 
     // Before a ubatch's find_slot: `ubatch` holds a sequence per token.
     void placing(std::span<const int> ubatch) {
         if (!n_swa_) return;
         for (auto& [s, seq] : seqs_)
-            if (unified_ || std::find(ubatch.begin(), ubatch.end(), s) != ubatch.end())
+            if (drops_ && (unified_ || std::find(ubatch.begin(), ubatch.end(), s) != ubatch.end()))
                 seq.slot_below = std::max(seq.slot_below, seq.next - n_swa_ + 1);
         for (int s : ubatch)
             if (const auto it = seqs_.find(s); it != seqs_.end()) ++it->second.next;
@@ -50,7 +83,7 @@ public:
     // A cut to n tokens: the clause whose loss its next window meets, or nullptr.
     const char* cut(int seq, int n) {
         const auto it = seqs_.find(seq);
-        if (!n_swa_ || it == seqs_.end()) return nullptr;
+        if (!n_swa_ || !drops_ || it == seqs_.end()) return nullptr;
         Seq& s = it->second;
         const int needed = std::max(0, n - n_swa_ + 1);
         s.next = n;
@@ -72,7 +105,7 @@ public:
         const auto it = seqs_.find(seq);
         if (it == seqs_.end()) return void(states_.erase(id));
         Seq s = it->second;
-        if (n_swa_) s.state_below = std::max(s.state_below, s.next - n_swa_);
+        if (drops_) s.state_below = std::max(s.state_below, s.next - n_swa_);
         states_[id] = s;
     }
     // A state loaded into seq (its next position `next`).
@@ -94,7 +127,7 @@ private:
         int state_below = 0;  // positions below it a loaded state lacked
     };
     int n_swa_;
-    bool unified_;
+    bool drops_, purges_, unified_;
     std::map<int, Seq> seqs_;    // the sequences followed, from their emptying on
     std::map<int, Seq> states_;  // by saved state id
 };

@@ -89,8 +89,9 @@
 //   keeps its cells: its next token at the position its emptied history
 //   says is refused (llama_batch_allocr::init's position check).
 // "swa-full-find-slot-drops-window", "swa-full-state-drops-window": a cut
-//   into the positions a full-size window cache gave away
-//   (llamacpp_window_drops.hpp).
+//   into the positions a full-size window cache gave away;
+//   "prepare-purges-window": a call whose dry run purges positions its own
+//   earlier ubatch needs (both in llamacpp_window_drops.hpp).
 #pragma once
 
 #include "targets/llamacpp/llamacpp_window_drops.hpp"
@@ -100,6 +101,7 @@
 #include <set>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvweld::targets {
@@ -117,10 +119,9 @@ public:
     // kv_cache: it has a llama_kv_cache (every one but mamba's), whose
     // findings above are the KV cache's own: a memory without one is never
     // named under them.
-    // swa_drops: the window (n_swa) of a full-size window cache that drops
-    // the cells it masks (WindowDrops), else 0.
-    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares, Recurrent recurrent, bool kv_cache, int swa_drops)
-        : window_(swa_drops, unified), unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares),
+    // window: the account of a sliding window's cells (WindowDrops).
+    WrongRows(bool unified, bool keep_every_stream, bool shift_unshares, Recurrent recurrent, bool kv_cache, WindowDrops window)
+        : window_(std::move(window)), unified_(unified), keep_every_stream_(keep_every_stream), shift_unshares_(shift_unshares),
           recurrent_(recurrent != Recurrent::no), copy_keeps_rollback_(recurrent == Recurrent::copies_rollback),
           kv_cache_(kv_cache) {}
 
@@ -192,6 +193,7 @@ public:
     // stopped call): no rewind of it is judged whole until it is emptied.
     void length_unknown(int seq) { held_.erase(seq); }
     void placing(std::span<const int> ubatch) { window_.placing(ubatch); }  // before a ubatch's find_slot
+    bool purges(const std::vector<std::vector<int>>& ubatches) const { return window_.purges(ubatches); }
     // n of the tokens placed for seq were removed again (a stopped call's).
     void unplaced(int seq, int n) { window_.unplaced(seq, n); }
     void copied(int src, int dst) {
@@ -315,8 +317,9 @@ private:
     void reordered(const std::map<int, int>& tokens_of) {
         for (const auto& [s, n] : last_decode_)
             if (!tokens_of.count(s) && tokens_of.size() >= 2) maybe_moved_.insert(s);
-        for (const auto& [s, n] : tokens_of) {
-            const auto longer = std::count_if(tokens_of.begin(), tokens_of.end(), [&](const auto& o) { return o.second > n; });
+        for (const auto& [s, fed] : tokens_of) {
+            const int n = fed;  // a structured binding is not captured before C++20's clang 16
+            const auto longer = std::count_if(tokens_of.begin(), tokens_of.end(), [n](const auto& o) { return o.second > n; });
             if (longer >= 2) maybe_moved_.insert(s);
             else maybe_moved_.erase(s);
         }
