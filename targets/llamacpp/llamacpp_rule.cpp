@@ -484,7 +484,8 @@ public:
         // The stopped ubatch's tokens were placed, then removed (on a
         // sliding window's cache: the window's account, WindowDrops).
         std::map<int, int> unplaced;
-        for (std::size_t i = 0; i < tokens_of(ran) && i < seqs.size(); ++i) ++unplaced[seqs[i]];
+        const std::size_t placed = std::min(tokens_of(ran), seqs.size());
+        for (std::size_t i = 0; i < placed; ++i) ++unplaced[seqs[i]];
         for (int s : kept) --unplaced[s];
         for (const auto& [s, n] : unplaced) wrong_rows_.unplaced(s, n);
         aborted_cells(seqs, lengths, stopped_inside ? &ran.back() : nullptr, kept, shift_owed);
@@ -509,8 +510,10 @@ public:
         e.plans = int(ubatches.size());
         last_.clear();
         std::size_t first_token = 0;
-        // Before the ubatches are placed: what the memory's dry run may purge.
-        const char* purge = wrong_rows_.purges(memory_ubatches(seqs, ubatches)) ? WindowDrops::kPurge : nullptr;
+        // Before the ubatches are placed: what the memory's dry run may purge
+        // (its split worked out only where a purge can happen at all).
+        const char* purge =
+            wrong_rows_.may_purge() && wrong_rows_.purges(memory_ubatches(seqs, ubatches)) ? WindowDrops::kPurge : nullptr;
         for (const UbatchShape& u : ubatches) {
             placed_ += u.n_tokens;
             wrong_rows_.placing(seqs.subspan(first_token, std::size_t(u.n_tokens)));

@@ -53,10 +53,12 @@ public:
     WindowDrops(int n_swa, bool drops, bool purges, bool unified)
         : n_swa_(n_swa), drops_(drops), purges_(purges), unified_(unified) {}
 
+    // Whether a call may purge at all: a window the release's prepare purges.
+    bool may_purge() const { return n_swa_ && purges_; }
     // A call's ubatches as the memory splits it (each its tokens'
     // sequences): whether prepare may purge what an earlier one's rows need.
     bool purges(const std::vector<std::vector<int>>& ubatches) const {
-        if (!n_swa_ || !purges_ || ubatches.size() < 2) return false;
+        if (!may_purge() || ubatches.size() < 2) return false;
         std::map<int, int> next;
         for (const auto& [s, seq] : seqs_) next[s] = seq.next;
         for (std::size_t k = 0; k + 1 < ubatches.size(); ++k) {
@@ -74,9 +76,10 @@ public:
     // Before a ubatch's find_slot: `ubatch` holds a sequence per token.
     void placing(std::span<const int> ubatch) {
         if (!n_swa_) return;
-        for (auto& [s, seq] : seqs_)
-            if (drops_ && (unified_ || std::find(ubatch.begin(), ubatch.end(), s) != ubatch.end()))
-                seq.slot_below = std::max(seq.slot_below, seq.next - n_swa_ + 1);
+        if (drops_)
+            for (auto& [s, seq] : seqs_)
+                if (unified_ || std::find(ubatch.begin(), ubatch.end(), s) != ubatch.end())
+                    seq.slot_below = std::max(seq.slot_below, seq.next - n_swa_ + 1);
         for (int s : ubatch)
             if (const auto it = seqs_.find(s); it != seqs_.end()) ++it->second.next;
     }

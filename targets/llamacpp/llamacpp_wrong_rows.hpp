@@ -193,6 +193,7 @@ public:
     // stopped call): no rewind of it is judged whole until it is emptied.
     void length_unknown(int seq) { held_.erase(seq); }
     void placing(std::span<const int> ubatch) { window_.placing(ubatch); }  // before a ubatch's find_slot
+    bool may_purge() const { return window_.may_purge(); }
     bool purges(const std::vector<std::vector<int>>& ubatches) const { return window_.purges(ubatches); }
     // n of the tokens placed for seq were removed again (a stopped call's).
     void unplaced(int seq, int n) { window_.unplaced(seq, n); }
